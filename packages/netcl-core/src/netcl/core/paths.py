@@ -1,0 +1,16 @@
+"""Where netcl keeps files on disk."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+__all__ = ["default_cache_dir"]
+
+
+def default_cache_dir() -> Path:
+    """``NETCL_CACHE_DIR`` if set, else the platform's user cache dir (``~/.cache/netcl``)."""
+    env = os.environ.get("NETCL_CACHE_DIR")
+    return Path(env).expanduser() if env else Path(platformdirs.user_cache_dir("netcl"))

@@ -1,0 +1,128 @@
+"""OpenTelemetry helpers: tracers and meters per scope, a cheap 'is anything recording' check,
+and an opt-in :func:`configure` for applications.
+
+Libraries depend on ``opentelemetry-api`` only. With no SDK configured the API's no-op spans still
+cost microseconds, so hot paths ask :func:`tracing` first (tens of nanoseconds) and skip span work
+when it is False.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.util.types import AttributeValue
+
+__all__ = ["configure", "meter", "span", "tracer", "tracing"]
+
+
+def _version(dist: str) -> str:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+def tracer(scope: str, dist: str) -> trace.Tracer:
+    """The tracer of instrumentation scope ``scope`` (a module name), versioned by ``dist``."""
+    return trace.get_tracer(scope, _version(dist))
+
+
+def meter(scope: str, dist: str) -> metrics.Meter:
+    """The meter of instrumentation scope ``scope``; instruments follow a provider set later."""
+    return metrics.get_meter(scope, _version(dist))
+
+
+def tracing() -> bool:
+    """Whether a real (SDK) tracer provider is installed: the hot-path check before span work.
+
+    Reads the API's global provider slot directly. ``trace.get_tracer_provider()`` is the public
+    way but costs ~0.7 µs (it consults the environment each call); this is ~30 ns. The test suite
+    pins the behaviour, so an API change that breaks it fails loudly.
+    """
+    return trace._TRACER_PROVIDER is not None
+
+
+@contextlib.contextmanager
+def span(
+    t: trace.Tracer, name: str, attributes: Mapping[str, AttributeValue] | None = None
+) -> Iterator[trace.Span | None]:
+    """A current span when tracing is on, else nothing (yields None). For non-hot paths."""
+    if trace._TRACER_PROVIDER is None:
+        yield None
+        return
+    with t.start_as_current_span(name, attributes=attributes) as s:
+        yield s
+
+
+_configured: dict[str, Any] = {}
+
+
+def configure(
+    *,
+    service_name: str = "netcl",
+    console: bool | None = None,
+    prometheus_port: int | None = None,
+) -> dict[str, Any]:
+    """Install the OpenTelemetry SDK for an application (idempotent; needs ``netcl-core[otel]``).
+
+    Exporters follow the standard variables: ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the traces /
+    metrics specific ones) sends spans and metrics over OTLP/HTTP; otherwise, or when ``console``
+    is True, they are printed to stderr. ``prometheus_port`` also serves metrics for Prometheus on
+    that port (needs ``opentelemetry-exporter-prometheus``). Returns the providers it installed.
+    """
+    if _configured:
+        return _configured
+    import sys
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import (
+        ConsoleMetricExporter,
+        MetricReader,
+        PeriodicExportingMetricReader,
+    )
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", service_name)})
+    otlp = any(
+        os.environ.get(v)
+        for v in (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        )
+    )
+    if console is None:
+        console = not otlp
+    tp = TracerProvider(resource=resource)
+    readers: list[MetricReader] = []
+    if otlp:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        tp.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
+    if console:
+        tp.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
+        readers.append(
+            PeriodicExportingMetricReader(
+                ConsoleMetricExporter(out=sys.stderr), export_interval_millis=60_000
+            )
+        )
+    if prometheus_port is not None:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import start_http_server
+
+        start_http_server(prometheus_port, addr="127.0.0.1")
+        readers.append(PrometheusMetricReader())
+    mp = MeterProvider(resource=resource, metric_readers=readers)
+    trace.set_tracer_provider(tp)
+    metrics.set_meter_provider(mp)
+    _configured.update(tracer_provider=tp, meter_provider=mp)
+    return _configured

@@ -1,0 +1,114 @@
+"""Tensor: a typed, shaped view of an OpenCL buffer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyopencl as cl
+import pyopencl.array as cla
+
+__all__ = ["Shape", "Tensor", "normalize_shape"]
+
+Shape = tuple[int, ...]
+
+
+def normalize_shape(shape: int | Sequence[int]) -> Shape:
+    """Return ``shape`` as a tuple of non-negative ints, or raise ``ValueError`` naming it."""
+    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    for d in dims:
+        if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0:
+            raise ValueError(f"shape {shape!r}: every dimension must be an int >= 0, got {d!r}")
+    return tuple(int(d) for d in dims)
+
+
+class Tensor:
+    """An on-device value: an OpenCL buffer with a shape, a dtype and the queue it lives on.
+
+    A Tensor does not own a pool: buffers from :class:`netcl.core.memory.BufferPool` go back
+    through ``pool.release(tensor)``; buffers made by :meth:`empty` or :meth:`from_numpy` are
+    freed with the Tensor.
+    """
+
+    __slots__ = ("buffer", "shape", "dtype", "queue", "__weakref__")
+
+    def __init__(
+        self,
+        buffer: cl.MemoryObjectHolder,
+        shape: int | Sequence[int],
+        dtype: npt.DTypeLike,
+        queue: cl.CommandQueue,
+    ) -> None:
+        self.shape: Shape = normalize_shape(shape)
+        self.dtype: np.dtype[Any] = np.dtype(dtype)
+        need = self.nbytes
+        have = int(buffer.size)
+        if have < need:
+            raise ValueError(
+                f"Tensor{self.shape} of {self.dtype} needs {need} bytes, "
+                f"but the buffer holds only {have}"
+            )
+        self.buffer = buffer
+        self.queue = queue
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * self.dtype.itemsize
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @classmethod
+    def empty(
+        cls, shape: int | Sequence[int], dtype: npt.DTypeLike, queue: cl.CommandQueue
+    ) -> Tensor:
+        """A new uninitialised tensor with a buffer of its own."""
+        shape = normalize_shape(shape)
+        nbytes = max(prod(shape) * np.dtype(dtype).itemsize, 1)  # OpenCL refuses 0-byte buffers
+        return cls(cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, nbytes), shape, dtype, queue)
+
+    @classmethod
+    def from_numpy(cls, array: npt.ArrayLike, queue: cl.CommandQueue) -> Tensor:
+        """Copy a host array to a new tensor (blocking)."""
+        host = np.ascontiguousarray(array)
+        tensor = cls.empty(host.shape, host.dtype, queue)
+        if host.nbytes:
+            cl.enqueue_copy(queue, tensor.buffer, host)
+        return tensor
+
+    def write(self, array: npt.ArrayLike, *, wait: bool = True) -> cl.Event | None:
+        """Copy a host array of the same shape and dtype into this tensor, in place."""
+        host = np.ascontiguousarray(array)
+        self._check_like(host.shape, host.dtype, "write")
+        if not host.nbytes:
+            return None
+        return cl.enqueue_copy(self.queue, self.buffer, host, is_blocking=wait)
+
+    def to_numpy(self) -> np.ndarray[Any, Any]:
+        """Copy the tensor to a new host array (blocking)."""
+        host = np.empty(self.shape, self.dtype)
+        if host.nbytes:
+            cl.enqueue_copy(self.queue, host, self.buffer)
+        return host
+
+    def as_array(self) -> cla.Array:
+        """A ``pyopencl.array.Array`` over the same buffer (no copy), for pyopencl's array ops."""
+        return cla.Array(self.queue, self.shape, self.dtype, data=self.buffer)
+
+    def _check_like(self, shape: Shape, dtype: np.dtype[Any], what: str) -> None:
+        if shape != self.shape or dtype != self.dtype:
+            raise ValueError(
+                f"{what}: expected shape {self.shape} and dtype {self.dtype}, "
+                f"got shape {shape} and dtype {dtype}"
+            )
+
+    def __repr__(self) -> str:
+        return f"Tensor(shape={self.shape}, dtype={self.dtype}, nbytes={self.nbytes})"

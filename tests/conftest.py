@@ -1,0 +1,66 @@
+"""Shared fixtures: the real default OpenCL device (PoCL unless PYOPENCL_CTX says otherwise) and
+the OpenTelemetry SDK with in-memory exporters.
+
+The SDK is installed once for the whole session (a global provider can be set only once per
+process), so every test runs with telemetry recording. Tests of the no-SDK fast path run in a
+subprocess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyopencl as cl
+import pytest
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from netcl.core import device
+
+_SPANS = InMemorySpanExporter()
+_METRICS = InMemoryMetricReader()
+_tp = TracerProvider()
+_tp.add_span_processor(SimpleSpanProcessor(_SPANS))
+trace.set_tracer_provider(_tp)
+metrics.set_meter_provider(MeterProvider(metric_readers=[_METRICS]))
+
+
+@pytest.fixture(scope="session")
+def ctx() -> cl.Context:
+    return device.default_context()
+
+
+@pytest.fixture(scope="session")
+def queue(ctx: cl.Context) -> cl.CommandQueue:
+    return device.default_queue(ctx)
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The session's in-memory span exporter, emptied before the test."""
+    _SPANS.clear()
+    yield _SPANS
+
+
+@pytest.fixture
+def metric_reader() -> InMemoryMetricReader:
+    """The session's in-memory metric reader (values are cumulative over the session)."""
+    return _METRICS
+
+
+def metric_points(reader: InMemoryMetricReader, name: str) -> list[object]:
+    """All data points of metric ``name`` collected now."""
+    data = reader.get_metrics_data()
+    points: list[object] = []
+    if data is None:
+        return points
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                if m.name == name:
+                    points.extend(m.data.data_points)
+    return points
