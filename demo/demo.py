@@ -1,4 +1,4 @@
-"""The netcl main job (grows with the runtime packages): device info and a Tensor/BufferPool round trip."""
+"""The netcl main job: device info and a Tensor/BufferPool round trip (grows with the packages)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ subprocess.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
+from typing import Any
 
 import pyopencl as cl
 import pytest
@@ -40,10 +41,10 @@ def queue(ctx: cl.Context) -> cl.CommandQueue:
 
 
 @pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
+def spans() -> InMemorySpanExporter:
     """The session's in-memory span exporter, emptied before the test."""
     _SPANS.clear()
-    yield _SPANS
+    return _SPANS
 
 
 @pytest.fixture
@@ -52,15 +53,20 @@ def metric_reader() -> InMemoryMetricReader:
     return _METRICS
 
 
-def metric_points(reader: InMemoryMetricReader, name: str) -> list[object]:
-    """All data points of metric ``name`` collected now."""
-    data = reader.get_metrics_data()
-    points: list[object] = []
-    if data is None:
+@pytest.fixture
+def metric_points(metric_reader: InMemoryMetricReader) -> Callable[[str], list[Any]]:
+    """``metric_points(name)``: all data points of metric ``name`` collected now."""
+
+    def collect(name: str) -> list[Any]:
+        data = metric_reader.get_metrics_data()
+        points: list[Any] = []
+        if data is None:
+            return points
+        for rm in data.resource_metrics:
+            for sm in rm.scope_metrics:
+                for m in sm.metrics:
+                    if m.name == name:
+                        points.extend(m.data.data_points)
         return points
-    for rm in data.resource_metrics:
-        for sm in rm.scope_metrics:
-            for m in sm.metrics:
-                if m.name == name:
-                    points.extend(m.data.data_points)
-    return points
+
+    return collect

@@ -33,7 +33,7 @@ class Tensor:
     freed with the Tensor.
     """
 
-    __slots__ = ("buffer", "shape", "dtype", "queue", "__weakref__")
+    __slots__ = ("__weakref__", "buffer", "dtype", "queue", "shape")
 
     def __init__(
         self,

@@ -1,3 +1,3 @@
-"""netcl.runtime.capture: KernelCapture: record OpenCL kernel launches once, replay them with near-zero overhead."""
+"""netcl.runtime.capture: record OpenCL kernel launches once, replay them cheaply."""
 
 __all__: list[str] = []
