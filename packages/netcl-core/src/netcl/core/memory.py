@@ -7,6 +7,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from math import prod
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,12 +33,35 @@ class PoolStats:
     misses: int
 
 
+class _Released:
+    """Stands in for the buffer of a released tensor: a later use fails instead of silently
+    touching a block that may already belong to another tensor."""
+
+    size = 0
+    int_ptr = 0
+
+    def __repr__(self) -> str:
+        return "<released pool buffer>"
+
+
+_RELEASED: Any = _Released()
+
+
+class _Entry(weakref.ref):  # type: ignore[type-arg]
+    # A weak reference to a live tensor that carries its block; its callback reclaims the block
+    # when the tensor is garbage-collected without release().
+    __slots__ = ("block", "key", "nbytes")
+    block: cltools.PooledBuffer
+    key: int
+    nbytes: int
+
+
 class BufferPool:
     """Hands out Tensors whose buffers come back to the pool on :meth:`release`.
 
     Built on ``pyopencl.tools.MemoryPool``: a released block is handed out again for a request of
     the same size class. Safe to use from several threads. A Tensor that is garbage-collected
-    without being released returns its block too (counted as in use until then).
+    without being released returns its block too.
     """
 
     def __init__(self, queue: cl.CommandQueue) -> None:
@@ -47,21 +71,20 @@ class BufferPool:
         self._pool = cltools.MemoryPool(
             cltools.ImmediateAllocator(queue), leading_bits_in_bin_id=6
         )
-        # RLock: the reclaim callback of a dropped tensor may run (GC) while this thread holds it
+        # RLock: the reclaim callback of a dropped tensor may run (GC) while this thread holds it.
         self._lock = threading.RLock()
-        # id(tensor) -> (block, block bytes, weakref whose callback reclaims a dropped tensor)
-        self._live: dict[int, tuple[cltools.PooledBuffer, int, weakref.ref[Tensor]]] = {}
-        self._released: weakref.WeakSet[Tensor] = weakref.WeakSet()
+        self._live: dict[int, _Entry] = {}  # id(tensor) -> entry
         self._in_use = 0
         self._peak = 0
         self._hits = 0
         self._misses = 0
+        self._reclaim_cb = _make_reclaim(weakref.ref(self))
         _POOLS.add(self)
 
     def allocate(self, shape: int | Sequence[int], dtype: npt.DTypeLike) -> Tensor:
         """A Tensor of ``shape`` and ``dtype`` backed by a pool block (contents undefined)."""
         shape = normalize_shape(shape)
-        dt = np.dtype(dtype)
+        dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         nbytes = max(prod(shape) * dt.itemsize, 1)  # OpenCL refuses 0-byte buffers
         pool = self._pool
         with self._lock:
@@ -70,15 +93,16 @@ class BufferPool:
                 block = pool.allocate(nbytes)
             except cl.MemoryError as exc:
                 raise MemoryError(
-                    f"BufferPool: out of device memory allocating {nbytes} bytes for "
-                    f"shape {shape} {dt} ({self._in_use} bytes in use, "
-                    f"{pool.managed_bytes - self._in_use} held); call free_held() or release "
-                    "tensors"
+                    f"BufferPool: out of device memory allocating {nbytes} bytes for shape "
+                    f"{shape} {dt} ({self._in_use} bytes in use, {self.stats.bytes_held} held); "
+                    "release tensors or call free_held()"
                 ) from exc
-            tensor = Tensor(block, shape, dt, self.queue)
-            size = int(block.size)
-            key = id(tensor)
-            self._live[key] = (block, size, weakref.ref(tensor, self._make_reclaim(key)))
+            tensor = Tensor._wrap(block, shape, dt, self.queue)
+            entry = _Entry(tensor, self._reclaim_cb)
+            entry.block = block
+            entry.nbytes = size = block.size
+            entry.key = key = id(tensor)
+            self._live[key] = entry
             if pool.held_blocks < held:
                 self._hits += 1
             else:
@@ -91,17 +115,15 @@ class BufferPool:
     def release(self, tensor: Tensor) -> None:
         """Give a tensor's block back to the pool; the tensor must not be used afterwards."""
         with self._lock:
-            entry = self._live.pop(id(tensor), None)
-            if entry is None or entry[2]() is not tensor:
-                if entry is not None:  # a different, dead tensor had this id: put it back
-                    self._live[id(tensor)] = entry
-                if tensor in self._released:
+            entry = self._live.get(id(tensor))
+            if entry is None or entry() is not tensor:
+                if tensor.buffer is _RELEASED:
                     raise ValueError(f"BufferPool.release: {tensor!r} was already released")
                 raise ValueError(f"BufferPool.release: {tensor!r} was not allocated by this pool")
-            block, size, _ = entry
-            self._in_use -= size
-            self._released.add(tensor)
-        block.release()
+            del self._live[id(tensor)]
+            self._in_use -= entry.nbytes
+            tensor.buffer = _RELEASED
+        entry.block.release()
 
     def release_all(self, tensors: Iterable[Tensor]) -> None:
         """Release several tensors; every one is attempted, the first error is raised after."""
@@ -117,22 +139,7 @@ class BufferPool:
     def owns(self, tensor: Tensor) -> bool:
         """Whether ``tensor`` is a live allocation of this pool."""
         entry = self._live.get(id(tensor))
-        return entry is not None and entry[2]() is tensor
-
-    def _make_reclaim(self, key: int):  # type: ignore[no-untyped-def]
-        pool_ref = weakref.ref(self)
-
-        def reclaim(_: object) -> None:
-            pool = pool_ref()
-            if pool is None:
-                return
-            with pool._lock:
-                entry = pool._live.pop(key, None)
-                if entry is not None:
-                    pool._in_use -= entry[1]
-            # the block itself returns to the MemoryPool when its last reference goes
-
-        return reclaim
+        return entry is not None and entry() is tensor
 
     @property
     def stats(self) -> PoolStats:
@@ -165,11 +172,26 @@ class BufferPool:
         return f"BufferPool(in_use={s.bytes_in_use}, peak={s.peak_bytes}, held={s.bytes_held})"
 
 
+def _make_reclaim(pool_ref: weakref.ref[BufferPool]) -> Any:
+    def reclaim(entry: _Entry) -> None:
+        pool = pool_ref()
+        if pool is None:
+            return
+        with pool._lock:
+            # the id may already name a new tensor: only drop the entry that died
+            if pool._live.get(entry.key) is entry:
+                del pool._live[entry.key]
+                pool._in_use -= entry.nbytes
+        # the block returns to the MemoryPool when the entry, its last holder, goes
+
+    return reclaim
+
+
 # Pool gauges are observed when a metric reader collects, so allocation pays nothing for them.
 _POOLS: weakref.WeakSet[BufferPool] = weakref.WeakSet()
 
 
-def _observe(field: str):  # type: ignore[no-untyped-def]
+def _observe(field: str) -> Any:
     def callback(_: CallbackOptions) -> Iterable[Observation]:
         return [Observation(sum(getattr(p.stats, field) for p in list(_POOLS)))]
 

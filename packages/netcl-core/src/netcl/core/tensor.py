@@ -18,6 +18,12 @@ Shape = tuple[int, ...]
 
 def normalize_shape(shape: int | Sequence[int]) -> Shape:
     """Return ``shape`` as a tuple of non-negative ints, or raise ``ValueError`` naming it."""
+    if type(shape) is tuple:  # the common case, checked without building a new tuple
+        for d in shape:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            return shape
     dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     for d in dims:
         if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 0:
@@ -54,6 +60,19 @@ class Tensor:
         self.buffer = buffer
         self.queue = queue
 
+    @classmethod
+    def _wrap(
+        cls,
+        buffer: cl.MemoryObjectHolder,
+        shape: Shape,
+        dtype: np.dtype[Any],
+        queue: cl.CommandQueue,
+    ) -> Tensor:
+        # Allocation fast path for callers that already validated shape, dtype and size.
+        t = cls.__new__(cls)
+        t.buffer, t.shape, t.dtype, t.queue = buffer, shape, dtype, queue
+        return t
+
     @property
     def nbytes(self) -> int:
         return prod(self.shape) * self.dtype.itemsize
@@ -78,7 +97,7 @@ class Tensor:
     @classmethod
     def from_numpy(cls, array: npt.ArrayLike, queue: cl.CommandQueue) -> Tensor:
         """Copy a host array to a new tensor (blocking)."""
-        host = np.ascontiguousarray(array)
+        host = np.asarray(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
         tensor = cls.empty(host.shape, host.dtype, queue)
         if host.nbytes:
             cl.enqueue_copy(queue, tensor.buffer, host)
@@ -86,7 +105,7 @@ class Tensor:
 
     def write(self, array: npt.ArrayLike, *, wait: bool = True) -> cl.Event | None:
         """Copy a host array of the same shape and dtype into this tensor, in place."""
-        host = np.ascontiguousarray(array)
+        host = np.asarray(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
         self._check_like(host.shape, host.dtype, "write")
         if not host.nbytes:
             return None

@@ -1,0 +1,70 @@
+"""netcl-core: telemetry fast path and BufferPool costs, with no OpenTelemetry SDK configured.
+
+The fast path is what every hot path pays when nothing records: ``telemetry.tracing()`` against the
+API's own no-op ``start_as_current_span``.
+"""
+
+from __future__ import annotations
+
+import pyopencl as cl
+import pyopencl.tools as cltools
+import pytest
+from pytest_benchmark.fixture import BenchmarkFixture
+
+from netcl.core import telemetry
+from netcl.core.memory import BufferPool
+
+_tracer = telemetry.tracer("netcl.bench", "netcl-core")
+_N = 1000  # calls per round: a single call is below the timer's resolution
+
+
+def _loop_tracing() -> None:
+    tracing = telemetry.tracing
+    for _ in range(_N):
+        if tracing():
+            raise AssertionError("an SDK is configured in the benchmark process")
+
+
+def _loop_noop_span() -> None:
+    start = _tracer.start_as_current_span
+    for _ in range(_N):
+        with start("netcl.bench.noop"):
+            pass
+
+
+@pytest.mark.benchmark(group="core-telemetry")
+def test_tracing_check(benchmark: BenchmarkFixture) -> None:
+    """Per call: benchmark time / 1000. Target: well under 1 µs."""
+    benchmark.extra_info["calls_per_round"] = _N
+    benchmark(_loop_tracing)
+
+
+@pytest.mark.benchmark(group="core-telemetry")
+def test_noop_span_api(benchmark: BenchmarkFixture) -> None:
+    """The anchor: what a span costs through the bare API with no SDK."""
+    benchmark.extra_info["calls_per_round"] = _N
+    benchmark(_loop_noop_span)
+
+
+@pytest.mark.benchmark(group="core-pool")
+def test_pool_allocate_release(benchmark: BenchmarkFixture, queue: cl.CommandQueue) -> None:
+    pool = BufferPool(queue)
+
+    def cycle() -> None:
+        for _ in range(100):
+            pool.release(pool.allocate((1024,), "float32"))
+
+    benchmark(cycle)
+    assert pool.stats.live_tensors == 0
+
+
+@pytest.mark.benchmark(group="core-pool")
+def test_memorypool_allocate_release(benchmark: BenchmarkFixture, queue: cl.CommandQueue) -> None:
+    """The anchor: pyopencl's MemoryPool with no bookkeeping around it."""
+    pool = cltools.MemoryPool(cltools.ImmediateAllocator(queue), leading_bits_in_bin_id=6)
+
+    def cycle() -> None:
+        for _ in range(100):
+            pool.allocate(4096).release()
+
+    benchmark(cycle)
