@@ -1,3 +1,10 @@
-"""netcl.runtime.cache: ProgramCache and cacher: OpenCL program binaries cached on disk."""
+"""netcl.runtime.cache: compiled OpenCL programs cached in-process and on disk.
 
-__all__: list[str] = []
+``cacher`` is the process-wide :class:`ProgramCache`; it touches no disk until first used.
+"""
+
+from netcl.runtime.cache._program_cache import ProgramCache
+
+__all__ = ["ProgramCache", "cacher"]
+
+cacher = ProgramCache()

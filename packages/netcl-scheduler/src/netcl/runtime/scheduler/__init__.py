@@ -1,3 +1,11 @@
-"""netcl.runtime.scheduler: Scheduler and ExecutionPlan: sequencing of async ops."""
+"""netcl.runtime.scheduler: sequencing of async ops.
 
-__all__: list[str] = []
+``Scheduler`` collects callables and OpenCL events into ``ExecutionPlan`` objects and runs the
+plans in submission order (sync mode: each plan waits for the previous one's events). A failed
+run raises ``Scheduler.Error``.
+"""
+
+from netcl.runtime.scheduler._plan import ExecutionPlan
+from netcl.runtime.scheduler._scheduler import Scheduler
+
+__all__ = ["ExecutionPlan", "Scheduler"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, Union, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 __all__ = ["EventLike", "ExecutionPlan", "Op"]
 
@@ -17,7 +17,7 @@ class EventLike(Protocol):
 
 
 # A callable (run by the scheduler; a non-None return value is an event) or an event-like object.
-Op = Union[Callable[[], object], EventLike]
+Op: TypeAlias = Callable[[], object] | EventLike
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from netcl.core import telemetry
 
-__all__ = ["OPS", "RUN_ATTRS", "RUNS", "TRACER", "tracing"]
+__all__ = ["OPS", "OPS_ATTRS", "RUNS", "RUN_ATTRS", "TRACER", "tracing"]
 
 tracing = telemetry.tracing
 
