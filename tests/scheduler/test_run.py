@@ -301,6 +301,7 @@ def test_a_plan_can_be_run_again(queue: cl.CommandQueue, kernels: object) -> Non
 def test_submissions_made_during_a_run_go_to_the_next_run() -> None:
     calls: list[str] = []
     sched = Scheduler()
+
     def submit_more() -> None:
         sched.submit(lambda: calls.append("later"))
 

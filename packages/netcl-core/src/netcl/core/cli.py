@@ -19,8 +19,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``netcl`` console command."""
     parser = argparse.ArgumentParser(prog="netcl", description="netcl runtime tools")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    register_info(sub)  # built in: works even from a source tree with no entry points installed
     for ep in sorted(entry_points(group="netcl.cli"), key=lambda e: e.name):
-        ep.load()(sub)
+        if ep.name != "info":
+            ep.load()(sub)
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 

@@ -1,3 +1,11 @@
-"""netcl.runtime.graph: Graph, GraphExecutor, TensorRef: static graphs with buffer reuse."""
+"""netcl.runtime.graph: describe tensor ops as a static graph, run it with planned buffer reuse.
 
-__all__: list[str] = []
+``Graph.add_op(name, fn, inputs, shape, dtype)`` returns a :class:`TensorRef`;
+``GraphExecutor(pool).run(graph)`` runs the ops in topological order and returns the last op's
+output as a Tensor the caller owns.
+"""
+
+from netcl.runtime.graph._executor import GraphExecutor
+from netcl.runtime.graph._graph import Graph, TensorRef
+
+__all__ = ["Graph", "GraphExecutor", "TensorRef"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +32,7 @@ class TensorRef:
 OpFn = Callable[[list[Tensor], Tensor], Any]
 """``fn(inputs, out)``: enqueue work that fills ``out`` from ``inputs`` (its return is ignored)."""
 
-OpInput = Union[Tensor, TensorRef]
+OpInput = Tensor | TensorRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +161,9 @@ class Graph:
                     key = id(x)
                     if key not in externals:
                         externals[key] = src = f"input{len(externals)}"
-                        label = _label(f"input {len(externals) - 1}", f"{_fmt_shape(x.shape)} {x.dtype}")
+                        label = _label(
+                            f"input {len(externals) - 1}", f"{_fmt_shape(x.shape)} {x.dtype}"
+                        )
                         lines.append(f"  {_q(src)} [shape=ellipse, label={label}];")
                     src = externals[key]
                 lines.append(f"  {_q(src)} -> {_q('op:' + op.name)} [label={_q(str(pos))}];")

@@ -3,8 +3,9 @@ the same step overlap, using as few bytes as the heuristics find.
 
 Several placement heuristics run and the smallest arena wins (XLA's heap simulator does the same):
 an exact two-ended placement when at most two values are ever alive together (chains), TFLite's
-greedy-by-size with best fit and with first fit, and greedy in execution order; then, if none reached the lower bound, greedy-by-size again over
-size orders perturbed by a seeded generator (deterministic), as many times as a small budget allows.
+greedy-by-size with best fit and with first fit, greedy by size x lifetime, greedy in execution
+order; then, while none reached the lower bound, greedy-by-size again over size orders perturbed
+by a seeded generator (deterministic), as many times as a small budget allows.
 """
 
 from __future__ import annotations
@@ -120,14 +121,14 @@ def place(items: Sequence[Interval]) -> Placement:
         offsets = run()
         if offsets is None:
             continue
-        arena = max(o + it.size for o, it in zip(offsets, items))
+        arena = max(o + it.size for o, it in zip(offsets, items, strict=True))
         if best is None or arena < best.arena_bytes:
             best = Placement(tuple(offsets), arena, name)
         if arena == bound:
             break  # optimal: no heuristic can do better
     assert best is not None
-    # Seeded restarts over perturbed size orders: cheap for graphs of tens of nodes and they close
-    # most of the remaining gap on DAGs with very different value sizes. Budgeted by n^2 pair checks.
+    # Seeded restarts over perturbed size orders: cheap for graphs of tens of nodes, and they close
+    # most of the remaining gap on DAGs with very different value sizes. Budget: n^2 pair checks.
     rng = random.Random(0)
     tries = min(_RESTARTS, _RESTART_BUDGET // (n * n))
     for _ in range(tries):
@@ -136,7 +137,7 @@ def place(items: Sequence[Interval]) -> Placement:
         jitter = {i: items[i].size * rng.uniform(0.6, 1.4) for i in range(n)}
         order = sorted(range(n), key=lambda i: (-jitter[i], i))
         offsets = _greedy(items, order, True)
-        arena = max(o + it.size for o, it in zip(offsets, items))
+        arena = max(o + it.size for o, it in zip(offsets, items, strict=True))
         if arena < best.arena_bytes:
             best = Placement(tuple(offsets), arena, "greedy_by_size_restarts")
     return best

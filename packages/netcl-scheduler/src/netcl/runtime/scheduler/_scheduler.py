@@ -188,7 +188,11 @@ class Scheduler:
                 else:
                     state.ops_done += i
                     raise self._error(
-                        state, index, i, op, None,
+                        state,
+                        index,
+                        i,
+                        op,
+                        None,
                         f"returned {describe_value(result)}; an op must return None, an event "
                         "(an object with wait()) or a list/tuple of events",
                     )
@@ -198,7 +202,11 @@ class Scheduler:
             else:
                 state.ops_done += i
                 raise self._error(
-                    state, index, i, op, None,
+                    state,
+                    index,
+                    i,
+                    op,
+                    None,
                     "is neither callable nor an event-like object with a wait() method "
                     f"(it is {describe_value(op)})",
                 )
@@ -233,12 +241,16 @@ class Scheduler:
             try:
                 ev.wait()
             except Exception as exc:
-                status = getattr(ev, "command_execution_status", None) if isinstance(
-                    ev, _Event
-                ) else None
+                status = (
+                    getattr(ev, "command_execution_status", None)
+                    if isinstance(ev, _Event)
+                    else None
+                )
                 detail = f" (command status {status})" if status is not None else ""
                 self._raise_for_event(
-                    state, first + k, f"failed{detail}: wait() raised {type(exc).__name__}: {exc}",
+                    state,
+                    first + k,
+                    f"failed{detail}: wait() raised {type(exc).__name__}: {exc}",
                     cause=exc,
                 )
 
@@ -265,9 +277,7 @@ class Scheduler:
         plan = state.plans[plan_index]
         unrun = state.plans[state.started :]
         if unrun:
-            names = ", ".join(
-                describe_plan(p, state.started + j) for j, p in enumerate(unrun[:5])
-            )
+            names = ", ".join(describe_plan(p, state.started + j) for j, p in enumerate(unrun[:5]))
             more = f", ... ({len(unrun) - 5} more)" if len(unrun) > 5 else ""
             tail = (
                 f"; {len(unrun)} later plan(s) not run: {names}{more} "

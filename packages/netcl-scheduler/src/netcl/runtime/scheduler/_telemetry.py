@@ -23,9 +23,7 @@ RUNS = _meter.create_counter(
 )
 
 # Attribute sets built once: a run pays two counter adds and no allocation for them.
-OPS_ATTRS = {
-    mode: {"netcl.scheduler.async": mode} for mode in (False, True)
-}
+OPS_ATTRS = {mode: {"netcl.scheduler.async": mode} for mode in (False, True)}
 RUN_ATTRS = {
     (mode, ok): {"netcl.scheduler.async": mode, "netcl.scheduler.result": "ok" if ok else "error"}
     for mode in (False, True)

@@ -1,0 +1,61 @@
+"""Helpers for the netcl-cache tests: small real kernels and a result check."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+ADD_SRC = """
+__kernel void add(__global const float *a, __global const float *b, __global float *c) {
+    const int i = get_global_id(0);
+    c[i] = a[i] + b[i] + OFFSET;
+}
+"""
+
+
+def _add_src(offset: float = 0.0, tag: str = "") -> str:
+    """An add kernel computing a + b + offset; ``tag`` makes the source text unique."""
+    return f"// {tag}\n#define OFFSET {offset:.1f}f\n" + ADD_SRC
+
+
+def _check_add(queue: cl.CommandQueue, prg: cl.Program, offset: float = 0.0) -> None:
+    """Run ``prg.add`` on 64 elements and assert the result."""
+    n = 64
+    a = np.arange(n, dtype=np.float32)
+    b = np.full(n, 2.0, dtype=np.float32)
+    mf = cl.mem_flags
+    ctx = queue.context
+    da = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+    db = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=b)
+    dc = cl.Buffer(ctx, mf.WRITE_ONLY, a.nbytes)
+    knl = cl.Kernel(prg, "add")
+    knl(queue, (n,), None, da, db, dc)
+    out = np.empty_like(a)
+    cl.enqueue_copy(queue, out, dc)
+    np.testing.assert_allclose(out, a + b + offset)
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path) -> Path:
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def device(ctx: cl.Context) -> cl.Device:
+    return ctx.devices[0]
+
+
+@pytest.fixture
+def add_src() -> Callable[..., str]:
+    """``add_src(offset=0.0, tag="")``: an add kernel computing a + b + offset."""
+    return _add_src
+
+
+@pytest.fixture
+def check_add(queue: cl.CommandQueue) -> Callable[..., None]:
+    """``check_add(prg, offset=0.0)``: run ``prg.add`` and assert its result."""
+    return lambda prg, offset=0.0: _check_add(queue, prg, offset)

@@ -1,0 +1,204 @@
+"""Recording and replay of kernel launches on the real device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+from netcl.runtime.capture import KernelCapture, capture_disabled, get_capture
+
+N = 64
+
+
+def test_spec_example(queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any) -> None:
+    x = np.arange(N, dtype=np.float32)
+    y = buf(np.zeros(N))
+    xb = buf(x)
+
+    def run_forward_pass() -> None:
+        kernels.axpy(queue, (N,), None, y, xb, 2.0)
+        kernels.axpy(queue, (N,), None, y, xb, 0.5)
+
+    cap = KernelCapture()
+    cap.begin()
+    assert cap.is_recording
+    run_forward_pass()  # launches are recorded AND executed normally
+    n = cap.end()
+    assert n == 2 and cap.num_launches == 2 and not cap.is_recording
+    np.testing.assert_allclose(host_read(y, N), 2.5 * x)
+    event = cap.replay()
+    assert isinstance(event, cl.Event)
+    event.wait()
+    np.testing.assert_allclose(host_read(y, N), 5.0 * x)
+    cap.replay()
+    cap.replay()
+    assert cap.replay_count == 3
+    np.testing.assert_allclose(host_read(y, N), 10.0 * x)
+
+
+def test_launch_records_are_read_only(queue: cl.CommandQueue, kernels: Any, buf: Any) -> None:
+    a, b, out = buf(np.ones(N)), buf(np.ones(N)), buf(np.zeros(N))
+    with KernelCapture() as cap:
+        kernels.add(queue, (N,), (16,), out, a, b, global_offset=(0,))
+    (rec,) = cap.launches
+    assert rec.kernel_name == "add"
+    assert rec.queue is queue
+    assert rec.global_size == (N,) and rec.local_size == (16,) and rec.offset == (0,)
+    assert rec.args == (out, a, b)
+    with pytest.raises(AttributeError):
+        rec.kernel_name = "other"  # type: ignore[misc]
+
+
+def test_replay_sees_inputs_changed_in_place(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
+) -> None:
+    rng = np.random.default_rng(1)
+    a0, b0 = rng.standard_normal(N, dtype=np.float32), rng.standard_normal(N, dtype=np.float32)
+    a, b, tmp, out = buf(a0), buf(b0), buf(np.zeros(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+    cap.begin()
+    kernels.add(queue, (N,), None, tmp, a, b)
+    kernels.scale_shift(queue, (N,), None, out, tmp, 3.0, 2)
+    cap.end()
+    np.testing.assert_allclose(host_read(out, N), (a0 + b0) * 3 + 2, rtol=1e-5, atol=1e-5)
+    for _ in range(3):
+        a1 = rng.standard_normal(N, dtype=np.float32)
+        cl._cl._enqueue_write_buffer(queue, a, a1)  # new input, same buffer
+        cap.replay()
+        np.testing.assert_allclose(host_read(out, N), (a1 + b0) * 3 + 2, rtol=1e-5, atol=1e-5)
+
+
+def test_scalars_are_replayed_as_recorded(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
+) -> None:
+    x = np.arange(N, dtype=np.float32)
+    src, out1, out2 = buf(x), buf(np.zeros(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+    cap.begin()
+    kernels.scale_shift(queue, (N,), None, out1, src, 2.0, 7)
+    kernels.scale_shift(queue, (N,), None, out2, src, -1.5, -3)  # same kernel, other scalars
+    cap.end()
+    # the kernel object is used again with other arguments after the capture ...
+    kernels.scale_shift(queue, (N,), None, out1, src, 100.0, 100)
+    cl._cl._enqueue_fill_buffer(queue, out2, np.float32(0), 0, 4 * N)
+    cap.replay()
+    # ... but each replayed launch keeps exactly the arguments it was recorded with
+    np.testing.assert_allclose(host_read(out1, N), x * 2 + 7)
+    np.testing.assert_allclose(host_read(out2, N), x * -1.5 - 3)
+
+
+def test_local_memory_argument(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
+) -> None:
+    group = 16
+    x = np.arange(N, dtype=np.float32)
+    xb, out = buf(x), buf(np.zeros(N // group))
+    cap = KernelCapture()
+    cap.begin()
+    kernels.block_sum(queue, (N,), (group,), xb, out, cl.LocalMemory(4 * group))
+    cap.end()
+    expect = x.reshape(-1, group).sum(axis=1)
+    np.testing.assert_allclose(host_read(out, N // group), expect)
+    x2 = x[::-1].copy()
+    cl._cl._enqueue_write_buffer(queue, xb, x2)
+    cl._cl._enqueue_fill_buffer(queue, out, np.float32(0), 0, 4 * (N // group))
+    cap.replay()
+    np.testing.assert_allclose(host_read(out, N // group), x2.reshape(-1, group).sum(axis=1))
+
+
+def test_direct_enqueue_with_preset_arguments_is_recorded(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
+) -> None:
+    x = np.arange(N, dtype=np.float32)
+    y, xb = buf(np.zeros(N)), buf(x)
+    k = cl.Kernel(kernels.program, "axpy")
+    k.set_arg(0, y)
+    k.set_arg(1, xb)
+    k.set_arg(2, np.float32(1.0))
+    cap = KernelCapture()
+    cap.begin()
+    cl.enqueue_nd_range_kernel(queue, k, (N,), None)
+    assert cap.end() == 1
+    assert cap.launches[0].args == ()
+    k.set_arg(2, np.float32(50.0))  # changing the original does not change the replay
+    cap.replay()
+    np.testing.assert_allclose(host_read(y, N), 2 * x)
+
+
+def test_g_times_l_is_replayed(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
+) -> None:
+    a, b, out = buf(np.ones(N)), buf(np.full(N, 2.0)), buf(np.zeros(N))
+    with KernelCapture() as cap:
+        kernels.add(queue, (N // 16,), (16,), out, a, b, g_times_l=True)
+    assert cap.launches[0].global_size == (N,)
+    cl._cl._enqueue_fill_buffer(queue, out, np.float32(0), 0, 4 * N)
+    cap.replay()
+    np.testing.assert_allclose(host_read(out, N), 3.0)
+
+
+def test_empty_capture_replays_nothing() -> None:
+    cap = KernelCapture()
+    cap.begin()
+    assert cap.end() == 0
+    assert cap.replay() is None
+    assert cap.replay_count == 1 and cap.launches == ()
+
+
+def test_capture_disabled_nests(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
+) -> None:
+    a, out = buf(np.ones(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+    cap.begin()
+    with capture_disabled():
+        kernels.add(queue, (N,), None, out, a, a)
+        with capture_disabled():
+            kernels.add(queue, (N,), None, out, a, a)
+        kernels.add(queue, (N,), None, out, a, a)  # still disabled: outer block
+        assert cap.num_launches == 0
+    kernels.axpy(queue, (N,), None, out, a, 1.0)  # recorded again
+    assert cap.end() == 1
+    assert [r.kernel_name for r in cap.launches] == ["axpy"]
+    np.testing.assert_allclose(host_read(out, N), 3.0)
+
+
+def test_capture_disabled_does_not_leak_after_exception(
+    queue: cl.CommandQueue, kernels: Any, buf: Any
+) -> None:
+    a, out = buf(np.ones(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+    cap.begin()
+    with pytest.raises(KeyError), capture_disabled():
+        raise KeyError("x")
+    kernels.add(queue, (N,), None, out, a, a)
+    assert cap.end() == 1
+
+
+def test_get_capture_is_a_singleton(queue: cl.CommandQueue, kernels: Any, buf: Any) -> None:
+    assert get_capture() is get_capture()
+    a, out = buf(np.ones(N)), buf(np.zeros(N))
+    cap = get_capture()
+    cap.begin()
+    kernels.add(queue, (N,), None, out, a, a)
+    assert get_capture().end() == 1
+    get_capture().reset()
+    assert get_capture().num_launches == 0
+
+
+def test_begin_again_replaces_the_recording(
+    queue: cl.CommandQueue, kernels: Any, buf: Any
+) -> None:
+    a, out = buf(np.ones(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+    with cap:
+        kernels.add(queue, (N,), None, out, a, a)
+        kernels.add(queue, (N,), None, out, a, a)
+    cap.replay()
+    with cap:
+        kernels.axpy(queue, (N,), None, out, a, 1.0)
+    assert cap.num_launches == 1 and cap.replay_count == 0
+    assert "launches=1" in repr(cap)

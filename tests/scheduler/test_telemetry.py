@@ -1,0 +1,141 @@
+"""Spans and metrics per DESIGN.md, and the no-SDK fast path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from netcl.runtime.scheduler import ExecutionPlan, Scheduler
+
+
+def _ops_total(metric_points: Callable[[str], list[Any]], async_mode: bool) -> int:
+    return sum(
+        p.value
+        for p in metric_points("netcl.scheduler.ops")
+        if p.attributes.get("netcl.scheduler.async") == async_mode
+    )
+
+
+@pytest.mark.parametrize("async_mode", [False, True])
+def test_run_and_plan_spans(
+    async_mode: bool,
+    spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+    queue: cl.CommandQueue,
+    kernels: object,
+) -> None:
+    n = 256
+    buf = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, n * 4)
+    before = _ops_total(metric_points, async_mode)
+    sched = Scheduler(async_mode=async_mode)
+    copy = ExecutionPlan(description="h2d copy")
+    sched.submit(lambda: kernels.scale(queue, (n,), None, buf, np.float32(1)), plan=copy)
+    sched.submit(lambda: None, plan=copy)
+    sched.submit(lambda: kernels.scale(queue, (n,), None, buf, np.float32(1)))
+
+    sched.run()
+
+    finished = spans.get_finished_spans()
+    (run,) = [s for s in finished if s.name == "netcl.scheduler.run"]
+    plans = [s for s in finished if s.name == "netcl.scheduler.plan"]
+    assert run.attributes is not None
+    assert run.attributes["netcl.scheduler.plans"] == 2
+    assert run.attributes["netcl.scheduler.ops"] == 3
+    assert run.attributes["netcl.scheduler.async"] is async_mode
+    assert run.attributes["netcl.scheduler.events"] == 2
+    assert run.instrumentation_scope is not None
+    assert run.instrumentation_scope.name == "netcl.runtime.scheduler"
+    assert [s.attributes["netcl.plan.description"] for s in plans if s.attributes] == [
+        "h2d copy",
+        "",
+    ]
+    assert [s.attributes["netcl.plan.ops"] for s in plans if s.attributes] == [2, 1]
+    assert all(s.parent is not None and s.parent.span_id == run.context.span_id for s in plans)
+    assert _ops_total(metric_points, async_mode) - before == 3
+
+
+def test_spans_of_ops_nest_under_their_plan(spans: InMemorySpanExporter) -> None:
+    from opentelemetry import trace
+
+    tracer = trace.get_tracer("test")
+    sched = Scheduler()
+
+    def traced_op() -> None:
+        with tracer.start_as_current_span("user.op"):
+            pass
+
+    sched.submit(traced_op, plan=ExecutionPlan(description="outer"))
+    sched.run()
+    by_name = {s.name: s for s in spans.get_finished_spans()}
+    op_span, plan_span = by_name["user.op"], by_name["netcl.scheduler.plan"]
+    assert op_span.parent is not None and op_span.parent.span_id == plan_span.context.span_id
+
+
+def test_a_failed_run_marks_its_spans_and_counts_done_ops(
+    spans: InMemorySpanExporter, metric_points: Callable[[str], list[Any]]
+) -> None:
+    def boom() -> None:
+        raise KeyError("x")
+
+    runs_before = sum(
+        p.value
+        for p in metric_points("netcl.scheduler.runs")
+        if p.attributes.get("netcl.scheduler.result") == "error"
+    )
+    before = _ops_total(metric_points, False)
+    sched = Scheduler()
+    plan = sched.submit(lambda: None, plan=ExecutionPlan(description="f"))
+    sched.submit(boom, plan=plan)
+    sched.submit(lambda: None)
+    with pytest.raises(Scheduler.Error):
+        sched.run()
+
+    finished = {s.name: s for s in spans.get_finished_spans()}
+    assert finished["netcl.scheduler.run"].status.status_code is StatusCode.ERROR
+    assert finished["netcl.scheduler.plan"].status.status_code is StatusCode.ERROR
+    assert any(e.name == "exception" for e in finished["netcl.scheduler.plan"].events)
+    assert _ops_total(metric_points, False) - before == 1  # only the op before the failure
+    runs_after = sum(
+        p.value
+        for p in metric_points("netcl.scheduler.runs")
+        if p.attributes.get("netcl.scheduler.result") == "error"
+    )
+    assert runs_after - runs_before == 1
+
+
+def test_no_span_work_without_an_sdk() -> None:
+    # A fresh interpreter with no SDK: run must not touch the tracing API at all.
+    code = textwrap.dedent(
+        """
+        from opentelemetry import trace
+        from netcl.runtime.scheduler import Scheduler, ExecutionPlan
+
+        def refuse(*args, **kwargs):
+            raise AssertionError("span work without an SDK")
+
+        trace.ProxyTracer.start_as_current_span = refuse
+        trace.ProxyTracer.start_span = refuse
+        trace.NoOpTracer.start_as_current_span = refuse
+        trace.NoOpTracer.start_span = refuse
+        sched = Scheduler()
+        calls = []
+        sched.submit(lambda: calls.append(1), plan=ExecutionPlan(description="a"))
+        sched.submit(lambda: calls.append(2))
+        assert sched.run() == [] and calls == [1, 2]
+        print("ok")
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
