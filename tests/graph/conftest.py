@@ -22,7 +22,7 @@ __kernel void relu(__global const float *a, __global float *out) {
     out[i] = fmax(a[i], 0.0f);
 }
 /* out[i] = k * a[i % na] + b[i % nb]: a broadcasting mix used by the random DAGs */
-__kernel void mix(__global const float *a, uint na, __global const float *b, uint nb,
+__kernel void mix_bcast(__global const float *a, uint na, __global const float *b, uint nb,
                   float k, __global float *out) {
     size_t i = get_global_id(0);
     out[i] = k * a[i % na] + b[i % nb];
@@ -54,7 +54,7 @@ class Kernels:
         prg = cl.Program(ctx, KERNELS).build()
         self.add_k = prg.add
         self.relu_k = prg.relu
-        self.mix_k = prg.mix
+        self.mix_k = prg.mix_bcast
         self.gemm_k = prg.gemm_bias
         self.softmax_k = prg.softmax
 
@@ -74,14 +74,15 @@ class Kernels:
             q, n = out.queue, (out.size,)
             first = inputs[0]
             second = inputs[1] if len(inputs) > 1 else inputs[0]
-            self.mix_k(
+            evt = self.mix_k(
                 q, n, None, first.buffer, np.uint32(first.size), second.buffer,
                 np.uint32(second.size), np.float32(k), out.buffer,
             )
             for extra in inputs[2:]:
-                self.mix_k(
+                # the op orders its own launches (out-of-order queues); the executor orders ops
+                evt = self.mix_k(
                     q, n, None, out.buffer, np.uint32(out.size), extra.buffer,
-                    np.uint32(extra.size), np.float32(k), out.buffer,
+                    np.uint32(extra.size), np.float32(k), out.buffer, wait_for=[evt],
                 )
 
         return fn
@@ -94,6 +95,11 @@ class Kernels:
             out.queue, (m, n), None, a.buffer, w.buffer, bias.buffer, np.uint32(k),
             np.uint32(n), out.buffer,
         )
+
+    @staticmethod
+    def mix_ref(k: float, ins: list[np.ndarray[Any, Any]], n: int) -> np.ndarray[Any, Any]:
+        """numpy reference of :meth:`mix_fn` for an output of ``n`` elements."""
+        return mix_ref(k, ins, n)
 
     def softmax(self, inputs: list[Tensor], out: Tensor) -> None:
         (a,) = inputs

@@ -1,0 +1,107 @@
+"""The corruption matrix: every damaged entry is compiled again, overwritten, logged, counted."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pyopencl as cl
+import pytest
+
+from netcl.runtime.cache import ProgramCache
+from netcl.runtime.cache._entry import HEADER, decode, encode
+
+
+def _flip_payload(p: Path) -> None:
+    data = bytearray(p.read_bytes())
+    data[-100] ^= 0xFF
+    p.write_bytes(bytes(data))
+
+
+def _driver_rejects(p: Path) -> None:
+    # a well-formed entry (right key, right checksum) whose binary is garbage to the driver
+    key = p.name.split(".")[0]
+    p.write_bytes(encode(key, b"\x7fELF not really a binary" * 64, {"device": "x"}))
+
+
+def _wrong_version(p: Path) -> None:
+    data = bytearray(p.read_bytes())
+    data[8] += 1
+    p.write_bytes(bytes(data))
+
+
+DAMAGE: dict[str, Callable[[Path], None]] = {
+    "empty": lambda p: p.write_bytes(b""),
+    "truncated-header": lambda p: p.write_bytes(p.read_bytes()[:40]),
+    "truncated-payload": lambda p: p.write_bytes(p.read_bytes()[:-1000]),
+    "bit-flip": _flip_payload,
+    "garbage": lambda p: p.write_bytes(b"#!/bin/sh\nrm -rf /\n" * 50),
+    "wrong-version": _wrong_version,
+    "driver-rejects": _driver_rejects,
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_damaged_entry_is_recovered(
+    damage: str,
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    src = add_src(3.0, f"damage-{damage}")
+    ProgramCache(cache_dir).get_program(ctx, src, device)
+    (entry,) = ProgramCache(cache_dir).entries()
+    good = entry.path.read_bytes()
+    DAMAGE[damage](entry.path)
+    c = ProgramCache(cache_dir)
+    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
+        prg = c.get_program(ctx, src, device)
+    check_add(prg, 3.0)
+    assert c.stats.recoveries == 1 and c.stats.corrupt == 1 and c.stats.compiles == 1
+    events = [r for r in caplog.records if r.getMessage() == "cache_entry_corrupt"]
+    assert len(events) == 1
+    assert events[0].path == str(entry.path)  # type: ignore[attr-defined]
+    # the entry was overwritten with a valid one: the next fresh instance is a disk hit
+    assert len(decode(entry.path.read_bytes(), entry.key)) == len(decode(good, entry.key))
+    c2 = ProgramCache(cache_dir)
+    check_add(c2.get_program(ctx, src, device), 3.0)
+    assert c2.stats.disk_hits == 1 and c2.stats.recoveries == 0
+
+
+def test_foreign_entry_under_another_name(
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+) -> None:
+    """Another program's entry copied to this key's file: the key in the header differs."""
+    c = ProgramCache(cache_dir)
+    c.get_program(ctx, add_src(1.0, "a"), device)
+    c.get_program(ctx, add_src(2.0, "b"), device)
+    a, b = sorted(c.entries(), key=lambda f: f.mtime)
+    shutil.copyfile(a.path, b.path)  # b's file now holds a's (valid, checksummed) entry
+    c2 = ProgramCache(cache_dir)
+    check_add(c2.get_program(ctx, add_src(2.0, "b"), device), 2.0)  # not a's kernel
+    assert c2.stats.recoveries == 1
+
+
+def test_entry_header_is_plain_data(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str]
+) -> None:
+    ProgramCache(cache_dir).get_program(ctx, add_src(0.0, "fmt"), device)
+    (entry,) = ProgramCache(cache_dir).entries()
+    data = entry.path.read_bytes()
+    magic, version, _, meta_len, payload_len, _, _, key = HEADER.unpack_from(data)
+    assert magic == b"NETCLPRG" and version == 1 and key.hex() == entry.key
+    assert len(data) == HEADER.size + meta_len + payload_len
+    assert b"pickle" not in data[: HEADER.size + meta_len]
+    import json
+
+    meta = json.loads(data[HEADER.size : HEADER.size + meta_len])
+    assert meta["device"] == device.name and meta["options"] == ""

@@ -1,0 +1,175 @@
+"""Misuse errors, exceptions inside a capture, threads, and interception removal."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+from netcl.runtime.capture import KernelCapture, _intercept
+
+N = 32
+
+
+def test_misuse_raises_runtime_errors(queue: cl.CommandQueue, kernels: Any, buf: Any) -> None:
+    cap = KernelCapture()
+    with pytest.raises(RuntimeError, match="end: not recording"):
+        cap.end()
+    with pytest.raises(RuntimeError, match="replay: nothing captured"):
+        cap.replay()
+    cap.begin()
+    try:
+        with pytest.raises(RuntimeError, match="begin: already recording"):
+            cap.begin()
+        with pytest.raises(RuntimeError, match="replay: still recording"):
+            cap.replay()
+        with pytest.raises(RuntimeError, match="replay_with_new_buffers: still recording"):
+            cap.replay_with_new_buffers({})
+        other = KernelCapture()
+        with pytest.raises(RuntimeError, match="already recording into another"):
+            other.begin()
+        assert not other.is_recording
+    finally:
+        cap.end()
+
+
+def test_exception_inside_capture_with_end_in_finally(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
+) -> None:
+    original = cl.Kernel.__dict__["__call__"]
+    a, out = buf(np.ones(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+
+    def recorded_code() -> None:
+        kernels.add(queue, (N,), None, out, a, a)
+        assert cl.Kernel.__dict__["__call__"] is not original  # intercepting now
+        raise ZeroDivisionError("inside the capture")
+
+    cap.begin()
+    try:
+        with pytest.raises(ZeroDivisionError):
+            recorded_code()
+    finally:
+        assert cap.end() == 1
+    assert cl.Kernel.__dict__["__call__"] is original
+    assert not _intercept.is_patched()
+    cap.replay()
+    np.testing.assert_allclose(host_read(out, N), 2.0)
+
+
+def test_exception_inside_context_manager_discards_the_recording(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, spans: Any
+) -> None:
+    original = cl.Kernel.__dict__["__call__"]
+    a, out = buf(np.ones(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+
+    def recorded_code() -> None:
+        with cap:
+            kernels.add(queue, (N,), None, out, a, a)
+            raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        recorded_code()
+    assert cl.Kernel.__dict__["__call__"] is original
+    assert not cap.is_recording and cap.num_launches == 0
+    with pytest.raises(RuntimeError, match="nothing captured"):
+        cap.replay()
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "netcl.capture.record"]
+    assert not span.status.is_ok
+
+
+def test_failing_launch_is_not_recorded(queue: cl.CommandQueue, kernels: Any, buf: Any) -> None:
+    a, out = buf(np.ones(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+    with cap:
+        with pytest.raises((cl.Error, TypeError, ValueError)):
+            kernels.add(queue, (N,), None, out, a)  # one argument short
+        kernels.add(queue, (N,), None, out, a, a)
+    assert cap.num_launches == 1
+
+
+def test_other_threads_pass_through(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
+) -> None:
+    a, mine, theirs = buf(np.ones(N)), buf(np.zeros(N)), buf(np.zeros(N))
+    other_queue = cl.CommandQueue(queue.context)
+    started, recorded = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            started.wait(10)
+            for _ in range(5):
+                kernels.axpy(other_queue, (N,), None, theirs, a, 1.0)
+                cl.enqueue_copy(other_queue, theirs, np.full(N, 7.0, np.float32))
+            other_queue.finish()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            recorded.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    cap = KernelCapture()
+    cap.begin()
+    started.set()
+    kernels.add(queue, (N,), None, mine, a, a)
+    recorded.wait(10)
+    kernels.add(queue, (N,), None, mine, mine, a)
+    n = cap.end()
+    t.join(10)
+    assert not errors
+    assert n == 2
+    assert all(r.queue is queue for r in cap.commands)
+    np.testing.assert_allclose(host_read(theirs, N), 7.0)
+
+
+def test_two_threads_record_their_own_captures(
+    queue: cl.CommandQueue, kernels: Any, buf: Any
+) -> None:
+    a, out = buf(np.ones(N)), buf(np.zeros(N))
+    barrier = threading.Barrier(2, timeout=10)
+    counts: dict[str, int] = {}
+
+    def record(name: str, launches: int) -> None:
+        q = cl.CommandQueue(queue.context)
+        cap = KernelCapture()
+        cap.begin()
+        barrier.wait()
+        for _ in range(launches):
+            kernels.add(q, (N,), None, out, a, a)
+        barrier.wait()
+        counts[name] = cap.end()
+
+    threads = [threading.Thread(target=record, args=(n, k)) for n, k in (("x", 2), ("y", 3))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert counts == {"x": 2, "y": 3}
+
+
+def test_dropped_recording_capture_unpatches(queue: cl.CommandQueue) -> None:
+    cap = KernelCapture()
+    cap.begin()
+    assert _intercept.is_patched()
+    del cap
+    gc.collect()
+    assert not _intercept.is_patched()
+
+
+def test_reset_stops_a_recording(queue: cl.CommandQueue, kernels: Any, buf: Any) -> None:
+    a, out = buf(np.ones(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+    cap.begin()
+    kernels.add(queue, (N,), None, out, a, a)
+    cap.reset()
+    assert not cap.is_recording and not _intercept.is_patched()
+    assert cap.num_launches == 0 and cap.replay_count == 0
+    with pytest.raises(RuntimeError, match="end: not recording"):
+        cap.end()
