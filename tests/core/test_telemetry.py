@@ -82,3 +82,31 @@ def test_configure_logging_json_with_trace_ids() -> None:
     assert event["logger"] == "netcl.test.log"
     assert event["trace_id"] == format(s.get_span_context().trace_id, "032x")
     assert event["span_id"] == format(s.get_span_context().span_id, "016x")
+
+
+def test_configure_console_prints_one_line_per_span_and_metric() -> None:
+    proc = _run(
+        """
+        import io, os
+        for v in list(os.environ):
+            if v.startswith("OTEL_"):
+                del os.environ[v]
+        from netcl.core import telemetry
+        buf = io.StringIO()
+        telemetry.configure(console_out=buf)
+        assert telemetry.tracing() is True
+        assert telemetry.configure() is telemetry.configure()  # idempotent
+        t = telemetry.tracer("netcl.test", "netcl-core")
+        with telemetry.span(t, "netcl.test.configured", {"netcl.test.k": 7}):
+            pass
+        telemetry.meter("netcl.test", "netcl-core").create_counter("netcl.test.count").add(2)
+        telemetry.shutdown()
+        print(buf.getvalue())
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(
+        ln.startswith("span netcl.test.configured ") and ln.endswith("netcl.test.k=7") for ln in lines
+    ), proc.stdout
+    assert "metric netcl.test.count{} 2" in lines, proc.stdout

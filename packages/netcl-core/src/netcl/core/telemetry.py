@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from opentelemetry import metrics, trace
 from opentelemetry.util.types import AttributeValue
 
-__all__ = ["configure", "meter", "span", "tracer", "tracing"]
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricsData
+    from opentelemetry.sdk.trace import ReadableSpan
+
+__all__ = ["configure", "meter", "shutdown", "span", "tracer", "tracing"]
 
 
 def _version(dist: str) -> str:
@@ -66,19 +71,19 @@ def configure(
     *,
     service_name: str = "netcl",
     console: bool | None = None,
+    console_out: TextIO | None = None,
     prometheus_port: int | None = None,
 ) -> dict[str, Any]:
     """Install the OpenTelemetry SDK for an application (idempotent; needs ``netcl-core[otel]``).
 
     Exporters follow the standard variables: ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the traces /
     metrics specific ones) sends spans and metrics over OTLP/HTTP; otherwise, or when ``console``
-    is True, they are printed to stderr. ``prometheus_port`` also serves metrics for Prometheus on
-    that port (needs ``opentelemetry-exporter-prometheus``). Returns the providers it installed.
+    is True, they are printed one line each to ``console_out`` (stderr). ``prometheus_port``
+    also serves metrics for Prometheus on 127.0.0.1 at that port. Returns the installed providers
+    (``tracer_provider``, ``meter_provider``); call :func:`shutdown` before exiting to flush.
     """
     if _configured:
         return _configured
-    import sys
-
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import (
         ConsoleMetricExporter,
@@ -100,6 +105,7 @@ def configure(
     )
     if console is None:
         console = not otlp
+    out = console_out or sys.stderr
     tp = TracerProvider(resource=resource)
     readers: list[MetricReader] = []
     if otlp:
@@ -109,10 +115,13 @@ def configure(
         tp.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
     if console:
-        tp.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
+        tp.add_span_processor(
+            BatchSpanProcessor(ConsoleSpanExporter(out=out, formatter=_span_line))
+        )
         readers.append(
             PeriodicExportingMetricReader(
-                ConsoleMetricExporter(out=sys.stderr), export_interval_millis=60_000
+                ConsoleMetricExporter(out=out, formatter=_metric_lines),
+                export_interval_millis=3_600_000,  # once, at shutdown: a summary, not a stream
             )
         )
     if prometheus_port is not None:
@@ -126,3 +135,30 @@ def configure(
     metrics.set_meter_provider(mp)
     _configured.update(tracer_provider=tp, meter_provider=mp)
     return _configured
+
+
+def shutdown() -> None:
+    """Flush and stop what :func:`configure` installed (no-op when it did nothing)."""
+    if _configured:
+        _configured["tracer_provider"].shutdown()
+        _configured["meter_provider"].shutdown()
+
+
+def _span_line(span: ReadableSpan) -> str:
+    ms = ((span.end_time or 0) - (span.start_time or 0)) / 1e6
+    attrs = " ".join(f"{k}={v!s}" for k, v in (span.attributes or {}).items())
+    return f"span {span.name} {ms:.3f} ms {attrs}\n"
+
+
+def _metric_lines(data: MetricsData) -> str:
+    lines = []
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                for p in m.data.data_points:
+                    attrs = ",".join(f"{k}={v!s}" for k, v in (p.attributes or {}).items())
+                    value = getattr(p, "value", None)
+                    if value is None:  # histogram point
+                        value = f"count={p.count} sum={p.sum:.6g}"  # type: ignore[union-attr]
+                    lines.append(f"metric {m.name}{{{attrs}}} {value}\n")
+    return "".join(lines)

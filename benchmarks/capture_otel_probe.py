@@ -1,0 +1,99 @@
+"""Replay with a configured OpenTelemetry SDK against replay with none, in one process.
+
+Run by bench_capture.py in a subprocess, because a global tracer provider can be set only once
+per process and would leak into every later benchmark. The SDK (TracerProvider with a
+BatchSpanProcessor, MeterProvider with a periodic reader) is installed once; the two conditions
+are then alternated round by round by clearing and restoring the API's global provider slots,
+which are exactly what the replay path consults before any telemetry work (so a cleared slot is
+indistinguishable, for that path, from an application that never installed an SDK). Prints one
+JSON object: median seconds per replay for each condition and their ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import _internal as metrics_internal
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    InMemoryMetricReader,
+)
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from capture_workloads import AddLoop, interleaved  # noqa: E402
+
+from netcl.core import device  # noqa: E402
+
+
+class DropExporter(SpanExporter):
+    """Receives batches like a real exporter would, sends them nowhere."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+
+    def export(self, spans: "tuple[ReadableSpan, ...]") -> SpanExportResult:  # type: ignore[override]
+        self.spans += len(spans)
+        return SpanExportResult.SUCCESS
+
+
+def main(rounds: int) -> None:
+    queue = device.default_queue()
+    loop = AddLoop(queue)
+    exporter = DropExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(tp)
+    reader = InMemoryMetricReader()
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    sdk_slots = (trace._TRACER_PROVIDER, metrics_internal._METER_PROVIDER)
+
+    def sdk_on() -> None:
+        queue.finish()
+        trace._TRACER_PROVIDER, metrics_internal._METER_PROVIDER = sdk_slots
+
+    def sdk_off() -> None:
+        queue.finish()
+        trace._TRACER_PROVIDER = None
+        metrics_internal._METER_PROVIDER = None
+
+    state = {"next": sdk_off}
+
+    def setup() -> None:
+        state["next"]()
+
+    # each pair of calls: (none, sdk); the setup flips the slots before each timed replay
+    order = iter([])
+
+    def flip() -> None:
+        nonlocal order
+        try:
+            next(order)()
+        except StopIteration:
+            order = iter([sdk_off, sdk_on])
+            next(order)()
+
+    for _ in range(3):  # warm both paths
+        sdk_off()
+        loop.replay()
+        sdk_on()
+        loop.replay()
+    med = interleaved({"none": loop.replay, "sdk": loop.replay}, rounds, setup=flip)
+    sdk_on()
+    tp.force_flush()
+    loop.check()
+    print(json.dumps({
+        "none_s": med["none"],
+        "sdk_s": med["sdk"],
+        "sdk_over_none": med["sdk"] / med["none"],
+        "spans_exported": exporter.spans,
+        "launches_per_replay": loop.capture.num_launches,
+    }))
+    del state, setup
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 200)

@@ -1,0 +1,126 @@
+"""Size cap with LRU eviction, prune, and the `netcl cache` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pyopencl as cl
+import pytest
+
+from netcl.core import cli
+from netcl.runtime.cache import ProgramCache
+from netcl.runtime.cache._program_cache import parse_size
+
+
+def _set_mtime(c: ProgramCache, key_order: list[str]) -> None:
+    by_key = {f.key: f for f in c.entries()}
+    for i, key in enumerate(key_order):
+        os.utime(by_key[key].path, (1_000_000 + i, 1_000_000 + i))
+
+
+def test_lru_eviction_order(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str]
+) -> None:
+    srcs = {name: add_src(0.0, f"lru-{name}") for name in "abcd"}
+    c = ProgramCache(cache_dir)
+    keys = {}
+    for name in "abc":
+        c.get_program(ctx, srcs[name], device)
+        keys[name] = c._memory[(ctx, device, srcs[name], None)][1]
+    size = max(f.size for f in c.entries())
+    _set_mtime(c, [keys["a"], keys["b"], keys["c"]])  # a oldest
+    # a disk hit on `a` from a fresh instance makes it the most recently used
+    ProgramCache(cache_dir).get_program(ctx, srcs["a"], device)
+    capped = ProgramCache(cache_dir, max_bytes=3 * size + size // 2)
+    capped.get_program(ctx, srcs["d"], device)  # 4 entries > cap: the LRU one (b) goes
+    left = {f.key for f in capped.entries()}
+    assert keys["b"] not in left
+    assert {keys["a"], keys["c"]} <= left and len(left) == 3
+    assert capped.stats.evictions == 1
+
+
+def test_max_bytes_env_and_parse(monkeypatch: pytest.MonkeyPatch, cache_dir: Path) -> None:
+    assert parse_size("2G", "x") == 2 << 30
+    assert parse_size("500M", "x") == 500 << 20
+    assert parse_size("1024", "x") == 1024
+    assert parse_size("1.5KiB", "x") == 1536
+    with pytest.raises(ValueError, match="NETCL_CACHE_MAX_BYTES: expected a byte count"):
+        parse_size("lots", "NETCL_CACHE_MAX_BYTES")
+    monkeypatch.setenv("NETCL_CACHE_MAX_BYTES", "64M")
+    assert ProgramCache(cache_dir).max_bytes == 64 << 20
+    assert ProgramCache(cache_dir, max_bytes=10).max_bytes == 10
+    monkeypatch.setenv("NETCL_CACHE_MAX_BYTES", "-3")
+    with pytest.raises(ValueError, match="got '-3'"):
+        _ = ProgramCache(cache_dir).max_bytes
+
+
+def test_cli_stats_list_prune_clear(
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    c = ProgramCache(cache_dir)
+    c.get_program(ctx, add_src(0.0, "cli-1"), device)
+    c.get_program(ctx, add_src(0.0, "cli-1"), device)
+    c.get_program(ctx, add_src(0.0, "cli-2"), device)
+    c.flush_stats()  # what happens at exit
+    bad = c.entries()[0]
+    bad.path.write_bytes(b"junk")
+    (cache_dir / "programs" / ".dead.tmp").write_bytes(b"x")
+    os.utime(cache_dir / "programs" / ".dead.tmp", (1, 1))
+    d = ["cache", "--dir", str(cache_dir)]
+
+    assert cli.main([*d, "stats", "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["entries"] == 2 and st["memory_hits"] == 1 and st["misses"] == 2
+    assert st["temp_files"] == 1
+    assert cli.main([*d, "stats"]) == 0
+    out = capsys.readouterr().out
+    assert "hits               1 (33.3 % of 3 lookups)" in out
+
+    assert cli.main([*d, "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted(r["status"].split(" ")[0] for r in rows) == ["damaged", "ok"]
+    assert cli.main([*d, "list"]) == 0
+    assert "2 entries" in capsys.readouterr().out
+
+    assert cli.main([*d, "prune"]) == 0
+    assert "removed 1 damaged entries, 1 stale temporary files" in capsys.readouterr().out
+    assert len(ProgramCache(cache_dir).entries()) == 1
+
+    assert cli.main([*d, "prune", "--max-bytes", "0"]) == 0
+    assert "evicted 1 entries" in capsys.readouterr().out
+    c.get_program(ctx, add_src(0.0, "cli-3"), device)
+    assert cli.main([*d, "clear"]) == 0
+    assert "removed 1 files" in capsys.readouterr().out
+    assert ProgramCache(cache_dir).entries() == []
+    assert not (cache_dir / "stats.json").exists()
+
+
+def test_cli_entry_point_installed(cache_dir: Path) -> None:
+    """`netcl cache` comes from this package's entry point (console script, new process)."""
+    exe = Path(sys.executable).with_name("netcl")
+    out = subprocess.run(
+        [str(exe), "cache", "--dir", str(cache_dir), "stats"], capture_output=True, text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert str(cache_dir) in out.stdout
+
+
+def test_cli_refuses_untrusted_folder(
+    cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (cache_dir / "programs").mkdir(parents=True)
+    (cache_dir / "programs" / "keep.clprg").write_bytes(b"x")
+    os.chmod(cache_dir, 0o777)
+    assert cli.main(["cache", "--dir", str(cache_dir), "clear"]) == 0
+    assert "not trusted" in capsys.readouterr().err
+    assert (cache_dir / "programs" / "keep.clprg").exists()

@@ -1,0 +1,200 @@
+"""Build errors, untrusted folders, read-only folders, a full disk, lock timeouts."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import filelock
+import pyopencl as cl
+import pytest
+
+from netcl.runtime.cache import ProgramCache
+
+BAD_SRC = "__kernel void broken(__global float *x) { x[0] = undeclared_name; }\n"
+
+
+def test_build_error_carries_log_and_device_and_is_not_cached(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path
+) -> None:
+    c = ProgramCache(cache_dir)
+    for _ in range(2):  # failures are not cached: the second call compiles and fails again
+        with pytest.raises(ProgramCache.BuildError) as info:
+            c.get_program(ctx, BAD_SRC, device, "-DX=1")
+        err = info.value
+        assert "undeclared_name" in err.log
+        assert err.device_name == device.name and err.options == "-DX=1"
+        assert device.name in str(err) and "undeclared_name" in str(err)
+        assert isinstance(err.__cause__, cl.RuntimeError)
+    assert c.stats.compiles == 2
+    assert c.entries() == []
+
+
+def _log_events(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage() == name]
+
+
+@pytest.mark.parametrize("how", ["world-writable", "other-owner"])
+def test_untrusted_folder_is_not_used(
+    how: str,
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ProgramCache(cache_dir).get_program(ctx, add_src(1.0, "trust"), device)
+    if how == "world-writable":
+        os.chmod(cache_dir / "programs", 0o777)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("chown to another user needs root")  # CI runs as root
+        os.chown(cache_dir, 12345, 12345)
+    c = ProgramCache(cache_dir)
+    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
+        check_add(c.get_program(ctx, add_src(1.0, "trust"), device), 1.0)
+    assert c.stats.disk_hits == 0 and c.stats.compiles == 1  # the planted entry is not loaded
+    (event,) = _log_events(caplog, "cache_dir_untrusted")
+    assert "not trusted" in event.reason  # type: ignore[attr-defined]
+
+
+def test_folder_that_cannot_be_created(
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    (tmp_path / "file").write_text("a regular file where a folder should be")
+    c = ProgramCache(tmp_path / "file" / "cache")
+    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
+        check_add(c.get_program(ctx, add_src(0.0, "nodir"), device), 0.0)
+        check_add(c.get_program(ctx, add_src(1.0, "nodir"), device), 1.0)
+    assert c.stats.compiles == 2
+    assert len(_log_events(caplog, "cache_dir_unusable")) == 1  # warned once, not per call
+
+
+def _inject(
+    monkeypatch: pytest.MonkeyPatch, folder: Path, code: int, *, on: str
+) -> list[str]:
+    """Make ``os.write`` (on="write") or creating files (on="create") fail with ``code`` for
+    files inside ``folder`` only: fault injection at the system-call wrappers."""
+    hits: list[str] = []
+    real_write, real_open = os.write, os.open
+    prefix = str(folder)
+
+    def write(fd: int, data: bytes) -> int:  # type: ignore[override]
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = ""
+        if target.startswith(prefix):
+            hits.append(target)
+            raise OSError(code, os.strerror(code), target)
+        return real_write(fd, data)
+
+    def open_(path: str, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        if flags & os.O_CREAT and str(path).startswith(prefix):
+            hits.append(str(path))
+            raise OSError(code, os.strerror(code), str(path))
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
+    if on == "write":
+        monkeypatch.setattr(os, "write", write)
+    else:
+        monkeypatch.setattr(os, "open", open_)
+    return hits
+
+
+def test_disk_full_on_write(
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    c = ProgramCache(cache_dir)
+    c.get_program(ctx, add_src(0.0, "enospc-old"), device)  # an intact older entry
+    hits = _inject(monkeypatch, cache_dir, errno.ENOSPC, on="write")
+    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
+        check_add(c.get_program(ctx, add_src(2.0, "enospc"), device), 2.0)
+    monkeypatch.undo()
+    assert hits, "the fault was not reached"
+    (event,) = _log_events(caplog, "cache_write_failed")
+    assert event.errno == errno.ENOSPC  # type: ignore[attr-defined]
+    assert c.stats.write_errors == 1
+    # no temporary file is left behind and the older entry is intact
+    assert [p.name for p in (cache_dir / "programs").iterdir() if p.name.startswith(".")] == []
+    c2 = ProgramCache(cache_dir)
+    c2.get_program(ctx, add_src(0.0, "enospc-old"), device)
+    assert c2.stats.disk_hits == 1 and len(c2.entries()) == 1
+
+
+def test_read_only_folder(
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A populated folder that became read-only (EROFS on every file creation: tests run as
+    root, for whom chmod does not stop writes): hits still load, misses compile and warn."""
+    ProgramCache(cache_dir).get_program(ctx, add_src(1.0, "ro-old"), device)
+    hits = _inject(monkeypatch, cache_dir, errno.EROFS, on="create")
+    c = ProgramCache(cache_dir)
+    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
+        check_add(c.get_program(ctx, add_src(1.0, "ro-old"), device), 1.0)
+        check_add(c.get_program(ctx, add_src(2.0, "ro-new"), device), 2.0)
+    monkeypatch.undo()
+    assert hits
+    assert c.stats.disk_hits == 1 and c.stats.compiles == 1 and c.stats.write_errors == 1
+    assert _log_events(caplog, "cache_write_failed")
+    assert len(ProgramCache(cache_dir).entries()) == 1
+
+
+def test_lock_timeout_falls_back_to_compiling(
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Another holder keeps the key's lock: after the bounded wait this process compiles."""
+    c = ProgramCache(cache_dir, lock_timeout=0.3)
+    src = add_src(5.0, "locked")
+    c.entries()  # creates the folders
+    from netcl.core.device import device_identity
+    from netcl.runtime.cache import _key
+
+    key = _key.compute_key(src.encode(), "", device_identity(device))
+    held = threading.Event()
+    done = threading.Event()
+
+    def holder() -> None:
+        with filelock.FileLock(str(cache_dir / "locks" / f"{key[:2]}.lock")):
+            held.set()
+            done.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(5)
+    try:
+        with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
+            check_add(c.get_program(ctx, src, device), 5.0)
+    finally:
+        done.set()
+        t.join()
+    assert c.stats.lock_timeouts == 1 and c.stats.compiles == 1
+    assert _log_events(caplog, "cache_lock_timeout")
+    assert len(c.entries()) == 1  # it still stored its result

@@ -1,0 +1,99 @@
+"""Spans and metrics per DESIGN.md, with the SDK's in-memory exporters; the no-SDK hit path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyopencl as cl
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from netcl.runtime.cache import ProgramCache
+
+
+def _lookups(metric_points: Callable[[str], list[Any]]) -> dict[str, int]:
+    return {
+        p.attributes["netcl.cache.result"]: p.value
+        for p in metric_points("netcl.cache.lookups")
+    }
+
+
+def test_spans_and_metrics(
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+) -> None:
+    before = _lookups(metric_points)
+    src = add_src(0.0, "otel")
+    c = ProgramCache(cache_dir)
+    c.get_program(ctx, src, device, "-cl-mad-enable")  # compiled
+    c.get_program(ctx, src, device, "-cl-mad-enable")  # memory
+    ProgramCache(cache_dir).get_program(ctx, src, device, "-cl-mad-enable")  # disk
+    got = spans.get_finished_spans()
+    top = [s for s in got if s.name == "netcl.cache.get_program"]
+    assert [s.attributes["netcl.cache.result"] for s in top] == ["compiled", "memory", "disk"]
+    keys = {s.attributes["netcl.cache.key"] for s in top}
+    assert len(keys) == 1 and len(next(iter(keys))) == 64
+    assert all(s.attributes["netcl.device.name"] == device.name for s in top)
+    (comp,) = [s for s in got if s.name == "netcl.cache.compile"]
+    assert comp.parent is not None and comp.parent.span_id == top[0].context.span_id
+    assert comp.attributes["netcl.compile.options"] == "-cl-mad-enable"
+    after = _lookups(metric_points)
+    for result in ("compiled", "memory", "disk"):
+        assert after[result] - before.get(result, 0) == 1
+    durations = metric_points("netcl.cache.compile.duration")
+    assert sum(p.count for p in durations) >= 1
+
+
+def test_recovery_and_build_error_telemetry(
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+) -> None:
+    src = add_src(0.0, "otel-recover")
+    ProgramCache(cache_dir).get_program(ctx, src, device)
+    ProgramCache(cache_dir).entries()[0].path.write_bytes(b"")
+    spans.clear()
+    ProgramCache(cache_dir).get_program(ctx, src, device)
+    (top,) = [s for s in spans.get_finished_spans() if s.name == "netcl.cache.get_program"]
+    assert top.attributes["netcl.cache.result"] == "recovered"
+    reasons = {p.attributes["netcl.cache.reason"] for p in metric_points("netcl.cache.recoveries")}
+    assert "empty" in reasons
+
+    spans.clear()
+    with pytest.raises(ProgramCache.BuildError):
+        ProgramCache(cache_dir).get_program(ctx, "__kernel void f() { nope; }", device)
+    (comp,) = [s for s in spans.get_finished_spans() if s.name == "netcl.cache.compile"]
+    assert "nope" in comp.attributes["netcl.compile.log"]
+    assert not comp.status.is_ok
+
+
+def test_memory_hit_without_sdk_is_cheap(tmp_path: Path) -> None:
+    """No SDK configured (a fresh process): an in-process hit costs well under 2 µs."""
+    code = textwrap.dedent(f"""
+        import timeit
+        from netcl.core import device, telemetry
+        from netcl.runtime.cache import ProgramCache
+        assert not telemetry.tracing()
+        ctx = device.default_context(); dev = ctx.devices[0]
+        c = ProgramCache({str(tmp_path)!r})
+        src = "__kernel void f(__global float *x) {{ x[0] = 1.0f; }}"
+        c.get_program(ctx, src, dev)
+        n = 20000
+        best = min(timeit.repeat(lambda: c.get_program(ctx, src, dev), number=n, repeat=5)) / n
+        print(best)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) < 2e-6
