@@ -17,16 +17,14 @@ import sys
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import _internal as metrics_internal
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import (
-    InMemoryMetricReader,
-)
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from capture_workloads import AddLoop, interleaved  # noqa: E402
+from capture_workloads import AddLoop, interleaved
 
-from netcl.core import device  # noqa: E402
+from netcl.core import device
 
 
 class DropExporter(SpanExporter):
@@ -35,7 +33,7 @@ class DropExporter(SpanExporter):
     def __init__(self) -> None:
         self.spans = 0
 
-    def export(self, spans: "tuple[ReadableSpan, ...]") -> SpanExportResult:  # type: ignore[override]
+    def export(self, spans: tuple[ReadableSpan, ...]) -> SpanExportResult:  # type: ignore[override]
         self.spans += len(spans)
         return SpanExportResult.SUCCESS
 
@@ -60,21 +58,12 @@ def main(rounds: int) -> None:
         trace._TRACER_PROVIDER = None
         metrics_internal._METER_PROVIDER = None
 
-    state = {"next": sdk_off}
-
-    def setup() -> None:
-        state["next"]()
-
-    # each pair of calls: (none, sdk); the setup flips the slots before each timed replay
-    order = iter([])
+    # interleaved() times "none" then "sdk" each round and calls flip() before each
+    calls = [0]
 
     def flip() -> None:
-        nonlocal order
-        try:
-            next(order)()
-        except StopIteration:
-            order = iter([sdk_off, sdk_on])
-            next(order)()
+        (sdk_off if calls[0] % 2 == 0 else sdk_on)()
+        calls[0] += 1
 
     for _ in range(3):  # warm both paths
         sdk_off()
@@ -92,7 +81,6 @@ def main(rounds: int) -> None:
         "spans_exported": exporter.spans,
         "launches_per_replay": loop.capture.num_launches,
     }))
-    del state, setup
 
 
 if __name__ == "__main__":

@@ -27,10 +27,10 @@ WORKER = textwrap.dedent("""
     ctx = device.default_context(); dev = ctx.devices[0]; q = cl.CommandQueue(ctx)
     K = ("__kernel void add(__global const float *a, __global float *c) "
          "{{ int i = get_global_id(0); c[i] = a[i] + {v}f; }}  // {tag}")
-    shared = [K.format(v=float(k), tag=f"shared-{{k}}") for k in range(3)]
-    own = K.format(v=100.0 + me, tag=f"own-{{me}}")
+    shared = [K.format(v=float(k), tag=f"shared-{k}") for k in range(3)]
+    own = K.format(v=100.0 + me, tag=f"own-{me}")
     a = np.arange(32, dtype=np.float32)
-    totals = {{}}
+    totals = {}
     time.sleep(max(0.0, go - time.time()))  # start together
     for r in range(rounds):
         c = ProgramCache(root)  # fresh instance each round: every lookup goes to disk

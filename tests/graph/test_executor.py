@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,7 @@ def _mlp(
     cur: Tensor | TensorRef = Tensor.from_numpy(x, queue)
     ref = x
     names = []
-    for i, (k, n) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+    for i, (k, n) in enumerate(pairwise(sizes)):
         w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
         b = rng.standard_normal(n).astype(np.float32)
         lin = g.add_op(
@@ -92,7 +93,7 @@ def test_several_outputs_are_kept_and_owned(
     queue: cl.CommandQueue, pool: BufferPool, kernels: Any
 ) -> None:
     rng = np.random.default_rng(1)
-    g, ref, names = _mlp(queue, kernels, rng, [16, 32, 8], batch=4)
+    g, ref, _ = _mlp(queue, kernels, rng, [16, 32, 8], batch=4)
     ex = GraphExecutor(pool)
     hidden, logits, probs = ex.run(g, outputs=[TensorRef("relu0"), "fc1", "softmax"])
     h = hidden.to_numpy()
@@ -208,7 +209,7 @@ def test_chain_peak_reaches_lower_bound(
     assert plan.arena_bytes == plan.temp_lower_bound
     al = ex.alignment
     aligned = [-(-s * 4 // al) * al for s in sizes]
-    assert plan.temp_lower_bound == max(a + b for a, b in zip(aligned[:-2], aligned[1:-1]))
+    assert plan.temp_lower_bound == max(a + b for a, b in pairwise(aligned[:-1]))
     assert plan.no_reuse_bytes == sum(aligned)
     assert pool.stats.peak_bytes == plan.pool_peak_bytes
     pool.release(out)

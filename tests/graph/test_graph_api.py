@@ -132,7 +132,7 @@ def test_input_from_another_context_is_rejected(pool: BufferPool, ctx: cl.Contex
     x = Tensor.empty((4,), np.float32, other_q)
     g = Graph()
     g.add_op("a", _noop, [x], (4,), "float32")
-    with pytest.raises(ValueError, match="op 'a': input 0 .* another OpenCL context"):
+    with pytest.raises(ValueError, match=r"op 'a': input 0 .* another OpenCL context"):
         GraphExecutor(pool).run(g)
 
 

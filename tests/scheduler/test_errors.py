@@ -197,3 +197,32 @@ def test_event_like_objects_are_waited_and_their_errors_named(queue: cl.CommandQ
     ) as info:
         sched.run()
     assert isinstance(info.value.__cause__, OSError)
+
+
+def test_mixed_host_and_opencl_events(ctx: cl.Context, queue: cl.CommandQueue) -> None:
+    host = HostEvent(False)
+    marker = cl.enqueue_marker(queue)
+    failed = cl.UserEvent(ctx)
+    failed.set_status(-3)
+    sched = Scheduler()
+    sched.submit(lambda: [host, marker], plan=ExecutionPlan(description="mixed ok"))
+    assert sched.run() == [host, marker] and host.waited
+
+    sched.submit(lambda: (HostEvent(False), failed), plan=ExecutionPlan(description="mixed bad"))
+    with pytest.raises(Scheduler.Error, match=r"plan 0 'mixed bad' returned an event") as info:
+        sched.run()
+    assert info.value.event is failed
+
+
+def test_events_of_two_contexts_are_waited_each(ctx: cl.Context, queue: cl.CommandQueue) -> None:
+    # clWaitForEvents refuses events of different contexts: the scheduler falls back to waiting
+    # each one, and a refused batch is not mistaken for a failed event.
+    other_ctx = cl.Context(ctx.devices)
+    other_queue = cl.CommandQueue(other_ctx)
+    events = [cl.enqueue_marker(queue), cl.enqueue_marker(other_queue)]
+    with pytest.raises(cl.Error):
+        cl.wait_for_events(events)
+    sched = Scheduler()
+    sched.submit(lambda: events)
+    assert sched.run() == events
+    assert all(e.command_execution_status == COMPLETE for e in events)

@@ -78,8 +78,7 @@ class KernelCapture:
                 span.set_attribute("netcl.capture.launches", program.num_launches)
                 span.set_attribute("netcl.capture.commands", program.num_commands)
                 span.end()
-            if _telemetry.metering():
-                _telemetry.recorded_launches.add(program.num_launches)
+            _telemetry.count_recorded(program.num_launches)
             return program.num_launches
 
     def _stop(self, what: str) -> Recording:
@@ -127,11 +126,12 @@ class KernelCapture:
         program = self._program
         if program is None:
             raise self._cannot("replay")
-        if telemetry.tracing() or _telemetry.metering():
-            return self._observed(program, None, 0)
+        if telemetry.tracing():
+            return self._traced(program, None)
         with self._lock:
             event = program.run()
             self._replays += 1
+        _telemetry.count_replay(program.num_launches)
         return event
 
     def replay_with_new_buffers(self, buffer_map: Mapping[int, Any]) -> cl.Event | None:
@@ -146,40 +146,35 @@ class KernelCapture:
         if program is None:
             raise self._cannot("replay_with_new_buffers")
         subst = program.validate(buffer_map)
-        if telemetry.tracing() or _telemetry.metering():
-            return self._observed(program, subst, len(subst))
+        if telemetry.tracing():
+            return self._traced(program, subst)
         with self._lock:
             event = program.run_rebound(subst)
             self._replays += 1
+        _telemetry.count_replay(program.num_launches)
         return event
 
-    def _observed(
-        self, program: ReplayProgram, subst: dict[int, Any] | None, rebound: int
+    def _traced(
+        self, program: ReplayProgram, subst: dict[int, Any] | None
     ) -> cl.Event | None:
-        span = None
-        if telemetry.tracing():
-            span = _telemetry.tracer.start_span(
-                "netcl.capture.replay",
-                attributes={
-                    "netcl.capture.launches": program.num_launches,
-                    "netcl.capture.rebound": rebound,
-                },
-            )
+        span = _telemetry.tracer.start_span(
+            "netcl.capture.replay",
+            attributes={
+                "netcl.capture.launches": program.num_launches,
+                "netcl.capture.rebound": 0 if subst is None else len(subst),
+            },
+        )
         try:
             with self._lock:
                 event = program.run() if subst is None else program.run_rebound(subst)
                 self._replays += 1
         except BaseException as exc:
-            if span is not None:
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, str(exc)))
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, str(exc)))
             raise
         finally:
-            if span is not None:
-                span.end()
-        if _telemetry.metering():
-            _telemetry.replays.add(1)
-            _telemetry.replayed_launches.add(program.num_launches)
+            span.end()
+        _telemetry.count_replay(program.num_launches)
         return event
 
     def _cannot(self, what: str) -> RuntimeError:

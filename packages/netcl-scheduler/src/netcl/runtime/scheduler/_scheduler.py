@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import ClassVar
 
@@ -196,7 +197,7 @@ class Scheduler:
                         f"returned {describe_value(result)}; an op must return None, an event "
                         "(an object with wait()) or a list/tuple of events",
                     )
-            elif hasattr(op, "wait"):
+            elif callable(getattr(op, "wait", None)):
                 events.append(op)
                 origins.append((index, i, op))
             else:
@@ -216,42 +217,36 @@ class Scheduler:
 
     def _wait(self, state: _Run, first: int) -> None:
         """Wait for ``state.events[first:]``; raise naming the op of an event that failed."""
-        events = state.events[first:]
-        if not events:
-            return
-        cl_events = [e for e in events if isinstance(e, _Event)]
-        if len(cl_events) == len(events):
-            # one clWaitForEvents for the lot (per-event waits cost ~4 µs each on PoCL)
+        events = state.events
+        cl_at = [k for k in range(first, len(events)) if isinstance(events[k], _Event)]
+        if len(cl_at) < len(events) - first:  # other event-likes: their own wait(), in order
+            cl_set = set(cl_at)
+            self._wait_each(state, [k for k in range(first, len(events)) if k not in cl_set])
+        if cl_at:
+            # one clWaitForEvents for the lot (a separate wait() costs ~4 µs each on PoCL)
             try:
-                cl.wait_for_events(cl_events)
+                cl.wait_for_events([events[k] for k in cl_at])
             except Exception:
                 # find the culprit; a batch refused for another reason (events of several
                 # contexts) passes here when every event waits fine on its own
-                self._wait_each(state, first, events)
-        else:
-            self._wait_each(state, first, events)
-        for k, ev in enumerate(events):
-            if isinstance(ev, _Event):
-                status = ev.command_execution_status
+                self._wait_each(state, cl_at)
+            for k in cl_at:
+                status = events[k].command_execution_status  # type: ignore[attr-defined]
                 if status < 0:
-                    self._raise_for_event(state, first + k, f"failed with command status {status}")
+                    self._raise_for_event(state, k, f"failed with command status {status}")
 
-    def _wait_each(self, state: _Run, first: int, events: list[EventLike]) -> None:
-        for k, ev in enumerate(events):
+    def _wait_each(self, state: _Run, indexes: list[int]) -> None:
+        for k in indexes:
+            ev = state.events[k]
             try:
                 ev.wait()
             except Exception as exc:
-                status = (
-                    getattr(ev, "command_execution_status", None)
-                    if isinstance(ev, _Event)
-                    else None
-                )
-                detail = f" (command status {status})" if status is not None else ""
+                detail = ""
+                if isinstance(ev, _Event):
+                    with contextlib.suppress(Exception):
+                        detail = f" (command status {ev.command_execution_status})"
                 self._raise_for_event(
-                    state,
-                    first + k,
-                    f"failed{detail}: wait() raised {type(exc).__name__}: {exc}",
-                    cause=exc,
+                    state, k, f"failed{detail}: wait() raised {type(exc).__name__}: {exc}", exc
                 )
 
     def _raise_for_event(

@@ -1,0 +1,215 @@
+"""ProgramCache against pyopencl's caches and the bare driver floors (ratios within one run).
+
+Source: a realistic 4-kernel GEMM / bias / ReLU / softmax program (~1.6 kB). Groups:
+``cache-hit`` (in-process hit, disk hit from a fresh instance, pyopencl's binary cache hit,
+pyopencl's default ``Program(...).build()``, the bare binary load + one file read) and
+``cache-miss`` (a miss against the bare compile; every round compiles a source that differs by a
+comment, which defeats the driver's own cache: PoCL and NVIDIA hash the source text).
+Ratios land in ``extra_info`` of the netcl benchmarks (the lead's ratio gate reads them).
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyopencl as cl
+import pytest
+from pyopencl.cache import create_built_program_from_source_cached
+
+from netcl.runtime.cache import ProgramCache
+
+SRC = """// netcl benchmark program: GEMM, bias, ReLU, softmax (row-wise)
+#define TILE 16
+__kernel void gemm(__global const float *A, __global const float *B, __global float *C,
+                   const int M, const int N, const int K) {
+    __local float As[TILE][TILE];
+    __local float Bs[TILE][TILE];
+    const int row = get_global_id(1), col = get_global_id(0);
+    const int lr = get_local_id(1), lc = get_local_id(0);
+    float acc = 0.0f;
+    for (int t = 0; t < (K + TILE - 1) / TILE; ++t) {
+        const int ac = t * TILE + lc, br = t * TILE + lr;
+        As[lr][lc] = (row < M && ac < K) ? A[row * K + ac] : 0.0f;
+        Bs[lr][lc] = (br < K && col < N) ? B[br * N + col] : 0.0f;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int k = 0; k < TILE; ++k) acc += As[lr][k] * Bs[k][lc];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (row < M && col < N) C[row * N + col] = acc;
+}
+__kernel void bias_add(__global float *X, __global const float *b, const int N) {
+    const int i = get_global_id(0);
+    X[i] += b[i % N];
+}
+__kernel void relu(__global float *X) {
+    const int i = get_global_id(0);
+    X[i] = fmax(X[i], 0.0f);
+}
+__kernel void softmax(__global const float *X, __global float *Y, const int N) {
+    const int r = get_global_id(0);
+    __global const float *x = X + r * N;
+    __global float *y = Y + r * N;
+    float m = -INFINITY;
+    for (int j = 0; j < N; ++j) m = fmax(m, x[j]);
+    float s = 0.0f;
+    for (int j = 0; j < N; ++j) { const float e = exp(x[j] - m); y[j] = e; s += e; }
+    const float inv = 1.0f / s;
+    for (int j = 0; j < N; ++j) y[j] *= inv;
+}
+"""
+
+_medians: dict[str, float] = {}
+_unique = itertools.count()
+
+
+def _median(benchmark: Any, name: str) -> float | None:
+    stats = getattr(benchmark, "stats", None)
+    if stats is None:  # --benchmark-disable: ran once as a test
+        return None
+    _medians[name] = float(stats.stats.median)
+    return _medians[name]
+
+
+def _ratio(benchmark: Any, label: str, mine: float | None, other: str) -> None:
+    if mine is not None and other in _medians:
+        benchmark.extra_info[label] = round(mine / _medians[other], 4)
+
+
+@pytest.fixture(scope="module")
+def folder() -> Any:
+    with tempfile.TemporaryDirectory(prefix="netcl-bench-cache-") as d:
+        yield Path(d)
+
+
+@pytest.fixture(scope="module")
+def device(ctx: cl.Context) -> cl.Device:
+    return ctx.devices[0]
+
+
+@pytest.fixture(scope="module")
+def binary_file(ctx: cl.Context, device: cl.Device, folder: Path) -> Path:
+    prg = cl._cl._Program(ctx, SRC)
+    prg.build(b"", [device])
+    path = folder / "bare.bin"
+    path.write_bytes(prg.get_info(cl.program_info.BINARIES)[0])
+    return path
+
+
+@pytest.mark.benchmark(group="cache-hit")
+def test_floor_bare_binary_load(
+    benchmark: Any, ctx: cl.Context, device: cl.Device, binary_file: Path
+) -> None:
+    """The floor of a disk hit: read one file, clCreateProgramWithBinary + build."""
+
+    def load() -> cl.Program:
+        return cl.Program(ctx, [device], [binary_file.read_bytes()]).build()
+
+    prg = benchmark(load)
+    assert prg.get_info(cl.program_info.NUM_KERNELS) == 4
+    _median(benchmark, "floor")
+
+
+@pytest.mark.benchmark(group="cache-hit")
+def test_pyopencl_binary_cache_hit(
+    benchmark: Any, ctx: cl.Context, device: cl.Device, folder: Path
+) -> None:
+    d = str(folder / "pyopencl")
+    create_built_program_from_source_cached(ctx, SRC, b"", [device], cache_dir=d)
+    _prg, was_cached = benchmark(
+        create_built_program_from_source_cached, ctx, SRC, b"", [device], cache_dir=d
+    )
+    assert was_cached
+    _median(benchmark, "pyopencl_binary")
+
+
+@pytest.mark.benchmark(group="cache-hit")
+def test_pyopencl_default_build(benchmark: Any, ctx: cl.Context) -> None:
+    """pyopencl's default path: on PoCL and NVIDIA it defers to the driver's own cache."""
+    cl.Program(ctx, SRC).build()
+    prg = benchmark(lambda: cl.Program(ctx, SRC).build())
+    assert prg.get_info(cl.program_info.NUM_KERNELS) == 4
+    _median(benchmark, "pyopencl_default")
+
+
+@pytest.mark.benchmark(group="cache-hit")
+def test_netcl_disk_hit_fresh_instance(
+    benchmark: Any, ctx: cl.Context, device: cl.Device, folder: Path
+) -> None:
+    d = folder / "netcl"
+    ProgramCache(d).get_program(ctx, SRC, device)
+
+    def fresh() -> tuple[tuple[ProgramCache], dict[str, Any]]:
+        return (ProgramCache(d),), {}
+
+    def hit(cache: ProgramCache) -> cl.Program:
+        return cache.get_program(ctx, SRC, device)
+
+    rounds = 200 if getattr(benchmark, "disabled", False) is False else 1
+    prg = benchmark.pedantic(hit, setup=fresh, rounds=rounds, warmup_rounds=3)
+    assert prg.get_info(cl.program_info.NUM_KERNELS) == 4
+    mine = _median(benchmark, "netcl_disk")
+    _ratio(benchmark, "ratio_to_floor", mine, "floor")  # target <= 1.3
+    _ratio(benchmark, "ratio_to_pyopencl_binary", mine, "pyopencl_binary")  # target <= 0.5
+    _ratio(benchmark, "ratio_to_pyopencl_default", mine, "pyopencl_default")  # <= 0.1 on PoCL
+
+
+@pytest.mark.benchmark(group="cache-hit")
+def test_netcl_memory_hit(
+    benchmark: Any, ctx: cl.Context, device: cl.Device, folder: Path
+) -> None:
+    cache = ProgramCache(folder / "netcl")
+    first = cache.get_program(ctx, SRC, device)
+    assert benchmark(cache.get_program, ctx, SRC, device) is first
+    mine = _median(benchmark, "netcl_memory")
+    if mine is not None:
+        benchmark.extra_info["median_us"] = round(mine * 1e6, 3)  # target <= 2 us
+    _ratio(benchmark, "ratio_to_floor", mine, "floor")
+
+
+def _unique_src() -> str:
+    # a different comment per round: the driver's source-keyed cache misses every time
+    return f"// round {next(_unique)} {id(_medians)}\n{SRC}"
+
+
+@pytest.mark.benchmark(group="cache-miss")
+def test_floor_bare_compile(benchmark: Any, ctx: cl.Context, device: cl.Device) -> None:
+    def compile_(src: str) -> Any:
+        prg = cl._cl._Program(ctx, src)
+        prg.build(b"", [device])
+        return prg
+
+    prg = benchmark.pedantic(
+        compile_, setup=lambda: ((_unique_src(),), {}), rounds=5, warmup_rounds=1
+    )
+    assert prg.get_info(cl.program_info.NUM_KERNELS) == 4
+    _median(benchmark, "bare_compile")
+
+
+@pytest.mark.benchmark(group="cache-miss")
+def test_netcl_miss(benchmark: Any, ctx: cl.Context, device: cl.Device, folder: Path) -> None:
+    cache = ProgramCache(folder / "netcl-miss")
+    prg = benchmark.pedantic(
+        cache.get_program, setup=lambda: ((ctx, _unique_src(), device), {}), rounds=5,
+        warmup_rounds=1,
+    )
+    assert prg.get_info(cl.program_info.NUM_KERNELS) == 4
+    assert cache.stats.disk_hits == 0 and cache.stats.memory_hits == 0
+    mine = _median(benchmark, "netcl_miss")
+    _ratio(benchmark, "ratio_to_bare_compile", mine, "bare_compile")  # target <= 1.05
+
+
+@pytest.mark.benchmark(group="cache-miss")
+def test_driver_cache_defeated(benchmark: Any, ctx: cl.Context, device: cl.Device) -> None:
+    """Check that the unique comment defeats the driver's cache: the same source again is a
+    driver cache hit and must be clearly faster than the bare compile above."""
+    cl._cl._Program(ctx, SRC).build(b"", [device])
+
+    def again() -> None:
+        cl._cl._Program(ctx, SRC).build(b"", [device])
+
+    benchmark.pedantic(again, rounds=5, warmup_rounds=1)
+    mine = _median(benchmark, "driver_cache_hit")
+    _ratio(benchmark, "ratio_to_bare_compile", mine, "bare_compile")

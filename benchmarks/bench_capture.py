@@ -1,0 +1,189 @@
+"""KernelCapture benchmarks: replay against the bare enqueue floor, a launch-bound MLP step
+normal vs replayed, and replay with an OpenTelemetry SDK vs none.
+
+Ratios are measured in the same run with the contenders timed in alternation
+(``capture_workloads.interleaved``) and stored in ``extra_info``; the pytest-benchmark stats
+of each test time that test's own contender. Host time is measured with the queue drained
+before each timed call (an untimed ``finish``), so it is the enqueue cost, not device time;
+``*_e2e`` ratios in extra_info include a ``finish`` in the timed part.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from capture_workloads import (
+    LAUNCHES,
+    AddLoop,
+    ArrayMLP,
+    PythonOpsMLP,
+    interleaved,
+)
+
+from netcl.runtime.capture import KernelCapture
+
+
+def _rounds(benchmark: Any, full: int) -> int:
+    return 3 if benchmark.disabled else full
+
+
+# -- 1. per-launch replay cost against the bare enqueue loop ------------------------------
+
+
+@pytest.fixture(scope="module")
+def add_loop(queue: cl.CommandQueue) -> AddLoop:
+    return AddLoop(queue)
+
+
+@pytest.mark.benchmark(group="capture-launch")
+def test_launch_bare_enqueue_loop(benchmark: Any, add_loop: AddLoop) -> None:
+    """The floor: ``cl.enqueue_nd_range_kernel`` in a tight loop, arguments preset."""
+    benchmark.extra_info["launches_per_call"] = LAUNCHES
+    benchmark.pedantic(add_loop.bare, setup=add_loop.queue.finish, rounds=_rounds(benchmark, 200),
+                       warmup_rounds=2)
+    add_loop.queue.finish()
+    add_loop.check()
+
+
+@pytest.mark.benchmark(group="capture-launch")
+def test_launch_replay(benchmark: Any, add_loop: AddLoop) -> None:
+    """``KernelCapture.replay()`` of the same 200 launches; target ≤ 1.15x the bare loop."""
+    med = interleaved(
+        {"bare": add_loop.bare, "replay": add_loop.replay},
+        _rounds(benchmark, 300), setup=add_loop.queue.finish,
+    )
+    benchmark.extra_info.update(
+        launches_per_call=LAUNCHES,
+        bare_us_per_launch=med["bare"] / LAUNCHES * 1e6,
+        replay_us_per_launch=med["replay"] / LAUNCHES * 1e6,
+        replay_over_bare=med["replay"] / med["bare"],
+        target_replay_over_bare=1.15,
+    )
+    benchmark.pedantic(add_loop.replay, setup=add_loop.queue.finish,
+                       rounds=_rounds(benchmark, 200), warmup_rounds=2)
+    add_loop.queue.finish()
+    add_loop.check()
+
+
+# -- 2. a launch-bound MLP step, normal against replay ------------------------------------
+
+
+class _Step:
+    """A model's step run normally and as a capture of one step (output kept, not released)."""
+
+    def __init__(self, queue: cl.CommandQueue, kind: str) -> None:
+        self.queue = queue
+        self.model = PythonOpsMLP(queue)
+        self.kind = kind
+        if kind == "python_ops":
+            self.normal = self._python_ops_step
+        else:
+            self.array_model = ArrayMLP(queue, self.model)
+            self.normal = self.array_model.step
+        self.capture = KernelCapture()
+        self.capture.begin()
+        self.out = self._captured_step()
+        self.launches = self.capture.end()
+        queue.finish()
+
+    def _python_ops_step(self) -> None:
+        self.model.pool.release(self.model.step())
+
+    def _captured_step(self) -> Any:
+        return self.model.step() if self.kind == "python_ops" else self.array_model.step()
+
+    def replay(self) -> None:
+        self.capture.replay()
+
+    def check(self) -> None:
+        """Replay after a new input was written in place gives numpy's answer."""
+        rng = np.random.default_rng(3)
+        x = rng.standard_normal((16, 64)).astype(np.float32)
+        if self.kind == "python_ops":
+            self.model.x.write(x)
+        else:
+            self.array_model.x.set(x)
+        self.capture.replay()
+        got = self.out.to_numpy() if self.kind == "python_ops" else self.out.get()
+        np.testing.assert_allclose(got, self.model.reference(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module", params=["python_ops", "pyopencl_array"])
+def step(request: Any, queue: cl.CommandQueue) -> _Step:
+    return _Step(queue, request.param)
+
+
+@pytest.mark.benchmark(group="capture-step")
+def test_step_normal(benchmark: Any, step: _Step) -> None:
+    """One MLP step (8 layers, batch 16, width 64) executed op by op."""
+    benchmark.extra_info.update(kind=step.kind, launches_per_step=step.launches)
+    benchmark.pedantic(step.normal, setup=step.queue.finish, rounds=_rounds(benchmark, 100),
+                       warmup_rounds=2)
+    step.queue.finish()
+
+
+@pytest.mark.benchmark(group="capture-step")
+def test_step_replay(benchmark: Any, step: _Step) -> None:
+    """The same step replayed; target ≥ 5x faster (host time per step) on PoCL."""
+    rounds = _rounds(benchmark, 100)
+    host = interleaved({"normal": step.normal, "replay": step.replay}, rounds,
+                       setup=step.queue.finish)
+
+    def finished(fn: Any) -> Any:
+        return lambda: (fn(), step.queue.finish())
+
+    e2e = interleaved({"normal": finished(step.normal), "replay": finished(step.replay)},
+                      rounds)
+    bare = AddLoop(step.queue)
+    floor = interleaved({"bare": bare.bare}, rounds, setup=step.queue.finish)["bare"] / LAUNCHES
+    benchmark.extra_info.update(
+        kind=step.kind,
+        launches_per_step=step.launches,
+        normal_us_per_step=host["normal"] * 1e6,
+        replay_us_per_step=host["replay"] * 1e6,
+        normal_over_replay=host["normal"] / host["replay"],
+        normal_over_replay_e2e=e2e["normal"] / e2e["replay"],
+        replay_us_per_launch=host["replay"] / step.launches * 1e6,
+        bare_enqueue_us_per_launch=floor * 1e6,
+        target_normal_over_replay=5.0,
+    )
+    benchmark.pedantic(step.replay, setup=step.queue.finish, rounds=rounds, warmup_rounds=2)
+    step.check()
+
+
+# -- 3. replay with an OpenTelemetry SDK against none -------------------------------------
+
+
+@pytest.mark.benchmark(group="capture-telemetry")
+def test_replay_telemetry_overhead(benchmark: Any, add_loop: AddLoop) -> None:
+    """Replay (200 launches) with an SDK + BatchSpanProcessor vs none: target ≤ 5% apart.
+
+    The ratio comes from a subprocess (see capture_otel_probe.py for why and how); the stats
+    of this test time the no-SDK replay in this process.
+    """
+    probe = Path(__file__).with_name("capture_otel_probe.py")
+    res = subprocess.run(
+        [sys.executable, str(probe), str(_rounds(benchmark, 300))],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    figures = json.loads(res.stdout.strip().splitlines()[-1])
+    assert figures["spans_exported"] > 0  # the SDK really recorded the replays
+    benchmark.extra_info.update(
+        sdk_us_per_replay=figures["sdk_s"] * 1e6,
+        none_us_per_replay=figures["none_s"] * 1e6,
+        sdk_over_none=figures["sdk_over_none"],
+        launches_per_replay=figures["launches_per_replay"],
+        target_sdk_over_none=1.05,
+    )
+    benchmark.pedantic(add_loop.replay, setup=add_loop.queue.finish,
+                       rounds=_rounds(benchmark, 100), warmup_rounds=2)

@@ -1,0 +1,327 @@
+"""netcl-graph benchmarks: executor overhead per node, and peak memory against a no-reuse executor
+and the lower bound (chain, residual network, random DAGs).
+
+Run: ``hatch run pytest benchmarks/bench_graph.py -p no:randomly --benchmark-only``. Ratios are
+measured within one run and stored in ``extra_info``: ``overhead_us_per_node`` (target <= 10 on
+PoCL), ``peak_over_lower_bound`` (target 1.0 on chains, <= 1.15 on random DAGs) and
+``no_reuse_over_peak``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+from netcl.core.memory import BufferPool
+from netcl.core.tensor import Tensor
+from netcl.runtime.graph import Graph, GraphExecutor, TensorRef
+
+_SRC = r"""
+__kernel void relu(__global const float *a, __global float *out) {
+    size_t i = get_global_id(0);
+    out[i] = fmax(a[i], 0.0f);
+}
+__kernel void mix_bcast(__global const float *a, uint na, __global const float *b, uint nb,
+                        float k, __global float *out) {
+    size_t i = get_global_id(0);
+    out[i] = k * a[i % na] + b[i % nb];
+}
+"""
+
+Fn = Callable[[list[Tensor], Tensor], None]
+
+
+class _Kernels:
+    def __init__(self, ctx: cl.Context) -> None:
+        prg = cl.Program(ctx, _SRC).build()
+        self.relu_k = prg.relu
+        self.mix_k = prg.mix_bcast
+
+    def relu(self, inputs: list[Tensor], out: Tensor) -> None:
+        self.relu_k(out.queue, (out.size,), None, inputs[0].buffer, out.buffer)
+
+    def mix(self, inputs: list[Tensor], out: Tensor) -> None:
+        a = inputs[0]
+        b = inputs[-1]
+        self.mix_k(
+            out.queue, (out.size,), None, a.buffer, np.uint32(a.size), b.buffer,
+            np.uint32(b.size), np.float32(0.5), out.buffer,
+        )
+
+
+@pytest.fixture(scope="module")
+def kern(ctx: cl.Context) -> _Kernels:
+    return _Kernels(ctx)
+
+
+def _noop(inputs: list[Tensor], out: Tensor) -> None:
+    pass
+
+
+# --------------------------------------------------------------------------- overhead
+
+
+N_NODES = 64
+
+
+def _chain(queue: cl.CommandQueue, fn: Fn, n: int, size: int) -> tuple[Graph, Tensor]:
+    x = Tensor.from_numpy(np.linspace(-1, 1, size, dtype=np.float32), queue)
+    g = Graph()
+    cur: Tensor | TensorRef = x
+    for i in range(n):
+        cur = g.add_op(f"n{i}", fn, [cur], (size,), np.float32)
+    return g, x
+
+
+def _by_hand(queue: cl.CommandQueue, fn: Fn, n: int, size: int, x: Tensor) -> Callable[[], None]:
+    """The same fns called directly on two preallocated ping-pong buffers: the floor."""
+    bufs = [Tensor.empty((size,), np.float32, queue) for _ in range(2)]
+
+    def run() -> None:
+        cur = x
+        for i in range(n):
+            out = bufs[i & 1]
+            fn([cur], out)
+            cur = out
+
+    return run
+
+
+def _min_time(f: Callable[[], Any], reps: int = 7, number: int = 20) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            f()
+        best = min(best, (time.perf_counter() - t0) / number)
+    return best
+
+
+@pytest.mark.benchmark(group="graph-overhead")
+@pytest.mark.parametrize("kind", ["noop", "relu_kernel"])
+def test_graph_overhead_executor_run(
+    benchmark: Any, queue: cl.CommandQueue, kern: _Kernels, kind: str
+) -> None:
+    """GraphExecutor.run over a 64-op chain (no SDK) against the same fns called by hand."""
+    fn: Fn = _noop if kind == "noop" else kern.relu
+    size = 256
+    g, x = _chain(queue, fn, N_NODES, size)
+    pool = BufferPool(queue)
+    ex = GraphExecutor(pool)
+
+    def graph_run() -> None:
+        pool.release(ex.run(g))
+        if kind != "noop":
+            queue.finish()
+
+    hand = _by_hand(queue, fn, N_NODES, size, x)
+
+    def hand_run() -> None:
+        hand()
+        if kind != "noop":
+            queue.finish()
+
+    graph_run()  # plan and warm up
+    if kind != "noop":
+        out = ex.run(g)
+        np.testing.assert_allclose(out.to_numpy(), np.maximum(np.linspace(-1, 1, size), 0))
+        pool.release(out)
+    benchmark(graph_run)
+    # the in-run ratio: interleave the two measurements so machine noise hits both alike
+    rounds = 1 if benchmark.disabled else 3
+    t_graph = t_hand = float("inf")
+    for _ in range(rounds):
+        t_graph = min(t_graph, _min_time(graph_run))
+        t_hand = min(t_hand, _min_time(hand_run))
+    per_node = (t_graph - t_hand) / N_NODES * 1e6
+    benchmark.extra_info.update(
+        nodes=N_NODES,
+        graph_us_per_run=round(t_graph * 1e6, 2),
+        by_hand_us_per_run=round(t_hand * 1e6, 2),
+        overhead_us_per_node=round(per_node, 3),
+        graph_over_by_hand=round(t_graph / t_hand, 3),
+    )
+    assert pool.stats.bytes_in_use == 0
+
+
+@pytest.mark.benchmark(group="graph-overhead")
+@pytest.mark.parametrize("kind", ["noop", "relu_kernel"])
+def test_graph_overhead_by_hand(
+    benchmark: Any, queue: cl.CommandQueue, kern: _Kernels, kind: str
+) -> None:
+    """The floor: the same 64 fns called directly on preallocated buffers."""
+    fn: Fn = _noop if kind == "noop" else kern.relu
+    size = 256
+    _, x = _chain(queue, fn, N_NODES, size)
+    hand = _by_hand(queue, fn, N_NODES, size, x)
+
+    def hand_run() -> None:
+        hand()
+        if kind != "noop":
+            queue.finish()
+
+    benchmark(hand_run)
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def _chain_graph(queue: cl.CommandQueue, k: _Kernels) -> Graph:
+    rng = random.Random(1)
+    x = Tensor.from_numpy(np.ones(1000, np.float32), queue)
+    g = Graph()
+    cur: Tensor | TensorRef = x
+    for i in range(32):
+        size = rng.choice([1000, 3000, 8192, 20000, 65536, 100000])
+        cur = g.add_op(f"c{i}", k.mix, [cur], (size,), np.float32)
+    return g
+
+
+def _residual_graph(queue: cl.CommandQueue, k: _Kernels) -> Graph:
+    """Stages of residual blocks: x -> expand (4x) -> project (1x) -> x + projection; the skip
+    keeps each block's input alive across it; each stage halves the width."""
+    width = 1 << 16
+    x = Tensor.from_numpy(np.ones(width, np.float32), queue)
+    g = Graph()
+    cur: Tensor | TensorRef = x
+    for stage in range(3):
+        for block in range(3):
+            name = f"s{stage}b{block}"
+            e = g.add_op(f"{name}.expand", k.mix, [cur], (4 * width,), np.float32)
+            p = g.add_op(f"{name}.project", k.mix, [e], (width,), np.float32)
+            cur = g.add_op(f"{name}.add", k.mix, [cur, p], (width,), np.float32)
+        width //= 2
+        cur = g.add_op(f"down{stage}", k.mix, [cur], (width,), np.float32)
+    return g
+
+
+def _random_graph(queue: cl.CommandQueue, k: _Kernels, seed: int, n: int = 40) -> Graph:
+    rng = random.Random(seed)
+    x = Tensor.from_numpy(np.ones(4096, np.float32), queue)
+    g = Graph()
+    for i in range(n):
+        ins: list[Tensor | TensorRef] = [
+            TensorRef(f"r{rng.randrange(max(0, i - 6), i)}") if i else x
+            for _ in range(rng.randint(1, 3))
+        ]
+        size = rng.choice([256, 1024, 4096, 10000, 16384, 50000])
+        g.add_op(f"r{i}", k.mix, ins, (size,), np.float32)
+    return g
+
+
+def _no_reuse_run(pool: BufferPool, g: Graph, order: tuple[str, ...]) -> Tensor:
+    """The baseline: a fresh pool block per op, nothing released before the end."""
+    vals: dict[str, Tensor] = {}
+    for name in order:
+        op = g.op(name)
+        out = vals[name] = pool.allocate(op.shape, op.dtype)
+        op.fn([vals[x.name] if isinstance(x, TensorRef) else x for x in op.inputs], out)
+    last = vals.pop(order[-1])
+    pool.release_all(vals.values())
+    return last
+
+
+def _refcount_run(pool: BufferPool, g: Graph, order: tuple[str, ...]) -> Tensor:
+    """The spec's naive scheme: a pool block per op, released after its last reader. Pool
+    in-use bytes reach the lower bound, but blocks are reused only within a size class."""
+    last_use: dict[str, int] = {}
+    for i, name in enumerate(order):
+        for x in g.op(name).inputs:
+            if isinstance(x, TensorRef):
+                last_use[x.name] = i
+    vals: dict[str, Tensor] = {}
+    for i, name in enumerate(order):
+        op = g.op(name)
+        out = vals[name] = pool.allocate(op.shape, op.dtype)
+        op.fn([vals[x.name] if isinstance(x, TensorRef) else x for x in op.inputs], out)
+        for src in {x.name for x in op.inputs if isinstance(x, TensorRef)}:
+            if last_use[src] == i and src != order[-1]:
+                pool.release(vals.pop(src))
+        if name not in last_use and name != order[-1]:
+            pool.release(vals.pop(name))
+    return vals[order[-1]]
+
+
+def _device_bytes(pool: BufferPool) -> int:
+    s = pool.stats
+    return s.bytes_in_use + s.bytes_held
+
+
+def _memory_case(benchmark: Any, queue: cl.CommandQueue, graphs: list[Graph]) -> None:
+    peak = lb = no_reuse = refcount_dev = graph_dev = 0
+    worst = 0.0
+    results: list[np.ndarray] = []
+    for g in graphs:
+        pool = BufferPool(queue)
+        ex = GraphExecutor(pool)
+        out = ex.run(g)
+        plan = ex.plan(g)
+        assert pool.stats.peak_bytes == plan.pool_peak_bytes
+        graph_dev += _device_bytes(pool)
+        results.append(out.to_numpy())
+        pool.release(out)
+        peak += plan.peak_bytes
+        lb += plan.lower_bound
+        worst = max(worst, plan.peak_bytes / plan.lower_bound)
+
+        base = BufferPool(queue)
+        ref = _no_reuse_run(base, g, plan.order)
+        np.testing.assert_allclose(ref.to_numpy(), results[-1], rtol=1e-6)
+        no_reuse += base.stats.peak_bytes
+        base.release(ref)
+
+        naive = BufferPool(queue)
+        ref = _refcount_run(naive, g, plan.order)
+        refcount_dev += _device_bytes(naive)
+        naive.release(ref)
+    queue.finish()
+
+    pool = BufferPool(queue)
+    ex = GraphExecutor(pool)
+    g0 = graphs[0]
+
+    def run() -> None:
+        pool.release(ex.run(g0))
+
+    benchmark(run)
+    queue.finish()
+    benchmark.extra_info.update(
+        graphs=len(graphs),
+        peak_bytes=peak,
+        lower_bound_bytes=lb,
+        no_reuse_pool_bytes=no_reuse,
+        graph_pool_device_bytes=graph_dev,
+        refcount_pool_device_bytes=refcount_dev,
+        peak_over_lower_bound=round(peak / lb, 4),
+        worst_peak_over_lower_bound=round(worst, 4),
+        no_reuse_over_peak=round(no_reuse / peak, 3),
+        refcount_device_over_graph_device=round(refcount_dev / graph_dev, 3),
+    )
+    return None
+
+
+@pytest.mark.benchmark(group="graph-memory")
+def test_graph_memory_chain(benchmark: Any, queue: cl.CommandQueue, kern: _Kernels) -> None:
+    g = _chain_graph(queue, kern)
+    _memory_case(benchmark, queue, [g])
+    assert benchmark.extra_info["peak_over_lower_bound"] == 1.0
+
+
+@pytest.mark.benchmark(group="graph-memory")
+def test_graph_memory_residual(benchmark: Any, queue: cl.CommandQueue, kern: _Kernels) -> None:
+    _memory_case(benchmark, queue, [_residual_graph(queue, kern)])
+    assert benchmark.extra_info["peak_over_lower_bound"] <= 1.15
+
+
+@pytest.mark.benchmark(group="graph-memory")
+def test_graph_memory_random_dags(
+    benchmark: Any, queue: cl.CommandQueue, kern: _Kernels
+) -> None:
+    _memory_case(benchmark, queue, [_random_graph(queue, kern, seed) for seed in range(10)])
+    assert benchmark.extra_info["worst_peak_over_lower_bound"] <= 1.15
