@@ -13,6 +13,7 @@ endpoint; ``--prometheus-port`` also serves metrics for Prometheus.
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import tempfile
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     prg = cacher.get_program(ctx, SOURCE, dev)  # the global cache the framework uses
 
     # 2. the forward pass as a graph
-    dims = list(zip(LAYERS[:-1], LAYERS[1:], strict=True))
+    dims = list(itertools.pairwise(LAYERS))
     host_w = [
         (
             (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32),

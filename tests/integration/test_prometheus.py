@@ -48,7 +48,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def scraped_demo(tmp_path: Path) -> Iterator[int]:
     """Start the demo serving metrics and Prometheus scraping it; yield Prometheus's port."""
     binary = shutil.which("prometheus")
-    assert binary, "the Prometheus server is not installed: apt-get install prometheus (.ci/run does)"
+    assert binary, "no Prometheus server: apt-get install prometheus (.ci/run does)"
     metrics_port, prom_port = _free_port(), _free_port()
     config = (ROOT / "observability/prometheus.yml").read_text()
     assert "127.0.0.1:9464" in config
