@@ -41,6 +41,17 @@ except PackageNotFoundError:
     _VERSION = "0.0.0"
 
 _tracing = telemetry.tracing
+_NAMES: dict[cl.Device, str] = {}
+
+
+def _build(prg: Any, options: bytes, dev: cl.Device) -> None:
+    # The raw clBuildProgram: pyopencl's `build` wrapper also fetches every device's build log
+    # after a success (to warn about compiler output), ~0.1 ms a disk hit does not need.
+    raw = getattr(prg, "_build", None)
+    if raw is not None:
+        raw(options=options, devices=[dev])
+    else:
+        prg.build(options, [dev])
 _LOOKUPS = tel.LOOKUPS
 _COUNTER_NAMES = tuple(f.name for f in fields(CacheStats))
 
@@ -99,6 +110,7 @@ class ProgramCache:
         self._key_locks: dict[tuple[Any, ...], threading.Lock] = {}
         self._store: DiskStore | None = None
         self._store_state = "unopened"  # unopened | open | unusable
+        # device -> identity (a few driver queries): per instance, so a test can fake a driver
         self._identities: dict[cl.Device, str] = {}
         self._c = dict.fromkeys(_COUNTER_NAMES, 0)
         self._flushed = dict.fromkeys(_COUNTER_NAMES, 0)
@@ -191,13 +203,13 @@ class ProgramCache:
                 return hit[0]
             if _tracing():
                 with tel.tracer.start_as_current_span("netcl.cache.get_program") as span:
-                    span.set_attribute("netcl.device.name", dev.name)
+                    span.set_attribute("netcl.device.name", self._name(dev))
                     prg, key, result = self._resolve(ctx, src_code, dev, opts)
                     span.set_attribute("netcl.cache.key", key)
                     span.set_attribute("netcl.cache.result", result)
             else:
                 prg, key, result = self._resolve(ctx, src_code, dev, opts)
-            self._memory[mkey] = (prg, key, dev.name)
+            self._memory[mkey] = (prg, key, self._name(dev))
         with self._lock:
             self._key_locks.pop(mkey, None)
         _LOOKUPS[result] += 1
@@ -234,6 +246,12 @@ class ProgramCache:
         if ident is None:
             ident = self._identities[dev] = core_device.device_identity(dev)
         return ident
+
+    def _name(self, dev: cl.Device) -> str:
+        name = _NAMES.get(dev)
+        if name is None:
+            name = _NAMES[dev] = dev.name
+        return name
 
     def _resolve(
         self, ctx: cl.Context, src_code: str, dev: cl.Device, opts: str
@@ -303,7 +321,7 @@ class ProgramCache:
             try:
                 binary = decode(data, key)
                 prg = cl._cl._Program(ctx, [dev], [binary])
-                prg.build(opts.encode("utf-8", "surrogateescape"), [dev])
+                _build(prg, opts.encode("utf-8", "surrogateescape"), dev)
             except EntryError as exc:
                 reason = str(exc)
             except cl.Error as exc:
@@ -340,7 +358,7 @@ class ProgramCache:
             with cm as span:
                 prg = cl._cl._Program(ctx, src_code)
                 try:
-                    prg.build(opts.encode("utf-8", "surrogateescape"), [dev])
+                    _build(prg, opts.encode("utf-8", "surrogateescape"), dev)
                 except cl.Error as exc:
                     try:
                         build_log = str(prg.get_build_info(dev, cl.program_build_info.LOG))

@@ -67,6 +67,7 @@ class DiskStore:
         self.root = root
         self.programs = root / "programs"
         self.locks = root / "locks"
+        self._prefix = os.path.join(self.programs, "")  # str paths: a hit skips pathlib
 
     @classmethod
     def open(cls, root: Path) -> DiskStore:
@@ -91,7 +92,7 @@ class DiskStore:
     def read(self, key: str) -> bytes | None:
         """The bytes of entry ``key``, or None when there is none."""
         try:
-            with open(self.programs / (key + SUFFIX), "rb") as f:
+            with open(self._prefix + key + SUFFIX, "rb") as f:
                 return f.read()
         except FileNotFoundError:
             return None
@@ -99,7 +100,7 @@ class DiskStore:
     def touch(self, key: str) -> None:
         """Mark an entry used now (LRU order); failures (read-only folder) are harmless."""
         with contextlib.suppress(OSError):
-            os.utime(self.programs / (key + SUFFIX))
+            os.utime(self._prefix + key + SUFFIX)
 
     def write(self, key: str, data: bytes) -> None:
         """Write an entry atomically: a temporary file in the same folder, renamed into place, so
