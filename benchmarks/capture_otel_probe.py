@@ -58,26 +58,35 @@ def main(rounds: int) -> None:
         trace._TRACER_PROVIDER = None
         metrics_internal._METER_PROVIDER = None
 
-    # interleaved() times "none" then "sdk" each round and calls flip() before each
+    def e2e() -> None:
+        loop.replay()
+        queue.finish()
+
+    for _ in range(3):  # warm both paths
+        sdk_off()
+        e2e()
+        sdk_on()
+        e2e()
+    # host: the replay call alone, queue drained before; e2e: replay + finish. The conditions
+    # alternate every call (interleaved() calls flip() before each timed call).
     calls = [0]
 
     def flip() -> None:
         (sdk_off if calls[0] % 2 == 0 else sdk_on)()
         calls[0] += 1
 
-    for _ in range(3):  # warm both paths
-        sdk_off()
-        loop.replay()
-        sdk_on()
-        loop.replay()
-    med = interleaved({"none": loop.replay, "sdk": loop.replay}, rounds, setup=flip)
+    host = interleaved({"none": loop.replay, "sdk": loop.replay}, rounds, setup=flip)
+    end_to_end = interleaved({"none": e2e, "sdk": e2e}, rounds, setup=flip)
     sdk_on()
     tp.force_flush()
     loop.check()
     print(json.dumps({
-        "none_s": med["none"],
-        "sdk_s": med["sdk"],
-        "sdk_over_none": med["sdk"] / med["none"],
+        "none_s": host["none"],
+        "sdk_s": host["sdk"],
+        "sdk_over_none": host["sdk"] / host["none"],
+        "none_e2e_s": end_to_end["none"],
+        "sdk_e2e_s": end_to_end["sdk"],
+        "sdk_over_none_e2e": end_to_end["sdk"] / end_to_end["none"],
         "spans_exported": exporter.spans,
         "launches_per_replay": loop.capture.num_launches,
     }))

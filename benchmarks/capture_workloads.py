@@ -160,8 +160,18 @@ def interleaved(
     fns: dict[str, Callable[[], object]],
     rounds: int,
     setup: Callable[[], object] | None = None,
+    stat: Callable[[list[float]], float] = statistics.median,
 ) -> dict[str, float]:
-    """Median seconds per call of each fn, timed in alternation so drift hits all alike."""
+    """Seconds per call of each fn (median by default), timed in alternation so that drift
+    and other processes' load hit all contenders alike."""
+    return {name: stat(ts) for name, ts in interleaved_times(fns, rounds, setup).items()}
+
+
+def interleaved_times(
+    fns: dict[str, Callable[[], object]],
+    rounds: int,
+    setup: Callable[[], object] | None = None,
+) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {name: [] for name in fns}
     clock = time.perf_counter
     for _ in range(rounds):
@@ -171,4 +181,4 @@ def interleaved(
             t0 = clock()
             fn()
             times[name].append(clock() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return times

@@ -202,3 +202,41 @@ def test_begin_again_replaces_the_recording(
         kernels.axpy(queue, (N,), None, out, a, 1.0)
     assert cap.num_launches == 1 and cap.replay_count == 0
     assert "launches=1" in repr(cap)
+
+
+def _no_clone(self: cl.Kernel) -> cl.Kernel:
+    raise RuntimeError("clCloneKernel unsupported (simulated: OpenCL < 2.1 driver)")
+
+
+def test_without_clone_arguments_set_in_the_capture_are_reapplied(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cl.Kernel, "clone", _no_clone)
+    x = np.arange(N, dtype=np.float32)
+    src, out = buf(x), buf(np.zeros(N))
+    group = 16
+    sums = buf(np.zeros(N // group))
+    with KernelCapture() as cap:
+        kernels.scale_shift(queue, (N,), None, out, src, 2.0, 7)
+        kernels.block_sum(queue, (N,), (group,), src, sums, cl.LocalMemory(4 * group))
+    kernels.scale_shift(queue, (N,), None, out, src, 100.0, 100)
+    cap.replay()
+    np.testing.assert_allclose(host_read(out, N), x * 2 + 7)
+    np.testing.assert_allclose(host_read(sums, N // group), x.reshape(-1, group).sum(axis=1))
+
+
+def test_without_clone_preset_arguments_cannot_be_recorded(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cl.Kernel, "clone", _no_clone)
+    k = cl.Kernel(kernels.program, "add")
+    a = buf(np.ones(N))
+    k.set_args(a, a, a)
+    cap = KernelCapture()
+    cap.begin()
+    try:
+        with pytest.raises(RuntimeError, match=r"cannot record kernel 'add'.*0 of its 3"):
+            cl.enqueue_nd_range_kernel(queue, k, (N,), None)
+    finally:
+        cap.end()

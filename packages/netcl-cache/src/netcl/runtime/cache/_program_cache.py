@@ -42,6 +42,7 @@ except PackageNotFoundError:
 
 _tracing = telemetry.tracing
 _NAMES: dict[cl.Device, str] = {}
+_IDENTITIES: dict[tuple[cl.Device, Any], str] = {}
 
 
 def _build(prg: Any, options: bytes, dev: cl.Device) -> None:
@@ -110,8 +111,6 @@ class ProgramCache:
         self._key_locks: dict[tuple[Any, ...], threading.Lock] = {}
         self._store: DiskStore | None = None
         self._store_state = "unopened"  # unopened | open | unusable
-        # device -> identity (a few driver queries): per instance, so a test can fake a driver
-        self._identities: dict[cl.Device, str] = {}
         self._c = dict.fromkeys(_COUNTER_NAMES, 0)
         self._flushed = dict.fromkeys(_COUNTER_NAMES, 0)
         # counters go to stats.json at exit (ccache-style totals for `netcl cache stats`)
@@ -242,9 +241,12 @@ class ProgramCache:
         return device
 
     def _identity(self, dev: cl.Device) -> str:
-        ident = self._identities.get(dev)
+        # a few slow driver queries (~0.1 ms on PoCL): once per device and process. Keyed on
+        # the function too, so a replaced device_identity (a test faking a driver) is honoured.
+        fn = core_device.device_identity
+        ident = _IDENTITIES.get((dev, fn))
         if ident is None:
-            ident = self._identities[dev] = core_device.device_identity(dev)
+            ident = _IDENTITIES[(dev, fn)] = fn(dev)
         return ident
 
     def _name(self, dev: cl.Device) -> str:

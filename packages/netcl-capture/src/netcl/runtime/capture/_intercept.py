@@ -99,9 +99,13 @@ def _patch() -> None:
         orig = getattr(_cl, name, None)
         if orig is not None:  # images may be missing from some builds
             patches.append((_cl, name, _make_transfer_hook(name, orig, wait_pos)))
-    for owner, name, hook in patches:
-        _saved[(owner, name)] = owner.__dict__[name]
-        setattr(owner, name, hook)
+    try:
+        for owner, name, hook in patches:
+            _saved[(owner, name)] = owner.__dict__[name]
+            setattr(owner, name, hook)
+    except BaseException:
+        _unpatch()  # never leave pyopencl half patched
+        raise
 
 
 def _unpatch() -> None:

@@ -131,10 +131,12 @@ def place(items: Sequence[Interval]) -> Placement:
     # most of the remaining gap on DAGs with very different value sizes. Budget: n^2 pair checks.
     rng = random.Random(0)
     tries = min(_RESTARTS, _RESTART_BUDGET // (n * n))
-    for _ in range(tries):
+    for attempt in range(tries):
         if best.arena_bytes == bound:
             break
-        jitter = {i: items[i].size * rng.uniform(0.6, 1.4) for i in range(n)}
+        # log-uniform jitter, wider on later tries: lets a smaller value go before a larger one
+        spread = 0.5 + 2.0 * attempt / max(tries - 1, 1)
+        jitter = {i: items[i].size * 2.0 ** rng.uniform(-spread, spread) for i in range(n)}
         order = sorted(range(n), key=lambda i: (-jitter[i], i))
         offsets = _greedy(items, order, True)
         arena = max(o + it.size for o, it in zip(offsets, items, strict=True))
@@ -143,7 +145,7 @@ def place(items: Sequence[Interval]) -> Placement:
     return best
 
 
-_RESTARTS = 32
+_RESTARTS = 64
 _RESTART_BUDGET = 400_000
 
 
