@@ -41,7 +41,8 @@ def _bench_then_gate(tmp_path: Path, *plugin: str) -> subprocess.CompletedProces
     )  # fmt: skip
     assert bench.returncode == 0, bench.stdout + bench.stderr
     return subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/gate.py"), str(out), "--only", "telemetry fast path"],
+        [sys.executable, str(ROOT / "benchmarks/gate.py"), str(out),
+         "--only", "telemetry fast path"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
