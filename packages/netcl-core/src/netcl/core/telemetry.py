@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricsData
     from opentelemetry.sdk.trace import ReadableSpan
 
-__all__ = ["configure", "meter", "shutdown", "span", "tracer", "tracing"]
+__all__ = ["DURATION_BUCKETS_S", "configure", "meter", "shutdown", "span", "tracer", "tracing"]
 
 
 def _version(dist: str) -> str:
@@ -30,6 +30,14 @@ def _version(dist: str) -> str:
         return version(dist)
     except PackageNotFoundError:
         return "0.0.0"
+
+
+#: Histogram buckets for durations in seconds, 10 µs to 30 s: the SDK's defaults (0 to 10000)
+#: suit milliseconds and would put every host-side duration in the first bucket.
+DURATION_BUCKETS_S: tuple[float, ...] = (
+    1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25,
+    0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)  # fmt: skip
 
 
 def tracer(scope: str, dist: str) -> trace.Tracer:

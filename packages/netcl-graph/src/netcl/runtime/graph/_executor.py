@@ -30,6 +30,7 @@ _runs = _meter.create_histogram(
     "netcl.graph.run.duration",
     unit="s",
     description="Host time of GraphExecutor.run (enqueueing every op; the device may still run)",
+    explicit_bucket_boundaries_advisory=telemetry.DURATION_BUCKETS_S,
 )
 _plans_built = _meter.create_counter(
     "netcl.graph.plans", unit="{plan}", description="Graph plans built (cache misses)"
