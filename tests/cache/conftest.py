@@ -59,3 +59,11 @@ def add_src() -> Callable[..., str]:
 def check_add(queue: cl.CommandQueue) -> Callable[..., None]:
     """``check_add(prg, offset=0.0)``: run ``prg.add`` and assert its result."""
     return lambda prg, offset=0.0: _check_add(queue, prg, offset)
+
+
+@pytest.fixture(autouse=True)
+def _forget_trusted_folders() -> None:
+    """Each test starts as a new process would: no folder is known to be trusted yet."""
+    from netcl.runtime.cache import _program_cache
+
+    _program_cache._STORES.clear()

@@ -26,7 +26,11 @@ def test_spec_examples_verbatim(
     add_src: Callable[..., str],
     check_add: Callable[..., None],
 ) -> None:
-    monkeypatch.setattr(cacher, "_dir_arg", tmp_path / "global")  # keep ~/.cache clean
+    # keep ~/.cache clean; the patched state goes back after the test
+    monkeypatch.setattr(cacher, "_dir_arg", tmp_path / "global")
+    monkeypatch.setattr(cacher, "_store_state", "unopened")
+    monkeypatch.setattr(cacher, "_store", None)
+    monkeypatch.setattr(cacher, "_memory", {})
     src_code = add_src(1.0, "spec")
     device = ctx.devices[0]
     # Using the global singleton:

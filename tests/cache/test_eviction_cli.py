@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -12,9 +13,18 @@ from pathlib import Path
 import pyopencl as cl
 import pytest
 
-from netcl.core import cli
 from netcl.runtime.cache import ProgramCache
+from netcl.runtime.cache._cli import register
 from netcl.runtime.cache._program_cache import parse_size
+
+
+class cli:  # noqa: N801 - stands in for `netcl` without needing the installed entry point
+    @staticmethod
+    def main(argv: list[str]) -> int:
+        parser = argparse.ArgumentParser(prog="netcl")
+        register(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(argv)
+        return int(args.func(args) or 0)
 
 
 def _set_mtime(c: ProgramCache, key_order: list[str]) -> None:

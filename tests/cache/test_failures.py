@@ -55,6 +55,9 @@ def test_untrusted_folder_is_not_used(
         if os.geteuid() != 0:
             pytest.skip("chown to another user needs root")  # CI runs as root
         os.chown(cache_dir, 12345, 12345)
+    from netcl.runtime.cache import _program_cache
+
+    _program_cache._STORES.clear()  # as in a new process: the folder is checked again
     c = ProgramCache(cache_dir)
     with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
         check_add(c.get_program(ctx, add_src(1.0, "trust"), device), 1.0)

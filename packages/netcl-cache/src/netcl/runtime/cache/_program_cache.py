@@ -43,6 +43,7 @@ except PackageNotFoundError:
 _tracing = telemetry.tracing
 _NAMES: dict[cl.Device, str] = {}
 _IDENTITIES: dict[tuple[cl.Device, Any], str] = {}
+_STORES: dict[Path, DiskStore] = {}
 
 
 def _build(prg: Any, options: bytes, dev: cl.Device) -> None:
@@ -293,7 +294,12 @@ class ProgramCache:
             return None
         root = self.cache_dir
         try:
-            self._store = DiskStore.open(root)
+            # A folder found trusted stays trusted for this process (only this user or root
+            # could change that): a fresh instance then skips the three stat calls.
+            store = _STORES.get(root)
+            if store is None:
+                store = _STORES[root] = DiskStore.open(root)
+            self._store = store
             self._store_state = "open"
         except PermissionError as exc:
             log.warning("cache_dir_untrusted", path=str(root), reason=str(exc))
@@ -407,6 +413,9 @@ class ProgramCache:
         try:
             store.write(key, data)
         except OSError as exc:
+            if isinstance(exc, FileNotFoundError):  # folder removed meanwhile: check it again
+                _STORES.pop(store.root, None)
+                self._store_state = "unopened"
             self._c["write_errors"] += 1
             log.warning(
                 "cache_write_failed", path=str(store.path(key)), key=key,

@@ -38,11 +38,14 @@ class EntryFile:
     mtime: float
 
 
-def check_trusted(path: Path) -> str | None:
+def check_trusted(path: Path | str) -> str | None:
     """Why ``path`` (a folder) must not be trusted, or None when it is ours and private enough:
     owned by this user and writable by nobody else (a folder others can write lets them plant
     binaries that this process would run on its device)."""
-    st = os.stat(path)
+    return _untrusted(os.stat(path))
+
+
+def _untrusted(st: os.stat_result) -> str | None:
     if not stat.S_ISDIR(st.st_mode):
         return "not a directory"
     if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
@@ -74,12 +77,16 @@ class DiskStore:
         """Create the folders (0700) when missing and check that they can be trusted; raises
         ``PermissionError`` (untrusted) or ``OSError`` (cannot create)."""
         store = cls(root)
-        for d in (root, store.programs, store.locks):
-            if not d.is_dir():
+        # plain str paths and one stat per folder: every fresh instance pays this on first use
+        for d in (str(root), str(store.programs), str(store.locks)):
+            try:
+                st = os.stat(d)
+            except FileNotFoundError:
                 # another process may make it first; the trust check below still applies
                 with contextlib.suppress(FileExistsError):
-                    d.mkdir(mode=0o700, parents=True)
-            why = check_trusted(d)
+                    os.makedirs(d, mode=0o700)
+                st = os.stat(d)
+            why = _untrusted(st)
             if why is not None:
                 raise PermissionError(f"cache folder {d} is not trusted: {why}")
         return store
