@@ -106,7 +106,6 @@ def test_configure_console_prints_one_line_per_span_and_metric() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert any(
-        ln.startswith("span netcl.test.configured ") and ln.endswith("netcl.test.k=7") for ln in lines
-    ), proc.stdout
+    span_lines = [ln for ln in lines if ln.startswith("span netcl.test.configured ")]
+    assert len(span_lines) == 1 and span_lines[0].endswith("netcl.test.k=7"), proc.stdout
     assert "metric netcl.test.count{} 2" in lines, proc.stdout

@@ -33,6 +33,7 @@ _meter.create_observable_counter(
 compile_duration = _meter.create_histogram(
     "netcl.cache.compile.duration", unit="s",
     description="Time to build an OpenCL program from source on a cache miss",
+    explicit_bucket_boundaries_advisory=telemetry.DURATION_BUCKETS_S,
 )
 recoveries = _meter.create_counter(
     "netcl.cache.recoveries", unit="{entry}",
