@@ -215,13 +215,12 @@ def test_mixed_host_and_opencl_events(ctx: cl.Context, queue: cl.CommandQueue) -
 
 
 def test_events_of_two_contexts_are_waited_each(ctx: cl.Context, queue: cl.CommandQueue) -> None:
-    # clWaitForEvents refuses events of different contexts: the scheduler falls back to waiting
-    # each one, and a refused batch is not mistaken for a failed event.
+    # Some drivers (PoCL) refuse clWaitForEvents on events of different contexts, others
+    # (NVIDIA) accept them: either way the scheduler waits them all, and a refused batch is not
+    # mistaken for a failed event.
     other_ctx = cl.Context(ctx.devices)
     other_queue = cl.CommandQueue(other_ctx)
     events = [cl.enqueue_marker(queue), cl.enqueue_marker(other_queue)]
-    with pytest.raises(cl.Error):
-        cl.wait_for_events(events)
     sched = Scheduler()
     sched.submit(lambda: events)
     assert sched.run() == events

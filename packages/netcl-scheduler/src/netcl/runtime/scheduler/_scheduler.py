@@ -233,7 +233,7 @@ class Scheduler:
             for k in cl_at:
                 status = events[k].command_execution_status  # type: ignore[attr-defined]
                 if status < 0:
-                    self._raise_for_event(state, k, f"failed with command status {status}")
+                    self._raise_for_event(state, k, f"failed (command status {status})")
 
     def _wait_each(self, state: _Run, indexes: list[int]) -> None:
         for k in indexes:
