@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyopencl as cl
@@ -19,7 +20,7 @@ import pyopencl._cl as _cl
 if TYPE_CHECKING:
     from netcl.runtime.capture._recording import Recording
 
-__all__ = ["capture_disabled", "install", "recording_of", "uninstall"]
+__all__ = ["capture_disabled", "install", "uninstall"]
 
 _lock = threading.Lock()
 # thread ident -> the recording that thread feeds
@@ -51,14 +52,6 @@ ARG_SETTERS = ("_set_arg_multi", "_set_arg_buf_multi", "_set_arg_buf_pack_multi"
 _saved: dict[tuple[Any, str], Any] = {}
 
 
-def recording_of(thread: int) -> Recording | None:
-    """The recording fed by ``thread`` right now (None outside a capture or when disabled)."""
-    rec = _active.get(thread)
-    if rec is None or getattr(_tls, "depth", 0) > 0:
-        return None
-    return rec
-
-
 def install(rec: Recording) -> None:
     """Start feeding ``rec`` with the launches of its thread (patching pyopencl if first)."""
     with _lock:
@@ -88,17 +81,21 @@ def is_patched() -> bool:
 
 
 def _patch() -> None:
-    patches: list[tuple[Any, str, Callable[..., Any]]] = []
     orig_call = cl.Kernel.__dict__["__call__"]
-    patches.append((cl.Kernel, "__call__", _make_call_hook(orig_call)))
     orig_enqueue = cl.enqueue_nd_range_kernel
-    patches.append((cl, "enqueue_nd_range_kernel", _make_enqueue_hook(orig_enqueue)))
+    patches: list[tuple[Any, str, Callable[..., Any]]] = [
+        (cl.Kernel, "__call__", _make_hook("__call__", orig_call, _note_call)),
+        (cl, "enqueue_nd_range_kernel",
+         _make_hook("enqueue_nd_range_kernel", orig_enqueue, _note_enqueue)),
+    ]
     for name in ("set_arg", *ARG_SETTERS):
-        patches.append((cl.Kernel, name, _make_setter_hook(name, cl.Kernel.__dict__[name])))
+        orig = cl.Kernel.__dict__[name]
+        patches.append((cl.Kernel, name, _make_hook(name, orig, partial(_note_setter, name, orig))))
     for name, wait_pos in TRANSFERS.items():
         orig = getattr(_cl, name, None)
         if orig is not None:  # images may be missing from some builds
-            patches.append((_cl, name, _make_transfer_hook(name, orig, wait_pos)))
+            note = partial(_note_transfer, name, orig, wait_pos)
+            patches.append((_cl, name, _make_hook(name, orig, note)))
     try:
         for owner, name, hook in patches:
             _saved[(owner, name)] = owner.__dict__[name]
@@ -114,57 +111,48 @@ def _unpatch() -> None:
     _saved.clear()
 
 
-def _make_call_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
-    def __call__(self: cl.Kernel, *args: Any, **kwargs: Any) -> Any:  # noqa: N807
-        rec = _active.get(_get_ident())
-        if rec is None or getattr(_tls, "depth", 0) > 0:
-            return orig(self, *args, **kwargs)
-        event = orig(self, *args, **kwargs)
-        rec.add_call(self, args, kwargs)
-        return event
+def _make_hook(
+    name: str, orig: Callable[..., Any], note: Callable[[Recording, tuple[Any, ...], Any], None]
+) -> Callable[..., Any]:
+    """A stand-in for ``orig`` that, on a recording thread, calls it and then
+    ``note(recording, args, kwargs)``; other threads go straight to ``orig``."""
 
-    __call__.__wrapped__ = orig  # type: ignore[attr-defined]
-    return __call__
-
-
-def _make_enqueue_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
-    def enqueue_nd_range_kernel(*args: Any, **kwargs: Any) -> Any:
+    def hook(*args: Any, **kwargs: Any) -> Any:
         rec = _active.get(_get_ident())
         if rec is None or getattr(_tls, "depth", 0) > 0:
             return orig(*args, **kwargs)
-        event = orig(*args, **kwargs)
-        rec.add_enqueue(args, kwargs)
-        return event
-
-    enqueue_nd_range_kernel.__wrapped__ = orig  # type: ignore[attr-defined]
-    return enqueue_nd_range_kernel
-
-
-def _make_setter_hook(name: str, orig: Callable[..., Any]) -> Callable[..., Any]:
-    def setter(self: cl.Kernel, *args: Any) -> Any:
-        result = orig(self, *args)
-        rec = _active.get(_get_ident())
-        if rec is not None and getattr(_tls, "depth", 0) == 0:
-            rec.note_args(self, name, orig, args)
+        result = orig(*args, **kwargs)
+        note(rec, args, kwargs)
         return result
 
-    setter.__name__ = name
-    setter.__wrapped__ = orig  # type: ignore[attr-defined]
-    return setter
+    hook.__name__ = hook.__qualname__ = name
+    hook.__wrapped__ = orig  # type: ignore[attr-defined]
+    return hook
 
 
-def _make_transfer_hook(name: str, orig: Callable[..., Any], wait_pos: int) -> Callable[..., Any]:
-    def transfer(*args: Any, **kwargs: Any) -> Any:
-        rec = _active.get(_get_ident())
-        if rec is None or getattr(_tls, "depth", 0) > 0:
-            return orig(*args, **kwargs)
-        event = orig(*args, **kwargs)
-        rec.add_transfer(name, orig, wait_pos, args, kwargs)
-        return event
+def _note_call(rec: Recording, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    rec.add_call(args[0], args[1:], kwargs)
 
-    transfer.__name__ = name
-    transfer.__wrapped__ = orig  # type: ignore[attr-defined]
-    return transfer
+
+def _note_enqueue(rec: Recording, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    rec.add_enqueue(args, kwargs)
+
+
+def _note_setter(
+    name: str, orig: Callable[..., Any], rec: Recording, args: tuple[Any, ...], _: Any
+) -> None:
+    rec.note_args(args[0], name, orig, args[1:])
+
+
+def _note_transfer(
+    name: str,
+    orig: Callable[..., Any],
+    wait_pos: int,
+    rec: Recording,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> None:
+    rec.add_transfer(name, orig, wait_pos, args, kwargs)
 
 
 @contextlib.contextmanager

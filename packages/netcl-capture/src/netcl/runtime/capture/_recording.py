@@ -72,9 +72,8 @@ class Recording:
 
     def add_call(self, kernel: cl.Kernel, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         queue, global_size, local_size, *kernel_args = args
-        flags = {k: v for k, v in kwargs.items() if k in ("g_times_l", "allow_empty_ndrange")}
         self._add_launch(
-            kernel, queue, global_size, local_size, kwargs.get("global_offset"), flags,
+            kernel, queue, global_size, local_size, kwargs.get("global_offset"), kwargs,
             tuple(kernel_args),
         )
 
@@ -82,10 +81,9 @@ class Recording:
         names = ("queue", "kernel", "global_work_size", "local_work_size", "global_offset")
         bound = dict(zip(names, args, strict=False))
         bound.update((k, v) for k, v in kwargs.items() if k in names)
-        flags = {k: v for k, v in kwargs.items() if k in ("g_times_l", "allow_empty_ndrange")}
         self._add_launch(
             bound["kernel"], bound["queue"], bound["global_work_size"],
-            bound.get("local_work_size"), bound.get("global_offset"), flags, (),
+            bound.get("local_work_size"), bound.get("global_offset"), kwargs, (),
         )
 
     def _add_launch(
@@ -95,9 +93,10 @@ class Recording:
         global_size: Any,
         local_size: Any,
         offset: Any,
-        flags: dict[str, Any],
+        kwargs: dict[str, Any],
         args: tuple[Any, ...],
     ) -> None:
+        flags = {k: v for k, v in kwargs.items() if k in ("g_times_l", "allow_empty_ndrange")}
         gsize = _dims(global_size)
         lsize = None if local_size is None else _dims(local_size)
         if flags.pop("g_times_l", False) and lsize is not None:

@@ -40,8 +40,7 @@ class ReplayProgram:
         self.opaque_launches = tuple(
             op.record.kernel_name for op in ops if isinstance(op, KernelOp) and not op.known_args
         )
-        self._segments = [self._segment_of(i) for i in range(len(ops))]
-        self._segments = _merge(self._segments)
+        self._segments = _merge([self._segment_of(i) for i in range(len(ops))])
         # int_ptr -> (buffer, its kernel arguments, the transfers using it)
         self.buffers: dict[int, tuple[cl.MemoryObjectHolder, list[tuple[cl.Kernel, int]],
                                       list[int]]] = {}
@@ -65,10 +64,7 @@ class ReplayProgram:
         return (partial(op.fn, *op.args, **op.kwargs), [()])
 
     def run(self) -> cl.Event | None:
-        last: deque[Any] | None = None
-        for fn, calls in self._segments:
-            last = deque(starmap(fn, calls), 1)
-        return last[0] if last else None
+        return _run(self._segments)
 
     def validate(self, buffer_map: Mapping[int, Any]) -> dict[int, cl.MemoryObjectHolder]:
         """Check a rebinding map; raise before anything is enqueued. Returns int_ptr -> buffer."""
@@ -110,7 +106,7 @@ class ReplayProgram:
         """
         if not subst:
             return self.run()
-        segments = list(self._segments)
+        segments = self._segments
         touched: list[tuple[cl.Kernel, int, cl.MemoryObjectHolder, cl.MemoryObjectHolder]] = []
         transfers: set[int] = set()
         for key, new in subst.items():
@@ -122,10 +118,7 @@ class ReplayProgram:
         try:
             for kernel, index, _, new in touched:
                 _set_arg(kernel, index, new)
-            last: deque[Any] | None = None
-            for fn, calls in segments:
-                last = deque(starmap(fn, calls), 1)
-            return last[0] if last else None
+            return _run(segments)
         finally:
             for kernel, index, old, _ in touched:
                 _set_arg(kernel, index, old)
@@ -151,6 +144,14 @@ class ReplayProgram:
             else:
                 segments.append(self._segment_of(i))
         return _merge(segments)
+
+
+def _run(segments: list[_Segment]) -> cl.Event | None:
+    """Enqueue every segment in order; the last command's event (None if there are none)."""
+    last: deque[Any] | None = None
+    for fn, calls in segments:
+        last = deque(starmap(fn, calls), 1)
+    return last[0] if last else None
 
 
 def _merge(segments: list[_Segment]) -> list[_Segment]:

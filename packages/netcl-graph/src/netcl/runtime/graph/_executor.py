@@ -146,6 +146,7 @@ class GraphExecutor:
             values = self._table(plan, arena)
             if ooo:
                 cl.enqueue_barrier(queue)  # earlier users of these blocks finish first
+            # two copies of the per-op body: the untraced one stays free of a context manager
             if traced:
                 for step in plan._steps:
                     with _tracer.start_as_current_span(
@@ -185,8 +186,7 @@ class GraphExecutor:
             raise
         if arena is not None:
             pool.release(arena)
-        by_name = {step.name: values[step.slot] for step in plan._steps if step.output}
-        return [by_name[name] for name in plan.outputs]
+        return [values[i] for i in plan._out_slots]
 
     def _table(self, plan: GraphPlan, arena: Tensor | None) -> list[Any]:
         """The run's value table: external inputs, arena views of the intermediates, and a free

@@ -84,6 +84,7 @@ class GraphPlan:
     graph_version: int
     _steps: tuple[_Step, ...] = field(repr=False, compare=False)
     _externals: tuple[Tensor, ...] = field(repr=False, compare=False)
+    _out_slots: tuple[int, ...] = field(repr=False, compare=False)  # value slots of ``outputs``
     # (arena int_ptr, value table template) of the last arena seen: sub-buffers are made once
     # per arena block, and the pool hands the same block back run after run.
     _table: list[Any] = field(default_factory=lambda: [None], repr=False, compare=False)
@@ -264,4 +265,5 @@ def build_plan(
         graph_version=graph.version,
         _steps=steps,
         _externals=tuple(externals),
+        _out_slots=tuple(slot_of[n] for n in out_names),
     )
