@@ -170,13 +170,20 @@ def test_hand_kernels_sync(benchmark: Any, kern: _Kernels) -> None:
     kern.check()
 
 
+def _bench_scheduler_kernels(
+    benchmark: Any, k: _Kernels, async_mode: bool, hand: Callable[[], None]
+) -> None:
+    ops = KERNEL_PLANS * KERNEL_OPS_PER_PLAN
+    run = _scheduler_kernels(k, async_mode)
+    assert len(run()) == ops
+    benchmark(run)
+    _record(benchmark, run, hand, ops)
+    k.check()
+
+
 @pytest.mark.benchmark(group="scheduler-kernel-overhead")
 def test_scheduler_kernels_sync(benchmark: Any, kern: _Kernels) -> None:
-    ops = KERNEL_PLANS * KERNEL_OPS_PER_PLAN
-    assert len(_scheduler_kernels(kern, False)()) == ops
-    benchmark(_scheduler_kernels(kern, False))
-    _record(benchmark, _scheduler_kernels(kern, False), _hand_kernels_sync(kern), ops)
-    kern.check()
+    _bench_scheduler_kernels(benchmark, kern, False, _hand_kernels_sync(kern))
 
 
 @pytest.mark.benchmark(group="scheduler-kernel-overhead")
@@ -187,8 +194,4 @@ def test_hand_kernels_async(benchmark: Any, kern: _Kernels) -> None:
 
 @pytest.mark.benchmark(group="scheduler-kernel-overhead")
 def test_scheduler_kernels_async(benchmark: Any, kern: _Kernels) -> None:
-    ops = KERNEL_PLANS * KERNEL_OPS_PER_PLAN
-    assert len(_scheduler_kernels(kern, True)()) == ops
-    benchmark(_scheduler_kernels(kern, True))
-    _record(benchmark, _scheduler_kernels(kern, True), _hand_kernels_async(kern), ops)
-    kern.check()
+    _bench_scheduler_kernels(benchmark, kern, True, _hand_kernels_async(kern))

@@ -1,7 +1,8 @@
-"""Helpers for the netcl-cache tests: small real kernels and a result check."""
+"""Helpers for the netcl-cache tests: small real kernels, a result check, captured log events."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,6 +60,12 @@ def add_src() -> Callable[..., str]:
 def check_add(queue: cl.CommandQueue) -> Callable[..., None]:
     """``check_add(prg, offset=0.0)``: run ``prg.add`` and assert its result."""
     return lambda prg, offset=0.0: _check_add(queue, prg, offset)
+
+
+@pytest.fixture
+def log_events(caplog: pytest.LogCaptureFixture) -> Callable[[str], list[logging.LogRecord]]:
+    """``log_events(name)``: the captured log records of structlog event ``name``."""
+    return lambda name: [r for r in caplog.records if r.getMessage() == name]
 
 
 @pytest.fixture(autouse=True)

@@ -130,6 +130,13 @@ def test_bad_arguments(
         c.get_program(ctx, add_src(), "cpu")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="options must be a str or a sequence of str"):
         c.get_program(ctx, add_src(), device, [1, 2])  # type: ignore[list-item]
+    # unhashable arguments name themselves too (options as a list is retried as a tuple)
+    with pytest.raises(TypeError, match="src_code must be a str"):
+        c.get_program(ctx, ["x"], device, ["-DX=1"])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"device must be a pyopencl\.Device"):
+        c.get_program(ctx, add_src(), [device])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="options must be a str or a sequence of str"):
+        c.get_program(ctx, add_src(), device, [["-DX=1"]])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="max_bytes must be an int >= 0, got -1"):
         ProgramCache(cache_dir, max_bytes=-1)
     with pytest.raises(ValueError, match="lock_timeout"):

@@ -32,10 +32,7 @@ def test_build_error_carries_log_and_device_and_is_not_cached(
         assert isinstance(err.__cause__, cl.RuntimeError)
     assert c.stats.compiles == 2
     assert c.entries() == []
-
-
-def _log_events(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.getMessage() == name]
+    assert c._key_locks == {}  # the per-program build lock does not outlive a failed build
 
 
 @pytest.mark.parametrize("how", ["world-writable", "other-owner"])
@@ -47,6 +44,7 @@ def test_untrusted_folder_is_not_used(
     add_src: Callable[..., str],
     check_add: Callable[..., None],
     caplog: pytest.LogCaptureFixture,
+    log_events: Callable[[str], list[logging.LogRecord]],
 ) -> None:
     ProgramCache(cache_dir).get_program(ctx, add_src(1.0, "trust"), device)
     if how == "world-writable":
@@ -62,7 +60,7 @@ def test_untrusted_folder_is_not_used(
     with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
         check_add(c.get_program(ctx, add_src(1.0, "trust"), device), 1.0)
     assert c.stats.disk_hits == 0 and c.stats.compiles == 1  # the planted entry is not loaded
-    (event,) = _log_events(caplog, "cache_dir_untrusted")
+    (event,) = log_events("cache_dir_untrusted")
     assert "not trusted" in event.reason  # type: ignore[attr-defined]
 
 
@@ -73,6 +71,7 @@ def test_folder_that_cannot_be_created(
     add_src: Callable[..., str],
     check_add: Callable[..., None],
     caplog: pytest.LogCaptureFixture,
+    log_events: Callable[[str], list[logging.LogRecord]],
 ) -> None:
     (tmp_path / "file").write_text("a regular file where a folder should be")
     c = ProgramCache(tmp_path / "file" / "cache")
@@ -80,7 +79,7 @@ def test_folder_that_cannot_be_created(
         check_add(c.get_program(ctx, add_src(0.0, "nodir"), device), 0.0)
         check_add(c.get_program(ctx, add_src(1.0, "nodir"), device), 1.0)
     assert c.stats.compiles == 2
-    assert len(_log_events(caplog, "cache_dir_unusable")) == 1  # warned once, not per call
+    assert len(log_events("cache_dir_unusable")) == 1  # warned once, not per call
 
 
 def _inject(
@@ -122,6 +121,7 @@ def test_disk_full_on_write(
     add_src: Callable[..., str],
     check_add: Callable[..., None],
     caplog: pytest.LogCaptureFixture,
+    log_events: Callable[[str], list[logging.LogRecord]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     c = ProgramCache(cache_dir)
@@ -131,7 +131,7 @@ def test_disk_full_on_write(
         check_add(c.get_program(ctx, add_src(2.0, "enospc"), device), 2.0)
     monkeypatch.undo()
     assert hits, "the fault was not reached"
-    (event,) = _log_events(caplog, "cache_write_failed")
+    (event,) = log_events("cache_write_failed")
     assert event.errno == errno.ENOSPC  # type: ignore[attr-defined]
     assert c.stats.write_errors == 1
     # no temporary file is left behind and the older entry is intact
@@ -148,6 +148,7 @@ def test_read_only_folder(
     add_src: Callable[..., str],
     check_add: Callable[..., None],
     caplog: pytest.LogCaptureFixture,
+    log_events: Callable[[str], list[logging.LogRecord]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A populated folder that became read-only (EROFS on every file creation: tests run as
@@ -161,7 +162,7 @@ def test_read_only_folder(
     monkeypatch.undo()
     assert hits
     assert c.stats.disk_hits == 1 and c.stats.compiles == 1 and c.stats.write_errors == 1
-    assert _log_events(caplog, "cache_write_failed")
+    assert log_events("cache_write_failed")
     assert len(ProgramCache(cache_dir).entries()) == 1
 
 
@@ -172,6 +173,7 @@ def test_lock_timeout_falls_back_to_compiling(
     add_src: Callable[..., str],
     check_add: Callable[..., None],
     caplog: pytest.LogCaptureFixture,
+    log_events: Callable[[str], list[logging.LogRecord]],
 ) -> None:
     """Another holder keeps the key's lock: after the bounded wait this process compiles."""
     c = ProgramCache(cache_dir, lock_timeout=0.3)
@@ -199,5 +201,5 @@ def test_lock_timeout_falls_back_to_compiling(
         done.set()
         t.join()
     assert c.stats.lock_timeouts == 1 and c.stats.compiles == 1
-    assert _log_events(caplog, "cache_lock_timeout")
+    assert log_events("cache_lock_timeout")
     assert len(c.entries()) == 1  # it still stored its result

@@ -52,6 +52,7 @@ def test_damaged_entry_is_recovered(
     add_src: Callable[..., str],
     check_add: Callable[..., None],
     caplog: pytest.LogCaptureFixture,
+    log_events: Callable[[str], list[logging.LogRecord]],
 ) -> None:
     src = add_src(3.0, f"damage-{damage}")
     ProgramCache(cache_dir).get_program(ctx, src, device)
@@ -63,7 +64,7 @@ def test_damaged_entry_is_recovered(
         prg = c.get_program(ctx, src, device)
     check_add(prg, 3.0)
     assert c.stats.recoveries == 1 and c.stats.corrupt == 1 and c.stats.compiles == 1
-    events = [r for r in caplog.records if r.getMessage() == "cache_entry_corrupt"]
+    events = log_events("cache_entry_corrupt")
     assert len(events) == 1
     assert events[0].path == str(entry.path)  # type: ignore[attr-defined]
     # the entry was overwritten with a valid one: the next fresh instance is a disk hit

@@ -51,7 +51,8 @@ def encode(key_hex: str, binary: bytes, meta: dict[str, Any]) -> bytes:
     return b"".join((head, meta_b, binary))
 
 
-def _check(data: bytes, key_hex: str | None) -> tuple[int, int]:
+def _check(data: bytes, key_hex: str | None) -> int:
+    """The metadata length of a valid entry for ``key_hex`` (any key when None)."""
     if not data:
         raise EntryError("empty")
     if len(data) < HEADER.size:
@@ -70,18 +71,18 @@ def _check(data: bytes, key_hex: str | None) -> tuple[int, int]:
     start = HEADER.size + meta_len
     if zlib.crc32(view[start:], zlib.crc32(view[HEADER.size : start])) != crc:
         raise EntryError("checksum", "crc32 of metadata and binary does not match")
-    return meta_len, payload_len
+    return int(meta_len)
 
 
 def decode(data: bytes, key_hex: str | None) -> memoryview:
     """The binary of a valid entry for ``key_hex`` (any key when None), or :class:`EntryError`."""
-    meta_len, _ = _check(data, key_hex)
+    meta_len = _check(data, key_hex)
     return memoryview(data)[HEADER.size + meta_len :]
 
 
 def read_meta(data: bytes) -> tuple[str, dict[str, Any]]:
     """(key hex, metadata) of a valid entry, or :class:`EntryError`."""
-    meta_len, _ = _check(data, None)
+    meta_len = _check(data, None)
     key = HEADER.unpack_from(data)[7].hex()
     try:
         meta = json.loads(data[HEADER.size : HEADER.size + meta_len])

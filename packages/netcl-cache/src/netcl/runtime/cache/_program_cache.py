@@ -44,6 +44,8 @@ _tracing = telemetry.tracing
 _NAMES: dict[cl.Device, str] = {}
 _IDENTITIES: dict[tuple[cl.Device, Any], str] = {}
 _STORES: dict[Path, DiskStore] = {}
+_LOOKUPS = tel.LOOKUPS
+_COUNTER_NAMES = tuple(f.name for f in fields(CacheStats))
 
 
 def _build(prg: Any, options: bytes, dev: cl.Device) -> None:
@@ -54,8 +56,19 @@ def _build(prg: Any, options: bytes, dev: cl.Device) -> None:
         raw(options=options, devices=[dev])
     else:
         prg.build(options, [dev])
-_LOOKUPS = tel.LOOKUPS
-_COUNTER_NAMES = tuple(f.name for f in fields(CacheStats))
+
+
+def _memory_hit_span(key: str, device_name: str) -> None:
+    # an in-process hit has nothing to time: the span only records that it happened
+    with tel.tracer.start_as_current_span(
+        "netcl.cache.get_program",
+        attributes={
+            "netcl.cache.result": "memory",
+            "netcl.cache.key": key,
+            "netcl.device.name": device_name,
+        },
+    ):
+        pass
 
 
 def parse_size(text: str, what: str) -> int:
@@ -163,23 +176,17 @@ class ProgramCache:
         mkey = (ctx, device, src_code, options)
         try:
             hit = self._memory.get(mkey)
-        except TypeError:  # options given as a list: key on a tuple of it
-            if isinstance(options, (list, tuple)):
-                return self.get_program(ctx, src_code, device, tuple(options))
-            raise
+        except TypeError:  # unhashable: options given as a list (key on a tuple of it), or a
+            if not isinstance(options, list):  # bad argument: raise the error that names it
+                self._check_args(ctx, src_code, device)
+                normalize_options(options)
+                raise
+            return self.get_program(ctx, src_code, device, tuple(options))
         if hit is not None:
             self._c["memory_hits"] += 1
             _LOOKUPS["memory"] += 1
             if _tracing():
-                with tel.tracer.start_as_current_span(
-                    "netcl.cache.get_program",
-                    attributes={
-                        "netcl.cache.result": "memory",
-                        "netcl.cache.key": hit[1],
-                        "netcl.device.name": hit[2],
-                    },
-                ):
-                    pass
+                _memory_hit_span(hit[1], hit[2])
             return hit[0]
         return self._get_slow(mkey, ctx, src_code, device, options)
 
@@ -195,23 +202,28 @@ class ProgramCache:
         opts = normalize_options(options)
         with self._lock:
             key_lock = self._key_locks.setdefault(mkey, threading.Lock())
-        with key_lock:  # threads wanting the same program: one builds, the others take it
-            hit = self._memory.get(mkey)
-            if hit is not None:
-                self._c["memory_hits"] += 1
-                _LOOKUPS["memory"] += 1
-                return hit[0]
-            if _tracing():
-                with tel.tracer.start_as_current_span("netcl.cache.get_program") as span:
-                    span.set_attribute("netcl.device.name", self._name(dev))
+        try:
+            with key_lock:  # threads wanting the same program: one builds, the others take it
+                hit = self._memory.get(mkey)
+                if hit is not None:  # built by the thread this one waited for
+                    self._c["memory_hits"] += 1
+                    _LOOKUPS["memory"] += 1
+                    if _tracing():
+                        _memory_hit_span(hit[1], hit[2])
+                    return hit[0]
+                if _tracing():
+                    with tel.tracer.start_as_current_span("netcl.cache.get_program") as span:
+                        span.set_attribute("netcl.device.name", self._name(dev))
+                        prg, key, result = self._resolve(ctx, src_code, dev, opts)
+                        span.set_attribute("netcl.cache.key", key)
+                        span.set_attribute("netcl.cache.result", result)
+                else:
                     prg, key, result = self._resolve(ctx, src_code, dev, opts)
-                    span.set_attribute("netcl.cache.key", key)
-                    span.set_attribute("netcl.cache.result", result)
-            else:
-                prg, key, result = self._resolve(ctx, src_code, dev, opts)
-            self._memory[mkey] = (prg, key, self._name(dev))
-        with self._lock:
-            self._key_locks.pop(mkey, None)
+                self._memory[mkey] = (prg, key, self._name(dev))
+        finally:  # also after a failed build (never cached): no lock stays behind per source
+            with self._lock:
+                if self._key_locks.get(mkey) is key_lock:  # not a newer one of a later caller
+                    del self._key_locks[mkey]
         _LOOKUPS[result] += 1
         return prg
 
@@ -299,15 +311,18 @@ class ProgramCache:
             store = _STORES.get(root)
             if store is None:
                 store = _STORES[root] = DiskStore.open(root)
-            self._store = store
-            self._store_state = "open"
         except PermissionError as exc:
             log.warning("cache_dir_untrusted", path=str(root), reason=str(exc))
-            self._store_state = "unusable"
         except OSError as exc:
             log.warning("cache_dir_unusable", path=str(root), error=str(exc))
-            self._store_state = "unusable"
-        return self._store
+        else:
+            self._store = store
+            self._store_state = "open"
+            return store
+        # not the store of an earlier open, which _save gave up on when its folder vanished
+        self._store = None
+        self._store_state = "unusable"
+        return None
 
     def _load(
         self,

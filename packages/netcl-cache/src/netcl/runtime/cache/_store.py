@@ -55,11 +55,22 @@ def _untrusted(st: os.stat_result) -> str | None:
     return None
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+def _write_atomic(target: Path, data: bytes, prefix: str) -> None:
+    """Write ``target`` through a temporary file in its folder, renamed into place, so a reader
+    sees the old file or the new one, never a part; nothing is left behind on error."""
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TMP_SUFFIX, dir=target.parent)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 class DiskStore:
@@ -110,19 +121,9 @@ class DiskStore:
             os.utime(self._prefix + key + SUFFIX)
 
     def write(self, key: str, data: bytes) -> None:
-        """Write an entry atomically: a temporary file in the same folder, renamed into place, so
-        a reader sees the old file or the new one, never a part. Raises ``OSError``."""
-        fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=TMP_SUFFIX, dir=self.programs)
-        try:
-            try:
-                _write_all(fd, data)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.programs / (key + SUFFIX))
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        """Write an entry atomically (a reader sees the old file or the new one, never a part).
+        Raises ``OSError``."""
+        _write_atomic(self.path(key), data, prefix=f".{key}.")
 
     def entries(self) -> list[EntryFile]:
         """Every entry file (valid or not), oldest use first."""
@@ -227,17 +228,9 @@ class DiskStore:
             total: dict[str, Any] = self.load_counters()
             for k, v in delta.items():
                 total[k] = total.get(k, 0) + v
-            fd, tmp = tempfile.mkstemp(prefix=".stats.", suffix=TMP_SUFFIX, dir=self.root)
-            try:
-                try:
-                    _write_all(fd, json.dumps(total, sort_keys=True).encode())
-                finally:
-                    os.close(fd)
-                os.replace(tmp, self.root / "stats.json")
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            _write_atomic(
+                self.root / "stats.json", json.dumps(total, sort_keys=True).encode(), ".stats."
+            )
 
     def reset_counters(self) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -170,9 +170,8 @@ class Scheduler:
                 try:
                     result = op()
                 except Exception as exc:
-                    state.ops_done += i
-                    raise self._error(
-                        state, index, i, op, None, f"raised {type(exc).__name__}: {exc}"
+                    raise self._op_error(
+                        state, index, i, op, f"raised {type(exc).__name__}: {exc}"
                     ) from exc
                 if result is None:
                     continue
@@ -187,13 +186,11 @@ class Scheduler:
                             events.append(r)
                             origins.append((index, i, op))
                 else:
-                    state.ops_done += i
-                    raise self._error(
+                    raise self._op_error(
                         state,
                         index,
                         i,
                         op,
-                        None,
                         f"returned {describe_value(result)}; an op must return None, an event "
                         "(an object with wait()) or a list/tuple of events",
                     )
@@ -201,19 +198,24 @@ class Scheduler:
                 events.append(op)
                 origins.append((index, i, op))
             else:
-                state.ops_done += i
-                raise self._error(
+                raise self._op_error(
                     state,
                     index,
                     i,
                     op,
-                    None,
                     "is neither callable nor an event-like object with a wait() method "
                     f"(it is {describe_value(op)})",
                 )
         state.ops_done += len(ops)
         if wait_after:
             self._wait(state, first_event)
+
+    def _op_error(
+        self, state: _Run, plan_index: int, op_index: int, op: Op, what: str
+    ) -> SchedulerError:
+        """The error for an op that failed itself (no event); the ops before it count as run."""
+        state.ops_done += op_index
+        return self._error(state, plan_index, op_index, op, None, what)
 
     def _wait(self, state: _Run, first: int) -> None:
         """Wait for ``state.events[first:]``; raise naming the op of an event that failed."""
