@@ -207,8 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         replay_only.append(time.perf_counter() - t0)
 
     # 4. summary
-    telemetry_flush = providers["tracer_provider"].force_flush
-    telemetry_flush()
+    providers["tracer_provider"].force_flush()  # span lines before the table, not after
     stats = cacher.stats
     med_normal, med_replay = statistics.median(normal), statistics.median(replay_only)
     rows = [
