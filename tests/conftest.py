@@ -8,6 +8,8 @@ subprocess.
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -70,3 +72,21 @@ def metric_points(metric_reader: InMemoryMetricReader) -> Callable[[str], list[A
         return points
 
     return collect
+
+
+def _service_binary(name: str, install: str) -> str:
+    path = shutil.which(name)
+    if path is not None:
+        return path
+    reason = f"{name!r} is not installed; install it with: {install}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true requires the service binary: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def service_binary() -> Callable[[str, str], str]:
+    """``service_binary(name, install)``: the path of a system service's binary (Prometheus,
+    redis-server, chromium). When it is absent the test is skipped with the install command,
+    except under ``CI=true``, where a missing service fails the test."""
+    return _service_binary
