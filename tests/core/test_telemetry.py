@@ -1,21 +1,52 @@
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import logging
+import os
 import subprocess
 import sys
 import textwrap
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import grpc
+import pytest
+from opentelemetry.proto.collector.trace.v1 import (
+    trace_service_pb2,
+    trace_service_pb2_grpc,
+)
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from netcl.core import log, telemetry
 
 
-def _run(code: str) -> subprocess.CompletedProcess[str]:
+def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
-    )
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, timeout=120, env={**clean, **env},
+    )  # fmt: skip
+
+
+# An application: configure(), one parent and one failing child span, a counter, shutdown.
+_APP = """
+    import io, sys
+    from opentelemetry.trace import Status, StatusCode
+    from netcl.core import telemetry
+    p = telemetry.configure(console={console})
+    t = telemetry.tracer("netcl.test", "netcl-core")
+    with telemetry.span(t, "netcl.test.outer", {{"netcl.test.k": 7}}):
+        with telemetry.span(t, "netcl.test.inner") as s:
+            s.set_status(Status(StatusCode.ERROR, "line one\\nline two"))
+            s.set_attribute("netcl.compile.log", "error: x\\n  at y")
+    telemetry.meter("netcl.test", "netcl-core").create_counter("netcl.test.count").add(2)
+    print("service.name=" + p["tracer_provider"].resource.attributes["service.name"])
+    telemetry.shutdown()
+"""
 
 
 def test_fast_path_without_sdk() -> None:
@@ -23,6 +54,7 @@ def test_fast_path_without_sdk() -> None:
         """
         import timeit
         from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
         from netcl.core import telemetry
         assert telemetry.tracing() is False
         t = telemetry.tracer("netcl.test", "netcl-core")
@@ -32,11 +64,37 @@ def test_fast_path_without_sdk() -> None:
         n = 200_000
         per_call = min(timeit.repeat(telemetry.tracing, number=n, repeat=5)) / n
         assert per_call < 1e-6, f"tracing() costs {per_call * 1e9:.0f} ns"
+        # a provider installed by hand after netcl ran is seen within a bounded number of calls
+        trace.set_tracer_provider(TracerProvider())
+        seen = next(i for i in range(10_000) if telemetry.tracing())
+        assert seen <= 256, seen
+        assert all(telemetry.tracing() for _ in range(1000))  # latched
         print("ok")
         """
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+def test_tracing_reads_no_private_api() -> None:
+    source = inspect.getsource(telemetry)
+    assert "_TRACER_PROVIDER" not in source and "trace._" not in source
+
+
+def test_sdk_configurator_api_is_what_configure_uses() -> None:
+    """configure() delegates to the SDK's private configurator (what opentelemetry-instrument
+    runs): this fails first when a new SDK release changes it."""
+    from opentelemetry.sdk._configuration import _initialize_components, _OTelSDKConfigurator
+
+    params = inspect.signature(_initialize_components).parameters
+    for name in (
+        "trace_exporter_names",
+        "metric_exporter_names",
+        "resource_attributes",
+        "exporter_args_map",
+    ):
+        assert name in params, name
+    assert callable(_OTelSDKConfigurator().configure)
 
 
 def test_spans_with_sdk(spans: InMemorySpanExporter) -> None:
@@ -48,6 +106,147 @@ def test_spans_with_sdk(spans: InMemorySpanExporter) -> None:
     assert finished.name == "netcl.test.outer"
     assert finished.attributes == {"netcl.test.n": 3}
     assert finished.instrumentation_scope.name == "netcl.test"
+
+
+def test_console_lines_carry_ids_and_status_on_one_line() -> None:
+    proc = _run(_APP.format(console=True))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    outer = [ln for ln in lines if ln.startswith("span netcl.test.outer ")]
+    inner = [ln for ln in lines if ln.startswith("span netcl.test.inner ")]
+    assert len(outer) == 1 and len(inner) == 1, proc.stderr
+    fields = dict(f.split("=", 1) for f in outer[0].split()[4:])
+    assert len(fields["trace_id"]) == 32 and len(fields["span_id"]) == 16
+    assert fields["parent_id"] == "-" and fields["status"] == "UNSET"
+    assert fields["netcl.test.k"] == "7"
+    assert f"trace_id={fields['trace_id']}" in inner[0]
+    assert f"parent_id={fields['span_id']}" in inner[0]
+    # multi-line values stay on the span's line, JSON-quoted
+    assert 'status=ERROR status.description="line one\\nline two"' in inner[0]
+    assert 'netcl.compile.log="error: x\\n  at y"' in inner[0]
+    assert "metric netcl.test.count{} 2" in lines, proc.stderr
+    assert "service.name=netcl" in proc.stdout
+
+
+def test_standard_variables_turn_exporters_off() -> None:
+    proc = _run(
+        _APP.format(console=False), OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    # nothing configured at all: still nothing printed
+    assert _run(_APP.format(console=False)).stderr == ""
+
+
+def test_console_exporter_chosen_by_variable_uses_one_line_format() -> None:
+    proc = _run(_APP.format(console=False), OTEL_TRACES_EXPORTER="console")
+    assert proc.returncode == 0, proc.stderr
+    assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("span ")]) == 2
+    assert "metric " not in proc.stderr
+
+
+class _Traces(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self) -> None:
+        self.requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
+
+    def Export(  # noqa: N802 (the generated service's name)
+        self, request: trace_service_pb2.ExportTraceServiceRequest, context: object
+    ) -> trace_service_pb2.ExportTraceServiceResponse:
+        self.requests.append(request)
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+@pytest.fixture
+def grpc_receiver() -> Iterator[tuple[int, _Traces]]:
+    """A real OTLP/gRPC trace receiver on loopback."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    traces = _Traces()
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(traces, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield port, traces
+    server.stop(None)
+
+
+@pytest.fixture
+def http_receiver() -> Iterator[tuple[int, list[tuple[str, bytes]]]]:
+    """A real OTLP/HTTP receiver on loopback: records (path, body) of every POST."""
+    posts: list[tuple[str, bytes]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            posts.append((self.path, body))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1], posts
+    server.shutdown()
+
+
+def _resource_attrs(request: trace_service_pb2.ExportTraceServiceRequest) -> dict[str, str]:
+    (rs,) = request.resource_spans
+    return {a.key: a.value.string_value for a in rs.resource.attributes}
+
+
+def test_otlp_grpc_by_protocol_variable(grpc_receiver: tuple[int, _Traces]) -> None:
+    port, traces = grpc_receiver
+    proc = _run(
+        _APP.format(console=False),
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+        OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_RESOURCE_ATTRIBUTES="service.name=from-attributes,deployment.environment=test",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "service.name=from-attributes" in proc.stdout
+    names = {s.name for r in traces.requests for rs in r.resource_spans
+             for ss in rs.scope_spans for s in ss.spans}  # fmt: skip
+    assert names == {"netcl.test.outer", "netcl.test.inner"}, proc.stderr
+    attrs = _resource_attrs(traces.requests[0])
+    assert attrs["service.name"] == "from-attributes"
+    assert attrs["deployment.environment"] == "test"
+
+
+def test_otlp_http_by_protocol_variable(http_receiver: tuple[int, list[tuple[str, bytes]]]) -> None:
+    port, posts = http_receiver
+    proc = _run(
+        _APP.format(console=False),
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+        OTEL_SERVICE_NAME="from-service-name",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "service.name=from-service-name" in proc.stdout
+    paths = {path for path, _ in posts}
+    assert paths == {"/v1/traces", "/v1/metrics"}, (paths, proc.stderr)
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    request.ParseFromString(next(body for path, body in posts if path == "/v1/traces"))
+    assert _resource_attrs(request)["service.name"] == "from-service-name"
+
+
+def test_configure_leaves_an_installed_sdk_alone() -> None:
+    proc = _run(
+        """
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from netcl.core import telemetry
+        mine = TracerProvider()
+        trace.set_tracer_provider(mine)
+        assert telemetry.configure()["tracer_provider"] is mine
+        assert telemetry.configure() is telemetry.configure()  # idempotent
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok" and "Overriding" not in proc.stderr
 
 
 def test_library_logging_is_silent_when_unconfigured() -> None:
@@ -82,30 +281,3 @@ def test_configure_logging_json_with_trace_ids() -> None:
     assert event["logger"] == "netcl.test.log"
     assert event["trace_id"] == format(s.get_span_context().trace_id, "032x")
     assert event["span_id"] == format(s.get_span_context().span_id, "016x")
-
-
-def test_configure_console_prints_one_line_per_span_and_metric() -> None:
-    proc = _run(
-        """
-        import io, os
-        for v in list(os.environ):
-            if v.startswith("OTEL_"):
-                del os.environ[v]
-        from netcl.core import telemetry
-        buf = io.StringIO()
-        telemetry.configure(console_out=buf)
-        assert telemetry.tracing() is True
-        assert telemetry.configure() is telemetry.configure()  # idempotent
-        t = telemetry.tracer("netcl.test", "netcl-core")
-        with telemetry.span(t, "netcl.test.configured", {"netcl.test.k": 7}):
-            pass
-        telemetry.meter("netcl.test", "netcl-core").create_counter("netcl.test.count").add(2)
-        telemetry.shutdown()
-        print(buf.getvalue())
-        """
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    span_lines = [ln for ln in lines if ln.startswith("span netcl.test.configured ")]
-    assert len(span_lines) == 1 and span_lines[0].endswith("netcl.test.k=7"), proc.stdout
-    assert "metric netcl.test.count{} 2" in lines, proc.stdout

@@ -9,6 +9,8 @@ when it is False.
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -22,7 +24,20 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricsData
     from opentelemetry.sdk.trace import ReadableSpan
 
-__all__ = ["DURATION_BUCKETS_S", "configure", "meter", "shutdown", "span", "tracer", "tracing"]
+__all__ = [
+    "DURATION_BUCKETS_S",
+    "ERROR_TYPE",
+    "configure",
+    "meter",
+    "shutdown",
+    "span",
+    "tracer",
+    "tracing",
+]
+
+#: The semantic-conventions attribute every netcl failure (span or metric point) carries: the
+#: exception's class name, or a short reason such as ``build_error``.
+ERROR_TYPE = "error.type"
 
 
 def _version(dist: str) -> str:
@@ -50,14 +65,34 @@ def meter(scope: str, dist: str) -> metrics.Meter:
     return metrics.get_meter(scope, _version(dist))
 
 
-def tracing() -> bool:
-    """Whether a real (SDK) tracer provider is installed: the hot-path check before span work.
+# tracing() state. The public way to ask whether an SDK is installed,
+# ``trace.get_tracer_provider()``, costs ~1 µs while none is (it looks up an environment variable
+# each call), too much for a hot path. A global provider can be set only once, so a True answer
+# is latched for good; a False answer is re-checked every _RECHECK calls, which costs one
+# decrement per call. A provider installed before the first call (configure(),
+# opentelemetry-instrument, a test's conftest) is seen at once; one installed by hand after netcl
+# already ran is seen within _RECHECK calls.
+_RECHECK = 256
+_on = False
+_countdown = 1
 
-    Reads the API's global provider slot directly. ``trace.get_tracer_provider()`` is the public
-    way but costs ~0.7 µs (it consults the environment each call); this is ~30 ns. The test suite
-    pins the behaviour, so an API change that breaks it fails loudly.
-    """
-    return trace._TRACER_PROVIDER is not None
+
+def _recheck() -> bool:
+    global _on, _countdown
+    _on = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    _countdown = _RECHECK
+    return _on
+
+
+def tracing() -> bool:
+    """Whether a real (SDK) tracer provider is installed: the hot-path check before span work."""
+    global _countdown
+    if _on:
+        return True
+    _countdown -= 1
+    if _countdown > 0:
+        return False
+    return _recheck()
 
 
 @contextlib.contextmanager
@@ -65,7 +100,7 @@ def span(
     t: trace.Tracer, name: str, attributes: Mapping[str, AttributeValue] | None = None
 ) -> Iterator[trace.Span | None]:
     """A current span when tracing is on, else nothing (yields None). For non-hot paths."""
-    if trace._TRACER_PROVIDER is None:
+    if not (_on or _recheck()):
         yield None
         return
     with t.start_as_current_span(name, attributes=attributes) as s:
@@ -73,89 +108,129 @@ def span(
 
 
 _configured: dict[str, Any] = {}
+_log = logging.getLogger(__name__)
+
+_OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_{}_ENDPOINT")
 
 
 def configure(
     *,
     service_name: str = "netcl",
-    console: bool | None = None,
+    console: bool = False,
     console_out: TextIO | None = None,
     prometheus_port: int | None = None,
 ) -> dict[str, Any]:
     """Install the OpenTelemetry SDK for an application (idempotent; needs ``netcl-core[otel]``).
 
-    Exporters follow the standard variables: ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the traces /
-    metrics specific ones) sends spans and metrics over OTLP/HTTP; otherwise, or when ``console``
-    is True, they are printed one line each to ``console_out`` (stderr). ``prometheus_port``
-    also serves metrics for Prometheus on 127.0.0.1 at that port. Returns the installed providers
-    (``tracer_provider``, ``meter_provider``); call :func:`shutdown` before exiting to flush.
+    This is the SDK's own environment-driven configuration (the one ``opentelemetry-instrument``
+    runs), so every standard ``OTEL_*`` variable applies: ``OTEL_TRACES_EXPORTER`` /
+    ``OTEL_METRICS_EXPORTER`` / ``OTEL_LOGS_EXPORTER`` (``otlp``, ``console``, ``prometheus``,
+    ``none``, comma-separated lists), ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``grpc``, the SDK's default,
+    or ``http/protobuf``), endpoints, headers, ``OTEL_RESOURCE_ATTRIBUTES``,
+    ``OTEL_SERVICE_NAME``, samplers, export intervals. netcl adds three defaults: with no
+    ``OTEL_{SIGNAL}_EXPORTER`` but an OTLP endpoint set, that signal goes over OTLP (with neither,
+    nothing is exported); ``service.name`` is ``service_name`` unless the environment names one;
+    console lines are one line per span or metric point. ``console=True`` also prints spans and
+    metrics to ``console_out`` (stderr); ``prometheus_port`` serves metrics for Prometheus on that
+    port (host ``OTEL_EXPORTER_PROMETHEUS_HOST``, default 127.0.0.1).
+
+    When an SDK is already installed (by ``opentelemetry-instrument`` or the application), it is
+    left alone. Returns the providers (``tracer_provider``, ``meter_provider``); call
+    :func:`shutdown` before exiting to flush.
     """
     if _configured:
         return _configured
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import (
-        ConsoleMetricExporter,
-        MetricReader,
-        PeriodicExportingMetricReader,
-    )
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
-
-    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", service_name)})
-    otlp = any(
-        os.environ.get(v)
-        for v in (
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-        )
-    )
-    if console is None:
-        console = not otlp
-    out = console_out or sys.stderr
-    tp = TracerProvider(resource=resource)
-    readers: list[MetricReader] = []
-    if otlp:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        tp.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
-    if console:
-        tp.add_span_processor(
-            BatchSpanProcessor(ConsoleSpanExporter(out=out, formatter=_span_line))
-        )
-        readers.append(
-            PeriodicExportingMetricReader(
-                ConsoleMetricExporter(out=out, formatter=_metric_lines),
-                export_interval_millis=3_600_000,  # once, at shutdown: a summary, not a stream
+    if _recheck():
+        if prometheus_port is not None:
+            _log.warning(
+                "an OpenTelemetry SDK is already installed; prometheus_port=%d is ignored "
+                "(set OTEL_METRICS_EXPORTER=prometheus and OTEL_EXPORTER_PROMETHEUS_PORT instead)",
+                prometheus_port,
             )
-        )
-    if prometheus_port is not None:
-        from opentelemetry.exporter.prometheus import PrometheusMetricReader
-        from prometheus_client import start_http_server
-
-        start_http_server(prometheus_port, addr="127.0.0.1")
-        readers.append(PrometheusMetricReader())
-    mp = MeterProvider(resource=resource, metric_readers=readers)
-    trace.set_tracer_provider(tp)
-    metrics.set_meter_provider(mp)
-    _configured.update(tracer_provider=tp, meter_provider=mp)
+    else:
+        _install(service_name, console, console_out or sys.stderr, prometheus_port)
+    _configured.update(
+        tracer_provider=trace.get_tracer_provider(), meter_provider=metrics.get_meter_provider()
+    )
     return _configured
+
+
+def _install(service_name: str, console: bool, out: TextIO, prometheus_port: int | None) -> None:
+    # The SDK's configurator, as opentelemetry-distro subclasses it for opentelemetry-instrument.
+    # Private API: tests/core/test_telemetry.py pins the names and parameters used here.
+    from opentelemetry.sdk._configuration import _OTelSDKConfigurator
+    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+    from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+    resource: dict[str, AttributeValue] = {}
+    if SERVICE_NAME not in OTELResourceDetector().detect().attributes:
+        resource[SERVICE_NAME] = service_name
+    # Like opentelemetry-distro, netcl's defaults are environment defaults, set only for the
+    # duration of the configuration so that the SDK resolves them as it resolves the user's.
+    env: dict[str, str] = {}
+    for signal in ("TRACES", "METRICS"):
+        endpoint = any(os.environ.get(v.format(signal)) for v in _OTLP_ENDPOINTS)
+        if f"OTEL_{signal}_EXPORTER" not in os.environ and endpoint:
+            env[f"OTEL_{signal}_EXPORTER"] = "otlp"
+    extra = ["console"] if console else []
+    metric_names = list(extra)
+    if prometheus_port is not None:
+        metric_names.append("prometheus")  # the SDK's reader serves on these variables
+        env["OTEL_EXPORTER_PROMETHEUS_PORT"] = str(prometheus_port)
+        env["OTEL_EXPORTER_PROMETHEUS_HOST"] = os.environ.get(
+            "OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"
+        )
+    saved = {v: os.environ.get(v) for v in env}
+    os.environ.update(env)
+    try:
+        _OTelSDKConfigurator().configure(
+            trace_exporter_names=extra,
+            metric_exporter_names=metric_names,
+            resource_attributes=resource,
+            exporter_args_map={
+                ConsoleSpanExporter: {"out": out, "formatter": _span_line},
+                ConsoleMetricExporter: {"out": out, "formatter": _metric_lines},
+            },
+        )
+    finally:
+        for v, value in saved.items():
+            if value is None:
+                del os.environ[v]
+            else:
+                os.environ[v] = value
+    _recheck()
 
 
 def shutdown() -> None:
     """Flush and stop what :func:`configure` installed (no-op when it did nothing)."""
-    if _configured:
-        _configured["tracer_provider"].shutdown()
-        _configured["meter_provider"].shutdown()
+    for provider in (_configured.get("tracer_provider"), _configured.get("meter_provider")):
+        stop = getattr(provider, "shutdown", None)
+        if stop is not None:
+            stop()
+
+
+def _value(v: object) -> str:
+    """One token of a key=value line: quoted (JSON, newlines escaped) when it has to be."""
+    s = v if isinstance(v, str) else str(v)
+    if not s or any(c.isspace() or c in "\"=" for c in s):
+        return json.dumps(s)
+    return s
 
 
 def _span_line(span: ReadableSpan) -> str:
     ms = ((span.end_time or 0) - (span.start_time or 0)) / 1e6
-    attrs = " ".join(f"{k}={v!s}" for k, v in (span.attributes or {}).items())
-    return f"span {span.name} {ms:.3f} ms {attrs}\n"
+    ctx = span.context
+    parent = format(span.parent.span_id, "016x") if span.parent else "-"
+    head = (
+        f"span {span.name} {ms:.3f} ms trace_id={ctx.trace_id:032x} span_id={ctx.span_id:016x} "
+        f"parent_id={parent} status={span.status.status_code.name}"
+    )
+    fields = [head]
+    if span.status.description:
+        fields.append(f"status.description={_value(span.status.description)}")
+    fields += [f"{k}={_value(v)}" for k, v in (span.attributes or {}).items()]
+    return " ".join(fields) + "\n"
 
 
 def _metric_lines(data: MetricsData) -> str:
@@ -164,7 +239,7 @@ def _metric_lines(data: MetricsData) -> str:
         for sm in rm.scope_metrics:
             for m in sm.metrics:
                 for p in m.data.data_points:
-                    attrs = ",".join(f"{k}={v!s}" for k, v in (p.attributes or {}).items())
+                    attrs = ",".join(f"{k}={_value(v)}" for k, v in (p.attributes or {}).items())
                     value = getattr(p, "value", None)
                     if value is None:  # histogram point
                         value = f"count={p.count} sum={p.sum:.6g}"  # type: ignore[union-attr]
