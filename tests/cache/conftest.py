@@ -65,7 +65,7 @@ def check_add(queue: cl.CommandQueue) -> Callable[..., None]:
 @pytest.fixture
 def log_events(caplog: pytest.LogCaptureFixture) -> Callable[[str], list[logging.LogRecord]]:
     """``log_events(name)``: the captured log records of structlog event ``name``."""
-    return lambda name: [r for r in caplog.records if r.getMessage() == name]
+    return lambda name: [r for r in caplog.records if getattr(r, "event", None) == name]
 
 
 @pytest.fixture(autouse=True)

@@ -1,9 +1,6 @@
 from __future__ import annotations
 
 import inspect
-import io
-import json
-import logging
 import os
 import subprocess
 import sys
@@ -21,7 +18,7 @@ from opentelemetry.proto.collector.trace.v1 import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from netcl.core import log, telemetry
+from netcl.core import telemetry
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -247,37 +244,3 @@ def test_configure_leaves_an_installed_sdk_alone() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok" and "Overriding" not in proc.stderr
-
-
-def test_library_logging_is_silent_when_unconfigured() -> None:
-    proc = _run(
-        """
-        from netcl.core.log import get_logger
-        get_logger("netcl.runtime.cache").warning("cache_entry_corrupt", path="/x", reason="bad")
-        get_logger("netcl.runtime.cache").error("boom")
-        """
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "" and proc.stderr == ""
-
-
-def test_configure_logging_json_with_trace_ids() -> None:
-    buf = io.StringIO()
-    handler = log.configure_logging(logging.INFO, json=True, stream=buf)
-    try:
-        logger = log.get_logger("netcl.test.log")
-        t = telemetry.tracer("netcl.test", "netcl-core")
-        with t.start_as_current_span("netcl.test.log") as s:
-            logger.warning("something_happened", path="/tmp/x", size=3)
-        logger.debug("not_shown")
-    finally:
-        logging.getLogger("netcl").removeHandler(handler)
-        logging.getLogger("netcl").setLevel(logging.NOTSET)
-    (line,) = buf.getvalue().splitlines()
-    event = json.loads(line)
-    assert event["event"] == "something_happened"
-    assert event["path"] == "/tmp/x" and event["size"] == 3
-    assert event["level"] == "warning"
-    assert event["logger"] == "netcl.test.log"
-    assert event["trace_id"] == format(s.get_span_context().trace_id, "032x")
-    assert event["span_id"] == format(s.get_span_context().span_id, "016x")
