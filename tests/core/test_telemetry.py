@@ -171,7 +171,7 @@ def http_receiver() -> Iterator[tuple[int, list[tuple[str, bytes]]]]:
     posts: list[tuple[str, bytes]] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             posts.append((self.path, body))
             self.send_response(200)
