@@ -4,16 +4,20 @@
 2. describe the forward pass as a Graph and run it on a BufferPool;
 3. capture the run's kernel launches and replay many steps with changing inputs through
    Scheduler plans (copy in, replay, copy out), double-buffering the input by rebinding;
-4. check every result against numpy and print a summary table.
+4. check every result against numpy and print a summary table, a per-span-name summary and
+   where the telemetry went.
 
-Spans and metrics go to stderr (one line each) or, when OTEL_EXPORTER_OTLP_* is set, to an OTLP
-endpoint; ``--prometheus-port`` also serves metrics for Prometheus.
+Telemetry follows the standard OTEL_* variables (netcl.core.telemetry.configure);
+``--console-spans`` prints every span (one line each) to stderr, ``--prometheus-port`` serves
+metrics for Prometheus.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -26,7 +30,7 @@ import pyopencl as cl
 from kernels import SOURCE, Array, mlp_reference
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from netcl.core import device, telemetry
+from netcl.core import device, log, telemetry
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
 from netcl.runtime.cache import ProgramCache, cacher
@@ -38,12 +42,53 @@ LAYERS = (128, 128, 128, 128, 10)  # features -> 3 hidden layers -> classes: sma
 BATCH = 16
 
 
-class _SpanCounter(SpanProcessor):
+class _SpanStats(SpanProcessor):
+    """Durations of the finished spans, by span name."""
+
     def __init__(self) -> None:
-        self.count = 0
+        self.durations: dict[str, list[int]] = {}
 
     def on_end(self, span: ReadableSpan) -> None:
-        self.count += 1
+        ns = (span.end_time or 0) - (span.start_time or 0)
+        self.durations.setdefault(span.name, []).append(ns)
+
+    def table(self) -> list[str]:
+        total = sum(len(d) for d in self.durations.values())
+        lines = [f"{'span (' + str(total) + ' in all)':<32}{'count':>7}{'p50':>13}{'p99':>13}"]
+        for name, ns in sorted(self.durations.items()):
+            ns.sort()
+            p50, p99 = ns[len(ns) // 2], ns[min(len(ns) - 1, len(ns) * 99 // 100)]
+            lines.append(f"{name:<32}{len(ns):>7}{_us(p50):>13}{_us(p99):>13}")
+        return lines
+
+
+def _us(ns: int) -> str:
+    return f"{ns / 1e3:.1f} µs" if ns < 1e6 else f"{ns / 1e6:.3f} ms"
+
+
+def _where(exporters: dict[str, list[str]], prometheus_port: int | None) -> list[str]:
+    """Where spans, metrics and logs went, one line each."""
+    if not exporters:
+        return ["telemetry: an OpenTelemetry SDK installed before the demo handles it"]
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "the SDK's default endpoint")
+    lines = []
+    for signal, names in exporters.items():
+        where = []
+        for name in names:
+            if name.startswith("otlp"):
+                where.append(f"OTLP/{'gRPC' if 'grpc' in name else 'HTTP'} to {endpoint}")
+            elif name == "prometheus":
+                where.append(f"Prometheus on http://127.0.0.1:{prometheus_port}/metrics")
+            elif name == "console":
+                where.append("stderr, one line each")
+            else:
+                where.append(name)
+        if signal == "logs" and not names:
+            where.append("netcl's structured events through stdlib logging, warnings on stderr")
+        lines.append(f"{signal + ':':<9}{', '.join(where) or 'not exported'}")
+    if not exporters["traces"]:
+        lines.append("(--console-spans prints every span; the OTEL_* variables pick exporters)")
+    return lines
 
 
 def _ms(seconds: float) -> str:
@@ -104,14 +149,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prometheus-port", type=int, help="serve metrics on 127.0.0.1:PORT")
     parser.add_argument("--linger", type=float, default=0.0, help="seconds to keep serving after")
     parser.add_argument("--no-console", action="store_true", help="no span/metric lines on stderr")
+    parser.add_argument("--console-spans", action="store_true", help="every span on stderr")
     args = parser.parse_args(argv)
 
     providers = telemetry.configure(
         service_name="netcl-demo",
-        console=False if args.no_console else None,
+        console=args.console_spans and not args.no_console,
         prometheus_port=args.prometheus_port,
     )
-    spans = _SpanCounter()
+    log.configure_logging(logging.WARNING)  # netcl's warnings (a corrupt cache entry...) on stderr
+    spans = _SpanStats()
     providers["tracer_provider"].add_span_processor(spans)
 
     queue = device.default_queue()
@@ -222,10 +269,13 @@ def main(argv: list[str] | None = None) -> int:
         ("pool peak (plan) / lower bound", f"{plan.peak_bytes} B / {plan.lower_bound} B"),
         ("pool peak without reuse", f"{plan.no_reuse_bytes} B"),
         ("steps checked against numpy", f"{args.steps + 1}"),
-        ("spans emitted", f"{spans.count}"),
     ]
     width = max(len(r[0]) for r in rows)
     print("\n".join(f"{name:<{width}}  {value}" for name, value in rows))
+    print()
+    print("\n".join(spans.table()))
+    print()
+    print("\n".join(_where(providers["exporters"], args.prometheus_port)))
     if args.linger > 0:
         print(f"serving metrics for {args.linger:g} s more", file=sys.stderr)
         time.sleep(args.linger)

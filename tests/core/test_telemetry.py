@@ -42,6 +42,7 @@ _APP = """
             s.set_attribute("netcl.compile.log", "error: x\\n  at y")
     telemetry.meter("netcl.test", "netcl-core").create_counter("netcl.test.count").add(2)
     print("service.name=" + p["tracer_provider"].resource.attributes["service.name"])
+    print("exporters=" + repr(p["exporters"]))
     telemetry.shutdown()
 """
 
@@ -81,7 +82,11 @@ def test_tracing_reads_no_private_api() -> None:
 def test_sdk_configurator_api_is_what_configure_uses() -> None:
     """configure() delegates to the SDK's private configurator (what opentelemetry-instrument
     runs): this fails first when a new SDK release changes it."""
-    from opentelemetry.sdk._configuration import _initialize_components, _OTelSDKConfigurator
+    from opentelemetry.sdk._configuration import (
+        _get_exporter_names,
+        _initialize_components,
+        _OTelSDKConfigurator,
+    )
 
     params = inspect.signature(_initialize_components).parameters
     for name in (
@@ -92,6 +97,7 @@ def test_sdk_configurator_api_is_what_configure_uses() -> None:
     ):
         assert name in params, name
     assert callable(_OTelSDKConfigurator().configure)
+    assert list(inspect.signature(_get_exporter_names).parameters) == ["signal_type"]
 
 
 def test_spans_with_sdk(spans: InMemorySpanExporter) -> None:
@@ -204,6 +210,7 @@ def test_otlp_grpc_by_protocol_variable(grpc_receiver: tuple[int, _Traces]) -> N
     )
     assert proc.returncode == 0, proc.stderr
     assert "service.name=from-attributes" in proc.stdout
+    assert "exporters={'traces': ['otlp_proto_grpc'], 'metrics': [], 'logs': []}" in proc.stdout
     names = {s.name for r in traces.requests for rs in r.resource_spans
              for ss in rs.scope_spans for s in ss.spans}  # fmt: skip
     assert names == {"netcl.test.outer", "netcl.test.inner"}, proc.stderr
@@ -222,6 +229,7 @@ def test_otlp_http_by_protocol_variable(http_receiver: tuple[int, list[tuple[str
     )
     assert proc.returncode == 0, proc.stderr
     assert "service.name=from-service-name" in proc.stdout
+    assert "'traces': ['otlp_proto_http'], 'metrics': ['otlp_proto_http']" in proc.stdout
     paths = {path for path, _ in posts}
     assert paths == {"/v1/traces", "/v1/metrics"}, (paths, proc.stderr)
     request = trace_service_pb2.ExportTraceServiceRequest()

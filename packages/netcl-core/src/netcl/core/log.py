@@ -76,9 +76,7 @@ def configure_logging(
     Calling it again replaces the handler it installed (each event is still printed once).
     """
     renderer: Any = (
-        structlog.processors.JSONRenderer()
-        if json
-        else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     )
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(

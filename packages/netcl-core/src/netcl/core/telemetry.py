@@ -135,11 +135,13 @@ def configure(
     port (host ``OTEL_EXPORTER_PROMETHEUS_HOST``, default 127.0.0.1).
 
     When an SDK is already installed (by ``opentelemetry-instrument`` or the application), it is
-    left alone. Returns the providers (``tracer_provider``, ``meter_provider``); call
-    :func:`shutdown` before exiting to flush.
+    left alone. Returns the providers (``tracer_provider``, ``meter_provider``) and ``exporters``,
+    the exporter names per signal as the SDK resolved them (``{"traces": ["otlp_proto_grpc"],
+    ...}``; empty when the SDK was already installed); call :func:`shutdown` before exiting.
     """
     if _configured:
         return _configured
+    exporters: dict[str, list[str]] = {}
     if _recheck():
         if prometheus_port is not None:
             _log.warning(
@@ -148,17 +150,21 @@ def configure(
                 prometheus_port,
             )
     else:
-        _install(service_name, console, console_out or sys.stderr, prometheus_port)
+        exporters = _install(service_name, console, console_out or sys.stderr, prometheus_port)
     _configured.update(
-        tracer_provider=trace.get_tracer_provider(), meter_provider=metrics.get_meter_provider()
+        tracer_provider=trace.get_tracer_provider(),
+        meter_provider=metrics.get_meter_provider(),
+        exporters=exporters,
     )
     return _configured
 
 
-def _install(service_name: str, console: bool, out: TextIO, prometheus_port: int | None) -> None:
+def _install(
+    service_name: str, console: bool, out: TextIO, prometheus_port: int | None
+) -> dict[str, list[str]]:
     # The SDK's configurator, as opentelemetry-distro subclasses it for opentelemetry-instrument.
     # Private API: tests/core/test_telemetry.py pins the names and parameters used here.
-    from opentelemetry.sdk._configuration import _OTelSDKConfigurator
+    from opentelemetry.sdk._configuration import _get_exporter_names, _OTelSDKConfigurator
     from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
     from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector
     from opentelemetry.sdk.trace.export import ConsoleSpanExporter
@@ -184,6 +190,11 @@ def _install(service_name: str, console: bool, out: TextIO, prometheus_port: int
     saved = {v: os.environ.get(v) for v in env}
     os.environ.update(env)
     try:
+        exporters = {
+            "traces": _get_exporter_names("traces") + extra,
+            "metrics": _get_exporter_names("metrics") + metric_names,
+            "logs": _get_exporter_names("logs"),
+        }
         _OTelSDKConfigurator().configure(
             trace_exporter_names=extra,
             metric_exporter_names=metric_names,
@@ -200,6 +211,7 @@ def _install(service_name: str, console: bool, out: TextIO, prometheus_port: int
             else:
                 os.environ[v] = value
     _recheck()
+    return {signal: list(dict.fromkeys(names)) for signal, names in exporters.items()}
 
 
 def shutdown() -> None:
@@ -213,7 +225,7 @@ def shutdown() -> None:
 def _value(v: object) -> str:
     """One token of a key=value line: quoted (JSON, newlines escaped) when it has to be."""
     s = v if isinstance(v, str) else str(v)
-    if not s or any(c.isspace() or c in "\"=" for c in s):
+    if not s or any(c.isspace() or c in '"=' for c in s):
         return json.dumps(s)
     return s
 
