@@ -65,7 +65,7 @@ def test_fast_path_without_sdk() -> None:
         # a provider installed by hand after netcl ran is seen within a bounded number of calls
         trace.set_tracer_provider(TracerProvider())
         seen = next(i for i in range(10_000) if telemetry.tracing())
-        assert seen <= 256, seen
+        assert seen <= 1024, seen
         assert all(telemetry.tracing() for _ in range(1000))  # latched
         print("ok")
         """
