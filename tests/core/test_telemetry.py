@@ -141,6 +141,23 @@ def test_standard_variables_turn_exporters_off() -> None:
     assert _run(_APP.format(console=False)).stderr == ""
 
 
+def test_unknown_exporter_is_a_clear_error() -> None:
+    proc = _run(
+        """
+        from netcl.core import telemetry
+        try:
+            telemetry.configure()
+        except RuntimeError as exc:
+            print(exc)
+        assert telemetry.tracing() is False  # nothing half-installed
+        """,
+        OTEL_TRACES_EXPORTER="zipkin_json_typo",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "'traces': ['zipkin_json_typo']" in proc.stdout
+    assert "zipkin_json_typo' not found" in proc.stdout and "netcl-core[otel]" in proc.stdout
+
+
 def test_console_exporter_chosen_by_variable_uses_one_line_format() -> None:
     proc = _run(_APP.format(console=False), OTEL_TRACES_EXPORTER="console")
     assert proc.returncode == 0, proc.stderr

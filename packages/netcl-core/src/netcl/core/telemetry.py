@@ -109,7 +109,7 @@ def span(
     t: trace.Tracer, name: str, attributes: Mapping[str, AttributeValue] | None = None
 ) -> Iterator[trace.Span | None]:
     """A current span when tracing is on, else nothing (yields None). For non-hot paths."""
-    if not (_on or _recheck()):
+    if not tracing():
         yield None
         return
     with t.start_as_current_span(name, attributes=attributes) as s:
@@ -204,15 +204,22 @@ def _install(
             "metrics": _get_exporter_names("metrics") + metric_names,
             "logs": _get_exporter_names("logs"),
         }
-        _OTelSDKConfigurator().configure(  # type: ignore[no-untyped-call]
-            trace_exporter_names=extra,
-            metric_exporter_names=metric_names,
-            resource_attributes=resource,
-            exporter_args_map={
-                ConsoleSpanExporter: {"out": out, "formatter": _span_line},
-                ConsoleMetricExporter: {"out": out, "formatter": _metric_lines},
-            },
-        )
+        try:
+            _OTelSDKConfigurator().configure(  # type: ignore[no-untyped-call]
+                trace_exporter_names=extra,
+                metric_exporter_names=metric_names,
+                resource_attributes=resource,
+                exporter_args_map={
+                    ConsoleSpanExporter: {"out": out, "formatter": _span_line},
+                    ConsoleMetricExporter: {"out": out, "formatter": _metric_lines},
+                },
+            )
+        except RuntimeError as exc:  # raised before any provider is installed
+            raise RuntimeError(
+                f"telemetry.configure(): exporters {exporters} as resolved from the OTEL_* "
+                f"variables: {exc}. OTLP needs netcl-core[otel] (gRPC and HTTP exporters); "
+                "known names: otlp, console, prometheus, none"
+            ) from exc
     finally:
         for v, value in saved.items():
             if value is None:
