@@ -77,8 +77,11 @@ def _where(exporters: dict[str, list[str]], prometheus_port: int | None) -> list
         for name in names:
             if name.startswith("otlp"):
                 where.append(f"OTLP/{'gRPC' if 'grpc' in name else 'HTTP'} to {endpoint}")
-            elif name == "prometheus":
-                where.append(f"Prometheus on http://127.0.0.1:{prometheus_port}/metrics")
+            elif name == "prometheus":  # --prometheus-port, else the exporter's variables
+                default = "localhost" if prometheus_port is None else "127.0.0.1"
+                host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", default)
+                port = prometheus_port or os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "9464")
+                where.append(f"Prometheus on http://{host}:{port}/metrics")
             elif name == "console":
                 where.append("stderr, one line each")
             else:
