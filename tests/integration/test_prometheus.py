@@ -4,14 +4,13 @@ scrape config, and the netcl metrics are read back through Prometheus's HTTP que
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,10 +44,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture
-def scraped_demo(tmp_path: Path) -> Iterator[int]:
+def scraped_demo(tmp_path: Path, service_binary: Callable[[str, str], str]) -> Iterator[int]:
     """Start the demo serving metrics and Prometheus scraping it; yield Prometheus's port."""
-    binary = shutil.which("prometheus")
-    assert binary, "no Prometheus server: apt-get install prometheus (.ci/run does)"
+    binary = service_binary("prometheus", "apt-get install prometheus")
     metrics_port, prom_port = _free_port(), _free_port()
     config = (ROOT / "observability/prometheus.yml").read_text()
     assert "127.0.0.1:9464" in config
