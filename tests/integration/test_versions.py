@@ -1,0 +1,48 @@
+"""One version source per distribution: ``version.py`` is what the build reads, what
+``__version__`` exports and what the telemetry scopes report."""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import version
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import netcl.core
+from netcl.core import telemetry
+
+PACKAGES = {
+    "netcl-core": "netcl.core",
+    "netcl-cache": "netcl.runtime.cache",
+    "netcl-graph": "netcl.runtime.graph",
+    "netcl-capture": "netcl.runtime.capture",
+    "netcl-scheduler": "netcl.runtime.scheduler",
+}
+
+
+@pytest.mark.parametrize(("dist", "module"), PACKAGES.items())
+def test_version_is_the_installed_distributions(dist: str, module: str) -> None:
+    mod = importlib.import_module(module)
+    assert mod.__version__ == version(dist)
+    assert mod.__version__ == importlib.import_module(f"{module}.version").__version__
+    assert mod.__version__.count(".") == 2 and mod.__version__ != "0.0.0"
+
+
+def test_telemetry_scope_carries_the_package_version(spans: InMemorySpanExporter) -> None:
+    with telemetry.span(telemetry.tracer("netcl.test", netcl.core.__version__), "netcl.test"):
+        pass
+    (span,) = spans.get_finished_spans()
+    assert span.instrumentation_scope is not None
+    assert span.instrumentation_scope.version == netcl.core.__version__
+
+
+def test_scheduler_span_scope_version(spans: InMemorySpanExporter) -> None:
+    from netcl.runtime.scheduler import Scheduler
+
+    sched = Scheduler()
+    sched.submit(lambda: None)
+    sched.run()
+    scopes = {s.instrumentation_scope.version for s in spans.get_finished_spans()
+              if s.instrumentation_scope is not None}  # fmt: skip
+    assert scopes == {version("netcl-scheduler")}
