@@ -91,7 +91,8 @@ def test_blocks_are_found() -> None:
 def test_code_blocks_parser(tmp_path: Path) -> None:
     md = tmp_path / "README.md"
     md.write_text(
-        "text\n```python\ndef f():\n    return 1\n```\n\n- item\n\n  ```python no-run\n  y = 2\n  ```\n"
+        "text\n```python\ndef f():\n    return 1\n```\n"
+        "\n- item\n\n  ```python no-run\n  y = 2\n  ```\n"
         "````python\n```\nnot a fence end\n````\n~~~\nplain\n~~~\n"
     )
     blocks = code_blocks(md)
