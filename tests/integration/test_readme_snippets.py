@@ -7,6 +7,7 @@ highlight it as Python, this test leaves it out. Keep those rare: README code is
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -103,6 +104,33 @@ def test_code_blocks_parser(tmp_path: Path) -> None:
         (16, "", "plain"),
     ]
     assert [_runnable(b) for b in blocks] == [True, False, True, False]
+
+
+def _netcl_imports(code: str) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return {n for n in names if n == "netcl" or n.startswith("netcl.")}
+
+
+def test_package_blocks_need_only_their_install() -> None:
+    # A package README's install line installs that package and netcl-core only: its examples
+    # must not import a sibling package.
+    for block in PYTHON_BLOCKS:
+        rel = block.readme.relative_to(ROOT)
+        if rel.parts[0] != "packages":
+            continue
+        pkg = rel.parts[1].removeprefix("netcl-")
+        own = "netcl.core" if pkg == "core" else f"netcl.runtime.{pkg}"
+        allowed = ("netcl.core", own)
+        foreign = {
+            n for n in _netcl_imports(block.code)
+            if not any(n == a or n.startswith(a + ".") for a in allowed)
+        }  # fmt: skip
+        assert not foreign, f"{block.id}: imports {sorted(foreign)}, not installed with {pkg}"
 
 
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[b.id for b in PYTHON_BLOCKS])
