@@ -1,10 +1,12 @@
-"""One version source per distribution: ``version.py`` is what the build reads, what
-``__version__`` exports and what the telemetry scopes report."""
+"""Every distribution: one version source (``version.py`` is what the build reads, what
+``__version__`` exports and what the telemetry scopes report) and the MIT LICENSE shipped."""
 
 from __future__ import annotations
 
 import importlib
+import re
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -12,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import netcl.core
 from netcl.core import telemetry
 
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {
     "netcl-core": "netcl.core",
     "netcl-cache": "netcl.runtime.cache",
@@ -46,3 +49,23 @@ def test_scheduler_span_scope_version(spans: InMemorySpanExporter) -> None:
     scopes = {s.instrumentation_scope.version for s in spans.get_finished_spans()
               if s.instrumentation_scope is not None}  # fmt: skip
     assert scopes == {version("netcl-scheduler")}
+
+
+@pytest.mark.parametrize(("dist", "module"), PACKAGES.items())
+def test_pyproject_reads_the_one_version_source(dist: str, module: str) -> None:
+    text = (ROOT / "packages" / dist / "pyproject.toml").read_text()
+    assert not re.search(r"^version\s*=", text, re.MULTILINE), "a second version source"
+    assert 'dynamic = ["version"]' in text
+    path = "src/" + module.replace(".", "/") + "/version.py"
+    assert f'[tool.hatch.version]\npath = "{path}"' in text
+    assert (ROOT / "packages" / dist / path).is_file()
+
+
+@pytest.mark.parametrize("dist", PACKAGES)
+def test_distribution_ships_the_license(dist: str) -> None:
+    root_license = (ROOT / "LICENSE").read_text()
+    assert root_license.startswith("MIT License\n\nCopyright (c) 2026 the netcl authors\n")
+    # hatchling puts the project folder's LICENSE into the sdist and the wheel's dist-info
+    assert (ROOT / "packages" / dist / "LICENSE").read_text() == root_license
+    text = (ROOT / "packages" / dist / "pyproject.toml").read_text()
+    assert 'license = "MIT"' in text and 'license-files = ["LICENSE"]' in text
