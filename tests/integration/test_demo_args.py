@@ -18,15 +18,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def demo() -> Iterator[ModuleType]:
-    sys.path.insert(0, str(ROOT / "demo"))  # demo.py imports its sibling kernels.py
+    # demo.py imports its sibling kernels.py by that plain name: load it, then put sys.path and
+    # sys.modules back so no other test sees the demo's "kernels".
+    saved = sys.modules.pop("kernels", None)
+    sys.path.insert(0, str(ROOT / "demo"))
     try:
         spec = importlib.util.spec_from_file_location("_netcl_demo", ROOT / "demo/demo.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        yield module
     finally:
         sys.path.remove(str(ROOT / "demo"))
+        sys.modules.pop("kernels", None)
+        if saved is not None:
+            sys.modules["kernels"] = saved
+    yield module
 
 
 @pytest.mark.parametrize(
