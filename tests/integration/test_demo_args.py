@@ -7,7 +7,6 @@ import importlib.util
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -17,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def demo() -> Iterator[ModuleType]:
+def demo() -> ModuleType:
     # demo.py imports its sibling kernels.py by that plain name: load it, then put sys.path and
     # sys.modules back so no other test sees the demo's "kernels".
     saved = sys.modules.pop("kernels", None)
@@ -32,7 +31,7 @@ def demo() -> Iterator[ModuleType]:
         sys.modules.pop("kernels", None)
         if saved is not None:
             sys.modules["kernels"] = saved
-    yield module
+    return module
 
 
 @pytest.mark.parametrize(
