@@ -228,7 +228,7 @@ def _no_reuse_run(pool: BufferPool, g: Graph, order: tuple[str, ...]) -> Tensor:
 
 
 def _refcount_run(pool: BufferPool, g: Graph, order: tuple[str, ...]) -> Tensor:
-    """The spec's naive scheme: a pool block per op, released after its last reader. Pool
+    """The naive scheme: a pool block per op, released after its last reader. Pool
     in-use bytes reach the lower bound, but blocks are reused only within a size class."""
     last_use: dict[str, int] = {}
     for i, name in enumerate(order):

@@ -38,7 +38,7 @@ __kernel void bias_relu(__global float *out, __global const float *h, __global c
 }
 """
 
-LAUNCH_SIZE = 256  # elements per launch: the BASELINES.md add kernel
+LAUNCH_SIZE = 256  # elements per launch: the baseline add kernel
 LAUNCHES = 200  # launches per round / per capture
 BATCH, WIDTH, LAYERS = 16, 64, 8
 

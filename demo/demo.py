@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
+import socket
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import pyopencl as cl
@@ -146,14 +149,78 @@ def build_graph(
     return graph
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=100, help="replayed steps (default 100)")
-    parser.add_argument("--prometheus-port", type=int, help="serve metrics on 127.0.0.1:PORT")
-    parser.add_argument("--linger", type=float, default=0.0, help="seconds to keep serving after")
-    parser.add_argument("--no-console", action="store_true", help="no span/metric lines on stderr")
-    parser.add_argument("--console-spans", action="store_true", help="every span on stderr")
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments end in one line on stderr (no usage block, no traceback) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _steps(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port 1..65535, got {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port 1..65535, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}") from None
+    if not 0 <= value < math.inf:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text}")
+    return value
+
+
+def _port_in_use(port: int) -> str | None:
+    """Why 127.0.0.1:port cannot be served (None when it can), checked before any work starts.
+    SO_REUSEADDR as prometheus_client's server sets it, so a port in TIME_WAIT counts as free."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The demo's options, validated: errors are one line naming the option and the value."""
+    parser = _Parser(description=__doc__.splitlines()[0])
+    add = parser.add_argument
+    add("--steps", type=_steps, default=100, help="replayed steps, >= 1 (default 100)")
+    add("--prometheus-port", type=_port, metavar="PORT", help="serve metrics on 127.0.0.1:PORT")
+    add("--linger", type=_seconds, default=0.0, metavar="S",
+        help="seconds to keep serving metrics after the run, >= 0 (default 0)")
+    add("--no-console", action="store_true", help="no span/metric lines on stderr")
+    add("--console-spans", action="store_true", help="every span on stderr")
     args = parser.parse_args(argv)
+    if args.prometheus_port is not None:
+        why = _port_in_use(args.prometheus_port)
+        if why is not None:
+            parser.error(
+                f"argument --prometheus-port: cannot serve on 127.0.0.1:{args.prometheus_port}: "
+                f"{why}"
+            )
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
 
     providers = telemetry.configure(
         service_name="netcl-demo",

@@ -1,4 +1,4 @@
-"""The spec's API: cacher and ProgramCache, tiers, hits across instances and processes."""
+"""The public API: cacher and ProgramCache, tiers, hits across instances and processes."""
 
 from __future__ import annotations
 

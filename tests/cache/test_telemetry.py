@@ -1,4 +1,4 @@
-"""Spans and metrics per DESIGN.md, with the SDK's in-memory exporters; the no-SDK hit path."""
+"""Spans and metrics as the README names them, with the in-memory exporters; the no-SDK hit path."""
 
 from __future__ import annotations
 

@@ -87,7 +87,7 @@ def test_configure_logging_json_with_trace_ids(unconfigured: None) -> None:
     buf = io.StringIO()
     log.configure_logging(logging.INFO, json=True, stream=buf)
     logger = log.get_logger("netcl.test.log")
-    t = telemetry.tracer("netcl.test", "netcl-core")
+    t = telemetry.tracer("netcl.test", "0")
     with t.start_as_current_span("netcl.test.log") as s:
         logger.warning("something_happened", path="/tmp/x", size=3)
     logger.debug("not_shown")

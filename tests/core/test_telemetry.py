@@ -35,12 +35,12 @@ _APP = """
     from opentelemetry.trace import Status, StatusCode
     from netcl.core import telemetry
     p = telemetry.configure(console={console})
-    t = telemetry.tracer("netcl.test", "netcl-core")
+    t = telemetry.tracer("netcl.test", "0")
     with telemetry.span(t, "netcl.test.outer", {{"netcl.test.k": 7}}):
         with telemetry.span(t, "netcl.test.inner") as s:
             s.set_status(Status(StatusCode.ERROR, "line one\\nline two"))
             s.set_attribute("netcl.compile.log", "error: x\\n  at y")
-    telemetry.meter("netcl.test", "netcl-core").create_counter("netcl.test.count").add(2)
+    telemetry.meter("netcl.test", "0").create_counter("netcl.test.count").add(2)
     print("service.name=" + p["tracer_provider"].resource.attributes["service.name"])
     print("exporters=" + repr(p["exporters"]))
     telemetry.shutdown()
@@ -55,7 +55,7 @@ def test_fast_path_without_sdk() -> None:
         from opentelemetry.sdk.trace import TracerProvider
         from netcl.core import telemetry
         assert telemetry.tracing() is False
-        t = telemetry.tracer("netcl.test", "netcl-core")
+        t = telemetry.tracer("netcl.test", "0")
         with telemetry.span(t, "netcl.test.span") as s:
             assert s is None
         assert trace.get_current_span().get_span_context().is_valid is False
@@ -102,7 +102,7 @@ def test_sdk_configurator_api_is_what_configure_uses() -> None:
 
 def test_spans_with_sdk(spans: InMemorySpanExporter) -> None:
     assert telemetry.tracing() is True
-    t = telemetry.tracer("netcl.test", "netcl-core")
+    t = telemetry.tracer("netcl.test", "0")
     with telemetry.span(t, "netcl.test.outer", {"netcl.test.n": 3}) as s:
         assert s is not None and s.is_recording()
     (finished,) = spans.get_finished_spans()

@@ -1,4 +1,4 @@
-"""Spans and metrics of GraphExecutor.run (DESIGN.md names), and the no-SDK fast path."""
+"""Spans and metrics of GraphExecutor.run (the README's names), and the no-SDK fast path."""
 
 from __future__ import annotations
 

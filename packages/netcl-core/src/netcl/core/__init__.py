@@ -4,9 +4,4 @@ Import from the submodules: ``netcl.core.tensor``, ``netcl.core.memory``, ``netc
 ``netcl.core.telemetry``, ``netcl.core.log``.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("netcl-core")
-except PackageNotFoundError:  # running from a source tree without installing
-    __version__ = "0.0.0"
+from netcl.core.version import __version__ as __version__

@@ -17,6 +17,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from netcl.core import telemetry
 from netcl.core.tensor import Tensor, normalize_shape
+from netcl.core.version import __version__
 
 __all__ = ["BufferPool", "PoolStats"]
 
@@ -198,7 +199,7 @@ def _observe(field: str) -> Any:
     return callback
 
 
-_meter = telemetry.meter("netcl.core.memory", "netcl-core")
+_meter = telemetry.meter("netcl.core.memory", __version__)
 _meter.create_observable_gauge(
     "netcl.pool.bytes_in_use", [_observe("bytes_in_use")], unit="By",
     description="Device bytes held by live tensors of all BufferPools",

@@ -14,7 +14,6 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, TextIO
 
 from opentelemetry import metrics, trace
@@ -40,13 +39,6 @@ __all__ = [
 ERROR_TYPE = "error.type"
 
 
-def _version(dist: str) -> str:
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "0.0.0"
-
-
 #: Histogram buckets for durations in seconds, 10 µs to 30 s: the SDK's defaults (0 to 10000)
 #: suit milliseconds and would put every host-side duration in the first bucket.
 DURATION_BUCKETS_S: tuple[float, ...] = (
@@ -55,14 +47,16 @@ DURATION_BUCKETS_S: tuple[float, ...] = (
 )  # fmt: skip
 
 
-def tracer(scope: str, dist: str) -> trace.Tracer:
-    """The tracer of instrumentation scope ``scope`` (a module name), versioned by ``dist``."""
-    return trace.get_tracer(scope, _version(dist))
+def tracer(scope: str, version: str) -> trace.Tracer:
+    """The tracer of instrumentation scope ``scope`` (a module name) at ``version`` (the
+    package's ``__version__``)."""
+    return trace.get_tracer(scope, version)
 
 
-def meter(scope: str, dist: str) -> metrics.Meter:
-    """The meter of instrumentation scope ``scope``; instruments follow a provider set later."""
-    return metrics.get_meter(scope, _version(dist))
+def meter(scope: str, version: str) -> metrics.Meter:
+    """The meter of instrumentation scope ``scope`` at ``version``; instruments follow a
+    provider set later."""
+    return metrics.get_meter(scope, version)
 
 
 # tracing() state. The public way to ask whether an SDK is installed,

@@ -4,6 +4,7 @@
 """
 
 from netcl.runtime.cache._program_cache import ProgramCache
+from netcl.runtime.cache.version import __version__ as __version__
 
 __all__ = ["ProgramCache", "cacher"]
 

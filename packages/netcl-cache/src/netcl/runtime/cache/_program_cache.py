@@ -11,7 +11,6 @@ import weakref
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import fields
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from netcl.runtime.cache._errors import ProgramBuildError
 from netcl.runtime.cache._key import compute_key, normalize_options
 from netcl.runtime.cache._stats import CacheStats
 from netcl.runtime.cache._store import DiskStore, EntryFile
+from netcl.runtime.cache.version import __version__
 
 __all__ = ["DEFAULT_MAX_BYTES", "ProgramCache", "parse_size"]
 
@@ -34,11 +34,6 @@ log = get_logger("netcl.runtime.cache")
 DEFAULT_MAX_BYTES = 1 << 30
 DEFAULT_LOCK_TIMEOUT_S = 60.0
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-try:
-    _VERSION = version("netcl-cache")
-except PackageNotFoundError:
-    _VERSION = "0.0.0"
 
 _tracing = telemetry.tracing
 _NAMES: dict[cl.Device, str] = {}
@@ -422,7 +417,7 @@ class ProgramCache:
             "options": opts,
             "source_bytes": src_len,
             "created": time.time(),
-            "writer": f"netcl-cache {_VERSION}",
+            "writer": f"netcl-cache {__version__}",
         }
         data = encode(key, binary, meta)
         try:

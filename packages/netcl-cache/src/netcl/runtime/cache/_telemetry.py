@@ -1,4 +1,4 @@
-"""Tracer, meter and instruments of the cache (names per DESIGN.md: they are API)."""
+"""Tracer, meter and instruments of the cache (names are API: the README's telemetry table)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from collections.abc import Iterable
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from netcl.core import telemetry
+from netcl.runtime.cache.version import __version__
 
 __all__ = ["LOOKUPS", "RESULTS", "compile_duration", "recoveries", "tracer"]
 
 SCOPE = "netcl.runtime.cache"
-DIST = "netcl-cache"
 
-tracer = telemetry.tracer(SCOPE, DIST)
-_meter = telemetry.meter(SCOPE, DIST)
+tracer = telemetry.tracer(SCOPE, __version__)
+_meter = telemetry.meter(SCOPE, __version__)
 
 RESULTS = ("memory", "disk", "compiled", "recovered")
 #: Lookups by result, process-wide, cumulative. An in-process hit only bumps an int here; the

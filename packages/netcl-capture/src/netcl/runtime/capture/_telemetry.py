@@ -13,14 +13,14 @@ from collections.abc import Callable, Iterable
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from netcl.core import telemetry
+from netcl.runtime.capture.version import __version__
 
 __all__ = ["count_recorded", "count_replay", "tracer"]
 
 SCOPE = "netcl.runtime.capture"
-DIST = "netcl-capture"
 
-tracer = telemetry.tracer(SCOPE, DIST)
-_meter = telemetry.meter(SCOPE, DIST)
+tracer = telemetry.tracer(SCOPE, __version__)
+_meter = telemetry.meter(SCOPE, __version__)
 
 _lock = threading.Lock()
 # replays, replayed launches, recorded launches: process totals since import

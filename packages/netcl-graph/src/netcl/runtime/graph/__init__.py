@@ -7,5 +7,6 @@ output as a Tensor the caller owns.
 
 from netcl.runtime.graph._executor import GraphExecutor
 from netcl.runtime.graph._graph import Graph, TensorRef
+from netcl.runtime.graph.version import __version__ as __version__
 
 __all__ = ["Graph", "GraphExecutor", "TensorRef"]

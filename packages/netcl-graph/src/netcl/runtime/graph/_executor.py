@@ -16,13 +16,13 @@ from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
 from netcl.runtime.graph._graph import Graph, TensorRef
 from netcl.runtime.graph._plan import GraphPlan, build_plan
+from netcl.runtime.graph.version import __version__
 
 __all__ = ["GraphExecutor"]
 
 _SCOPE = "netcl.runtime.graph"
-_DIST = "netcl-graph"
-_tracer = telemetry.tracer(_SCOPE, _DIST)
-_meter = telemetry.meter(_SCOPE, _DIST)
+_tracer = telemetry.tracer(_SCOPE, __version__)
+_meter = telemetry.meter(_SCOPE, __version__)
 _nodes_executed = _meter.create_counter(
     "netcl.graph.nodes_executed", unit="{node}", description="Graph ops whose fn was called"
 )

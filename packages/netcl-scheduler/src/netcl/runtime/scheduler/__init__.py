@@ -7,5 +7,6 @@ run raises ``Scheduler.Error``.
 
 from netcl.runtime.scheduler._plan import ExecutionPlan
 from netcl.runtime.scheduler._scheduler import Scheduler
+from netcl.runtime.scheduler.version import __version__ as __version__
 
 __all__ = ["ExecutionPlan", "Scheduler"]

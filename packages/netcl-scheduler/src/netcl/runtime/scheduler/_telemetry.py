@@ -1,15 +1,16 @@
-"""The scheduler's tracer and instruments (names per DESIGN.md's telemetry contract)."""
+"""The scheduler's tracer and instruments (names are API: the README's telemetry table)."""
 
 from __future__ import annotations
 
 from netcl.core import telemetry
+from netcl.runtime.scheduler.version import __version__
 
 __all__ = ["OPS", "OPS_ATTRS", "RUNS", "RUN_ATTRS", "TRACER", "tracing"]
 
 tracing = telemetry.tracing
 
-TRACER = telemetry.tracer("netcl.runtime.scheduler", "netcl-scheduler")
-_meter = telemetry.meter("netcl.runtime.scheduler", "netcl-scheduler")
+TRACER = telemetry.tracer("netcl.runtime.scheduler", __version__)
+_meter = telemetry.meter("netcl.runtime.scheduler", __version__)
 
 OPS = _meter.create_counter(
     "netcl.scheduler.ops",

@@ -1,0 +1,3 @@
+"""The version of the netcl-cache distribution: its one source (the build reads it too)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,75 @@
+"""Every distribution: one version source (``version.py`` is what the build reads, what
+``__version__`` exports and what the telemetry scopes report) and the MIT LICENSE shipped."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import netcl.core
+from netcl.core import telemetry
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {
+    "netcl-core": "netcl.core",
+    "netcl-cache": "netcl.runtime.cache",
+    "netcl-graph": "netcl.runtime.graph",
+    "netcl-capture": "netcl.runtime.capture",
+    "netcl-scheduler": "netcl.runtime.scheduler",
+}
+
+
+@pytest.mark.parametrize(("dist", "module"), PACKAGES.items())
+def test_version_is_the_installed_distributions(dist: str, module: str) -> None:
+    mod = importlib.import_module(module)
+    try:
+        installed = version(dist)
+    except PackageNotFoundError:  # sources on PYTHONPATH, nothing installed: no metadata to match
+        pytest.skip(f"{dist} is not installed")
+    assert mod.__version__ == installed
+    assert mod.__version__ == importlib.import_module(f"{module}.version").__version__
+    assert mod.__version__.count(".") == 2 and mod.__version__ != "0.0.0"
+
+
+def test_telemetry_scope_carries_the_package_version(spans: InMemorySpanExporter) -> None:
+    with telemetry.span(telemetry.tracer("netcl.test", netcl.core.__version__), "netcl.test"):
+        pass
+    (span,) = spans.get_finished_spans()
+    assert span.instrumentation_scope is not None
+    assert span.instrumentation_scope.version == netcl.core.__version__
+
+
+def test_scheduler_span_scope_version(spans: InMemorySpanExporter) -> None:
+    from netcl.runtime.scheduler import Scheduler, __version__
+
+    sched = Scheduler()
+    sched.submit(lambda: None)
+    sched.run()
+    scopes = {s.instrumentation_scope.version for s in spans.get_finished_spans()
+              if s.instrumentation_scope is not None}  # fmt: skip
+    assert scopes == {__version__}
+
+
+@pytest.mark.parametrize(("dist", "module"), PACKAGES.items())
+def test_pyproject_reads_the_one_version_source(dist: str, module: str) -> None:
+    text = (ROOT / "packages" / dist / "pyproject.toml").read_text()
+    assert not re.search(r"^version\s*=", text, re.MULTILINE), "a second version source"
+    assert 'dynamic = ["version"]' in text
+    path = "src/" + module.replace(".", "/") + "/version.py"
+    assert f'[tool.hatch.version]\npath = "{path}"' in text
+    assert (ROOT / "packages" / dist / path).is_file()
+
+
+@pytest.mark.parametrize("dist", PACKAGES)
+def test_distribution_ships_the_license(dist: str) -> None:
+    root_license = (ROOT / "LICENSE").read_text()
+    assert root_license.startswith("MIT License\n\nCopyright (c) 2026 the netcl authors\n")
+    # hatchling puts the project folder's LICENSE into the sdist and the wheel's dist-info
+    assert (ROOT / "packages" / dist / "LICENSE").read_text() == root_license
+    text = (ROOT / "packages" / dist / "pyproject.toml").read_text()
+    assert 'license = "MIT"' in text and 'license-files = ["LICENSE"]' in text
