@@ -563,14 +563,11 @@ class ProgramCache:
         if memory:
             with self._lock:
                 self._memory.clear()
-        removed = 0
         if disk:
             store = self._open_store()
             if store is not None:
-                for f in store.entries():
-                    removed += store.remove(f.path)
-                removed += store.remove_dead_temps()
-        return removed
+                return store.clear()
+        return 0
 
     def prune(self, max_bytes: int | None = None) -> dict[str, int]:
         """Delete damaged entries (anything that is not a valid entry for its name: a folder,
@@ -578,24 +575,9 @@ class ProgramCache:
         are gone, then evict down to ``max_bytes`` (default: the cap). Returns counts by kind:
         ``damaged``, ``temp``, ``evicted``."""
         store = self._open_store()
-        out = {"damaged": 0, "temp": 0, "evicted": 0}
         if store is None:
-            return out
-        for f in store.entries():
-            if f.regular:
-                try:
-                    data = store.read(f.key)
-                    if data is None:  # gone meanwhile
-                        continue
-                    decode(data, f.key)
-                    continue
-                except (OSError, EntryError):
-                    pass
-            out["damaged"] += store.remove(f.path)
-        out["temp"] = store.remove_dead_temps()
-        cap = self.max_bytes if max_bytes is None else max_bytes
-        out["evicted"] = len(store.evict(cap))
-        return out
+            return {"damaged": 0, "temp": 0, "evicted": 0}
+        return store.prune(self.max_bytes if max_bytes is None else max_bytes)
 
     def flush_stats(self) -> None:
         """Add this instance's counters since the last flush to the folder's ``stats.json``

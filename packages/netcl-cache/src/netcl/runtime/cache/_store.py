@@ -27,7 +27,7 @@ from typing import Any
 import filelock
 
 from netcl.core.log import get_logger
-from netcl.runtime.cache._entry import EntryError, read_file
+from netcl.runtime.cache._entry import EntryError, decode, read_file
 
 __all__ = ["DiskStore", "EntryFile", "TempFile", "check_trusted", "pid_alive"]
 
@@ -303,6 +303,31 @@ class DiskStore:
                 removed.append(f)
             total -= f.size
         return removed
+
+    def clear(self) -> int:
+        """Remove every entry (whatever kind of file) and the temporary files of writers that
+        are gone; a running writer's temporary file stays. Files removed; raises ``OSError``."""
+        removed = sum(self.remove(f.path) for f in self.entries())
+        return removed + self.remove_dead_temps()
+
+    def prune(self, max_bytes: int) -> dict[str, int]:
+        """Remove what is not a valid entry for its name, the temporary files of writers that
+        are gone, then evict down to ``max_bytes``. Counts by kind; raises ``OSError``."""
+        out = {"damaged": 0, "temp": 0, "evicted": 0}
+        for f in self.entries():
+            if f.regular:
+                try:
+                    data = self.read(f.key)
+                    if data is None:  # gone meanwhile
+                        continue
+                    decode(data, f.key)
+                    continue
+                except (OSError, EntryError):
+                    pass
+            out["damaged"] += self.remove(f.path)
+        out["temp"] = self.remove_dead_temps()
+        out["evicted"] = len(self.evict(max_bytes))
+        return out
 
     def remove_dead_temps(self) -> int:
         """Remove temporary files whose writer is gone (or older than an hour)."""
