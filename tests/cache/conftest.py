@@ -66,11 +66,3 @@ def check_add(queue: cl.CommandQueue) -> Callable[..., None]:
 def log_events(caplog: pytest.LogCaptureFixture) -> Callable[[str], list[logging.LogRecord]]:
     """``log_events(name)``: the captured log records of structlog event ``name``."""
     return lambda name: [r for r in caplog.records if r.getMessage() == name]
-
-
-@pytest.fixture(autouse=True)
-def _forget_trusted_folders() -> None:
-    """Each test starts as a new process would: no folder is known to be trusted yet."""
-    from netcl.runtime.cache import _program_cache
-
-    _program_cache._STORES.clear()

@@ -180,11 +180,12 @@ class ProgramCache:
         self._dir_arg = None if cache_dir is None else Path(cache_dir).expanduser()
         self._max_bytes_arg = max_bytes
         self._lock_timeout = DEFAULT_LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
-        # (weakref to ctx, device, source, options) -> (program, key, device name), least
-        # recently used first. Keyed on the caller's own objects: a hit hashes a tuple whose
-        # source string caches its hash, no sha256. The context is held weakly (a weakref
-        # without callback is shared, so making one per lookup costs ~30 ns).
-        self._memory: OrderedDict[tuple[Any, ...], tuple[cl.Program, str, str]] = OrderedDict()
+        # (weakref to ctx, device, source, options) -> [program, key, device name, used], in
+        # insertion order. Keyed on the caller's own objects: a hit hashes a tuple whose source
+        # string caches its hash, no sha256. The context is held weakly (a weakref without
+        # callback is shared, so making one per lookup costs ~0.1 µs). The bound evicts by
+        # CLOCK (second chance), an LRU approximation whose hit only sets a flag.
+        self._memory: OrderedDict[tuple[Any, ...], list[Any]] = OrderedDict()
         self._max_programs = max_programs
         self._watched: weakref.WeakSet[cl.Context] = weakref.WeakSet()
         self._device_identity = (
@@ -266,8 +267,7 @@ class ProgramCache:
             # no span: the netcl.cache.lookups counter counts in-process hits (see README)
             self._c["memory_hits"] += 1
             _LOOKUPS["memory"] += 1
-            with contextlib.suppress(KeyError):  # dropped by another thread meanwhile
-                self._memory.move_to_end(mkey)
+            hit[3] = True  # used since the clock hand last passed (move_to_end would rehash)
             return hit[0]
         return self._get_slow(mkey, ctx, src_code, device, options)
 
@@ -306,7 +306,7 @@ class ProgramCache:
                 else:
                     key = self._key(src_code, dev, opts)
                     prg, result = self._resolve(ctx, src_code, dev, opts, key)
-                self._remember(mkey, ctx, (prg, key, name))
+                self._remember(mkey, ctx, [prg, key, name, False])
         finally:  # also after a failed build (never cached): no lock stays behind per source
             with self._lock:
                 if self._key_locks.get(mkey) is key_lock:  # not a newer one of a later caller
@@ -340,13 +340,15 @@ class ProgramCache:
             )
         return device
 
-    def _remember(
-        self, mkey: tuple[Any, ...], ctx: cl.Context, entry: tuple[cl.Program, str, str]
-    ) -> None:
+    def _remember(self, mkey: tuple[Any, ...], ctx: cl.Context, entry: list[Any]) -> None:
         with self._lock:
-            self._memory[mkey] = entry
-            while len(self._memory) > self._max_programs:
-                self._memory.popitem(last=False)
+            memory = self._memory
+            memory[mkey] = entry
+            while len(memory) > self._max_programs:
+                k, old = memory.popitem(last=False)
+                if old[3] and k != mkey:  # used since last passed: a second chance
+                    old[3] = False
+                    memory[k] = old
             if ctx not in self._watched:
                 self._watched.add(ctx)
                 weakref.finalize(ctx, _purge_dead, _ref(self))
