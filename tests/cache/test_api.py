@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import stat
-from collections import OrderedDict
 import subprocess
 import sys
 import textwrap
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 

@@ -23,6 +23,14 @@ def _lookups(metric_points: Callable[[str], list[Any]]) -> dict[str, int]:
     }
 
 
+BUILD_ERROR = "netcl.runtime.cache.ProgramBuildError"
+
+
+def _failed_compiles(metric_points: Callable[[str], list[Any]]) -> list[Any]:
+    points = metric_points("netcl.cache.compile.duration")
+    return [p for p in points if "error.type" in p.attributes]
+
+
 def test_spans_and_metrics(
     ctx: cl.Context,
     device: cl.Device,
@@ -74,24 +82,23 @@ def test_recovery_and_build_error_telemetry(
     assert "empty" in reasons
 
     spans.clear()
-    failed = [p for p in metric_points("netcl.cache.compile.duration") if "error.type" in p.attributes]
-    before = sum(p.count for p in failed)
+    before = sum(p.count for p in _failed_compiles(metric_points))
     with pytest.raises(ProgramBuildError):
         ProgramCache(cache_dir).get_program(ctx, "__kernel void f() { nope; }", device)
     got = spans.get_finished_spans()
     (comp,) = [s for s in got if s.name == "netcl.cache.compile"]
     assert "nope" in comp.attributes["netcl.compile.log"]
     assert not comp.status.is_ok
-    assert comp.attributes["error.type"] == "netcl.runtime.cache.ProgramBuildError"
+    assert comp.attributes["error.type"] == BUILD_ERROR
     (top,) = [s for s in got if s.name == "netcl.cache.get_program"]
     assert not top.status.is_ok
-    assert top.attributes["error.type"] == "netcl.runtime.cache.ProgramBuildError"
+    assert top.attributes["error.type"] == BUILD_ERROR
     assert top.attributes["netcl.cache.key"] == comp.attributes["netcl.cache.key"]  # kept
     assert "netcl.cache.result" not in top.attributes
     # the failed build is a point of its own in the duration histogram
-    failed = [p for p in metric_points("netcl.cache.compile.duration") if "error.type" in p.attributes]
+    failed = _failed_compiles(metric_points)
     assert sum(p.count for p in failed) == before + 1
-    assert {p.attributes["error.type"] for p in failed} == {"netcl.runtime.cache.ProgramBuildError"}
+    assert {p.attributes["error.type"] for p in failed} == {BUILD_ERROR}
 
 
 def test_memory_hit_without_sdk_is_cheap(tmp_path: Path) -> None:
