@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -66,3 +67,22 @@ def check_add(queue: cl.CommandQueue) -> Callable[..., None]:
 def log_events(caplog: pytest.LogCaptureFixture) -> Callable[[str], list[logging.LogRecord]]:
     """``log_events(name)``: the captured log records of structlog event ``name``."""
     return lambda name: [r for r in caplog.records if r.getMessage() == name]
+
+
+@pytest.fixture
+def no_hang() -> Iterator[None]:
+    """Fail (instead of hanging the suite) when the test blocks for more than 60 s: a blocking
+    read of a FIFO, or reading /dev/zero whole, is interrupted by SIGALRM."""
+
+    def expire(signum: int, frame: object) -> None:
+        # pytest.fail raises a BaseException: no `except OSError` in the code under test eats it
+        signal.alarm(5)  # and again, should something swallow this one too
+        pytest.fail("the test blocked for 60 s (a read that waits on a FIFO or device?)")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(60)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
