@@ -188,6 +188,7 @@ class ProgramCache:
         self._memory: OrderedDict[tuple[Any, ...], list[Any]] = OrderedDict()
         self._max_programs = max_programs
         self._watched: weakref.WeakSet[cl.Context] = weakref.WeakSet()
+        self._dead_pending = False
         self._device_identity = (
             device_identity if device_identity is not None else core_device.device_identity
         )
@@ -342,6 +343,8 @@ class ProgramCache:
 
     def _remember(self, mkey: tuple[Any, ...], ctx: cl.Context, entry: list[Any]) -> None:
         with self._lock:
+            if self._dead_pending:
+                self._purge_locked()
             memory = self._memory
             memory[mkey] = entry
             while len(memory) > self._max_programs:
@@ -354,9 +357,20 @@ class ProgramCache:
                 weakref.finalize(ctx, _purge_dead, _ref(self))
 
     def _drop_dead_contexts(self) -> None:
-        with self._lock:
-            for k in [k for k in self._memory if k[0]() is None]:
-                del self._memory[k]
+        # runs from the garbage collector, possibly in this very thread while it holds the lock
+        # (inside _remember): never block, leave the purge to the next insertion then
+        if not self._lock.acquire(blocking=False):
+            self._dead_pending = True
+            return
+        try:
+            self._purge_locked()
+        finally:
+            self._lock.release()
+
+    def _purge_locked(self) -> None:
+        self._dead_pending = False
+        for k in [k for k in self._memory if k[0]() is None]:
+            del self._memory[k]
 
     def _key(self, src_code: str, dev: cl.Device, opts: str) -> str:
         # the identity: a few slow driver queries (~0.1 ms on PoCL), once per device and process
