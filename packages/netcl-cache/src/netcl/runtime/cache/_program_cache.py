@@ -252,8 +252,10 @@ class ProgramCache:
         Looked up in this process first, then on disk (a binary is loaded, not compiled), else
         compiled from source and stored. ``device`` may be left out when ``ctx`` has one device.
         ``options`` are the build options (a string or a list of strings); headers reached
-        through their ``-I`` folders are part of the key. Raises ``ProgramCache.BuildError`` with
-        the build log when the compiler rejects the source.
+        through their ``-I`` folders are part of the key. Raises
+        :class:`~netcl.runtime.cache.ProgramBuildError` (alias ``ProgramCache.BuildError``) with
+        the build log when the compiler rejects the source; nothing found on disk and no
+        configuration error makes it fail.
         """
         try:
             mkey = (_ref(ctx), device, src_code, options)
