@@ -8,6 +8,7 @@ import gc
 import json
 import logging
 import os
+import socket
 import stat
 import struct
 import subprocess
@@ -66,6 +67,17 @@ def _fifo(p: Path) -> None:
     os.mkfifo(p)
 
 
+def _socket(p: Path) -> None:
+    p.unlink()
+    here = os.getcwd()
+    os.chdir(p.parent)  # a relative name: socket paths are limited to 108 bytes
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(p.name)  # the file stays after close: open() on it fails with ENXIO
+    finally:
+        os.chdir(here)
+
+
 def _sparse_zeros(p: Path) -> None:
     p.unlink()
     with open(p, "wb") as f:
@@ -80,6 +92,7 @@ HOSTILE: dict[str, Callable[[Path], None]] = {
     "sparse-8GB-after-valid-entry": _huge_after_valid_header,
     "header-claims-1TB": _header_claims_1tb,
     "folder": _folder,
+    "socket": _socket,
 }
 
 
