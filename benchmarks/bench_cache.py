@@ -170,6 +170,45 @@ def test_netcl_memory_hit(
     _ratio(benchmark, "ratio_to_floor", mine, "floor")
 
 
+@pytest.mark.benchmark(group="cache-hit")
+def test_netcl_memory_hit_with_span(
+    benchmark: Any, ctx: cl.Context, device: cl.Device, folder: Path
+) -> None:
+    """What an in-process hit would cost if it recorded a span (as it did before: the span was
+    dropped because the netcl.cache.lookups counter already counts these hits). The span goes
+    through an SDK TracerProvider of its own with a batch processor and an exporter that drops
+    everything, so this process stays without a global SDK."""
+    sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
+    export = pytest.importorskip("opentelemetry.sdk.trace.export")
+
+    class _Drop(export.SpanExporter):  # type: ignore[misc]
+        def export(self, spans: Any) -> Any:
+            return export.SpanExportResult.SUCCESS
+
+    provider = sdk_trace.TracerProvider()
+    provider.add_span_processor(export.BatchSpanProcessor(_Drop()))
+    tracer = provider.get_tracer("netcl.runtime.cache")
+    cache = ProgramCache(folder / "netcl")
+    first = cache.get_program(ctx, SRC, device)
+    attrs = {"netcl.cache.result": "memory", "netcl.cache.key": "0" * 64,
+             "netcl.device.name": device.name}
+
+    def hit_with_span() -> cl.Program:
+        prg = cache.get_program(ctx, SRC, device)
+        with tracer.start_as_current_span("netcl.cache.get_program", attributes=attrs):
+            pass
+        return prg
+
+    try:
+        assert benchmark(hit_with_span) is first
+    finally:
+        provider.shutdown()
+    mine = _median(benchmark, "netcl_memory_span")
+    if mine is not None:
+        benchmark.extra_info["median_us"] = round(mine * 1e6, 3)
+    _ratio(benchmark, "ratio_to_no_span", mine, "netcl_memory")
+
+
 def _unique_src() -> str:
     # A different tiny extra kernel per round: the driver's cache misses every time. A comment
     # alone is not enough on PoCL (its cache hits on the preprocessed program).

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -68,9 +69,20 @@ def log_events(caplog: pytest.LogCaptureFixture) -> Callable[[str], list[logging
     return lambda name: [r for r in caplog.records if getattr(r, "event", None) == name]
 
 
-@pytest.fixture(autouse=True)
-def _forget_trusted_folders() -> None:
-    """Each test starts as a new process would: no folder is known to be trusted yet."""
-    from netcl.runtime.cache import _program_cache
+@pytest.fixture
+def no_hang() -> Iterator[None]:
+    """Fail (instead of hanging the suite) when the test blocks for more than 60 s: a blocking
+    read of a FIFO, or reading /dev/zero whole, is interrupted by SIGALRM."""
 
-    _program_cache._STORES.clear()
+    def expire(signum: int, frame: object) -> None:
+        # pytest.fail raises a BaseException: no `except OSError` in the code under test eats it
+        signal.alarm(5)  # and again, should something swallow this one too
+        pytest.fail("the test blocked for 60 s (a read that waits on a FIFO or device?)")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(60)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

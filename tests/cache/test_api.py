@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,7 +31,7 @@ def test_spec_examples_verbatim(
     monkeypatch.setattr(cacher, "_dir_arg", tmp_path / "global")
     monkeypatch.setattr(cacher, "_store_state", "unopened")
     monkeypatch.setattr(cacher, "_store", None)
-    monkeypatch.setattr(cacher, "_memory", {})
+    monkeypatch.setattr(cacher, "_memory", OrderedDict())
     src_code = add_src(1.0, "spec")
     device = ctx.devices[0]
     # Using the global singleton:
@@ -49,8 +50,9 @@ def test_spec_examples_verbatim(
 def test_public_names() -> None:
     import netcl.runtime.cache as mod
 
-    assert mod.__all__ == ["ProgramCache", "cacher"]
+    assert mod.__all__ == ["ProgramBuildError", "ProgramCache", "cacher"]
     assert isinstance(mod.cacher, ProgramCache)
+    assert mod.ProgramBuildError is ProgramCache.BuildError
 
 
 def test_tiers_memory_disk_compile(

@@ -107,3 +107,40 @@ def test_threads_share_one_instance(
     assert len({id(p) for p in got}) == 1  # one build, shared
     assert c.stats.compiles == 1 and c.stats.memory_hits == 5
     check_add(got[0], 6.0)
+
+
+@pytest.mark.slow
+def test_processes_meet_a_fifo_entry(ctx: cl.Context, device: cl.Device, cache_dir: Path) -> None:
+    """A FIFO planted at a shared entry's path: no process waits on it, exactly one rebuilds it,
+    every kernel is right."""
+    import time
+
+    shared0 = (
+        "__kernel void add(__global const float *a, __global float *c) "
+        "{ int i = get_global_id(0); c[i] = a[i] + 0.0f; }  // shared-0"
+    )
+    c = ProgramCache(cache_dir)
+    c.get_program(ctx, shared0, device)
+    (entry,) = c.entries()
+    entry.path.unlink()
+    os.mkfifo(entry.path)
+    procs = 4
+    go = time.time() + 4.0
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(cache_dir), str(i), "2", str(go)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(procs)
+    ]
+    results = []
+    for w in workers:
+        out, err = w.communicate(timeout=120)  # a blocking read would never return
+        assert w.returncode == 0, err
+        results.append(json.loads(out))
+    total = {k: sum(r[k] for r in results) for k in results[0]}
+    assert total["recoveries"] == 1, total  # rebuilt once, by one process
+    assert total["corrupt"] >= 1 and total["write_errors"] == 0
+    assert total["compiles"] == 1 + 2 + procs, total  # shared-0 again, shared-1/2, one own each
+    assert entry.path.is_file() and not entry.path.is_symlink()
+    decode(entry.path.read_bytes(), entry.key)

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def test_lru_eviction_order(
     keys = {}
     for name in "abc":
         c.get_program(ctx, srcs[name], device)
-        keys[name] = c._memory[(ctx, device, srcs[name], None)][1]
+        keys[name] = c._memory[(weakref.ref(ctx), device, srcs[name], None)][1]
     size = max(f.size for f in c.entries())
     _set_mtime(c, [keys["a"], keys["b"], keys["c"]])  # a oldest
     # a disk hit on `a` from a fresh instance makes it the most recently used
@@ -64,9 +65,8 @@ def test_max_bytes_env_and_parse(monkeypatch: pytest.MonkeyPatch, cache_dir: Pat
     monkeypatch.setenv("NETCL_CACHE_MAX_BYTES", "64M")
     assert ProgramCache(cache_dir).max_bytes == 64 << 20
     assert ProgramCache(cache_dir, max_bytes=10).max_bytes == 10
-    monkeypatch.setenv("NETCL_CACHE_MAX_BYTES", "-3")
     with pytest.raises(ValueError, match="got '-3'"):
-        _ = ProgramCache(cache_dir).max_bytes
+        parse_size("-3", "NETCL_CACHE_MAX_BYTES")
 
 
 def test_cli_stats_list_prune_clear(
@@ -83,26 +83,26 @@ def test_cli_stats_list_prune_clear(
     c.flush_stats()  # what happens at exit
     bad = c.entries()[0]
     bad.path.write_bytes(b"junk")
-    (cache_dir / "programs" / ".dead.tmp").write_bytes(b"x")
-    os.utime(cache_dir / "programs" / ".dead.tmp", (1, 1))
+    (cache_dir / "programs" / f".{'d' * 64}.abc123.tmp").write_bytes(b"x")  # older naming
+    os.utime(cache_dir / "programs" / f".{'d' * 64}.abc123.tmp", (1, 1))
     d = ["cache", "--dir", str(cache_dir)]
 
     assert cli.main([*d, "stats", "--json"]) == 0
     st = json.loads(capsys.readouterr().out)
     assert st["entries"] == 2 and st["memory_hits"] == 1 and st["misses"] == 2
-    assert st["temp_files"] == 1
+    assert st["temp_files"] == 1 and st["live_temp_files"] == 0  # no pid: an hour-old left-over
     assert cli.main([*d, "stats"]) == 0
     out = capsys.readouterr().out
     assert "hits               1 (33.3 % of 3 lookups)" in out
 
     assert cli.main([*d, "list", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["entries"]
     assert sorted(r["status"].split(" ")[0] for r in rows) == ["damaged", "ok"]
     assert cli.main([*d, "list"]) == 0
-    assert "2 entries" in capsys.readouterr().out
+    assert "2 entries, 1 temporary files" in capsys.readouterr().out
 
     assert cli.main([*d, "prune"]) == 0
-    assert "removed 1 damaged entries, 1 stale temporary files" in capsys.readouterr().out
+    assert "removed 1 damaged entries, 1 temporary files" in capsys.readouterr().out
     assert len(ProgramCache(cache_dir).entries()) == 1
 
     assert cli.main([*d, "prune", "--max-bytes", "0"]) == 0
@@ -131,6 +131,9 @@ def test_cli_refuses_untrusted_folder(
     (cache_dir / "programs").mkdir(parents=True)
     (cache_dir / "programs" / "keep.clprg").write_bytes(b"x")
     os.chmod(cache_dir, 0o777)
-    assert cli.main(["cache", "--dir", str(cache_dir), "clear"]) == 0
+    assert cli.main(["cache", "--dir", str(cache_dir), "clear"]) == 1  # refused
     assert "not trusted" in capsys.readouterr().err
+    assert cli.main(["cache", "stats", "--dir", str(cache_dir), "--json"]) == 1
+    out = capsys.readouterr()
+    assert json.loads(out.out)["exit_code"] == 1 and "entries" not in json.loads(out.out)
     assert (cache_dir / "programs" / "keep.clprg").exists()

@@ -13,7 +13,8 @@ import filelock
 import pyopencl as cl
 import pytest
 
-from netcl.runtime.cache import ProgramCache
+from netcl.runtime.cache import ProgramBuildError, ProgramCache
+from netcl.runtime.cache._program_cache import _Registry
 
 BAD_SRC = "__kernel void broken(__global float *x) { x[0] = undeclared_name; }\n"
 
@@ -23,13 +24,14 @@ def test_build_error_carries_log_and_device_and_is_not_cached(
 ) -> None:
     c = ProgramCache(cache_dir)
     for _ in range(2):  # failures are not cached: the second call compiles and fails again
-        with pytest.raises(ProgramCache.BuildError) as info:
+        with pytest.raises(ProgramBuildError) as info:
             c.get_program(ctx, BAD_SRC, device, "-DX=1")
         err = info.value
         assert "undeclared_name" in err.log
         assert err.device_name == device.name and err.options == "-DX=1"
         assert device.name in str(err) and "undeclared_name" in str(err)
         assert isinstance(err.__cause__, cl.RuntimeError)
+        assert ProgramCache.BuildError is ProgramBuildError  # the old spelling still works
     assert c.stats.compiles == 2
     assert c.entries() == []
     assert c._key_locks == {}  # the per-program build lock does not outlive a failed build
@@ -46,17 +48,14 @@ def test_untrusted_folder_is_not_used(
     caplog: pytest.LogCaptureFixture,
     log_events: Callable[[str], list[logging.LogRecord]],
 ) -> None:
-    ProgramCache(cache_dir).get_program(ctx, add_src(1.0, "trust"), device)
+    ProgramCache(cache_dir, registry=_Registry()).get_program(ctx, add_src(1.0, "trust"), device)
     if how == "world-writable":
         os.chmod(cache_dir / "programs", 0o777)
     else:
         if os.geteuid() != 0:
             pytest.skip("chown to another user needs root")  # CI runs as root
         os.chown(cache_dir, 12345, 12345)
-    from netcl.runtime.cache import _program_cache
-
-    _program_cache._STORES.clear()  # as in a new process: the folder is checked again
-    c = ProgramCache(cache_dir)
+    c = ProgramCache(cache_dir, registry=_Registry())  # as a new process: checked again
     with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
         check_add(c.get_program(ctx, add_src(1.0, "trust"), device), 1.0)
     assert c.stats.disk_hits == 0 and c.stats.compiles == 1  # the planted entry is not loaded

@@ -67,16 +67,16 @@ def test_device_identity_changes_the_key(
     ctx: cl.Context,
     device: cl.Device,
     cache_dir: Path,
-    monkeypatch: pytest.MonkeyPatch,
     add_src: Callable[..., str],
-    ) -> None:
+) -> None:
     src = add_src(0.0, "ident")
     _fresh(cache_dir).get_program(ctx, src, device)
     from netcl.core import device as core_device
 
-    real = core_device.device_identity
-    monkeypatch.setattr(core_device, "device_identity", lambda d: real(d) + " | driver 2")
-    c = _fresh(cache_dir)
+    def driver_2(d: cl.Device) -> str:
+        return core_device.device_identity(d) + " | driver 2"
+
+    c = ProgramCache(cache_dir, device_identity=driver_2)  # injected, not patched
     c.get_program(ctx, src, device)
     assert c.stats.misses == 1  # a driver update makes old binaries stale
     assert len(c.entries()) == 2

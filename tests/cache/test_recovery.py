@@ -32,7 +32,21 @@ def _wrong_version(p: Path) -> None:
     p.write_bytes(bytes(data))
 
 
+def _flip_at(offset: int) -> Callable[[Path], None]:
+    def flip(p: Path) -> None:
+        data = bytearray(p.read_bytes())
+        data[offset] ^= 0x01
+        p.write_bytes(bytes(data))
+
+    return flip
+
+
 DAMAGE: dict[str, Callable[[Path], None]] = {
+    # the checksum covers the whole header: reserved fields and the crc field itself too
+    "header-reserved-flip": _flip_at(10),
+    "header-reserved2-flip": _flip_at(28),
+    "crc-flip": _flip_at(24),
+    "metadata-flip": _flip_at(HEADER.size + 3),
     "empty": lambda p: p.write_bytes(b""),
     "truncated-header": lambda p: p.write_bytes(p.read_bytes()[:40]),
     "truncated-payload": lambda p: p.write_bytes(p.read_bytes()[:-1000]),
@@ -99,7 +113,7 @@ def test_entry_header_is_plain_data(
     (entry,) = ProgramCache(cache_dir).entries()
     data = entry.path.read_bytes()
     magic, version, _, meta_len, payload_len, _, _, key = HEADER.unpack_from(data)
-    assert magic == b"NETCLPRG" and version == 1 and key.hex() == entry.key
+    assert magic == b"NETCLPRG" and version == 2 and key.hex() == entry.key
     assert len(data) == HEADER.size + meta_len + payload_len
     assert b"pickle" not in data[: HEADER.size + meta_len]
     import json

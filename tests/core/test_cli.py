@@ -42,3 +42,48 @@ def test_device_identity_is_stable_and_complete() -> None:
     assert ident == device.device_identity(dev)
     for part in (dev.platform.name, dev.name, dev.driver_version):
         assert part.strip() in ident
+
+
+def test_version_lists_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--version"])
+    assert exc.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"netcl-core {version('netcl-core')}" in lines
+    assert all(line.startswith("netcl-") for line in lines)
+
+
+def test_usage_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["info", "--bogus"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--bogus" in err
+
+
+def test_cache_command_without_netcl_cache_names_the_package(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As when only netcl-core is installed: no `netcl.cli` entry points."""
+    monkeypatch.setattr(cli, "entry_points", lambda group: [])
+    assert cli.main(["cache", "--dir", "/tmp/x", "stats", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install netcl-cache" in err and "./packages/netcl-cache" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert cli.main(["info"]) == 0  # the rest still works
+
+
+def test_a_broken_plugin_does_not_break_info(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Broken:
+        name = "cache"
+
+        def load(self) -> None:
+            raise ImportError("no module named netcl.runtime.cache")
+
+    monkeypatch.setattr(cli, "entry_points", lambda group: [Broken()])
+    assert cli.main(["info"]) == 0
+    assert "the 'cache' command failed to load" in capsys.readouterr().err

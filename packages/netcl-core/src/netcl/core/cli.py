@@ -4,9 +4,11 @@ command shows only what is installed: each entry point is ``register(subparsers)
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import distributions, entry_points
+from typing import Any, NoReturn
 
 import pyopencl as cl
 
@@ -14,20 +16,79 @@ from netcl.core import device, paths
 
 __all__ = ["main", "register_info"]
 
+#: Subcommands that other netcl distributions provide: named in a hint when not installed.
+_PROVIDERS = {"cache": "netcl-cache"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line on stderr, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings: Sequence[str], dest: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="installed netcl distributions")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        dists = sorted(_netcl_distributions().items())
+        sys.stdout.write("".join(f"{name} {ver}\n" for name, ver in dists) or "netcl: none\n")
+        sys.stdout.flush()
+        parser.exit(0)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``netcl`` console command."""
-    parser = argparse.ArgumentParser(prog="netcl", description="netcl runtime tools")
+    """Entry point of the ``netcl`` console command. Exit codes: 0 done, 1 refused or failed,
+    2 usage. A closed stdout (``netcl info | head -1``) ends the command quietly."""
+    try:
+        code = _main(sys.argv[1:] if argv is None else list(argv))
+        sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at exit
+    except BrokenPipeError:
+        _silence_stdout()
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+def _main(argv: list[str]) -> int:
+    parser = _Parser(prog="netcl", description="netcl runtime tools")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     register_info(sub)  # built in: works even from a source tree with no entry points installed
     for ep in sorted(entry_points(group="netcl.cli"), key=lambda e: e.name):
         if ep.name != "info":
-            ep.load()(sub)
+            try:
+                ep.load()(sub)
+            except Exception as exc:  # one broken plugin must not take `netcl info` down
+                sys.stderr.write(f"netcl: the {ep.name!r} command failed to load: {exc}\n")
+    missing = {n: d for n, d in _PROVIDERS.items() if n not in sub.choices}
+    for name, dist in missing.items():
+        sub.add_parser(name, help=f"(not installed: pip install {dist})")
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in missing:
+        dist = missing[command]
+        sys.stderr.write(
+            f"netcl {command}: not installed; it comes with the {dist} distribution: "
+            f"pip install {dist} (from a source checkout: pip install ./packages/{dist})\n"
+        )
+        return 2
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 
 
+def _silence_stdout() -> None:
+    # the reader went away: point stdout at /dev/null so the interpreter's final flush is quiet
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor
+        pass
+
+
 def register_info(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the built-in ``info`` subcommand."""
     p = sub.add_parser("info", help="OpenCL platforms and devices, netcl packages, cache location")
     p.set_defaults(func=_info)
 

@@ -1,4 +1,10 @@
-"""``netcl cache stats | list | clear | prune``: the disk tier from the shell, like ccache -s."""
+"""``netcl cache stats | list | clear | prune``: the disk tier from the shell, like ccache -s.
+
+Contract for scripts: ``--dir`` and ``--json`` go before or after the action; with ``--json``
+stdout carries exactly one JSON document (an error too: ``{"error": ..., "exit_code": ...}``)
+and every message goes to stderr. Exit codes: 0 done, 1 refused or failed (untrusted or
+read-only folder, a path that is not a folder), 2 usage (bad argument, bad ``NETCL_CACHE_*``).
+"""
 
 from __future__ import annotations
 
@@ -6,134 +12,275 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
+from netcl.core import paths
 from netcl.runtime.cache._entry import EntryError, read_meta
-from netcl.runtime.cache._program_cache import ProgramCache, parse_size
+from netcl.runtime.cache._program_cache import env_enabled, env_max_bytes, parse_size
+from netcl.runtime.cache._stats import CacheStats
 from netcl.runtime.cache._store import DiskStore, check_trusted
 
 __all__ = ["register"]
 
+_COUNTERS = tuple(f.name for f in fields(CacheStats))
+
+
+class _CliError(Exception):
+    """A user-facing failure: one line on stderr, exit ``code`` (1 refused/failed, 2 usage)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text, "size")
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a byte count such as 1073741824, 500M or 2G, got {text!r}"
+        ) from None
+
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``cache`` subcommand to the ``netcl`` command."""
-    p = sub.add_parser("cache", help="the OpenCL program cache: stats, list, clear, prune")
-    p.add_argument("--dir", help="cache folder (default: NETCL_CACHE_DIR or ~/.cache/netcl)")
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: an option given before the action is not reset by the action's parser
+    common.add_argument(
+        "--dir", default=argparse.SUPPRESS, metavar="DIR",
+        help="cache folder (default: NETCL_CACHE_DIR or ~/.cache/netcl)",
+    )
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS,
+        help="print exactly one JSON document on stdout (messages go to stderr)",
+    )
+    p = sub.add_parser(
+        "cache", parents=[common], help="the OpenCL program cache: stats, list, clear, prune",
+        description="Exit codes: 0 done, 1 refused or failed, 2 usage.",
+    )
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
-    s = csub.add_parser("stats", help="size, entries and hit/miss totals")
-    s.add_argument("--json", action="store_true", help="print JSON")
-    s.set_defaults(func=_stats)
-    ls = csub.add_parser("list", help="one line per entry, least recently used first")
-    ls.add_argument("--json", action="store_true", help="print JSON")
-    ls.set_defaults(func=_list)
-    c = csub.add_parser("clear", help="delete every entry (and the hit/miss totals)")
-    c.set_defaults(func=_clear)
-    pr = csub.add_parser("prune", help="delete damaged entries and left-over temporary files, "
-                         "then evict least recently used entries down to the size cap")
-    pr.add_argument("--max-bytes", help="cap to prune to, e.g. 500M (default: the cache's cap)")
-    pr.set_defaults(func=_prune)
+    actions: list[tuple[str, Callable[[argparse.Namespace, Path], dict[str, Any]], str]] = [
+        ("stats", _stats, "size, entries, temporary files and hit/miss totals"),
+        ("list", _list, "one line per entry (least recently used first) and temporary file"),
+        ("clear", _clear, "delete every entry and the hit/miss totals (a running writer's "
+         "temporary file stays)"),
+        ("prune", _prune, "delete damaged entries and temporary files of writers that are "
+         "gone, then evict least recently used entries down to the size cap"),
+    ]
+    for name, func, help_ in actions:
+        a = csub.add_parser(name, parents=[common], help=help_, description=help_)
+        a.set_defaults(func=_runner(name, func))
+        if name == "prune":
+            a.add_argument(
+                "--max-bytes", type=_size, metavar="SIZE", default=None,
+                help="cap to prune to, e.g. 500M (default: the cache's cap)",
+            )
 
 
-def _cache(args: argparse.Namespace) -> ProgramCache:
-    return ProgramCache(args.dir)
+def _runner(
+    name: str, action: Callable[[argparse.Namespace, Path], dict[str, Any]]
+) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        as_json = getattr(args, "json", False)
+        d = getattr(args, "dir", None)
+        root = Path(d).expanduser() if d else paths.default_cache_dir()
+        try:
+            doc = action(args, root)
+        except _CliError as exc:
+            sys.stderr.write(f"netcl cache {name}: {exc}\n")
+            if as_json:
+                _emit({"cache_dir": str(root), "error": str(exc), "exit_code": exc.code})
+            return exc.code
+        if as_json:
+            _emit(doc)
+        else:
+            sys.stdout.write(_TEXT[name](doc))
+        return 0
+
+    return run
 
 
-def _usable(cache: ProgramCache) -> DiskStore | None:
-    root = cache.cache_dir
-    if not root.is_dir():
-        sys.stdout.write(f"cache dir: {root} (not created yet)\n")
-        return None
-    why = check_trusted(root)
-    if why is not None:
-        sys.stderr.write(f"netcl cache: {root} is not trusted ({why}); not touching it\n")
-        return None
+def _emit(doc: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def _open(root: Path) -> DiskStore | None:
+    """The store at ``root``, None when the folder does not exist yet; refuses (exit 1) a path
+    that is not a folder or a folder it cannot trust. Never creates anything."""
+    try:
+        if root.exists() and not root.is_dir():
+            raise _CliError(1, f"{root} is not a directory")
+        for d in (root, root / "programs"):
+            if not d.exists():
+                if d == root:
+                    return None
+                continue
+            why = check_trusted(d)
+            if why is not None:
+                raise _CliError(1, f"{d} is not trusted ({why}); not touching it")
+    except OSError as exc:
+        raise _CliError(1, f"{root}: {exc.strerror or exc}") from None
     return DiskStore(root)
 
 
-def _stats(args: argparse.Namespace) -> int:
-    cache = _cache(args)
-    store = _usable(cache)
+def _cap() -> int:
+    try:
+        return env_max_bytes()
+    except ValueError as exc:
+        raise _CliError(2, str(exc)) from None
+
+
+def _enabled() -> bool:
+    try:
+        return env_enabled()
+    except ValueError as exc:
+        raise _CliError(2, str(exc)) from None
+
+
+def _stats(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    cap, enabled = _cap(), _enabled()
+    store = _open(root)
     files = store.entries() if store is not None else []
-    total = sum(f.size for f in files)
+    temps = store.temp_files() if store is not None else []
     counters = store.load_counters() if store is not None else {}
-    hits = counters.get("memory_hits", 0) + counters.get("disk_hits", 0)
-    lookups = hits + counters.get("misses", 0)
-    info: dict[str, Any] = {
-        "cache_dir": str(cache.cache_dir),
-        "enabled": cache.enabled,
-        "entries": len(files),
-        "bytes": total,
-        "max_bytes": cache.max_bytes,
-        "temp_files": len(store.temp_files()) if store is not None else 0,
-        **counters,
-    }
-    if args.json:
-        sys.stdout.write(json.dumps(info, indent=2, sort_keys=True) + "\n")
-        return 0
-    w = sys.stdout.write
-    w(f"cache dir          {info['cache_dir']}{'' if cache.enabled else ' (disabled)'}\n")
-    w(f"entries            {len(files)}\n")
-    pct = 100.0 * total / cache.max_bytes if cache.max_bytes else 0.0
-    w(f"cache size         {_human(total)} of {_human(cache.max_bytes)} ({pct:.1f} %)\n")
-    w(f"hits               {hits}"
-      + (f" ({100.0 * hits / lookups:.1f} % of {lookups} lookups)" if lookups else "") + "\n")
-    for name in ("memory_hits", "disk_hits", "misses", "compiles", "recoveries", "corrupt",
-                 "write_errors", "lock_timeouts", "evictions"):
-        w(f"  {name:<17}{counters.get(name, 0)}\n")
-    w(f"bytes read/written {_human(counters.get('bytes_read', 0))} / "
-      f"{_human(counters.get('bytes_written', 0))}\n")
-    return 0
-
-
-def _list(args: argparse.Namespace) -> int:
-    store = _usable(_cache(args))
-    rows: list[dict[str, Any]] = []
-    for f in store.entries() if store is not None else []:
-        row: dict[str, Any] = {"key": f.key, "bytes": f.size, "last_used": f.mtime}
-        try:
-            with open(f.path, "rb") as fh:
-                key, meta = read_meta(fh.read())
-            if key != f.key:
-                raise EntryError("foreign", f"holds key {key}")
-            row.update(status="ok", device=meta.get("device"), options=meta.get("options"))
-        except (OSError, EntryError) as exc:
-            row.update(status=f"damaged ({exc})")
-        rows.append(row)
-    if args.json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
-        return 0
-    for r in rows:
-        used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["last_used"]))
-        extra = (
-            f"{r['device']}  {r['options'] or '-'}" if r["status"] == "ok" else r["status"]
-        )
-        sys.stdout.write(f"{r['key'][:16]}  {_human(r['bytes']):>9}  {used}  {extra}\n")
-    sys.stdout.write(f"{len(rows)} entries\n")
-    return 0
-
-
-def _clear(args: argparse.Namespace) -> int:
-    cache = _cache(args)
-    store = _usable(cache)
-    if store is None:
-        return 0
-    n = cache.clear(memory=True, disk=True)
-    store.reset_counters()
-    sys.stdout.write(f"removed {n} files from {cache.cache_dir}\n")
-    return 0
-
-
-def _prune(args: argparse.Namespace) -> int:
-    cache = _cache(args)
-    if _usable(cache) is None:
-        return 0
-    cap = parse_size(args.max_bytes, "--max-bytes") if args.max_bytes else None
-    out = cache.prune(cap)
-    sys.stdout.write(
-        f"removed {out['damaged']} damaged entries, {out['temp']} stale temporary files, "
-        f"evicted {out['evicted']} entries\n"
+    doc: dict[str, Any] = {k: counters.get(k, 0) for k in _COUNTERS}
+    entry_bytes = sum(f.size for f in files)
+    temp_bytes = sum(t.size for t in temps)
+    doc.update(
+        cache_dir=str(root), exists=store is not None, enabled=enabled,
+        entries=sum(f.regular for f in files), other_files=sum(not f.regular for f in files),
+        entry_bytes=entry_bytes, temp_files=len(temps), temp_bytes=temp_bytes,
+        live_temp_files=sum(t.alive for t in temps), bytes=entry_bytes + temp_bytes,
+        max_bytes=cap, hits=doc["memory_hits"] + doc["disk_hits"],
     )
-    return 0
+    doc["lookups"] = doc["hits"] + doc["misses"]
+    return doc
+
+
+def _stats_text(doc: dict[str, Any]) -> str:
+    lines = [
+        f"cache dir          {doc['cache_dir']}"
+        + ("" if doc["exists"] else " (not created yet)")
+        + ("" if doc["enabled"] else " (disabled by NETCL_CACHE_DISABLE)"),
+        f"entries            {doc['entries']}"
+        + (f" (+{doc['other_files']} not regular files)" if doc["other_files"] else ""),
+    ]
+    cap, used = doc["max_bytes"], doc["bytes"]
+    pct = 100.0 * used / cap if cap else 0.0
+    lines.append(f"cache size         {_human(used)} of {_human(cap)} ({pct:.1f} %)")
+    lines.append(
+        f"temporary files    {doc['temp_files']} ({_human(doc['temp_bytes'])}, "
+        f"{doc['live_temp_files']} of running writers)"
+    )
+    hits, lookups = doc["hits"], doc["lookups"]
+    lines.append(
+        f"hits               {hits}"
+        + (f" ({100.0 * hits / lookups:.1f} % of {lookups} lookups)" if lookups else "")
+    )
+    for name in _COUNTERS:
+        if not name.startswith("bytes_"):
+            lines.append(f"  {name:<17}{doc[name]}")
+    lines.append(
+        f"bytes read/written {_human(doc['bytes_read'])} / {_human(doc['bytes_written'])}"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _list(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    store = _open(root)
+    rows: list[dict[str, Any]] = []
+    temps: list[dict[str, Any]] = []
+    if store is not None:
+        for f in store.entries():
+            row: dict[str, Any] = {
+                "key": f.key, "kind": f.kind, "bytes": f.size, "last_used": f.mtime,
+                "status": "ok", "device": None, "options": None,
+            }
+            try:
+                data = store.read(f.key) if f.regular else None
+                if not f.regular:
+                    raise EntryError("special", f"a {f.kind}")
+                if data is None:
+                    continue  # removed meanwhile
+                key, meta = read_meta(data)
+                if key != f.key:
+                    raise EntryError("foreign", f"holds key {key}")
+                row.update(device=meta.get("device"), options=meta.get("options"))
+            except (OSError, EntryError) as exc:
+                row["status"] = f"damaged ({exc})"
+            rows.append(row)
+        for t in store.temp_files():
+            temps.append({
+                "name": t.path.name, "bytes": t.size, "mtime": t.mtime, "pid": t.pid,
+                "writer_running": t.alive,
+            })
+    return {"cache_dir": str(root), "exists": store is not None, "entries": rows,
+            "temp_files": temps}
+
+
+def _list_text(doc: dict[str, Any]) -> str:
+    out = []
+    for r in doc["entries"]:
+        used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["last_used"]))
+        extra = f"{r['device']}  {r['options'] or '-'}" if r["status"] == "ok" else r["status"]
+        out.append(f"{r['key'][:16]}  {_human(r['bytes']):>9}  {used}  {extra}")
+    for t in doc["temp_files"]:
+        who = "running" if t["writer_running"] else "gone"
+        out.append(f"temp  {t['name'][:40]}  {_human(t['bytes']):>9}  writer {t['pid']} {who}")
+    out.append(f"{len(doc['entries'])} entries, {len(doc['temp_files'])} temporary files")
+    if not doc["exists"]:
+        out.append(f"cache dir: {doc['cache_dir']} (not created yet)")
+    return "\n".join(out) + "\n"
+
+
+def _writable(root: Path, what: Callable[[], int | dict[str, int]]) -> Any:
+    try:
+        return what()
+    except OSError as exc:
+        raise _CliError(1, f"cannot change {root}: {exc.strerror or exc}") from None
+
+
+def _clear(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    store = _open(root)
+    doc: dict[str, Any] = {"cache_dir": str(root), "exists": store is not None, "removed": 0,
+                           "kept_temp_files": 0}
+    if store is None:
+        return doc
+    doc["removed"] = _writable(root, store.clear)
+    _writable(root, lambda: int(store.remove(root / "stats.json")))
+    doc["kept_temp_files"] = len(store.temp_files())
+    return doc
+
+
+def _clear_text(doc: dict[str, Any]) -> str:
+    kept = doc["kept_temp_files"]
+    note = f" (kept {kept} temporary files of running writers)" if kept else ""
+    return f"removed {doc['removed']} files from {doc['cache_dir']}{note}\n"
+
+
+def _prune(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    cap = args.max_bytes if args.max_bytes is not None else _cap()
+    store = _open(root)
+    doc: dict[str, Any] = {"cache_dir": str(root), "exists": store is not None, "max_bytes": cap,
+                           "damaged": 0, "temp": 0, "evicted": 0}
+    if store is not None:
+        doc.update(_writable(root, lambda: store.prune(cap)))
+    return doc
+
+
+def _prune_text(doc: dict[str, Any]) -> str:
+    return (
+        f"removed {doc['damaged']} damaged entries, {doc['temp']} temporary files of writers "
+        f"that are gone, evicted {doc['evicted']} entries\n"
+    )
+
+
+_TEXT: dict[str, Callable[[dict[str, Any]], str]] = {
+    "stats": _stats_text, "list": _list_text, "clear": _clear_text, "prune": _prune_text,
+}
 
 
 def _human(n: float) -> str:
@@ -142,3 +289,4 @@ def _human(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
+

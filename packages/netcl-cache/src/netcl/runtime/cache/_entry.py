@@ -7,7 +7,7 @@ Layout (little endian)::
     10  H   reserved (0)
     12  I   metadata length
     16  Q   payload (binary) length
-    24  I   crc32 of metadata + payload
+    24  I   crc32 of the header (this field as 0), the metadata and the payload
     28  I   reserved (0)
     32  32s key (raw sha256)
     64      metadata (UTF-8 JSON object), then the payload
@@ -15,23 +15,37 @@ Layout (little endian)::
 Nothing in a file is ever executed or unpickled: the reader checks sizes, key and checksum and
 hands the payload to the OpenCL driver as an opaque binary. crc32 guards against torn or damaged
 files (a hit verifies 125 kB in ~25 µs where sha256 takes ~80 µs); trust in the folder itself is
-checked separately (owner and permissions).
+checked separately (owner and permissions). The checksum covers the whole header too (key,
+lengths, reserved fields), so a flipped bit anywhere in a file is caught.
+
+:func:`read_file` reads an entry from an open file without trusting it: only a regular file,
+never more than the header declares, never more than :data:`MAX_ENTRY_BYTES`.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import struct
 import zlib
 from typing import Any
 
 from netcl.runtime.cache._key import FORMAT_VERSION
 
-__all__ = ["HEADER", "MAGIC", "EntryError", "decode", "encode", "read_meta"]
+__all__ = [
+    "HEADER", "MAGIC", "MAX_ENTRY_BYTES", "EntryError", "decode", "encode", "read_file",
+    "read_meta",
+]
 
 MAGIC = b"NETCLPRG"
 HEADER = struct.Struct("<8sHHIQII32s")
 assert HEADER.size == 64
+_CRC_AT = 24  # offset of the crc field, zeroed while the checksum is computed
+_NO_CRC = b"\0\0\0\0"
+#: The largest entry a reader accepts (header + metadata + binary): real binaries are kB to a few
+#: MB; a header declaring more is damaged, and nothing larger is ever read into memory.
+MAX_ENTRY_BYTES = 256 << 20
 
 
 class EntryError(Exception):
@@ -44,11 +58,18 @@ class EntryError(Exception):
 
 def encode(key_hex: str, binary: bytes, meta: dict[str, Any]) -> bytes:
     meta_b = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
-    crc = zlib.crc32(binary, zlib.crc32(meta_b))
-    head = HEADER.pack(
-        MAGIC, FORMAT_VERSION, 0, len(meta_b), len(binary), crc, 0, bytes.fromhex(key_hex)
-    )
+    key = bytes.fromhex(key_hex)
+    head = bytearray(HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta_b), len(binary), 0, 0, key))
+    crc = zlib.crc32(binary, zlib.crc32(meta_b, zlib.crc32(head)))
+    head[_CRC_AT : _CRC_AT + 4] = crc.to_bytes(4, "little")
     return b"".join((head, meta_b, binary))
+
+
+def _crc(view: memoryview) -> int:
+    """crc32 of a whole entry with its crc field taken as 0."""
+    crc = zlib.crc32(view[:_CRC_AT])
+    crc = zlib.crc32(_NO_CRC, crc)
+    return zlib.crc32(view[_CRC_AT + 4 :], crc)
 
 
 def _check(data: bytes, key_hex: str | None) -> int:
@@ -67,10 +88,8 @@ def _check(data: bytes, key_hex: str | None) -> int:
     want = HEADER.size + meta_len + payload_len
     if len(data) != want:
         raise EntryError("truncated", f"{len(data)} bytes, header says {want}")
-    view = memoryview(data)
-    start = HEADER.size + meta_len
-    if zlib.crc32(view[start:], zlib.crc32(view[HEADER.size : start])) != crc:
-        raise EntryError("checksum", "crc32 of metadata and binary does not match")
+    if _crc(memoryview(data)) != crc:
+        raise EntryError("checksum", "crc32 of header, metadata and binary does not match")
     return int(meta_len)
 
 
@@ -91,3 +110,48 @@ def read_meta(data: bytes) -> tuple[str, dict[str, Any]]:
     if not isinstance(meta, dict):
         raise EntryError("metadata", "not a JSON object")
     return key, meta
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_file(fd: int) -> bytes:
+    """The bytes of the entry open as ``fd`` (opened with ``O_NONBLOCK | O_NOFOLLOW``), read
+    without trusting the file: :class:`EntryError` ``special`` unless it is a regular file,
+    ``oversized`` when it or its header declares more than :data:`MAX_ENTRY_BYTES`; never
+    reads past the lengths the header declares. Short or foreign files come back as they are
+    (up to the header) for :func:`decode` to name what is wrong."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise EntryError("special", _kind(st.st_mode))
+    head = _read_exactly(fd, min(HEADER.size, st.st_size))
+    if len(head) < HEADER.size or head[:8] != MAGIC:
+        return head
+    want = HEADER.size + sum(HEADER.unpack_from(head)[3:5])
+    if want > MAX_ENTRY_BYTES or st.st_size > MAX_ENTRY_BYTES:
+        raise EntryError(
+            "oversized", f"{max(want, st.st_size)} bytes, at most {MAX_ENTRY_BYTES} accepted"
+        )
+    if st.st_size > want:
+        raise EntryError("oversized", f"{st.st_size} bytes, header says {want}")
+    return head + _read_exactly(fd, min(want, st.st_size) - HEADER.size)
+
+
+def _read_exactly(fd: int, n: int) -> bytes:
+    """Up to ``n`` bytes (fewer only at end of file)."""
+    parts = []
+    while n > 0:
+        chunk = os.read(fd, n)
+        if not chunk:
+            break
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)

@@ -22,3 +22,7 @@ class ProgramBuildError(RuntimeError):
             f"OpenCL build failed on device {device_name!r}{opts} (error {code}); "
             f"build log:\n{log.rstrip() or '(empty)'}"
         )
+
+
+# importable as netcl.runtime.cache.ProgramBuildError: name it so in tracebacks and error.type
+ProgramBuildError.__module__ = "netcl.runtime.cache"

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 __all__ = ["FORMAT_VERSION", "compute_key", "include_dirs", "normalize_options"]
 
 #: Version of the on-disk entry format and of the key recipe; bumping it misses every old entry.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 # `#include "a.h"` and `#include <a.h>`; conditional includes are hashed too (over-inclusion only
 # costs a read, missing a header would serve a stale binary).

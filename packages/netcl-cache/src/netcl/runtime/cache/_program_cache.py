@@ -8,7 +8,8 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import fields
 from pathlib import Path
@@ -27,20 +28,85 @@ from netcl.runtime.cache._stats import CacheStats
 from netcl.runtime.cache._store import DiskStore, EntryFile
 from netcl.runtime.cache.version import __version__
 
-__all__ = ["DEFAULT_MAX_BYTES", "ProgramCache", "parse_size"]
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_PROGRAMS", "ProgramCache", "parse_size"]
 
 log = get_logger("netcl.runtime.cache")
 
 DEFAULT_MAX_BYTES = 1 << 30
+DEFAULT_MAX_PROGRAMS = 1024
 DEFAULT_LOCK_TIMEOUT_S = 60.0
+_ON = ("1", "true", "yes", "on")
+_OFF = ("", "0", "false", "no", "off")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 _tracing = telemetry.tracing
-_NAMES: dict[cl.Device, str] = {}
-_IDENTITIES: dict[tuple[cl.Device, Any], str] = {}
-_STORES: dict[Path, DiskStore] = {}
 _LOOKUPS = tel.LOOKUPS
 _COUNTER_NAMES = tuple(f.name for f in fields(CacheStats))
+_ref = weakref.ref
+
+
+class _Registry:
+    """What instances of one process share: folders found trusted (a fresh instance skips the
+    three stat calls; only this user or root could make them untrusted) and the device
+    identities and names (a few slow driver queries, once per device). Pass your own to
+    ``ProgramCache(registry=...)`` to start as a new process would."""
+
+    def __init__(self) -> None:
+        self.stores: dict[Path, DiskStore] = {}
+        self.identities: dict[tuple[cl.Device, Callable[[cl.Device], str]], str] = {}
+        self.names: dict[cl.Device, str] = {}
+
+    def identity(self, dev: cl.Device, fn: Callable[[cl.Device], str]) -> str:
+        ident = self.identities.get((dev, fn))
+        if ident is None:
+            ident = self.identities[(dev, fn)] = fn(dev)
+        return ident
+
+    def name(self, dev: cl.Device) -> str:
+        name = self.names.get(dev)
+        if name is None:
+            name = self.names[dev] = dev.name
+        return name
+
+
+_REGISTRY = _Registry()
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _config_warning(variable: str, value: str, error: str, default: object) -> None:
+    """One warning per bad value and process; the caller then uses the default."""
+    if (variable, value) not in _WARNED:
+        _WARNED.add((variable, value))
+        log.warning(
+            "cache_config_invalid", variable=variable, value=value, error=error,
+            using=str(default),
+        )
+
+
+def env_max_bytes() -> int:
+    """``NETCL_CACHE_MAX_BYTES`` in bytes (the default when unset); ValueError when invalid."""
+    env = os.environ.get("NETCL_CACHE_MAX_BYTES", "").strip()
+    return parse_size(env, "NETCL_CACHE_MAX_BYTES") if env else DEFAULT_MAX_BYTES
+
+
+def env_enabled() -> bool:
+    """Whether ``NETCL_CACHE_DISABLE`` leaves the disk tier on; ValueError when invalid."""
+    flag = os.environ.get("NETCL_CACHE_DISABLE", "").strip().lower()
+    if flag in _OFF:
+        return True
+    if flag in _ON:
+        return False
+    raise ValueError(
+        f"NETCL_CACHE_DISABLE: expected one of 1/true/yes/on or 0/false/no/off, got {flag!r}"
+    )
+
+
+def _purge_dead(cache_ref: weakref.ref[ProgramCache]) -> None:
+    # a context the in-process tier keyed on was collected: its entries go (keys of dead
+    # weakrefs never match a lookup again; this frees the programs)
+    cache = cache_ref()
+    if cache is not None:
+        cache._drop_dead_contexts()
 
 
 def _build(prg: Any, options: bytes, dev: cl.Device) -> None:
@@ -53,19 +119,6 @@ def _build(prg: Any, options: bytes, dev: cl.Device) -> None:
         prg.build(options, [dev])
 
 
-def _memory_hit_span(key: str, device_name: str) -> None:
-    # an in-process hit has nothing to time: the span only records that it happened
-    with tel.tracer.start_as_current_span(
-        "netcl.cache.get_program",
-        attributes={
-            "netcl.cache.result": "memory",
-            "netcl.cache.key": key,
-            "netcl.device.name": device_name,
-        },
-    ):
-        pass
-
-
 def parse_size(text: str, what: str) -> int:
     """``"500M"``, ``"2G"``, ``"1048576"`` -> bytes (binary units); ValueError naming ``what``."""
     s = text.strip().lower().removesuffix("ib").removesuffix("b")
@@ -75,7 +128,7 @@ def parse_size(text: str, what: str) -> int:
         value = float(number) * _UNITS[unit]
     except ValueError:
         value = -1.0
-    if not number or value < 0 or value != value:
+    if not number or value < 0 or value != value or value == float("inf"):
         raise ValueError(
             f"{what}: expected a byte count such as 1073741824, 500M or 2G, got {text!r}"
         )
@@ -90,7 +143,9 @@ class ProgramCache:
     ``max_bytes`` caps the disk tier (default ``NETCL_CACHE_MAX_BYTES`` or 1 GiB; least recently
     used entries go first). ``lock_timeout`` bounds the wait for another process compiling the
     same program, after which this one compiles too. ``NETCL_CACHE_DISABLE=1`` turns the disk
-    tier off.
+    tier off. ``max_programs`` bounds the in-process tier (least recently used programs go; it
+    holds contexts weakly: a context's programs go with it). ``device_identity`` maps a device to
+    the string keyed on disk (default :func:`netcl.core.device.device_identity`).
     """
 
     #: The error :meth:`get_program` raises when the compiler rejects a program.
@@ -102,9 +157,16 @@ class ProgramCache:
         *,
         max_bytes: int | None = None,
         lock_timeout: float | None = None,
+        max_programs: int = DEFAULT_MAX_PROGRAMS,
+        device_identity: Callable[[cl.Device], str] | None = None,
+        registry: _Registry | None = None,
     ) -> None:
         if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 0):
             raise ValueError(f"ProgramCache: max_bytes must be an int >= 0, got {max_bytes!r}")
+        if not isinstance(max_programs, int) or max_programs < 1:
+            raise ValueError(
+                f"ProgramCache: max_programs must be an int >= 1, got {max_programs!r}"
+            )
         if lock_timeout is not None and not lock_timeout >= 0:
             raise ValueError(
                 f"ProgramCache: lock_timeout must be a number of seconds >= 0, "
@@ -113,9 +175,19 @@ class ProgramCache:
         self._dir_arg = None if cache_dir is None else Path(cache_dir).expanduser()
         self._max_bytes_arg = max_bytes
         self._lock_timeout = DEFAULT_LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
-        # (ctx, device, source, options) -> (program, key, device name). Keyed on the caller's
-        # own objects: a hit hashes a tuple whose source string caches its hash, no sha256.
-        self._memory: dict[tuple[Any, ...], tuple[cl.Program, str, str]] = {}
+        # (weakref to ctx, device, source, options) -> [program, key, device name, used], in
+        # insertion order. Keyed on the caller's own objects: a hit hashes a tuple whose source
+        # string caches its hash, no sha256. The context is held weakly (a weakref without
+        # callback is shared, so making one per lookup costs ~0.1 µs). The bound evicts by
+        # CLOCK (second chance), an LRU approximation whose hit only sets a flag.
+        self._memory: OrderedDict[tuple[Any, ...], list[Any]] = OrderedDict()
+        self._max_programs = max_programs
+        self._watched: weakref.WeakSet[cl.Context] = weakref.WeakSet()
+        self._dead_pending = False
+        self._device_identity = (
+            device_identity if device_identity is not None else core_device.device_identity
+        )
+        self._registry = registry if registry is not None else _REGISTRY
         self._lock = threading.Lock()
         self._key_locks: dict[tuple[Any, ...], threading.Lock] = {}
         self._store: DiskStore | None = None
@@ -134,17 +206,27 @@ class ProgramCache:
 
     @property
     def max_bytes(self) -> int:
-        """The size cap of the disk tier in bytes."""
+        """The size cap of the disk tier in bytes (an invalid ``NETCL_CACHE_MAX_BYTES``: one
+        warning ``cache_config_invalid``, then the default)."""
         if self._max_bytes_arg is not None:
             return self._max_bytes_arg
-        env = os.environ.get("NETCL_CACHE_MAX_BYTES")
-        return parse_size(env, "NETCL_CACHE_MAX_BYTES") if env else DEFAULT_MAX_BYTES
+        try:
+            return env_max_bytes()
+        except ValueError as exc:
+            env = os.environ.get("NETCL_CACHE_MAX_BYTES", "")
+            _config_warning("NETCL_CACHE_MAX_BYTES", env, str(exc), DEFAULT_MAX_BYTES)
+            return DEFAULT_MAX_BYTES
 
     @property
     def enabled(self) -> bool:
-        """Whether the disk tier is on (``NETCL_CACHE_DISABLE`` unset or 0/false/no/off)."""
-        flag = os.environ.get("NETCL_CACHE_DISABLE", "").strip().lower()
-        return flag in ("", "0", "false", "no", "off")
+        """Whether the disk tier is on (``NETCL_CACHE_DISABLE`` unset or 0/false/no/off; an
+        invalid value: one warning, then on)."""
+        try:
+            return env_enabled()
+        except ValueError as exc:
+            env = os.environ.get("NETCL_CACHE_DISABLE", "")
+            _config_warning("NETCL_CACHE_DISABLE", env, str(exc), "enabled")
+            return True
 
     @property
     def stats(self) -> CacheStats:
@@ -165,11 +247,13 @@ class ProgramCache:
         Looked up in this process first, then on disk (a binary is loaded, not compiled), else
         compiled from source and stored. ``device`` may be left out when ``ctx`` has one device.
         ``options`` are the build options (a string or a list of strings); headers reached
-        through their ``-I`` folders are part of the key. Raises ``ProgramCache.BuildError`` with
-        the build log when the compiler rejects the source.
+        through their ``-I`` folders are part of the key. Raises
+        :class:`~netcl.runtime.cache.ProgramBuildError` (alias ``ProgramCache.BuildError``) with
+        the build log when the compiler rejects the source; nothing found on disk and no
+        configuration error makes it fail.
         """
-        mkey = (ctx, device, src_code, options)
         try:
+            mkey = (_ref(ctx), device, src_code, options)
             hit = self._memory.get(mkey)
         except TypeError:  # unhashable: options given as a list (key on a tuple of it), or a
             if not isinstance(options, list):  # bad argument: raise the error that names it
@@ -178,10 +262,10 @@ class ProgramCache:
                 raise
             return self.get_program(ctx, src_code, device, tuple(options))
         if hit is not None:
+            # no span: the netcl.cache.lookups counter counts in-process hits (see README)
             self._c["memory_hits"] += 1
             _LOOKUPS["memory"] += 1
-            if _tracing():
-                _memory_hit_span(hit[1], hit[2])
+            hit[3] = True  # used since the clock hand last passed (move_to_end would rehash)
             return hit[0]
         return self._get_slow(mkey, ctx, src_code, device, options)
 
@@ -203,18 +287,24 @@ class ProgramCache:
                 if hit is not None:  # built by the thread this one waited for
                     self._c["memory_hits"] += 1
                     _LOOKUPS["memory"] += 1
-                    if _tracing():
-                        _memory_hit_span(hit[1], hit[2])
                     return hit[0]
+                name = self._registry.name(dev)
                 if _tracing():
-                    with tel.tracer.start_as_current_span("netcl.cache.get_program") as span:
-                        span.set_attribute("netcl.device.name", self._name(dev))
-                        prg, key, result = self._resolve(ctx, src_code, dev, opts)
-                        span.set_attribute("netcl.cache.key", key)
-                        span.set_attribute("netcl.cache.result", result)
+                    with tel.tracer.start_as_current_span(
+                        tel.SPAN_GET_PROGRAM, attributes={tel.ATTR_DEVICE: name}
+                    ) as span:
+                        try:
+                            key = self._key(src_code, dev, opts)
+                            span.set_attribute(tel.ATTR_KEY, key)
+                            prg, result = self._resolve(ctx, src_code, dev, opts, key)
+                        except BaseException as exc:
+                            span.set_attribute(tel.ATTR_ERROR_TYPE, tel.error_type(exc))
+                            raise
+                        span.set_attribute(tel.ATTR_RESULT, result)
                 else:
-                    prg, key, result = self._resolve(ctx, src_code, dev, opts)
-                self._memory[mkey] = (prg, key, self._name(dev))
+                    key = self._key(src_code, dev, opts)
+                    prg, result = self._resolve(ctx, src_code, dev, opts, key)
+                self._remember(mkey, ctx, [prg, key, name, False])
         finally:  # also after a failed build (never cached): no lock stays behind per source
             with self._lock:
                 if self._key_locks.get(mkey) is key_lock:  # not a newer one of a later caller
@@ -248,34 +338,54 @@ class ProgramCache:
             )
         return device
 
-    def _identity(self, dev: cl.Device) -> str:
-        # a few slow driver queries (~0.1 ms on PoCL): once per device and process. Keyed on
-        # the function too, so a replaced device_identity (a test faking a driver) is honoured.
-        fn = core_device.device_identity
-        ident = _IDENTITIES.get((dev, fn))
-        if ident is None:
-            ident = _IDENTITIES[(dev, fn)] = fn(dev)
-        return ident
+    def _remember(self, mkey: tuple[Any, ...], ctx: cl.Context, entry: list[Any]) -> None:
+        with self._lock:
+            if self._dead_pending:
+                self._purge_locked()
+            memory = self._memory
+            memory[mkey] = entry
+            while len(memory) > self._max_programs:
+                k, old = memory.popitem(last=False)
+                if old[3] and k != mkey:  # used since last passed: a second chance
+                    old[3] = False
+                    memory[k] = old
+            if ctx not in self._watched:
+                self._watched.add(ctx)
+                weakref.finalize(ctx, _purge_dead, _ref(self))
 
-    def _name(self, dev: cl.Device) -> str:
-        name = _NAMES.get(dev)
-        if name is None:
-            name = _NAMES[dev] = dev.name
-        return name
+    def _drop_dead_contexts(self) -> None:
+        # runs from the garbage collector, possibly in this very thread while it holds the lock
+        # (inside _remember): never block, leave the purge to the next insertion then
+        if not self._lock.acquire(blocking=False):
+            self._dead_pending = True
+            return
+        try:
+            self._purge_locked()
+        finally:
+            self._lock.release()
+
+    def _purge_locked(self) -> None:
+        self._dead_pending = False
+        for k in [k for k in self._memory if k[0]() is None]:
+            del self._memory[k]
+
+    def _key(self, src_code: str, dev: cl.Device, opts: str) -> str:
+        # the identity: a few slow driver queries (~0.1 ms on PoCL), once per device and process
+        ident = self._registry.identity(dev, self._device_identity)
+        return compute_key(src_code.encode("utf-8", "surrogateescape"), opts, ident)
 
     def _resolve(
-        self, ctx: cl.Context, src_code: str, dev: cl.Device, opts: str
-    ) -> tuple[cl.Program, str, str]:
-        """(program, key, result) through the disk tier and the compiler."""
-        ident = self._identity(dev)
-        src = src_code.encode("utf-8", "surrogateescape")
-        key = compute_key(src, opts, ident)
+        self, ctx: cl.Context, src_code: str, dev: cl.Device, opts: str, key: str
+    ) -> tuple[cl.Program, str]:
+        """(program, result) through the disk tier and the compiler."""
+        ident = self._registry.identity(dev, self._device_identity)
+        src_len = len(src_code.encode("utf-8", "surrogateescape"))
         store = self._open_store() if self.enabled else None
         if store is None:
-            return self._compile(ctx, src_code, dev, opts, key)[0], key, "compiled"
+            return self._compile(ctx, src_code, dev, opts, key)[0], "compiled"
         prg, damaged = self._load(store, key, ctx, dev, opts)
         if prg is not None:
-            return prg, key, "disk"
+            return prg, "disk"
         with store.lock(key, self._lock_timeout) as locked:
             if locked == "timeout":
                 self._c["lock_timeouts"] += 1
@@ -283,16 +393,16 @@ class ProgramCache:
                 # whoever held the lock may have just written this entry (or repaired it)
                 prg, again = self._load(store, key, ctx, dev, opts, report=damaged is None)
                 if prg is not None:
-                    return prg, key, "disk"
+                    return prg, "disk"
                 damaged = damaged or again
             prg, binary = self._compile(ctx, src_code, dev, opts, key)
             self._c["misses"] += 1
             if binary:
-                self._save(store, key, binary, ident, dev, opts, len(src))
+                self._save(store, key, binary, ident, dev, opts, src_len)
         if damaged is not None:
             self._c["recoveries"] += 1
-            return prg, key, "recovered"
-        return prg, key, "compiled"
+            return prg, "recovered"
+        return prg, "compiled"
 
     def _open_store(self) -> DiskStore | None:
         if self._store_state == "open":
@@ -303,9 +413,10 @@ class ProgramCache:
         try:
             # A folder found trusted stays trusted for this process (only this user or root
             # could change that): a fresh instance then skips the three stat calls.
-            store = _STORES.get(root)
+            stores = self._registry.stores
+            store = stores.get(root)
             if store is None:
-                store = _STORES[root] = DiskStore.open(root)
+                store = stores[root] = DiskStore.open(root)
         except PermissionError as exc:
             log.warning("cache_dir_untrusted", path=str(root), reason=str(exc))
         except OSError as exc:
@@ -330,7 +441,9 @@ class ProgramCache:
     ) -> tuple[cl.Program | None, str | None]:
         """(program, None) on a hit, (None, None) when absent, (None, reason) when damaged."""
         try:
-            data = store.read(key)
+            data = store.read(key)  # a FIFO, link, folder or huge file: EntryError, no wait
+        except EntryError as exc:
+            reason = str(exc)
         except OSError as exc:
             reason = f"unreadable: {exc}"
         else:
@@ -355,7 +468,7 @@ class ProgramCache:
             log.warning(
                 "cache_entry_corrupt", path=str(store.path(key)), key=key, reason=reason
             )
-            tel.recoveries.add(1, {"netcl.cache.reason": short})
+            tel.recoveries.add(1, {tel.ATTR_REASON: short})
         return None, reason
 
     def _compile(
@@ -366,12 +479,12 @@ class ProgramCache:
         t0 = time.perf_counter()
         cm: AbstractContextManager[Any] = (
             tel.tracer.start_as_current_span(
-                "netcl.cache.compile",
-                attributes={"netcl.compile.options": opts, "netcl.cache.key": key},
+                tel.SPAN_COMPILE, attributes={tel.ATTR_OPTIONS: opts, tel.ATTR_KEY: key}
             )
             if _tracing()
             else contextlib.nullcontext()
         )
+        point = {tel.ATTR_DEVICE: self._registry.name(dev)}
         try:
             with cm as span:
                 prg = cl._cl._Program(ctx, src_code)
@@ -386,13 +499,16 @@ class ProgramCache:
                         device_name=dev.name, options=opts, log=build_log or str(exc),
                         code=getattr(exc, "code", None),
                     )
+                    point[tel.ATTR_ERROR_TYPE] = tel.error_type(err)
                     if span is not None:
-                        span.set_attribute("netcl.compile.log", err.log)
+                        span.set_attribute(tel.ATTR_LOG, err.log)
+                        span.set_attribute(tel.ATTR_ERROR_TYPE, point[tel.ATTR_ERROR_TYPE])
                     raise err from exc
+        except BaseException as exc:  # an interrupt mid-build is a failed point too
+            point.setdefault(tel.ATTR_ERROR_TYPE, tel.error_type(exc))
+            raise
         finally:
-            tel.compile_duration.record(
-                time.perf_counter() - t0, {"netcl.device.name": dev.name}
-            )
+            tel.compile_duration.record(time.perf_counter() - t0, point)
         binary = b""
         try:
             devs = prg.get_info(cl.program_info.DEVICES)
@@ -424,7 +540,7 @@ class ProgramCache:
             store.write(key, data)
         except OSError as exc:
             if isinstance(exc, FileNotFoundError):  # folder removed meanwhile: check it again
-                _STORES.pop(store.root, None)
+                self._registry.stores.pop(store.root, None)
                 self._store_state = "unopened"
             self._c["write_errors"] += 1
             log.warning(
@@ -453,38 +569,28 @@ class ProgramCache:
         return store.entries() if store is not None else []
 
     def clear(self, *, memory: bool = True, disk: bool = True) -> int:
-        """Forget the in-process programs and/or delete the disk entries; returns files removed."""
+        """Forget the in-process programs and/or delete the disk entries (whatever kind of file
+        sits at an entry's path) and the temporary files of writers that are gone; a running
+        writer's temporary file is kept (its rename then adds one valid entry). Returns the
+        number of files removed."""
         if memory:
-            self._memory.clear()
-        removed = 0
+            with self._lock:
+                self._memory.clear()
         if disk:
             store = self._open_store()
             if store is not None:
-                for f in store.entries():
-                    removed += store.remove(f.path)
-                for p, _ in store.temp_files():
-                    removed += store.remove(p)
-        return removed
+                return store.clear()
+        return 0
 
     def prune(self, max_bytes: int | None = None) -> dict[str, int]:
-        """Delete damaged entries and stale temporary files, then evict down to ``max_bytes``
-        (default: the cap). Returns counts by kind."""
+        """Delete damaged entries (anything that is not a valid entry for its name: a folder,
+        a FIFO, a link, a truncated or oversized file) and the temporary files of writers that
+        are gone, then evict down to ``max_bytes`` (default: the cap). Returns counts by kind:
+        ``damaged``, ``temp``, ``evicted``."""
         store = self._open_store()
-        out = {"damaged": 0, "temp": 0, "evicted": 0}
         if store is None:
-            return out
-        for f in store.entries():
-            try:
-                with open(f.path, "rb") as fh:
-                    decode(fh.read(), f.key)
-            except FileNotFoundError:
-                continue
-            except (OSError, EntryError):
-                out["damaged"] += store.remove(f.path)
-        out["temp"] = store.remove_stale_temps()
-        cap = self.max_bytes if max_bytes is None else max_bytes
-        out["evicted"] = len(store.evict(cap))
-        return out
+            return {"damaged": 0, "temp": 0, "evicted": 0}
+        return store.prune(self.max_bytes if max_bytes is None else max_bytes)
 
     def flush_stats(self) -> None:
         """Add this instance's counters since the last flush to the folder's ``stats.json``

@@ -1,11 +1,21 @@
 """The disk tier: one file per key in a private folder, atomic writes, a lock per key stripe,
-LRU eviction by modification time (a hit touches its file), and persisted counters."""
+LRU eviction by modification time (a hit touches its file), and persisted counters.
+
+Anything may sit at an entry's path (a FIFO, a symbolic link, a folder, a sparse 8 GB file):
+entries are opened without blocking or following links and read only as far as their header
+declares (:func:`~netcl.runtime.cache._entry.read_file`), and every maintenance operation handles
+every kind of file. Temporary files are named ``.<key>.<writer pid>.<random>.tmp``: they count
+against the cap, and a temporary file whose writer is gone is removed by ``prune``.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
+import shutil
 import stat
 import tempfile
 import time
@@ -17,15 +27,21 @@ from typing import Any
 import filelock
 
 from netcl.core.log import get_logger
+from netcl.runtime.cache._entry import EntryError, decode, read_file
 
-__all__ = ["DiskStore", "EntryFile", "check_trusted"]
+__all__ = ["DiskStore", "EntryFile", "TempFile", "check_trusted", "pid_alive"]
 
 log = get_logger("netcl.runtime.cache")
 
 SUFFIX = ".clprg"
 TMP_SUFFIX = ".tmp"
-#: Temporary files older than this are left-overs of a crashed writer (prune removes them).
+#: Temporary files older than this are left-overs whatever their pid says (a pid can be reused);
+#: those whose writer is no longer running go at once.
 STALE_TMP_S = 3600.0
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+# `.<key or "stats">.<pid>.<mkstemp's random part>.tmp`; `.<key>.<random>.tmp` from older writers
+_TMP_NAME = re.compile(r"^\.(?:[0-9a-f]{64}|stats)\.(?:(\d+)\.)?[A-Za-z0-9_]+\.tmp$")
+_MAX_STATS_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -34,9 +50,73 @@ class EntryFile:
 
     key: str
     path: Path
+    size: int  #: bytes on disk (a sparse file counts its allocated blocks)
+    mtime: float
+    kind: str = "file"  #: file, directory, symlink, fifo, socket, device
+
+    @property
+    def regular(self) -> bool:
+        return self.kind == "file"
+
+
+@dataclass(frozen=True)
+class TempFile:
+    """A temporary file of a writer (or a folder moved aside), as found on disk."""
+
+    path: Path
     size: int
     mtime: float
+    pid: int | None  #: the writer's pid (None: a name without one, from an older writer)
+    alive: bool  #: the writer is still running (by pid) and the file is younger than an hour
 
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (signal 0: nothing is sent)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "device"
+
+
+def _usage(st: os.stat_result) -> int:
+    """Bytes a file takes: its size, or its allocated blocks when fewer (a sparse file)."""
+    if not stat.S_ISREG(st.st_mode):
+        return 0
+    return min(st.st_size, getattr(st, "st_blocks", st.st_size // 512 + 1) * 512)
+
+
+def _safe_read(path: str, max_bytes: int) -> bytes:
+    """A small regular file's bytes, opened without blocking or following links; raises
+    ``OSError`` for anything else (or a file over ``max_bytes``)."""
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+            raise OSError(errno.EINVAL, "not a regular file of at most {max_bytes} bytes", path)
+        return os.read(fd, max_bytes)
+    finally:
+        os.close(fd)
 
 def check_trusted(path: Path | str) -> str | None:
     """Why ``path`` (a folder) must not be trusted, or None when it is ours and private enough:
@@ -58,7 +138,10 @@ def _untrusted(st: os.stat_result) -> str | None:
 def _write_atomic(target: Path, data: bytes, prefix: str) -> None:
     """Write ``target`` through a temporary file in its folder, renamed into place, so a reader
     sees the old file or the new one, never a part; nothing is left behind on error."""
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TMP_SUFFIX, dir=target.parent)
+    # `<prefix><pid>.<random>.tmp`: prune knows whose it is and whether its writer still runs
+    fd, tmp = tempfile.mkstemp(
+        prefix=f"{prefix}{os.getpid()}.", suffix=TMP_SUFFIX, dir=target.parent
+    )
     try:
         try:
             view = memoryview(data)
@@ -108,12 +191,23 @@ class DiskStore:
         return self.programs / (key + SUFFIX)
 
     def read(self, key: str) -> bytes | None:
-        """The bytes of entry ``key``, or None when there is none."""
+        """The bytes of entry ``key``, or None when there is none. Raises
+        :class:`~netcl.runtime.cache._entry.EntryError` for what is not a regular file or is
+        too large, ``OSError`` when it cannot be read."""
         try:
-            with open(self._prefix + key + SUFFIX, "rb") as f:
-                return f.read()
+            fd = os.open(self._prefix + key + SUFFIX, _OPEN_FLAGS)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise EntryError("special", "a symbolic link") from exc
+            if exc.errno == errno.ENXIO:  # a socket
+                raise EntryError("special", "a socket") from exc
+            raise
+        try:
+            return read_file(fd)
+        finally:
+            os.close(fd)
 
     def touch(self, key: str) -> None:
         """Mark an entry used now (LRU order); failures (read-only folder) are harmless."""
@@ -121,9 +215,13 @@ class DiskStore:
             os.utime(self._prefix + key + SUFFIX)
 
     def write(self, key: str, data: bytes) -> None:
-        """Write an entry atomically (a reader sees the old file or the new one, never a part).
-        Raises ``OSError``."""
-        _write_atomic(self.path(key), data, prefix=f".{key}.")
+        """Write an entry atomically (a reader sees the old file or the new one, never a part);
+        a folder in the way is moved aside and removed first. Raises ``OSError``."""
+        try:
+            _write_atomic(self.path(key), data, prefix=f".{key}.")
+        except IsADirectoryError:
+            self.remove(self.path(key))
+            _write_atomic(self.path(key), data, prefix=f".{key}.")
 
     def entries(self) -> list[EntryFile]:
         """Every entry file (valid or not), oldest use first."""
@@ -140,34 +238,61 @@ class DiskStore:
                     st = e.stat(follow_symlinks=False)
                 except FileNotFoundError:  # evicted by another process meanwhile
                     continue
-                if stat.S_ISREG(st.st_mode):
-                    found.append(
-                        EntryFile(e.name[: -len(SUFFIX)], Path(e.path), st.st_size, st.st_mtime)
+                found.append(
+                    EntryFile(
+                        e.name[: -len(SUFFIX)], Path(e.path), _usage(st), st.st_mtime,
+                        _kind(st.st_mode),
                     )
+                )
         found.sort(key=lambda f: f.mtime)
         return found
 
-    def temp_files(self) -> list[tuple[Path, float]]:
-        out: list[tuple[Path, float]] = []
+    def temp_files(self) -> list[TempFile]:
+        """This cache's temporary files (and folders moved aside), with their writer's state."""
+        out: list[TempFile] = []
+        now = time.time()
         with contextlib.suppress(FileNotFoundError), os.scandir(self.programs) as it:
             for e in it:
-                if e.name.startswith(".") and e.name.endswith(TMP_SUFFIX):
-                    with contextlib.suppress(FileNotFoundError):
-                        out.append((Path(e.path), e.stat(follow_symlinks=False).st_mtime))
+                m = _TMP_NAME.match(e.name)
+                if m is None:
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                pid = int(m.group(1)) if m.group(1) else None
+                young = now - st.st_mtime < STALE_TMP_S
+                alive = young and (pid_alive(pid) if pid is not None else True)
+                out.append(TempFile(Path(e.path), _usage(st), st.st_mtime, pid, alive))
         return out
 
     def remove(self, path: Path) -> bool:
+        """Remove whatever is at ``path`` (a folder is first renamed aside, so the name is free
+        at once); False when nothing was there."""
         try:
             os.unlink(path)
         except FileNotFoundError:
             return False
+        except IsADirectoryError:
+            aside = path
+            if _TMP_NAME.match(path.name) is None:  # free the name first: one atomic rename
+                stem = path.name.removesuffix(SUFFIX)
+                stem = stem if re.fullmatch("[0-9a-f]{64}", stem) else "stats"
+                aside = path.with_name(f".{stem}.{os.getpid()}.{time.monotonic_ns()}{TMP_SUFFIX}")
+                try:
+                    os.rename(path, aside)
+                except FileNotFoundError:
+                    return False
+            shutil.rmtree(aside, ignore_errors=True)
         return True
 
     def evict(self, max_bytes: int, keep: str | None = None) -> list[EntryFile]:
-        """Remove least recently used entries until the total is at most ``max_bytes``; ``keep``
-        (the entry just written) survives even when it alone is larger than the cap."""
-        files = self.entries()
-        total = sum(f.size for f in files)
+        """Remove least recently used entries until entries and temporary files together take
+        at most ``max_bytes``; ``keep`` (the entry just written) survives even when it alone is
+        larger than the cap. Entries that are not regular files are left to recovery and
+        ``prune``."""
+        files = [f for f in self.entries() if f.regular]
+        total = sum(f.size for f in files) + sum(t.size for t in self.temp_files())
         removed: list[EntryFile] = []
         for f in files:
             if total <= max_bytes:
@@ -179,11 +304,34 @@ class DiskStore:
             total -= f.size
         return removed
 
-    def remove_stale_temps(self, older_than_s: float = STALE_TMP_S) -> int:
-        now = time.time()
-        return sum(
-            self.remove(p) for p, mtime in self.temp_files() if now - mtime > older_than_s
-        )
+    def clear(self) -> int:
+        """Remove every entry (whatever kind of file) and the temporary files of writers that
+        are gone; a running writer's temporary file stays. Files removed; raises ``OSError``."""
+        removed = sum(self.remove(f.path) for f in self.entries())
+        return removed + self.remove_dead_temps()
+
+    def prune(self, max_bytes: int) -> dict[str, int]:
+        """Remove what is not a valid entry for its name, the temporary files of writers that
+        are gone, then evict down to ``max_bytes``. Counts by kind; raises ``OSError``."""
+        out = {"damaged": 0, "temp": 0, "evicted": 0}
+        for f in self.entries():
+            if f.regular:
+                try:
+                    data = self.read(f.key)
+                    if data is None:  # gone meanwhile
+                        continue
+                    decode(data, f.key)
+                    continue
+                except (OSError, EntryError):
+                    pass
+            out["damaged"] += self.remove(f.path)
+        out["temp"] = self.remove_dead_temps()
+        out["evicted"] = len(self.evict(max_bytes))
+        return out
+
+    def remove_dead_temps(self) -> int:
+        """Remove temporary files whose writer is gone (or older than an hour)."""
+        return sum(self.remove(t.path) for t in self.temp_files() if not t.alive)
 
     # locks --------------------------------------------------------------------------------------
 
@@ -213,8 +361,7 @@ class DiskStore:
 
     def load_counters(self) -> dict[str, int]:
         try:
-            with open(self.root / "stats.json", "rb") as f:
-                data = json.load(f)
+            data = json.loads(_safe_read(str(self.root / "stats.json"), _MAX_STATS_BYTES))
         except (OSError, ValueError):
             return {}
         if not isinstance(data, dict):
@@ -233,6 +380,5 @@ class DiskStore:
             )
 
     def reset_counters(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.root / "stats.json")
+        self.remove(self.root / "stats.json")
 

@@ -1,4 +1,4 @@
-"""Tracer, meter and instruments of the cache (names are API: the README's telemetry table)."""
+"""Tracer, meter, instruments and attribute names of the cache (names are API)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,45 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from netcl.core import telemetry
 from netcl.runtime.cache.version import __version__
 
-__all__ = ["LOOKUPS", "RESULTS", "compile_duration", "recoveries", "tracer"]
+__all__ = [
+    "ATTR_DEVICE", "ATTR_ERROR_TYPE", "ATTR_KEY", "ATTR_LOG", "ATTR_OPTIONS", "ATTR_REASON",
+    "ATTR_RESULT", "LOOKUPS", "RESULTS", "SPAN_COMPILE", "SPAN_GET_PROGRAM", "compile_duration",
+    "error_type", "recoveries", "tracer",
+]
 
 SCOPE = "netcl.runtime.cache"
+
+SPAN_GET_PROGRAM = "netcl.cache.get_program"
+SPAN_COMPILE = "netcl.cache.compile"
+ATTR_RESULT = "netcl.cache.result"
+ATTR_KEY = "netcl.cache.key"
+ATTR_REASON = "netcl.cache.reason"
+ATTR_DEVICE = "netcl.device.name"
+ATTR_OPTIONS = "netcl.compile.options"
+ATTR_LOG = "netcl.compile.log"
+#: OpenTelemetry's semantic convention for failures: on failed spans and on the compile-duration
+#: points of failed builds (successful points carry no ``error.type``).
+ATTR_ERROR_TYPE = "error.type"
 
 tracer = telemetry.tracer(SCOPE, __version__)
 _meter = telemetry.meter(SCOPE, __version__)
 
 RESULTS = ("memory", "disk", "compiled", "recovered")
 #: Lookups by result, process-wide, cumulative. An in-process hit only bumps an int here; the
-#: metric reads it when a reader collects, so a hit pays no metric call.
+#: metric reads it when a reader collects, so a hit pays no metric call and no span.
 LOOKUPS: dict[str, int] = dict.fromkeys(RESULTS, 0)
 
 
+def error_type(exc: BaseException) -> str:
+    """The ``error.type`` value of an exception: its fully qualified class name."""
+    cls = type(exc)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def _observe_lookups(_: CallbackOptions) -> Iterable[Observation]:
-    return [Observation(n, {"netcl.cache.result": r}) for r, n in LOOKUPS.items()]
+    return [Observation(n, {ATTR_RESULT: r}) for r, n in LOOKUPS.items()]
 
 
 _meter.create_observable_counter(
@@ -32,7 +56,8 @@ _meter.create_observable_counter(
 )
 compile_duration = _meter.create_histogram(
     "netcl.cache.compile.duration", unit="s",
-    description="Time to build an OpenCL program from source on a cache miss",
+    description="Time to build an OpenCL program from source on a cache miss (failed builds "
+    "carry error.type)",
     explicit_bucket_boundaries_advisory=telemetry.DURATION_BUCKETS_S,
 )
 recoveries = _meter.create_counter(
