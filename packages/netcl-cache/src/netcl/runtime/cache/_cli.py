@@ -10,6 +10,7 @@ from typing import Any
 
 from netcl.runtime.cache._entry import EntryError, read_meta
 from netcl.runtime.cache._program_cache import ProgramCache, parse_size
+from netcl.runtime.cache._remote import remote_info
 from netcl.runtime.cache._store import DiskStore, check_trusted
 
 __all__ = ["register"]
@@ -56,7 +57,7 @@ def _stats(args: argparse.Namespace) -> int:
     files = store.entries() if store is not None else []
     total = sum(f.size for f in files)
     counters = store.load_counters() if store is not None else {}
-    hits = counters.get("memory_hits", 0) + counters.get("disk_hits", 0)
+    hits = sum(counters.get(k, 0) for k in ("memory_hits", "disk_hits", "remote_hits"))
     lookups = hits + counters.get("misses", 0)
     info: dict[str, Any] = {
         "cache_dir": str(cache.cache_dir),
@@ -66,6 +67,7 @@ def _stats(args: argparse.Namespace) -> int:
         "max_bytes": cache.max_bytes,
         "temp_files": len(store.temp_files()) if store is not None else 0,
         **counters,
+        "remote": remote_info(),  # NETCL_CACHE_REMOTE, password redacted, PINGed now
     }
     if args.json:
         sys.stdout.write(json.dumps(info, indent=2, sort_keys=True) + "\n")
@@ -82,7 +84,25 @@ def _stats(args: argparse.Namespace) -> int:
         w(f"  {name:<17}{counters.get(name, 0)}\n")
     w(f"bytes read/written {_human(counters.get('bytes_read', 0))} / "
       f"{_human(counters.get('bytes_written', 0))}\n")
+    _remote_lines(info["remote"], counters)
     return 0
+
+
+def _remote_lines(remote: dict[str, Any], counters: dict[str, int]) -> None:
+    w = sys.stdout.write
+    if not remote["configured"]:
+        w("remote             not configured (NETCL_CACHE_REMOTE)\n")
+        return
+    if not remote["usable"]:
+        state = "not used (see the cache_remote_* warning)"
+    elif remote["reachable"]:
+        state = "reachable" + ("" if remote["signed"] else ", UNSIGNED")
+    else:
+        state = f"unreachable ({remote['error']})"
+    w(f"remote             {remote['url']}  {state}\n")
+    for name in ("remote_hits", "remote_writes", "remote_errors", "remote_rejected",
+                 "remote_waits", "remote_lock_timeouts"):
+        w(f"  {name:<21}{counters.get(name, 0)}\n")
 
 
 def _list(args: argparse.Namespace) -> int:

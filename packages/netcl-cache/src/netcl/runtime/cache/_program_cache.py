@@ -20,6 +20,7 @@ import pyopencl as cl
 from netcl.core import device as core_device
 from netcl.core import paths, telemetry
 from netcl.core.log import get_logger
+from netcl.runtime.cache import _remote
 from netcl.runtime.cache import _telemetry as tel
 from netcl.runtime.cache._entry import EntryError, decode, encode
 from netcl.runtime.cache._errors import ProgramBuildError
@@ -58,6 +59,13 @@ def _build(prg: Any, options: bytes, dev: cl.Device) -> None:
         prg.build(options, [dev])
 
 
+def _from_binary(ctx: cl.Context, dev: cl.Device, opts: str, binary: Any) -> cl.Program:
+    """A built program of a (checked) binary; ``cl.Error`` when the driver rejects it."""
+    prg = cl._cl._Program(ctx, [dev], [binary])
+    _build(prg, opts.encode("utf-8", "surrogateescape"), dev)
+    return cl.Program(prg)
+
+
 def _memory_hit_span(key: str, device_name: str) -> None:
     # an in-process hit has nothing to time: the span only records that it happened
     with tel.tracer.start_as_current_span(
@@ -69,6 +77,17 @@ def _memory_hit_span(key: str, device_name: str) -> None:
         },
     ):
         pass
+
+
+def _entry_meta(dev: cl.Device, ident: str, opts: str, src_len: int) -> dict[str, Any]:
+    return {
+        "device": dev.name,
+        "identity": ident,
+        "options": opts,
+        "source_bytes": src_len,
+        "created": time.time(),
+        "writer": f"netcl-cache {_VERSION}",
+    }
 
 
 def parse_size(text: str, what: str) -> int:
@@ -95,7 +114,9 @@ class ProgramCache:
     ``max_bytes`` caps the disk tier (default ``NETCL_CACHE_MAX_BYTES`` or 1 GiB; least recently
     used entries go first). ``lock_timeout`` bounds the wait for another process compiling the
     same program, after which this one compiles too. ``NETCL_CACHE_DISABLE=1`` turns the disk
-    tier off.
+    tier off. ``remote`` is a ``redis://`` or ``rediss://`` URL of a shared remote tier (default
+    ``NETCL_CACHE_REMOTE``; ``""`` turns it off) and ``remote_key`` the secret that signs its
+    values (default ``NETCL_CACHE_REMOTE_KEY``); a remote without a key is not used.
     """
 
     #: The error :meth:`get_program` raises when the compiler rejects a program.
@@ -107,6 +128,8 @@ class ProgramCache:
         *,
         max_bytes: int | None = None,
         lock_timeout: float | None = None,
+        remote: str | None = None,
+        remote_key: str | bytes | None = None,
     ) -> None:
         if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 0):
             raise ValueError(f"ProgramCache: max_bytes must be an int >= 0, got {max_bytes!r}")
@@ -125,6 +148,10 @@ class ProgramCache:
         self._key_locks: dict[tuple[Any, ...], threading.Lock] = {}
         self._store: DiskStore | None = None
         self._store_state = "unopened"  # unopened | open | unusable
+        # remote tier: configured on the first miss (redis is imported only then, if at all)
+        self._remote_args = (remote, remote_key)
+        self._remote: _remote.RemoteTier | None = None
+        self._remote_resolved = False
         self._c = dict.fromkeys(_COUNTER_NAMES, 0)
         self._flushed = dict.fromkeys(_COUNTER_NAMES, 0)
         # counters go to stats.json at exit (ccache-style totals for `netcl cache stats`)
@@ -277,7 +304,8 @@ class ProgramCache:
         key = compute_key(src, opts, ident)
         store = self._open_store() if self.enabled else None
         if store is None:
-            return self._compile(ctx, src_code, dev, opts, key)[0], key, "compiled"
+            prg, _, result = self._fetch_or_compile(ctx, src_code, dev, opts, key, ident, len(src))
+            return prg, key, result
         prg, damaged = self._load(store, key, ctx, dev, opts)
         if prg is not None:
             return prg, key, "disk"
@@ -290,14 +318,42 @@ class ProgramCache:
                 if prg is not None:
                     return prg, key, "disk"
                 damaged = damaged or again
-            prg, binary = self._compile(ctx, src_code, dev, opts, key)
-            self._c["misses"] += 1
-            if binary:
+            prg, binary, result = self._fetch_or_compile(
+                ctx, src_code, dev, opts, key, ident, len(src)
+            )
+            if result == "compiled":
+                self._c["misses"] += 1
+            if binary:  # compiled, or a remote hit: written to the local tier either way
                 self._save(store, key, binary, ident, dev, opts, len(src))
         if damaged is not None:
             self._c["recoveries"] += 1
-            return prg, key, "recovered"
-        return prg, key, "compiled"
+            return prg, key, "recovered" if result == "compiled" else result
+        return prg, key, result
+
+    # remote tier --------------------------------------------------------------------------------
+
+    def _remote_tier(self) -> _remote.RemoteTier | None:
+        if not self._remote_resolved:
+            self._remote = _remote.tier_for(*self._remote_args)
+            self._remote_resolved = True
+        return self._remote
+
+    def _fetch_or_compile(
+        self, ctx: cl.Context, src_code: str, dev: cl.Device, opts: str, key: str, ident: str,
+        src_len: int,
+    ) -> tuple[cl.Program, bytes, str]:
+        """(program, binary, "remote") from the remote tier, else (.., "compiled") built here
+        and published to the remote (when one is configured)."""
+        remote = self._remote_tier()
+        if remote is None:
+            return (*self._compile(ctx, src_code, dev, opts, key), "compiled")
+        prg, binary, fetched = remote.resolve(
+            self._c, key, ident, _entry_meta(dev, ident, opts, src_len),
+            lambda b: _from_binary(ctx, dev, opts, b),
+            lambda: self._compile(ctx, src_code, dev, opts, key),
+            self._lock_timeout,
+        )
+        return prg, binary, "remote" if fetched else "compiled"
 
     def _open_store(self) -> DiskStore | None:
         if self._store_state == "open":
@@ -416,15 +472,7 @@ class ProgramCache:
         opts: str,
         src_len: int,
     ) -> None:
-        meta = {
-            "device": dev.name,
-            "identity": ident,
-            "options": opts,
-            "source_bytes": src_len,
-            "created": time.time(),
-            "writer": f"netcl-cache {_VERSION}",
-        }
-        data = encode(key, binary, meta)
+        data = encode(key, binary, _entry_meta(dev, ident, opts, src_len))
         try:
             store.write(key, data)
         except OSError as exc:
