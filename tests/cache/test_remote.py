@@ -180,6 +180,13 @@ def test_bad_configuration_warns_once_and_compiles(
     assert unsigned.levelname == "WARNING"
 
 
+def test_bad_argument_types_name_the_argument(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="remote must be a redis://"):
+        ProgramCache(tmp_path, remote=6379)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="remote_key must be a str or bytes secret or None, got"):
+        ProgramCache(tmp_path, remote="redis://h:1/0", remote_key=32)  # type: ignore[arg-type]
+
+
 # hits across processes ----------------------------------------------------------------------------
 
 PUBLISH = textwrap.dedent("""

@@ -148,6 +148,7 @@ class ProgramCache:
         self._key_locks: dict[tuple[Any, ...], threading.Lock] = {}
         self._store: DiskStore | None = None
         self._store_state = "unopened"  # unopened | open | unusable
+        _remote.check_args(remote, remote_key)
         # remote tier: configured on the first miss (redis is imported only then, if at all)
         self._remote_args = (remote, remote_key)
         self._remote: _remote.RemoteTier | None = None

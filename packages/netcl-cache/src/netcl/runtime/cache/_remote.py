@@ -26,7 +26,7 @@ from netcl.runtime.cache._entry import EntryError
 from netcl.runtime.cache._key import FORMAT_VERSION
 from netcl.runtime.cache._remote_format import decode_value, encode_value
 
-__all__ = ["RemoteTier", "redact", "remote_info", "tier_for"]
+__all__ = ["RemoteTier", "check_args", "redact", "remote_info", "tier_for"]
 
 log = get_logger("netcl.runtime.cache")
 
@@ -311,6 +311,19 @@ def _settings(url: str | None, secret: str | bytes | None) -> tuple[str, bytes, 
                reason="no NETCL_CACHE_REMOTE_KEY: a shared store is not trusted without a "
                       "signing key; remote tier off (NETCL_CACHE_REMOTE_UNSIGNED=1 allows it)")
     return None
+
+
+def check_args(url: object, secret: object) -> None:
+    """TypeError naming a ``remote``/``remote_key`` argument of the wrong type."""
+    if url is not None and not isinstance(url, str):
+        raise TypeError(
+            f"ProgramCache: remote must be a redis:// or rediss:// URL string or None, got {url!r}"
+        )
+    if secret is not None and not isinstance(secret, (str, bytes)):
+        raise TypeError(
+            f"ProgramCache: remote_key must be a str or bytes secret or None, "
+            f"got {type(secret).__name__}"
+        )
 
 
 def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | None:
