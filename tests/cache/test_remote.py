@@ -228,6 +228,22 @@ def test_remote_hit_across_processes(
     assert _result(spans) == "disk" and b2.stats.remote_hits == 0
 
 
+def test_remote_without_a_disk_tier(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
+    add_src: Callable[..., str], check_add: Callable[..., None], spans: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NETCL_CACHE_DISABLE", "1")
+    src = add_src(8.0, f"nodisk-{time.time_ns()}")
+    first = _cache(tmp_path, server.url)
+    first.get_program(ctx, src, device)
+    assert _result(spans) == "compiled" and first.stats.remote_writes == 1
+    second = _cache(tmp_path, server.url)
+    check_add(second.get_program(ctx, src, device), 8.0)
+    assert _result(spans) == "remote" and second.stats.remote_hits == 1
+    assert not list(tmp_path.glob("local-*"))  # memory, remote, compile: no folder made
+
+
 def test_unsigned_opt_in(
     ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
     add_src: Callable[..., str], check_add: Callable[..., None], monkeypatch: pytest.MonkeyPatch,
