@@ -5,12 +5,18 @@ Source: a realistic 4-kernel GEMM / bias / ReLU / softmax program (~1.6 kB). Gro
 pyopencl's default ``Program(...).build()``, the bare binary load + one file read) and
 ``cache-miss`` (a miss against the bare compile; every round compiles a source that differs by a
 comment, which defeats the driver's own cache: PoCL and NVIDIA hash the source text).
+``cache-remote``: a remote (Redis) hit from a fresh instance on an empty local folder against the
+miss and the local disk hit; the benchmark starts its own ``redis-server`` on loopback and is
+skipped when there is none (or no redis-py).
 Ratios land in ``extra_info`` of the netcl benchmarks (the lead's ratio gate reads them).
 """
 
 from __future__ import annotations
 
 import itertools
+import shutil
+import socket
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -276,3 +282,86 @@ def test_driver_cache_defeated(benchmark: Any, ctx: cl.Context, device: cl.Devic
     benchmark.pedantic(again, rounds=5, warmup_rounds=1)
     mine = _median(benchmark, "driver_cache_hit")
     _ratio(benchmark, "ratio_to_bare_compile", mine, "bare_compile")
+
+
+# remote tier ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def redis_url(folder: Path) -> Any:
+    """A redis-server of this module on loopback (password, no persistence), or a skip."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server is not installed; install it with: apt-get install redis-server")
+    redis = pytest.importorskip("redis", reason="redis-py missing: pip install redis")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"redis://:bench-pass@127.0.0.1:{port}/0"
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--requirepass", "bench-pass",
+         "--save", "", "--appendonly", "no", "--dir", str(folder)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            try:
+                redis.Redis.from_url(url).ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.benchmark(group="cache-remote")
+def test_netcl_remote_hit(
+    benchmark: Any, ctx: cl.Context, device: cl.Device, folder: Path, redis_url: str
+) -> None:
+    """A machine whose local folder is empty gets the program from Redis: one GETRANGE, the
+    HMAC check, the binary load and the write to its local tier."""
+    key = "bench-secret"
+    ProgramCache(folder / "remote-writer", remote=redis_url, remote_key=key).get_program(
+        ctx, SRC, device
+    )
+    fresh_dirs = itertools.count()
+
+    def fresh() -> tuple[tuple[ProgramCache], dict[str, Any]]:
+        d = folder / f"remote-reader-{next(fresh_dirs)}"
+        return (ProgramCache(d, remote=redis_url, remote_key=key),), {}
+
+    def hit(cache: ProgramCache) -> cl.Program:
+        prg = cache.get_program(ctx, SRC, device)
+        assert cache.stats.remote_hits == 1
+        return prg
+
+    rounds = 100 if getattr(benchmark, "disabled", False) is False else 1
+    prg = benchmark.pedantic(hit, setup=fresh, rounds=rounds, warmup_rounds=3)
+    assert prg.get_info(cl.program_info.NUM_KERNELS) == 4
+    mine = _median(benchmark, "netcl_remote")
+    _ratio(benchmark, "ratio_to_miss", mine, "netcl_miss")
+    _ratio(benchmark, "ratio_to_bare_compile_binary", mine, "bare_compile_binary")
+    _ratio(benchmark, "ratio_to_disk_hit", mine, "netcl_disk")
+    if mine is None:
+        return
+    # the same two lookups timed alternately, so load on the machine hits both alike
+    disk = folder / "remote-vs-disk"
+    ProgramCache(disk).get_program(ctx, SRC, device)
+    remote_t: list[float] = []
+    disk_t: list[float] = []
+    for _ in range(30):
+        (cache,), _ = fresh()
+        t0 = time.perf_counter()
+        hit(cache)
+        remote_t.append(time.perf_counter() - t0)
+        local = ProgramCache(disk)
+        t0 = time.perf_counter()
+        local.get_program(ctx, SRC, device)
+        disk_t.append(time.perf_counter() - t0)
+    remote_t.sort()
+    disk_t.sort()
+    benchmark.extra_info["alternating_remote_hit_ms"] = round(remote_t[15] * 1e3, 3)
+    benchmark.extra_info["alternating_disk_hit_ms"] = round(disk_t[15] * 1e3, 3)
+    benchmark.extra_info["alternating_remote_over_disk"] = round(remote_t[15] / disk_t[15], 3)

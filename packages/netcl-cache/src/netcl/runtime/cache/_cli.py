@@ -21,6 +21,7 @@ from netcl.core import paths
 from netcl.runtime.cache._entry import EntryError, read_meta
 from netcl.runtime.cache._program_cache import env_enabled, env_max_bytes, parse_size
 from netcl.runtime.cache._stats import CacheStats
+from netcl.runtime.cache._remote import remote_info
 from netcl.runtime.cache._store import DiskStore, check_trusted
 
 __all__ = ["register"]
@@ -154,7 +155,8 @@ def _stats(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         entries=sum(f.regular for f in files), other_files=sum(not f.regular for f in files),
         entry_bytes=entry_bytes, temp_files=len(temps), temp_bytes=temp_bytes,
         live_temp_files=sum(t.alive for t in temps), bytes=entry_bytes + temp_bytes,
-        max_bytes=cap, hits=doc["memory_hits"] + doc["disk_hits"],
+        max_bytes=cap, hits=doc["memory_hits"] + doc["disk_hits"] + doc["remote_hits"],
+        remote=remote_info(),  # NETCL_CACHE_REMOTE, password redacted, PINGed now
     )
     doc["lookups"] = doc["hits"] + doc["misses"]
     return doc
@@ -186,7 +188,20 @@ def _stats_text(doc: dict[str, Any]) -> str:
     lines.append(
         f"bytes read/written {_human(doc['bytes_read'])} / {_human(doc['bytes_written'])}"
     )
+    lines.append(_remote_line(doc["remote"]))
     return "\n".join(lines) + "\n"
+
+
+def _remote_line(remote: dict[str, Any]) -> str:
+    if not remote["configured"]:
+        return "remote             not configured (NETCL_CACHE_REMOTE)"
+    if not remote["usable"]:
+        state = "not used (see the cache_remote_* warning)"
+    elif remote["reachable"]:
+        state = "reachable" + ("" if remote["signed"] else ", UNSIGNED")
+    else:
+        state = f"unreachable ({remote['error']})"
+    return f"remote             {remote['url']}  {state}"
 
 
 def _list(args: argparse.Namespace, root: Path) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import pyopencl as cl
 from netcl.core import device as core_device
 from netcl.core import paths, telemetry
 from netcl.core.log import get_logger
+from netcl.runtime.cache import _remote
 from netcl.runtime.cache import _telemetry as tel
 from netcl.runtime.cache._entry import EntryError, decode, encode
 from netcl.runtime.cache._errors import ProgramBuildError
@@ -119,6 +120,24 @@ def _build(prg: Any, options: bytes, dev: cl.Device) -> None:
         prg.build(options, [dev])
 
 
+def _from_binary(ctx: cl.Context, dev: cl.Device, opts: str, binary: Any) -> cl.Program:
+    """A built program of a (checked) binary; ``cl.Error`` when the driver rejects it."""
+    prg = cl._cl._Program(ctx, [dev], [binary])
+    _build(prg, opts.encode("utf-8", "surrogateescape"), dev)
+    return cl.Program(prg)
+
+
+def _entry_meta(dev: cl.Device, ident: str, opts: str, src_len: int) -> dict[str, Any]:
+    return {
+        "device": dev.name,
+        "identity": ident,
+        "options": opts,
+        "source_bytes": src_len,
+        "created": time.time(),
+        "writer": f"netcl-cache {__version__}",
+    }
+
+
 def parse_size(text: str, what: str) -> int:
     """``"500M"``, ``"2G"``, ``"1048576"`` -> bytes (binary units); ValueError naming ``what``."""
     s = text.strip().lower().removesuffix("ib").removesuffix("b")
@@ -145,7 +164,10 @@ class ProgramCache:
     same program, after which this one compiles too. ``NETCL_CACHE_DISABLE=1`` turns the disk
     tier off. ``max_programs`` bounds the in-process tier (least recently used programs go; it
     holds contexts weakly: a context's programs go with it). ``device_identity`` maps a device to
-    the string keyed on disk (default :func:`netcl.core.device.device_identity`).
+    the string keyed on disk (default :func:`netcl.core.device.device_identity`). ``remote`` is a ``redis://`` or
+    ``rediss://`` URL of a shared remote tier (default ``NETCL_CACHE_REMOTE``; ``""`` turns it off)
+    and ``remote_key`` the secret that signs its values (default ``NETCL_CACHE_REMOTE_KEY``); a
+    remote without a key is not used.
     """
 
     #: The error :meth:`get_program` raises when the compiler rejects a program.
@@ -160,6 +182,8 @@ class ProgramCache:
         max_programs: int = DEFAULT_MAX_PROGRAMS,
         device_identity: Callable[[cl.Device], str] | None = None,
         registry: _Registry | None = None,
+        remote: str | None = None,
+        remote_key: str | bytes | None = None,
     ) -> None:
         if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 0):
             raise ValueError(f"ProgramCache: max_bytes must be an int >= 0, got {max_bytes!r}")
@@ -192,6 +216,11 @@ class ProgramCache:
         self._key_locks: dict[tuple[Any, ...], threading.Lock] = {}
         self._store: DiskStore | None = None
         self._store_state = "unopened"  # unopened | open | unusable
+        _remote.check_args(remote, remote_key)
+        # remote tier: configured on the first miss (redis is imported only then, if at all)
+        self._remote_args = (remote, remote_key)
+        self._remote: _remote.RemoteTier | None = None
+        self._remote_resolved = False
         self._c = dict.fromkeys(_COUNTER_NAMES, 0)
         self._flushed = dict.fromkeys(_COUNTER_NAMES, 0)
         # counters go to stats.json at exit (ccache-style totals for `netcl cache stats`)
@@ -382,7 +411,8 @@ class ProgramCache:
         src_len = len(src_code.encode("utf-8", "surrogateescape"))
         store = self._open_store() if self.enabled else None
         if store is None:
-            return self._compile(ctx, src_code, dev, opts, key)[0], "compiled"
+            prg, _, result = self._fetch_or_compile(ctx, src_code, dev, opts, key, ident, src_len)
+            return prg, result
         prg, damaged = self._load(store, key, ctx, dev, opts)
         if prg is not None:
             return prg, "disk"
@@ -395,14 +425,42 @@ class ProgramCache:
                 if prg is not None:
                     return prg, "disk"
                 damaged = damaged or again
-            prg, binary = self._compile(ctx, src_code, dev, opts, key)
-            self._c["misses"] += 1
-            if binary:
+            prg, binary, result = self._fetch_or_compile(
+                ctx, src_code, dev, opts, key, ident, src_len
+            )
+            if result == "compiled":
+                self._c["misses"] += 1
+            if binary:  # compiled, or a remote hit: written to the local tier either way
                 self._save(store, key, binary, ident, dev, opts, src_len)
         if damaged is not None:
             self._c["recoveries"] += 1
-            return prg, "recovered"
-        return prg, "compiled"
+            return prg, "recovered" if result == "compiled" else result
+        return prg, result
+
+    # remote tier --------------------------------------------------------------------------------
+
+    def _remote_tier(self) -> _remote.RemoteTier | None:
+        if not self._remote_resolved:
+            self._remote = _remote.tier_for(*self._remote_args)
+            self._remote_resolved = True
+        return self._remote
+
+    def _fetch_or_compile(
+        self, ctx: cl.Context, src_code: str, dev: cl.Device, opts: str, key: str, ident: str,
+        src_len: int,
+    ) -> tuple[cl.Program, bytes, str]:
+        """(program, binary, "remote") from the remote tier, else (.., "compiled") built here
+        and published to the remote (when one is configured)."""
+        remote = self._remote_tier()
+        if remote is None:
+            return (*self._compile(ctx, src_code, dev, opts, key), "compiled")
+        prg, binary, fetched = remote.resolve(
+            self._c, key, ident, _entry_meta(dev, ident, opts, src_len),
+            lambda b: _from_binary(ctx, dev, opts, b),
+            lambda: self._compile(ctx, src_code, dev, opts, key),
+            self._lock_timeout,
+        )
+        return prg, binary, "remote" if fetched else "compiled"
 
     def _open_store(self) -> DiskStore | None:
         if self._store_state == "open":
@@ -527,15 +585,7 @@ class ProgramCache:
         opts: str,
         src_len: int,
     ) -> None:
-        meta = {
-            "device": dev.name,
-            "identity": ident,
-            "options": opts,
-            "source_bytes": src_len,
-            "created": time.time(),
-            "writer": f"netcl-cache {__version__}",
-        }
-        data = encode(key, binary, meta)
+        data = encode(key, binary, _entry_meta(dev, ident, opts, src_len))
         try:
             store.write(key, data)
         except OSError as exc:

@@ -14,7 +14,9 @@ class CacheStats:
     ``misses`` counts lookups that found no usable disk entry and compiled (``compiles`` also
     counts builds done while the disk tier is off); ``recoveries`` counts damaged entries that
     were compiled again and overwritten; ``corrupt`` counts damaged entries seen (a recovery
-    done by another process meanwhile is a ``disk_hit``).
+    done by another process meanwhile is a ``disk_hit``). ``remote_*`` count the remote tier:
+    hits, values published, failed Redis calls, values refused (bad signature, truncated, other
+    device), lookups that waited for another machine's compile and waits that timed out.
     """
 
     memory_hits: int = 0
@@ -28,10 +30,16 @@ class CacheStats:
     evictions: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
+    remote_hits: int = 0
+    remote_writes: int = 0
+    remote_errors: int = 0
+    remote_rejected: int = 0
+    remote_waits: int = 0
+    remote_lock_timeouts: int = 0
 
     @property
     def hits(self) -> int:
-        return self.memory_hits + self.disk_hits
+        return self.memory_hits + self.disk_hits + self.remote_hits
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

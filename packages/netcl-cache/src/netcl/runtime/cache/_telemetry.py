@@ -13,6 +13,7 @@ __all__ = [
     "ATTR_DEVICE", "ATTR_ERROR_TYPE", "ATTR_KEY", "ATTR_LOG", "ATTR_OPTIONS", "ATTR_REASON",
     "ATTR_RESULT", "LOOKUPS", "RESULTS", "SPAN_COMPILE", "SPAN_GET_PROGRAM", "compile_duration",
     "error_type", "recoveries", "tracer",
+    "remote_duration", "remote_errors", "remote_rejected",
 ]
 
 SCOPE = "netcl.runtime.cache"
@@ -32,7 +33,7 @@ ATTR_ERROR_TYPE = "error.type"
 tracer = telemetry.tracer(SCOPE, __version__)
 _meter = telemetry.meter(SCOPE, __version__)
 
-RESULTS = ("memory", "disk", "compiled", "recovered")
+RESULTS = ("memory", "disk", "remote", "compiled", "recovered")
 #: Lookups by result, process-wide, cumulative. An in-process hit only bumps an int here; the
 #: metric reads it when a reader collects, so a hit pays no metric call and no span.
 LOOKUPS: dict[str, int] = dict.fromkeys(RESULTS, 0)
@@ -52,7 +53,8 @@ def _observe_lookups(_: CallbackOptions) -> Iterable[Observation]:
 
 _meter.create_observable_counter(
     "netcl.cache.lookups", [_observe_lookups], unit="{lookup}",
-    description="ProgramCache.get_program calls by result (memory, disk, compiled, recovered)",
+    description="ProgramCache.get_program calls by result "
+    "(memory, disk, remote, compiled, recovered)",
 )
 compile_duration = _meter.create_histogram(
     "netcl.cache.compile.duration", unit="s",
@@ -63,4 +65,22 @@ compile_duration = _meter.create_histogram(
 recoveries = _meter.create_counter(
     "netcl.cache.recoveries", unit="{entry}",
     description="Damaged cache entries found, by reason (empty, truncated, checksum, ...)",
+)
+
+# remote tier (Redis): only touched when a remote is configured
+remote_duration = _meter.create_histogram(
+    "netcl.cache.remote.duration", unit="s",
+    description="Latency of one call to the remote tier, by netcl.cache.remote.op "
+    "(get, lock, set, unlock), failed calls included",
+    explicit_bucket_boundaries_advisory=telemetry.DURATION_BUCKETS_S,
+)
+remote_errors = _meter.create_counter(
+    "netcl.cache.remote.errors", unit="{error}",
+    description="Failed calls to the remote tier, by error.type (ConnectionError, TimeoutError, "
+    "AuthenticationError, OutOfMemoryError, ...)",
+)
+remote_rejected = _meter.create_counter(
+    "netcl.cache.remote.rejected", unit="{value}",
+    description="Remote values refused, by netcl.cache.reason (signature, truncated, identity, "
+    "oversized, ...)",
 )

@@ -1,0 +1,543 @@
+"""The remote tier against a real redis-server started on loopback with a password.
+
+Each test uses fresh local folders, so every lookup that is not in this process goes past the
+disk tier to Redis. The server is Debian's ``redis-server`` (skipped with the install command
+when absent, a failure under CI=true).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyopencl as cl
+import pytest
+
+from netcl.runtime.cache import ProgramCache, _remote
+from netcl.runtime.cache._key import FORMAT_VERSION
+from netcl.runtime.cache._remote_format import decode_value, encode_value
+
+PASSWORD = "test-pass-0123"
+SECRET = "fleet-secret"
+PREFIX = f"netcl:cache:v{FORMAT_VERSION}:"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """A redis-server process on 127.0.0.1 (password, no persistence) in a private folder."""
+
+    def __init__(self, exe: str, folder: Path) -> None:
+        self.exe = exe
+        self.folder = folder
+        self.port = _free_port()
+        self.url = f"redis://:{PASSWORD}@127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *extra: str) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--requirepass",
+             PASSWORD, "--save", "", "--appendonly", "no", "--dir", str(self.folder), *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.client().ping()
+                return
+            except Exception:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
+
+    def client(self) -> Any:
+        import redis
+
+        return redis.Redis.from_url(self.url, socket_timeout=5)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+@pytest.fixture(scope="module")
+def redis_exe(service_binary: Callable[[str, str], str]) -> str:
+    exe = service_binary("redis-server", "apt-get install redis-server")
+    pytest.importorskip("redis", reason="redis-py missing: pip install 'netcl-cache[redis]'")
+    return exe
+
+
+@pytest.fixture(scope="module")
+def server(redis_exe: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    srv = RedisServer(redis_exe, tmp_path_factory.mktemp("redis"))
+    srv.start()
+    yield srv
+    srv.kill()
+
+
+@pytest.fixture
+def own_server(redis_exe: str, tmp_path: Path) -> Iterator[RedisServer]:
+    """A server of this test alone (it gets killed or reconfigured)."""
+    srv = RedisServer(redis_exe, tmp_path / "redis")
+    srv.start()
+    yield srv
+    srv.kill()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_remote_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in a new process: no tier or warning remembered, no remote in the environment."""
+    monkeypatch.setattr(_remote, "_TIERS", {})
+    monkeypatch.setattr(_remote, "_WARNED", set())
+    for name in ("NETCL_CACHE_REMOTE", "NETCL_CACHE_REMOTE_KEY", "NETCL_CACHE_REMOTE_UNSIGNED"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _cache(tmp_path: Path, url: str, key: str | None = SECRET, **kw: Any) -> ProgramCache:
+    """A fresh instance on a fresh local folder: nothing local to hit."""
+    folder = tmp_path / f"local-{time.monotonic_ns()}"
+    return ProgramCache(folder, remote=url, remote_key=key, **kw)
+
+
+def _result(spans: Any) -> str:
+    got = [s for s in spans.get_finished_spans() if s.name == "netcl.cache.get_program"]
+    return str(got[-1].attributes["netcl.cache.result"])
+
+
+def _point_sum(points: list[Any], **attrs: str) -> float:
+    return sum(
+        (p.sum if hasattr(p, "sum") else p.value)
+        for p in points
+        if all(p.attributes.get(k) == v for k, v in attrs.items())
+    )
+
+
+# configuration ----------------------------------------------------------------------------------
+
+NO_IMPORT = textwrap.dedent("""
+    import sys
+    from netcl.core import device
+    from netcl.runtime.cache import ProgramCache
+    ctx = device.default_context()
+    c = ProgramCache(sys.argv[1])
+    c.get_program(ctx, "__kernel void k(__global float *a) { a[0] = 1.0f; } // no-redis", None)
+    assert c.stats.compiles == 1
+    print("redis" in sys.modules, any(m.startswith("redis.") for m in sys.modules))
+""")
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{}, {"NETCL_CACHE_REMOTE": "redis://127.0.0.1:1/0"}],  # a URL without a key: not used
+    ids=["no-remote", "remote-without-key"],
+)
+def test_redis_not_imported_without_a_usable_remote(tmp_path: Path, env: dict[str, str]) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("NETCL_CACHE_REMOTE")}
+    out = subprocess.run(
+        [sys.executable, "-c", NO_IMPORT, str(tmp_path / "c")],
+        env={**clean, **env}, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_bad_configuration_warns_once_and_compiles(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, add_src: Callable[..., str],
+    check_add: Callable[..., None], log_events: Callable[[str], list[Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for url in ("http://127.0.0.1:1/0", "redis://127.0.0.1:1/0?socket_timeout=bad"):
+        for i in range(2):
+            c = _cache(tmp_path, url)
+            check_add(c.get_program(ctx, add_src(1.0, f"badcfg-{url}-{i}"), device), 1.0)
+            assert c.stats.compiles == 1 and c.stats.remote_errors == 0
+    events = log_events("cache_remote_unusable")
+    assert len(events) == 2  # one per configuration, not one per lookup
+    # a remote without a key is not trusted: one warning, no remote
+    monkeypatch.setenv("NETCL_CACHE_REMOTE", "redis://:secret-pw@127.0.0.1:1/0")
+    for i in range(2):
+        c = ProgramCache(tmp_path / f"env-{i}")
+        check_add(c.get_program(ctx, add_src(2.0, f"nokey-{i}"), device), 2.0)
+        assert c._remote_tier() is None
+    (unsigned,) = log_events("cache_remote_unsigned")
+    assert unsigned.url == "redis://***@127.0.0.1:1/0"  # type: ignore[attr-defined]
+    assert "NETCL_CACHE_REMOTE_KEY" in unsigned.reason  # type: ignore[attr-defined]
+    assert unsigned.levelname == "WARNING"
+
+
+def test_bad_argument_types_name_the_argument(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="remote must be a redis://"):
+        ProgramCache(tmp_path, remote=6379)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="remote_key must be a str or bytes secret or None, got"):
+        ProgramCache(tmp_path, remote="redis://h:1/0", remote_key=32)  # type: ignore[arg-type]
+
+
+# hits across processes ----------------------------------------------------------------------------
+
+PUBLISH = textwrap.dedent("""
+    import json, sys
+    from netcl.core import device
+    from netcl.runtime.cache import ProgramCache
+    ctx = device.default_context()
+    c = ProgramCache(sys.argv[1])  # remote and key from the environment
+    c.get_program(ctx, sys.argv[2], ctx.devices[0])
+    print(json.dumps(c.stats.as_dict()))
+""")
+
+
+def test_remote_hit_across_processes(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
+    add_src: Callable[..., str], check_add: Callable[..., None], spans: Any,
+) -> None:
+    src = add_src(3.0, f"across-{time.time_ns()}")
+    env = {**os.environ, "NETCL_CACHE_REMOTE": server.url, "NETCL_CACHE_REMOTE_KEY": SECRET}
+    out = subprocess.run(
+        [sys.executable, "-c", PUBLISH, str(tmp_path / "machine-a"), src],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    a = json.loads(out.stdout)
+    assert a["compiles"] == 1 and a["remote_writes"] == 1 and a["remote_hits"] == 0
+
+    local_b = tmp_path / "machine-b"
+    b = ProgramCache(local_b, remote=server.url, remote_key=SECRET)
+    prg = b.get_program(ctx, src, device)
+    check_add(prg, 3.0)
+    assert _result(spans) == "remote"
+    assert b.stats.remote_hits == 1 and b.stats.compiles == 0 and b.stats.misses == 0
+    assert b.stats.hits == 1
+    assert len(b.entries()) == 1  # the remote hit was written to the local tier
+    # a new process on machine B now hits its own disk, without asking Redis
+    b2 = ProgramCache(local_b, remote=server.url, remote_key=SECRET)
+    check_add(b2.get_program(ctx, src, device), 3.0)
+    assert _result(spans) == "disk" and b2.stats.remote_hits == 0
+
+
+def test_remote_without_a_disk_tier(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
+    add_src: Callable[..., str], check_add: Callable[..., None], spans: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NETCL_CACHE_DISABLE", "1")
+    src = add_src(8.0, f"nodisk-{time.time_ns()}")
+    first = _cache(tmp_path, server.url)
+    first.get_program(ctx, src, device)
+    assert _result(spans) == "compiled" and first.stats.remote_writes == 1
+    second = _cache(tmp_path, server.url)
+    check_add(second.get_program(ctx, src, device), 8.0)
+    assert _result(spans) == "remote" and second.stats.remote_hits == 1
+    assert not list(tmp_path.glob("local-*"))  # memory, remote, compile: no folder made
+
+
+def test_unsigned_opt_in(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
+    add_src: Callable[..., str], check_add: Callable[..., None], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NETCL_CACHE_REMOTE_UNSIGNED", "1")
+    src = add_src(4.0, f"unsigned-{time.time_ns()}")
+    first = _cache(tmp_path, server.url, key="")
+    first.get_program(ctx, src, device)
+    assert first.stats.remote_writes == 1 and first._remote_tier() is not None
+    second = _cache(tmp_path, server.url, key="")
+    check_add(second.get_program(ctx, src, device), 4.0)
+    assert second.stats.remote_hits == 1
+    # a fleet with a key does not accept what the unsigned one wrote
+    signed = _cache(tmp_path, server.url)
+    check_add(signed.get_program(ctx, src, device), 4.0)
+    assert signed.stats.remote_rejected == 1 and signed.stats.compiles == 1
+
+
+# integrity --------------------------------------------------------------------------------------
+
+
+def _tamper(value: bytes, how: str, key: str) -> bytes:
+    if how == "tampered":
+        flipped = bytearray(value)
+        flipped[len(value) // 2] ^= 0x40
+        return bytes(flipped)
+    if how == "foreign-key":
+        meta, binary = decode_value(SECRET.encode(), key, value, 1 << 30)
+        return encode_value(b"another fleet's secret", key, bytes(binary), meta)
+    if how == "truncated":
+        return value[: len(value) // 2]
+    if how == "other-device":  # correctly signed, but written for another device identity
+        meta, binary = decode_value(SECRET.encode(), key, value, 1 << 30)
+        return encode_value(SECRET.encode(), key, bytes(binary), {**meta, "identity": "x|y|z"})
+    if how == "pickle":
+        return b"\x80\x05\x95" + value
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [("tampered", "signature"), ("foreign-key", "signature"), ("truncated", "truncated"),
+     ("other-device", "identity"), ("pickle", "foreign")],
+)
+def test_bad_values_are_refused_and_replaced(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
+    add_src: Callable[..., str], check_add: Callable[..., None], spans: Any,
+    log_events: Callable[[str], list[Any]], metric_points: Callable[[str], list[Any]],
+    how: str, reason: str,
+) -> None:
+    src = add_src(5.0, f"bad-{how}-{time.time_ns()}")
+    writer = _cache(tmp_path, server.url)
+    writer.get_program(ctx, src, device)
+    (entry,) = writer.entries()
+    key = entry.key
+    name = PREFIX + key
+    r = server.client()
+    r.set(name, _tamper(r.get(name), how, key))
+    before = _point_sum(metric_points("netcl.cache.remote.rejected"), **{
+        "netcl.cache.reason": reason})
+
+    reader = _cache(tmp_path, server.url)
+    check_add(reader.get_program(ctx, src, device), 5.0)  # compiled, not loaded
+    assert _result(spans) == "compiled"
+    assert reader.stats.remote_rejected == 1 and reader.stats.compiles == 1
+    assert reader.stats.remote_hits == 0
+    (event,) = log_events("cache_remote_rejected")
+    assert event.levelname == "WARNING"
+    after = _point_sum(metric_points("netcl.cache.remote.rejected"), **{
+        "netcl.cache.reason": reason})
+    assert after == before + 1
+    # the recompiled program replaced the bad value: the next machine gets a remote hit
+    third = _cache(tmp_path, server.url)
+    check_add(third.get_program(ctx, src, device), 5.0)
+    assert third.stats.remote_hits == 1 and third.stats.remote_rejected == 0
+
+
+def test_oversized_values_are_neither_read_nor_written(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
+    add_src: Callable[..., str], check_add: Callable[..., None],
+) -> None:
+    src = add_src(6.0, f"big-{time.time_ns()}")
+    small = _cache(tmp_path, server.url)
+    tier = small._remote_tier()
+    assert tier is not None
+    tier.max_bytes = 1000  # smaller than any PoCL binary
+    small.get_program(ctx, src, device)
+    assert small.stats.remote_writes == 0 and small.stats.compiles == 1
+    tier.max_bytes = _remote.MAX_VALUE_BYTES
+    big = _cache(tmp_path, server.url)
+    big.get_program(ctx, src, device)  # now published
+    assert big.stats.remote_writes == 1
+    tier.max_bytes = 1000
+    capped = _cache(tmp_path, server.url)
+    check_add(capped.get_program(ctx, src, device), 6.0)
+    assert capped.stats.remote_rejected == 1 and capped.stats.compiles == 1
+
+
+# availability -----------------------------------------------------------------------------------
+
+
+def test_redis_killed_in_the_middle_of_a_run(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, own_server: RedisServer,
+    add_src: Callable[..., str], check_add: Callable[..., None],
+    log_events: Callable[[str], list[Any]], metric_points: Callable[[str], list[Any]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", "netcl.runtime.cache")
+    tag = time.time_ns()
+    c = ProgramCache(tmp_path / "local", remote=own_server.url, remote_key=SECRET)
+    for i in range(2):
+        check_add(c.get_program(ctx, add_src(float(i), f"kill-{tag}-{i}"), device), float(i))
+    assert c.stats.remote_writes == 2
+    tier = c._remote_tier()
+    assert tier is not None
+    own_server.kill()
+    before = metric_points("netcl.cache.remote.duration")
+    n_before = sum(p.count for p in before)
+    t_before = sum(p.sum for p in before)
+    slowest = 0.0
+    for i in range(2, 8):
+        t0 = time.perf_counter()
+        prg = c.get_program(ctx, add_src(float(i), f"kill-{tag}-{i}"), device)
+        slowest = max(slowest, time.perf_counter() - t0)
+        check_add(prg, float(i))
+    # three failed calls opened the breaker; the other lookups did not even try
+    assert c.stats.remote_errors == _remote.BREAKER_FAILURES == 3
+    assert tier.breaker_open
+    assert len(log_events("cache_remote_breaker_open")) == 1
+    after = metric_points("netcl.cache.remote.duration")
+    assert sum(p.count for p in after) - n_before == 3
+    # bounded: the three failed calls together cost less than one read timeout
+    assert sum(p.sum for p in after) - t_before < _remote.TIMEOUT_S
+    errors = metric_points("netcl.cache.remote.errors")
+    assert _point_sum(errors, **{"error.type": "ConnectionError"}) >= 3
+    assert c.stats.compiles == 8 and c.stats.write_errors == 0
+
+    # Redis comes back: after the breaker's pause one trial call closes it again
+    own_server.start()
+    tier.breaker_open_s = 0.0
+    tier._open_until = time.monotonic()
+    check_add(c.get_program(ctx, add_src(9.0, f"kill-{tag}-9"), device), 9.0)
+    assert not tier.breaker_open and c.stats.remote_writes == 3
+    assert log_events("cache_remote_breaker_closed")
+
+
+def test_slow_redis_costs_one_timeout_per_lookup_until_the_breaker_opens(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, add_src: Callable[..., str],
+    check_add: Callable[..., None], metric_points: Callable[[str], list[Any]],
+) -> None:
+    pytest.importorskip("redis", reason="redis-py missing: pip install 'netcl-cache[redis]'")
+
+    def remote_seconds() -> float:
+        return float(sum(p.sum for p in metric_points("netcl.cache.remote.duration")))
+
+    # a server that accepts connections and never answers
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"redis://:pw@127.0.0.1:{silent.getsockname()[1]}/0?socket_timeout=0.2"
+        c = ProgramCache(tmp_path / "local", remote=url, remote_key=SECRET)
+        tag = time.time_ns()
+        overhead = []
+        for i in range(5):
+            t0 = remote_seconds()  # time spent in Redis calls, failed ones included
+            check_add(c.get_program(ctx, add_src(float(i), f"slow-{tag}-{i}"), device), float(i))
+            overhead.append(remote_seconds() - t0)
+        assert c.stats.remote_errors == 3 and c.stats.compiles == 5
+        tier = c._remote_tier()
+        assert tier is not None and tier.breaker_open
+    # each of the first three lookups paid about one read timeout, the last two nothing
+    assert all(0.15 < o < 0.2 + 0.4 for o in overhead[:3]), overhead
+    assert overhead[3:] == [0.0, 0.0], overhead
+
+
+def test_full_redis_and_wrong_password_never_fail_get_program(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, own_server: RedisServer,
+    add_src: Callable[..., str], check_add: Callable[..., None],
+    metric_points: Callable[[str], list[Any]],
+) -> None:
+    tag = time.time_ns()
+    oom = metric_points("netcl.cache.remote.errors")
+    oom_before = _point_sum(oom, **{"error.type": "OutOfMemoryError"})
+    own_server.client().config_set("maxmemory", "1")  # every write: OOM command not allowed
+    full = _cache(tmp_path, own_server.url)
+    for i in range(4):
+        check_add(full.get_program(ctx, add_src(float(i), f"full-{tag}-{i}"), device), float(i))
+    assert full.stats.compiles == 4 and full.stats.remote_writes == 0
+    assert full.stats.remote_errors == 4
+    tier = full._remote_tier()
+    assert tier is not None and not tier.breaker_open  # a full server still answers reads
+    oom = metric_points("netcl.cache.remote.errors")
+    assert _point_sum(oom, **{"error.type": "OutOfMemoryError"}) == oom_before + 4
+
+    bad = own_server.url.replace(PASSWORD, "wrong-password")
+    denied = _cache(tmp_path, bad)
+    for i in range(4):
+        check_add(denied.get_program(ctx, add_src(float(i), f"auth-{tag}-{i}"), device),
+                  float(i))
+    assert denied.stats.remote_errors == 3 and denied.stats.compiles == 4
+    tier = denied._remote_tier()
+    assert tier is not None and tier.breaker_open
+    auth = metric_points("netcl.cache.remote.errors")
+    assert _point_sum(auth, **{"error.type": "AuthenticationError"}) >= 3
+
+
+# one compile for the fleet ----------------------------------------------------------------------
+
+RACER = textwrap.dedent("""
+    import json, os, sys, time
+    import numpy as np, pyopencl as cl
+    from netcl.core import device
+    from netcl.runtime.cache import ProgramCache
+
+    local, src, barrier, me, n = sys.argv[1:5] + [int(sys.argv[5])]
+    ctx = device.default_context(); dev = ctx.devices[0]; q = cl.CommandQueue(ctx)
+    c = ProgramCache(local)
+    open(os.path.join(barrier, me), "w").close()
+    while len(os.listdir(barrier)) < n:  # every racer is ready: start together
+        time.sleep(0.01)
+    prg = c.get_program(ctx, src, dev)
+    a = np.arange(32, dtype=np.float32); mf = cl.mem_flags
+    da = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+    dc = cl.Buffer(ctx, mf.WRITE_ONLY, a.nbytes)
+    cl.Kernel(prg, "inc")(q, (32,), None, da, dc)
+    out = np.empty_like(a); cl.enqueue_copy(q, out, dc)
+    assert np.allclose(out, a + 7.0)
+    print(json.dumps(c.stats.as_dict()))
+""")
+
+
+@pytest.mark.slow
+def test_six_processes_compile_a_new_kernel_once(tmp_path: Path, server: RedisServer) -> None:
+    n = 6
+    # a big enough program that the compile takes a while on any device
+    body = "".join(
+        f"__kernel void k{j}(__global float *x) {{ x[get_global_id(0)] *= {j}.5f; }}\n"
+        for j in range(40)
+    )
+    src = (f"// race {time.time_ns()}\n" + body + "__kernel void inc(__global const float *a, "
+           "__global float *c) { int i = get_global_id(0); c[i] = a[i] + 7.0f; }\n")
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    env = {**os.environ, "NETCL_CACHE_REMOTE": server.url, "NETCL_CACHE_REMOTE_KEY": SECRET}
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(tmp_path / f"machine-{i}"), src, str(barrier),
+             str(i), str(n)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(n)
+    ]
+    stats = []
+    for p in racers:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        stats.append(json.loads(out))
+    total = {k: sum(s[k] for s in stats) for k in stats[0]}
+    assert total["compiles"] == 1, stats  # one machine compiled, five loaded its binary
+    assert total["remote_hits"] == n - 1 and total["remote_writes"] == 1
+    assert total["remote_lock_timeouts"] == 0 and total["remote_errors"] == 0
+    assert not server.client().keys(PREFIX + "lock:*")  # the lock was released
+
+
+# netcl cache stats ------------------------------------------------------------------------------
+
+
+def test_cli_stats_shows_the_remote(
+    tmp_path: Path, own_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from netcl.runtime.cache._cli import _stats
+
+    class Args:
+        dir = str(tmp_path / "local")
+        json = True
+
+    (tmp_path / "local").mkdir(mode=0o700)
+    monkeypatch.setenv("NETCL_CACHE_REMOTE", own_server.url)
+    monkeypatch.setenv("NETCL_CACHE_REMOTE_KEY", SECRET)
+    assert _stats(Args()) == 0  # type: ignore[arg-type]
+    info = json.loads(capsys.readouterr().out)["remote"]
+    assert info == {"configured": True, "url": f"redis://***@127.0.0.1:{own_server.port}/0",
+                    "usable": True, "signed": True, "reachable": True}
+    Args.json = False
+    assert _stats(Args()) == 0  # type: ignore[arg-type]
+    text = capsys.readouterr().out
+    assert f"redis://***@127.0.0.1:{own_server.port}/0  reachable" in text
+    assert PASSWORD not in text
+    own_server.kill()
+    Args.json = True
+    assert _stats(Args()) == 0  # type: ignore[arg-type]
+    info = json.loads(capsys.readouterr().out)["remote"]
+    assert info["reachable"] is False and "ConnectionError" in info["error"]
+    monkeypatch.delenv("NETCL_CACHE_REMOTE")
+    assert _stats(Args()) == 0  # type: ignore[arg-type]
+    assert json.loads(capsys.readouterr().out)["remote"] == {"configured": False}

@@ -1,0 +1,78 @@
+"""The signed value format of the remote tier and the URL redaction (no Redis needed)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from netcl.runtime.cache._entry import EntryError
+from netcl.runtime.cache._remote import redact
+from netcl.runtime.cache._remote_format import HEADER, TAG_BYTES, decode_value, encode_value
+
+SECRET = b"fleet secret"
+KEY = hashlib.sha256(b"program").hexdigest()
+OTHER_KEY = hashlib.sha256(b"another program").hexdigest()
+BINARY = bytes(range(256)) * 40
+META = {"identity": "PoCL|cpu|3.0", "device": "cpu", "options": "-DN=4"}
+BOUND = 1 << 20
+
+
+def _reason(data: bytes, secret: bytes = SECRET, key: str = KEY, bound: int = BOUND) -> str:
+    with pytest.raises(EntryError) as err:
+        decode_value(secret, key, data, bound)
+    return err.value.reason
+
+
+def test_round_trip() -> None:
+    value = encode_value(SECRET, KEY, BINARY, META)
+    meta, binary = decode_value(SECRET, KEY, value, BOUND)
+    assert meta == META and bytes(binary) == BINARY
+    assert value[:8] == b"NETCLRMT" and BINARY in value  # the binary as is, no encoding
+
+
+def test_foreign_key_tampered_truncated_moved() -> None:
+    value = encode_value(SECRET, KEY, BINARY, META)
+    assert _reason(value, secret=b"another fleet") == "signature"  # signed with another key
+    assert _reason(value, key=OTHER_KEY) == "signature"  # moved to another cache key
+    flipped = bytearray(value)
+    flipped[-TAG_BYTES - 10] ^= 1  # one bit of the binary
+    assert _reason(bytes(flipped)) == "signature"
+    assert _reason(value[:-1]) == "truncated"
+    assert _reason(value[: HEADER.size + 3]) == "truncated"
+    assert _reason(value + b"x") == "truncated"  # lengths must match exactly
+    assert _reason(b"") == "empty"
+    assert _reason(b"\x80\x04pickle" + value[10:]) == "foreign"  # not our magic: never parsed
+    assert _reason(value, bound=len(value) - 1) == "oversized"
+
+
+def test_metadata_is_parsed_only_after_the_tag() -> None:
+    # a forged value with hostile metadata and a wrong tag is refused before any JSON parsing
+    head = HEADER.pack(b"NETCLRMT", 1, 0, 3, 0)
+    assert _reason(head + b"{{{" + bytes(TAG_BYTES)) == "signature"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=0), st.integers(min_value=1, max_value=255))
+def test_any_changed_byte_is_refused(pos: int, xor: int) -> None:
+    value = bytearray(encode_value(SECRET, KEY, BINARY[:300], META))
+    value[pos % len(value)] ^= xor
+    with pytest.raises(EntryError):
+        decode_value(SECRET, KEY, bytes(value), BOUND)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:hunter2@cache.internal:6379/0", "redis://***@cache.internal:6379/0"),
+        ("rediss://user:hunter2@10.0.0.1:6380/2", "rediss://***@10.0.0.1:6380/2"),
+        ("redis://[::1]:6379/0", "redis://[::1]:6379/0"),
+        ("redis://:p%40ss@[::1]:7000", "redis://***@[::1]:7000"),
+        ("redis://cache:6379", "redis://cache:6379"),
+    ],
+)
+def test_redact(url: str, shown: str) -> None:
+    assert redact(url) == shown
+    assert "hunter2" not in redact(url)
