@@ -1,4 +1,4 @@
-"""ExecutionPlan: an ordered list of ops with a label, an optional queue and the plans it follows."""
+"""ExecutionPlan: an ordered list of ops with a label, a queue and the plans it follows."""
 
 from __future__ import annotations
 
@@ -31,16 +31,19 @@ class ExecutionPlan:
     op list (the default is a new list per instance).
 
     ``queue`` (optional) is the command queue the plan's ops enqueue on; ``after`` (optional) is
-    the plan, or the plans, it must follow. In async mode the scheduler orders such a plan on the
-    device with a barrier on ``queue`` waiting for the earlier plans' events (a host wait when
-    the plan has no ``queue``). ``ExecutionPlan(queue=q, after=prev)`` chains a plan after the
-    previous one. ``after`` is normalised to a tuple and is left out of ``==`` and ``repr``.
+    the plan, or the plans, it must follow (None: none). In async mode the scheduler orders such
+    a plan on the device with a barrier on ``queue`` waiting for the earlier plans' events (a
+    host wait when the plan has no ``queue``). ``ExecutionPlan(queue=q, after=prev)`` chains a
+    plan after the previous one (``prev`` None for the first). ``after`` is normalised to a
+    tuple and is left out of ``==`` and ``repr``.
     """
 
     ops: list[Op] = field(default_factory=list)
     description: str = ""
     queue: cl.CommandQueue | None = None
-    after: ExecutionPlan | Sequence[ExecutionPlan] = field(default=(), repr=False, compare=False)
+    after: ExecutionPlan | Sequence[ExecutionPlan] | None = field(
+        default=(), repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.description, str):
@@ -71,6 +74,8 @@ def after_of(plan: ExecutionPlan) -> tuple[ExecutionPlan, ...]:
         return after
     if isinstance(after, ExecutionPlan):
         return (after,)
+    if after is None:  # the first plan of a chain: ``ExecutionPlan(after=prev)`` with prev None
+        return ()
     if not isinstance(after, (str, bytes)) and hasattr(after, "__iter__"):
         items = tuple(after)
         if all(isinstance(p, ExecutionPlan) for p in items):

@@ -321,20 +321,24 @@ class Scheduler:
             # repeats nor loses it.
             results[i] = result
             entry.next_op = i + 1
-            if result is not None and not isinstance(result, _Event):
-                if not hasattr(result, "wait") and not (
+            if (
+                result is not None
+                and not isinstance(result, _Event)
+                and not hasattr(result, "wait")
+                and not (
                     isinstance(result, (list, tuple))
                     and all(r is None or hasattr(r, "wait") for r in result)
-                ):
-                    raise self._error(
-                        state,
-                        index,
-                        i,
-                        op,
-                        None,
-                        f"returned {describe_value(result)}; an op must return None, an event "
-                        "(an object with wait()) or a list/tuple of events",
-                    )
+                )
+            ):
+                raise self._error(
+                    state,
+                    index,
+                    i,
+                    op,
+                    None,
+                    f"returned {describe_value(result)}; an op must return None, an event "
+                    "(an object with wait()) or a list/tuple of events",
+                )
 
     def _collect(
         self, state: _Run, positions: range | tuple[int, ...]
