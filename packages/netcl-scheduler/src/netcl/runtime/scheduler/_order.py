@@ -66,7 +66,8 @@ def _cycle_message(
         k = next(j for j in preds[k] if j in stuck)
     cycle = path[seen[k] :]
     cycle.reverse()  # walked backwards (plan -> the plan it follows); show the run direction
-    cycle.append(cycle[0])
+    start = cycle.index(min(cycle))  # from the plan submitted first: the same text every time
+    cycle = cycle[start:] + cycle[: start + 1]
     names = " -> ".join(describe_plan(plans[j], j) for j in cycle)
     return (
         f"Scheduler.run: the plans' after= fields form a cycle: {names} (each comes after the "

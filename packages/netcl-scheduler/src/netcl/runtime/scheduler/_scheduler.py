@@ -22,6 +22,21 @@ __all__ = ["Scheduler"]
 _Event = cl.Event
 _Origin = tuple[int, int]  # (position of the plan in the run, index of the op in the plan)
 
+# PoCL 3.0 aborts the process when a barrier event is released before the failure of an event
+# in its wait list has reached it, so the scheduler holds its barriers until they are done
+# (complete or failed); pruned when the list doubles.
+_held: list[cl.Event] = []
+_held_limit = [64]
+_held_lock = threading.Lock()
+
+
+def _hold(event: cl.Event) -> None:
+    with _held_lock:
+        if len(_held) >= _held_limit[0]:
+            _held[:] = [e for e in _held if e.command_execution_status > 0]
+            _held_limit[0] = max(64, 2 * len(_held))
+        _held.append(event)
+
 
 class _Entry:
     """A scheduled plan and how far runs got with it: ``results[k]`` is what op ``k`` returned,
@@ -275,7 +290,7 @@ class Scheduler:
                         state, events, origins, k, f"failed (command status {status})"
                     )
             try:
-                cl.enqueue_barrier(queue, wait_for=events)
+                _hold(cl.enqueue_barrier(queue, wait_for=events))
                 return tm.ORDER_DEVICE
             except cl.Error:
                 pass  # events of another context, say: the host waits instead
