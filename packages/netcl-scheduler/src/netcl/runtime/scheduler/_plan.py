@@ -10,6 +10,8 @@ import pyopencl as cl
 
 __all__ = ["EventLike", "ExecutionPlan", "Op", "after_of"]
 
+_NO_PLANS: tuple[ExecutionPlan, ...] = ()  # the default of ``after``: normalised already
+
 
 @runtime_checkable
 class EventLike(Protocol):
@@ -42,7 +44,7 @@ class ExecutionPlan:
     description: str = ""
     queue: cl.CommandQueue | None = None
     after: ExecutionPlan | Sequence[ExecutionPlan] | None = field(
-        default=(), repr=False, compare=False
+        default=_NO_PLANS, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
@@ -64,7 +66,8 @@ class ExecutionPlan:
                 f"ExecutionPlan {self.description!r}: queue must be a pyopencl.CommandQueue or "
                 f"None, got {self.queue!r} ({type(self.queue).__name__})"
             )
-        self.after = after_of(self)
+        if self.after is not _NO_PLANS:
+            self.after = after_of(self)
 
 
 def after_of(plan: ExecutionPlan) -> tuple[ExecutionPlan, ...]:

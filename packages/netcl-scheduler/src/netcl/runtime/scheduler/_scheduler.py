@@ -225,11 +225,12 @@ class Scheduler:
         entries = state.entries
         last = len(entries) - 1
         sync = not self.async_mode
+        events: list[EventLike] = []
         for index, entry in enumerate(entries):
             state.started = index
             wait_after = sync and (wait or index < last)
             if not traced:
-                self._run_plan(state, index, entry, wait_after, None)
+                plan_events = self._run_plan(state, index, entry, wait_after, None)
             else:
                 plan = entry.plan
                 attributes: dict[str, AttributeValue] = {
@@ -239,7 +240,7 @@ class Scheduler:
                 }
                 handle = tm.start_span(tm.PLAN_SPAN, attributes)
                 try:
-                    self._run_plan(
+                    plan_events = self._run_plan(
                         state, index, entry, wait_after, None if handle is None else handle[0]
                     )
                 except BaseException as exc:
@@ -247,17 +248,19 @@ class Scheduler:
                     raise
                 tm.end_span(handle)
             if sync:
+                if plan_events:
+                    events += plan_events
                 state.done = index + 1
-        if sync or not wait:
-            events = self._collect(state, range(len(entries)))[0]
-        else:
-            events = self._wait(state, range(len(entries)))
+        if not sync:
+            everything = range(len(entries))
+            events = self._wait(state, everything) if wait else self._collect(state, everything)[0]
         state.done = len(entries)
         return events
 
     def _run_plan(
         self, state: _Run, index: int, entry: _Entry, wait_after: bool, span: trace.Span | None
-    ) -> None:
+    ) -> list[EventLike] | None:
+        """Order, issue and (sync mode) wait for one plan; in sync mode return its events."""
         if self.async_mode:
             preds = state.preds
             ordering = (
@@ -271,9 +274,11 @@ class Scheduler:
         if span is not None:
             span.set_attribute(tm.ORDERING, ordering)
         state.started = index + 1
-        self._issue(state, index, entry)
+        if not self._issue(state, index, entry) or self.async_mode:
+            return None
         if wait_after:
-            self._wait(state, (index,))
+            return self._wait(state, (index,))
+        return self._collect(state, (index,))[0]
 
     def _order_after(self, state: _Run, preds: tuple[int, ...]) -> str:
         """Make the plan at ``state.started`` follow the plans at ``preds``: a barrier on its
@@ -281,7 +286,8 @@ class Scheduler:
         events, origins = self._collect(state, preds)
         if not events:
             return tm.ORDER_NONE
-        queue = state.entries[state.started].plan.queue
+        entries = state.entries
+        queue = entries[state.started].plan.queue
         if queue is not None and all(isinstance(e, _Event) for e in events):
             for k, ev in enumerate(events):
                 status = ev.command_execution_status  # type: ignore[attr-defined]
@@ -290,6 +296,14 @@ class Scheduler:
                         state, events, origins, k, f"failed (command status {status})"
                     )
             try:
+                # OpenCL starts commands another queue waits for only once their queue is
+                # flushed; PoCL does not start them before that
+                flushed = {id(queue)}
+                for n in preds:
+                    earlier = entries[n].plan.queue
+                    if earlier is not None and id(earlier) not in flushed:
+                        flushed.add(id(earlier))
+                        earlier.flush()
                 _hold(cl.enqueue_barrier(queue, wait_for=events))
                 return tm.ORDER_DEVICE
             except cl.Error:
@@ -298,16 +312,21 @@ class Scheduler:
         self._wait_events(state, events, origins)
         return tm.ORDER_HOST
 
-    def _issue(self, state: _Run, index: int, entry: _Entry) -> None:
-        """Run the ops of ``entry`` from ``entry.next_op`` on."""
+    def _issue(self, state: _Run, index: int, entry: _Entry) -> bool:
+        """Run the ops of ``entry`` from ``entry.next_op`` on; return whether any op of the plan
+        returned something (events to wait for)."""
         plan = entry.plan
         # a snapshot: an op that submits to its own plan must not extend this run's loop; a plan
         # resumed after an interrupt keeps the snapshot of its first run plus ops appended since
-        ops = entry.ops + tuple(plan.ops[len(entry.ops) :])
-        entry.ops = ops
-        results = entry.results
-        if len(results) < len(ops):
+        if entry.ops:
+            ops = entry.ops + tuple(plan.ops[len(entry.ops) :])
+            results = entry.results
             results.extend([None] * (len(ops) - len(results)))
+        else:
+            ops = tuple(plan.ops)
+            entry.results = results = [None] * len(ops)
+        entry.ops = ops
+        found = entry.next_op > 0
         entry.first = entry.next_op
         for i in range(entry.next_op, len(ops)):
             op = ops[i]
@@ -336,9 +355,11 @@ class Scheduler:
             # repeats nor loses it.
             results[i] = result
             entry.next_op = i + 1
+            if result is None:
+                continue
+            found = True
             if (
-                result is not None
-                and not isinstance(result, _Event)
+                not isinstance(result, _Event)
                 and not hasattr(result, "wait")
                 and not (
                     isinstance(result, (list, tuple))
@@ -354,6 +375,7 @@ class Scheduler:
                     f"returned {describe_value(result)}; an op must return None, an event "
                     "(an object with wait()) or a list/tuple of events",
                 )
+        return found
 
     def _collect(
         self, state: _Run, positions: range | tuple[int, ...]
