@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextvars
 import dis
+import logging
 import random
 import signal
 import sys
@@ -62,7 +63,7 @@ def _three_plans(counts: Counts, interrupt_at: int) -> tuple[list[ExecutionPlan]
 
 @pytest.mark.parametrize("async_mode", [False, True])
 def test_keyboard_interrupt_in_an_op_keeps_the_rest_and_the_next_run_resumes(
-    async_mode: bool, queue: cl.CommandQueue, kernels: Any
+    async_mode: bool, queue: cl.CommandQueue, kernels: Any, spans: InMemorySpanExporter
 ) -> None:
     counts = Counts(queue, kernels, 8)
     plans, calls = _three_plans(counts, interrupt_at=4)
@@ -73,6 +74,9 @@ def test_keyboard_interrupt_in_an_op_keeps_the_rest_and_the_next_run_resumes(
     with pytest.raises(KeyboardInterrupt) as info:
         sched.run()
     assert type(info.value) is KeyboardInterrupt  # unchanged, not wrapped in Scheduler.Error
+    (run_span,) = [s for s in spans.get_finished_spans() if s.name == "netcl.scheduler.run"]
+    assert run_span.attributes is not None
+    assert run_span.attributes["error.type"] == "KeyboardInterrupt"
 
     if async_mode:  # h2d was issued but not waited for: it stays until a run completes it
         assert sched.plans == tuple(plans)
@@ -283,6 +287,7 @@ def test_a_raising_span_processor_never_breaks_a_run(
     queue: cl.CommandQueue,
     kernels: Any,
     spans: InMemorySpanExporter,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     counts = Counts(queue, kernels, 8)
     plans, _ = _three_plans(counts, interrupt_at=99)  # nothing interrupts
@@ -292,7 +297,11 @@ def test_a_raising_span_processor_never_breaks_a_run(
     failing_processor.on_start_fails = where in ("on_start", "both")
     failing_processor.on_end_fails = where in ("on_end", "both")
 
-    events = sched.run()
+    with caplog.at_level(logging.WARNING, logger="netcl.runtime.scheduler"):
+        events = sched.run()
+
+    failures = [r for r in caplog.records if "telemetry_failed" in r.getMessage()]
+    assert len(failures) == 4  # the run span and three plan spans, each logged once
 
     assert len(events) == 8 and sched.plans == ()
     np.testing.assert_array_equal(counts.read(), np.ones(8, dtype=np.uint32))
