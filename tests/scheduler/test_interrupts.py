@@ -228,8 +228,14 @@ def test_interrupts_at_random_moments_never_repeat_or_lose_an_op(
                 return op
 
             sched = Scheduler(async_mode=rng.random() < 0.5)
+            chained = rng.random() < 0.5  # each plan after the previous: barriers in async mode
+            plan = None
             for p in range(plans_per_run):
-                plan = ExecutionPlan(description=f"p{p}")
+                plan = ExecutionPlan(
+                    description=f"p{p}",
+                    queue=queue if chained else None,
+                    after=plan if chained else None,
+                )
                 for o in range(ops_per_plan):
                     sched.submit(make_op(p * ops_per_plan + o), plan=plan)
             while sched.plans:
