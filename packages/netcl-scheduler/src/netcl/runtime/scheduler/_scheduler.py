@@ -205,10 +205,10 @@ class Scheduler:
 
     def _run_traced(self, state: _Run, wait: bool) -> list[EventLike]:
         attributes: dict[str, AttributeValue] = {
-            "netcl.scheduler.plans": len(state.entries),
-            "netcl.scheduler.ops": sum(len(e.plan.ops) - e.next_op for e in state.entries),
+            tm.RUN_PLANS: len(state.entries),
+            tm.RUN_OPS: sum(len(e.plan.ops) - e.next_op for e in state.entries),
             tm.ASYNC: self.async_mode,
-            "netcl.scheduler.wait": wait,
+            tm.RUN_WAIT: wait,
         }
         handle = tm.start_span(tm.RUN_SPAN, attributes)
         try:
@@ -217,7 +217,7 @@ class Scheduler:
             tm.end_span(handle, exc)
             raise
         if handle is not None:
-            handle[0].set_attribute("netcl.scheduler.events", len(events))
+            handle[0].set_attribute(tm.RUN_EVENTS, len(events))
         tm.end_span(handle)
         return events
 
@@ -234,9 +234,9 @@ class Scheduler:
             else:
                 plan = entry.plan
                 attributes: dict[str, AttributeValue] = {
-                    "netcl.plan.description": str(plan.description),
-                    "netcl.plan.index": index,
-                    "netcl.plan.ops": len(plan.ops),
+                    tm.PLAN_DESCRIPTION: str(plan.description),
+                    tm.PLAN_INDEX: index,
+                    tm.PLAN_OPS: len(plan.ops),
                 }
                 handle = tm.start_span(tm.PLAN_SPAN, attributes)
                 try:

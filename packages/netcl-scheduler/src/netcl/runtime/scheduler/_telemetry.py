@@ -16,6 +16,13 @@ from netcl.core.log import get_logger
 
 __all__ = [
     "ASYNC",
+    "PLAN_DESCRIPTION",
+    "PLAN_INDEX",
+    "PLAN_OPS",
+    "RUN_EVENTS",
+    "RUN_OPS",
+    "RUN_PLANS",
+    "RUN_WAIT",
     "ERROR_TYPE",
     "HOST_WAITS",
     "HOST_WAIT_ATTRS",
@@ -45,6 +52,13 @@ _log = get_logger("netcl.runtime.scheduler")
 RUN_SPAN = "netcl.scheduler.run"
 PLAN_SPAN = "netcl.scheduler.plan"
 ASYNC = "netcl.scheduler.async"
+RUN_PLANS = "netcl.scheduler.plans"
+RUN_OPS = "netcl.scheduler.ops"  # ops left to run in the scheduled plans
+RUN_WAIT = "netcl.scheduler.wait"
+RUN_EVENTS = "netcl.scheduler.events"
+PLAN_DESCRIPTION = "netcl.plan.description"
+PLAN_INDEX = "netcl.plan.index"
+PLAN_OPS = "netcl.plan.ops"
 #: plan span attribute: how the plan was ordered after the plans before it
 ORDERING = "netcl.plan.ordering"
 ORDER_DEVICE = "device"  # a barrier on the plan's queue waits for the earlier plans' events
