@@ -63,10 +63,18 @@ def _three_plans(counts: Counts, interrupt_at: int) -> tuple[list[ExecutionPlan]
 
 @pytest.mark.parametrize("async_mode", [False, True])
 def test_keyboard_interrupt_in_an_op_keeps_the_rest_and_the_next_run_resumes(
-    async_mode: bool, queue: cl.CommandQueue, kernels: Any, spans: InMemorySpanExporter
+    async_mode: bool,
+    queue: cl.CommandQueue,
+    kernels: Any,
+    spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
 ) -> None:
+    def ops_counted() -> int:
+        return sum(p.value for p in metric_points("netcl.scheduler.ops"))
+
     counts = Counts(queue, kernels, 8)
     plans, calls = _three_plans(counts, interrupt_at=4)
+    ops_before = ops_counted()
     sched = Scheduler(async_mode=async_mode)
     for p in plans:
         sched.submit(p)
@@ -91,6 +99,7 @@ def test_keyboard_interrupt_in_an_op_keeps_the_rest_and_the_next_run_resumes(
     np.testing.assert_array_equal(counts.read(), np.ones(8, dtype=np.uint32))  # each op once
     assert len(calls) == 2
     assert sched.plans == ()
+    assert ops_counted() - ops_before == 8  # the interrupted run counted 4, the resumed one 4
     # the resumed run returns the events of the plans it completed, the ones issued before the
     # interrupt included
     assert len(events) == (8 if async_mode else 5)

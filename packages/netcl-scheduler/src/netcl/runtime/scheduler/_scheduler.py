@@ -273,6 +273,7 @@ class Scheduler:
                 state.host_waits += 1
         if span is not None:
             span.set_attribute(tm.ORDERING, ordering)
+        entry.first = entry.next_op  # before the plan counts as started: the ops counter
         state.started = index + 1
         if not self._issue(state, index, entry) or self.async_mode:
             return None
@@ -327,7 +328,6 @@ class Scheduler:
             entry.results = results = [None] * len(ops)
         entry.ops = ops
         found = entry.next_op > 0
-        entry.first = entry.next_op
         for i in range(entry.next_op, len(ops)):
             op = ops[i]
             if callable(op):
