@@ -330,3 +330,46 @@ def test_a_plan_failing_on_the_device_holds_back_its_followers(
     produced, consumed = err.events
     assert produced.command_execution_status < 0 and consumed.command_execution_status < 0
     np.testing.assert_array_equal(_read(ctx, dst), np.full(N, 3, dtype=np.uint32))
+
+
+class _HostTask:
+    """An event-like object that is not an OpenCL event (no wait list can hold it)."""
+
+    def __init__(self) -> None:
+        self.waited = False
+
+    def wait(self) -> None:
+        self.waited = True
+
+
+def test_events_a_barrier_cannot_take_fall_back_to_a_host_wait(
+    ctx: cl.Context,
+    queue: cl.CommandQueue,
+    spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+) -> None:
+    host_task = _HostTask()
+    other_ctx = cl.Context(ctx.devices)
+    foreign = cl.enqueue_marker(cl.CommandQueue(other_ctx))  # another context: barrier refuses
+    waits_before = _host_waits(metric_points)
+    seen: list[bool] = []
+    sched = Scheduler(async_mode=True)
+    host_plan = sched.submit(lambda: host_task, plan=ExecutionPlan(description="host task"))
+    foreign_plan = sched.submit(lambda: foreign, plan=ExecutionPlan(description="foreign"))
+    sched.submit(
+        lambda: seen.append(host_task.waited),
+        plan=ExecutionPlan(description="after host", queue=queue, after=host_plan),
+    )
+    sched.submit(
+        lambda: None,
+        plan=ExecutionPlan(description="after foreign", queue=queue, after=foreign_plan),
+    )
+    sched.run()
+    assert seen == [True]  # waited for on the host before the plan's ops ran
+    assert _ordering(spans) == {
+        "host task": "none",
+        "foreign": "none",
+        "after host": "host",
+        "after foreign": "host",
+    }
+    assert _host_waits(metric_points) - waits_before == 2
