@@ -123,15 +123,25 @@ def test_without_a_queue_the_plan_waits_on_the_host_and_says_so(
 
 
 def test_sync_mode_plans_say_host_ordering(
-    spans: InMemorySpanExporter, metric_points: Callable[[str], list[Any]]
+    queue: cl.CommandQueue,
+    spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
 ) -> None:
     waits_before = _host_waits(metric_points)
     sched = Scheduler()
-    for name in ("p0", "p1", "p2"):
-        sched.submit(lambda: None, plan=ExecutionPlan(description=name))
+    for name in ("p0", "p1", "no events", "p3", "p4"):
+        op = (lambda: None) if name == "no events" else (lambda: cl.enqueue_marker(queue))
+        sched.submit(op, plan=ExecutionPlan(description=name))
     sched.run()
-    assert _ordering(spans) == {"p0": "none", "p1": "host", "p2": "host"}
-    assert _host_waits(metric_points) - waits_before == 2  # not the final wait
+    # a plan after one without events had nothing to wait for
+    assert _ordering(spans) == {
+        "p0": "none",
+        "p1": "host",
+        "no events": "host",
+        "p3": "none",
+        "p4": "host",
+    }
+    assert _host_waits(metric_points) - waits_before == 3  # not the final wait
 
 
 def test_a_chain_of_plans_on_three_queues_runs_in_order(

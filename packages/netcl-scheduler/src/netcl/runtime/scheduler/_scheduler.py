@@ -55,7 +55,7 @@ class _Entry:
 class _Run:
     """The state of one run: its plans in run order and how far it got."""
 
-    __slots__ = ("done", "entries", "host_waits", "preds", "started")
+    __slots__ = ("done", "entries", "host_waits", "preds", "started", "waited")
 
     def __init__(self, entries: list[_Entry], preds: list[tuple[int, ...]] | None) -> None:
         self.entries = entries
@@ -63,6 +63,7 @@ class _Run:
         self.started = 0  # plans whose ops were reached; the ones after are "unrun" on an error
         self.done = 0  # entries[:done] are complete; the rest stay scheduled after an interrupt
         self.host_waits = 0
+        self.waited = False  # sync mode: the host waited for the last plan's events
 
 
 class Scheduler:
@@ -266,20 +267,22 @@ class Scheduler:
             ordering = (
                 self._order_after(state, preds[index]) if preds and preds[index] else tm.ORDER_NONE
             )
-        else:
-            # sync mode: the host waited for the plan before this one
-            ordering = tm.ORDER_HOST if index else tm.ORDER_NONE
-            if wait_after and index < len(state.entries) - 1:
-                state.host_waits += 1
+        else:  # sync mode: ordered if the host waited for the plan before (it had events)
+            ordering = tm.ORDER_HOST if state.waited else tm.ORDER_NONE
+            state.waited = False
         if span is not None:
             span.set_attribute(tm.ORDERING, ordering)
         entry.first = entry.next_op  # before the plan counts as started: the ops counter
         state.started = index + 1
         if not self._issue(state, index, entry) or self.async_mode:
             return None
-        if wait_after:
-            return self._wait(state, (index,))
-        return self._collect(state, (index,))[0]
+        if not wait_after:
+            return self._collect(state, (index,))[0]
+        events = self._wait(state, (index,))
+        if index < len(state.entries) - 1:  # a wait that orders the next plan, not the final one
+            state.host_waits += 1
+            state.waited = True
+        return events
 
     def _order_after(self, state: _Run, preds: tuple[int, ...]) -> str:
         """Make the plan at ``state.started`` follow the plans at ``preds``: a barrier on its
