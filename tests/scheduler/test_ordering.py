@@ -383,3 +383,35 @@ def test_events_a_barrier_cannot_take_fall_back_to_a_host_wait(
         "after foreign": "host",
     }
     assert _host_waits(metric_points) - waits_before == 2
+
+
+def test_following_an_earlier_run_through_its_events(
+    ctx: cl.Context,
+    queue: cl.CommandQueue,
+    queue_b: cl.CommandQueue,
+    kernels: Any,
+    gate: cl.UserEvent,
+    uint_buffer: Callable[..., cl.Buffer],
+    expected_consumed: Callable[[int, int], npt.NDArray[np.uint32]],
+    spans: InMemorySpanExporter,
+) -> None:
+    # after= orders plans within a run; to follow a run(wait=False) still in flight, its events
+    # become a plan of the next run, and that plan goes in after=.
+    src, dst = uint_buffer(N), uint_buffer(N, fill=3)
+    sched = Scheduler(async_mode=True)
+    sched.submit(lambda: kernels.produce(queue, (N,), None, src, np.int32(10), wait_for=[gate]))
+    first_run = sched.run(wait=False)
+
+    earlier = ExecutionPlan(ops=list(first_run), description="first run")
+    consume = ExecutionPlan(description="consume", queue=queue_b, after=earlier)
+    consume.ops.append(lambda: kernels.consume(queue_b, (N,), None, src, dst))
+    sched.submit(earlier)
+    sched.submit(consume)
+    (_, consumed) = sched.run(wait=False)
+
+    assert consumed.command_execution_status != COMPLETE
+    np.testing.assert_array_equal(_read(ctx, dst), np.full(N, 3, dtype=np.uint32))
+    assert _ordering(spans)["consume"] == "device"
+    gate.set_status(COMPLETE)
+    consumed.wait()
+    np.testing.assert_array_equal(_read(ctx, dst), expected_consumed(N, 10))
