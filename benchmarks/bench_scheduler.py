@@ -319,15 +319,17 @@ class _Pipeline:
         cl.wait_for_events(events)
 
     def check(self, variant: Callable[[], None]) -> None:
-        """Run ``variant`` once on cleared outputs and compare every chunk with numpy."""
+        """Run ``variant`` once on cleared outputs and compare every chunk with numpy (on 1024
+        elements spread over the chunk: thousands of iterations over 32 MB are slow in numpy)."""
         for out in self.host_out:
             out[:] = -1
         variant()
+        sample = np.linspace(0, self.n - 1, min(self.n, 1024)).astype(np.int64)
         for c in range(PIPELINE_CHUNKS):
-            x = self.host_in[c].copy()
+            x = self.host_in[c][sample]
             for _ in range(self.iters):
                 x = x * np.float32(0.999) + np.float32(0.5)
-            np.testing.assert_allclose(self.host_out[c], x, rtol=1e-4)
+            np.testing.assert_allclose(self.host_out[c][sample], x, rtol=1e-4)
 
 
 @pytest.fixture(scope="module")
