@@ -309,7 +309,6 @@ def test_a_plan_failing_on_the_device_holds_back_its_followers(
     queue_b: cl.CommandQueue,
     kernels: Any,
     uint_buffer: Callable[..., cl.Buffer],
-    release_later: Callable[..., threading.Timer],
 ) -> None:
     # A's kernel waits on a user event that fails after both plans were issued: B's commands,
     # behind a barrier on the device, fail with it instead of running on A's missing output;
@@ -323,11 +322,11 @@ def test_a_plan_failing_on_the_device_holds_back_its_followers(
     )
     consume = ExecutionPlan(description="consume", queue=queue_b, after=produce)
     consume.ops.append(lambda: kernels.consume(queue_b, (N,), None, src, dst))
-    unrelated = ExecutionPlan(description="unrelated", ops=[lambda: None])
+    # the last plan fails the user event: after both plans above were issued, whatever the load
+    unrelated = ExecutionPlan(description="unrelated", ops=[lambda: gate.set_status(-5)])
     sched = Scheduler(async_mode=True)
     for p in (produce, consume, unrelated):
         sched.submit(p)
-    release_later(gate, 0.2, -5)
 
     with pytest.raises(Scheduler.Error) as info:
         sched.run()
