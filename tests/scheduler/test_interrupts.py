@@ -400,3 +400,27 @@ def test_nothing_interruptible_between_an_ops_return_and_its_bookkeeping() -> No
     assert between[-1] == "STORE_ATTR:next_op"
     interruptible = [n for n in between if n.startswith(("CALL", "PRECALL", "JUMP_BACKWARD"))]
     assert interruptible == [], between
+
+
+def test_system_exit_in_an_op_is_not_wrapped_and_keeps_the_plans(
+    queue: cl.CommandQueue, kernels: Any
+) -> None:
+    counts = Counts(queue, kernels, 3)
+    exits: list[int] = []
+
+    def exit_once() -> cl.Event:
+        if not exits:
+            exits.append(1)
+            raise SystemExit(3)
+        return counts.op(1)()
+
+    sched = Scheduler()
+    plan = sched.submit(counts.op(0), plan=ExecutionPlan(description="p"))
+    sched.submit(exit_once, plan=plan)
+    later = sched.submit(counts.op(2))
+    with pytest.raises(SystemExit) as info:
+        sched.run()
+    assert info.value.code == 3
+    assert sched.plans == (plan, later)
+    sched.run()
+    np.testing.assert_array_equal(counts.read(), [1, 1, 1])
