@@ -1,13 +1,26 @@
-"""Scheduler overhead per op against calling the same callables by hand.
+"""Scheduler overhead per op against calling the same callables by hand, and a copy-in /
+compute / copy-out pipeline ordered four ways.
 
 Target: at most 3 µs of host time per op with no OpenTelemetry SDK configured. Each scheduler
 benchmark also times its hand-written twin in the same process (median of short repeats) and puts
 ``overhead_us_per_op`` and ``ratio_vs_hand`` in ``extra_info``; the twins are benchmarks of their
 own too, so a ratio gate can read both medians from the JSON.
+
+Pipeline (``test_pipeline_*``): ``NETCL_BENCH_PIPELINE_CHUNKS`` chunks (default 8) of
+``NETCL_BENCH_PIPELINE_MB`` MB (default 1; 32 on a GPU) go host -> device, through a kernel and
+back, on three in-order queues: all on one queue, ``Scheduler`` sync mode (a plan per stage),
+device-ordered plans (async mode, ``queue`` + ``after``) and events chained by hand. The kernel's
+work per element is calibrated so that a kernel takes about 1.3x a copy
+(``NETCL_BENCH_PIPELINE_ITERS`` sets it). Each variant stores ``speedup_vs_one_queue`` and
+``ratio_vs_hand_chained``, paired in the same process. Target: device-ordered plans as fast as
+hand-chained events (ratio 1; on a GPU, at least 1.7x one queue). On a 2-core CPU nothing
+overlaps, so only the ratio to the hand-chained run means something there.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -195,3 +208,177 @@ def test_hand_kernels_async(benchmark: Any, kern: _Kernels) -> None:
 @pytest.mark.benchmark(group="scheduler-kernel-overhead")
 def test_scheduler_kernels_async(benchmark: Any, kern: _Kernels) -> None:
     _bench_scheduler_kernels(benchmark, kern, True, _hand_kernels_async(kern))
+
+
+# --- pipeline: copy in / compute / copy out over chunks on three queues ------------------------
+
+PIPELINE_CHUNKS = int(os.environ.get("NETCL_BENCH_PIPELINE_CHUNKS", "8"))
+PIPELINE_MB = float(os.environ.get("NETCL_BENCH_PIPELINE_MB", "1"))
+PIPELINE_SOURCE = """
+__kernel void work(__global float *a, int iters) {
+    size_t i = get_global_id(0);
+    float x = a[i];
+    for (int k = 0; k < iters; ++k) x = x * 0.999f + 0.5f;
+    a[i] = x;
+}
+"""
+
+
+def _median_s(fn: Callable[[], object], repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+class _Pipeline:
+    def __init__(self, ctx: cl.Context) -> None:
+        mf = cl.mem_flags
+        self.queues = [cl.CommandQueue(ctx) for _ in range(3)]
+        self.n = n = max(1, int(PIPELINE_MB * 2**20) // 4)
+        self.knl = cl.Kernel(cl.Program(ctx, PIPELINE_SOURCE).build(), "work")
+        q = self.queues[0]
+        # pinned host memory (ALLOC_HOST_PTR, mapped): what lets a GPU copy while it computes
+        self._pinned: list[cl.Buffer] = []
+        self.host_in: list[np.ndarray[Any, Any]] = []
+        self.host_out: list[np.ndarray[Any, Any]] = []
+        for c in range(PIPELINE_CHUNKS):
+            for arrays in (self.host_in, self.host_out):
+                buf = cl.Buffer(ctx, mf.READ_WRITE | mf.ALLOC_HOST_PTR, n * 4)
+                flags = cl.map_flags.READ | cl.map_flags.WRITE
+                array, _ = cl.enqueue_map_buffer(q, buf, flags, 0, (n,), np.float32)
+                self._pinned.append(buf)
+                arrays.append(array)
+            self.host_in[c][:] = np.linspace(0, 1, n, dtype=np.float32) + c
+        self.dev = [cl.Buffer(ctx, mf.READ_WRITE, n * 4) for _ in range(PIPELINE_CHUNKS)]
+        q.finish()
+        self.iters = int(os.environ.get("NETCL_BENCH_PIPELINE_ITERS", "0")) or self._calibrate()
+
+    def _calibrate(self) -> int:
+        q, probe = self.queues[0], 64
+
+        def copy() -> None:
+            self.copy_in(0, q).wait()
+
+        def kernel() -> None:
+            self.knl(q, (self.n,), None, self.dev[0], np.int32(probe)).wait()
+
+        copy(), kernel()
+        t_copy, t_kernel = _median_s(copy), _median_s(kernel)
+        return max(1, round(probe * 1.3 * t_copy / t_kernel))
+
+    def copy_in(self, c: int, q: cl.CommandQueue, wait_for: Any = None) -> cl.Event:
+        return cl.enqueue_copy(
+            q, self.dev[c], self.host_in[c], is_blocking=False, wait_for=wait_for
+        )
+
+    def compute(self, c: int, q: cl.CommandQueue, wait_for: Any = None) -> cl.Event:
+        return self.knl(q, (self.n,), None, self.dev[c], np.int32(self.iters), wait_for=wait_for)
+
+    def copy_out(self, c: int, q: cl.CommandQueue, wait_for: Any = None) -> cl.Event:
+        return cl.enqueue_copy(
+            q, self.host_out[c], self.dev[c], is_blocking=False, wait_for=wait_for
+        )
+
+    def one_queue(self) -> None:
+        q = self.queues[0]
+        for c in range(PIPELINE_CHUNKS):
+            self.copy_in(c, q)
+            self.compute(c, q)
+            self.copy_out(c, q)
+        q.finish()
+
+    def sync_plans(self) -> None:
+        sched = Scheduler(async_mode=False)
+        qi, qk, qo = self.queues
+        for c in range(PIPELINE_CHUNKS):
+            sched.submit(functools.partial(self.copy_in, c, qi))
+            sched.submit(functools.partial(self.compute, c, qk))
+            sched.submit(functools.partial(self.copy_out, c, qo))
+        sched.run()
+
+    def device_ordered(self) -> None:
+        sched = Scheduler(async_mode=True)
+        stages = (self.copy_in, self.compute, self.copy_out)
+        for c in range(PIPELINE_CHUNKS):
+            prev = None
+            for q, stage in zip(self.queues, stages, strict=True):
+                prev = ExecutionPlan(ops=[functools.partial(stage, c, q)], queue=q, after=prev)
+                sched.submit(prev)
+        sched.run()
+
+    def hand_chained(self) -> None:
+        qi, qk, qo = self.queues
+        events = []
+        for c in range(PIPELINE_CHUNKS):
+            ev = self.copy_in(c, qi)
+            ev = self.compute(c, qk, [ev])
+            events.append(self.copy_out(c, qo, [ev]))
+        cl.wait_for_events(events)
+
+    def check(self, variant: Callable[[], None]) -> None:
+        """Run ``variant`` once on cleared outputs and compare every chunk with numpy (on 1024
+        elements spread over the chunk: thousands of iterations over 32 MB are slow in numpy)."""
+        for out in self.host_out:
+            out[:] = -1
+        variant()
+        sample = np.linspace(0, self.n - 1, min(self.n, 1024)).astype(np.int64)
+        for c in range(PIPELINE_CHUNKS):
+            x = self.host_in[c][sample]
+            for _ in range(self.iters):
+                x = x * np.float32(0.999) + np.float32(0.5)
+            np.testing.assert_allclose(self.host_out[c][sample], x, rtol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def pipeline(ctx: cl.Context) -> _Pipeline:
+    return _Pipeline(ctx)
+
+
+def _bench_pipeline(benchmark: Any, pipe: _Pipeline, variant: Callable[[], None]) -> None:
+    pipe.check(variant)
+    benchmark(variant)
+    # the variant, one queue and hand-chained events in turn, 21 rounds: ratios are medians of
+    # per-round ratios, so load that other processes put on a shared machine cancels out
+    rounds: list[tuple[float, float, float]] = []
+    for _ in range(21):
+        times = []
+        for fn in (variant, pipe.one_queue, pipe.hand_chained):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        rounds.append((times[0], times[1], times[2]))
+    mine, one, hand = (statistics.median(r[k] for r in rounds) for k in range(3))
+    benchmark.extra_info.update(
+        chunks=PIPELINE_CHUNKS,
+        chunk_mb=PIPELINE_MB,
+        kernel_iters=pipe.iters,
+        wall_ms=round(mine * 1e3, 3),
+        one_queue_ms=round(one * 1e3, 3),
+        hand_chained_ms=round(hand * 1e3, 3),
+        speedup_vs_one_queue=round(statistics.median(o / m for m, o, _ in rounds), 3),
+        ratio_vs_hand_chained=round(statistics.median(m / h for m, _, h in rounds), 3),
+        target_ratio_vs_hand_chained=1.0,
+    )
+
+
+@pytest.mark.benchmark(group="scheduler-pipeline")
+def test_pipeline_one_queue(benchmark: Any, pipeline: _Pipeline) -> None:
+    _bench_pipeline(benchmark, pipeline, pipeline.one_queue)
+
+
+@pytest.mark.benchmark(group="scheduler-pipeline")
+def test_pipeline_sync_plans(benchmark: Any, pipeline: _Pipeline) -> None:
+    _bench_pipeline(benchmark, pipeline, pipeline.sync_plans)
+
+
+@pytest.mark.benchmark(group="scheduler-pipeline")
+def test_pipeline_device_ordered_plans(benchmark: Any, pipeline: _Pipeline) -> None:
+    _bench_pipeline(benchmark, pipeline, pipeline.device_ordered)
+
+
+@pytest.mark.benchmark(group="scheduler-pipeline")
+def test_pipeline_hand_chained_events(benchmark: Any, pipeline: _Pipeline) -> None:
+    _bench_pipeline(benchmark, pipeline, pipeline.hand_chained)

@@ -28,6 +28,10 @@ __kernel void scale(__global float *a, float k) {
     uint i = get_global_id(0);
     a[i] = a[i] * k;
 }
+// one work item: counts how many times an op's kernel ran
+__kernel void bump(__global uint *counts, uint k) {
+    counts[k] += 1u;
+}
 """
 
 
@@ -36,12 +40,13 @@ class Kernels:
     produce: cl.Kernel
     consume: cl.Kernel
     scale: cl.Kernel
+    bump: cl.Kernel
 
 
 @pytest.fixture(scope="session")
 def kernels(ctx: cl.Context) -> Kernels:
     prg = cl.Program(ctx, SOURCE).build()
-    return Kernels(cl.Kernel(prg, "produce"), cl.Kernel(prg, "consume"), cl.Kernel(prg, "scale"))
+    return Kernels(*(cl.Kernel(prg, name) for name in ("produce", "consume", "scale", "bump")))
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,12 @@ def test_plan_is_a_dataclass_with_spec_defaults() -> None:
     assert dataclasses.is_dataclass(plan)
     assert plan.ops == []
     assert plan.description == ""
-    assert [f.name for f in dataclasses.fields(ExecutionPlan)] == ["ops", "description"]
+    assert [f.name for f in dataclasses.fields(ExecutionPlan)] == [
+        "ops",
+        "description",
+        "queue",
+        "after",
+    ]
 
 
 def test_plans_never_share_their_op_list() -> None:

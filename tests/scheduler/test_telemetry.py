@@ -1,4 +1,4 @@
-"""Spans and metrics as the README names them, and the no-SDK fast path."""
+"""Spans and metrics (names are API), and the no-SDK fast path."""
 
 from __future__ import annotations
 

@@ -17,8 +17,9 @@ class SchedulerError(RuntimeError):
         plan: the plan that failed; plan_index: its position in the run (0-based).
         op: the op that failed; op_index: its position in ``plan.ops``.
         event: the failed event, or None when the op itself raised or returned a bad value.
-        unrun_plans: the plans of this run that were not started (in order); resubmit them with
-            ``scheduler.submit(plan)`` to run them later.
+        unrun_plans: the plans of this run that were not started (in order), preceded, when an
+            event failed, by the plans already issued that come ``after`` the failed plan (their
+            commands fail with it on the device); resubmit them with ``scheduler.submit(plan)``.
         events: every event the run collected before the failure (they may still be running).
     The original exception, if any, is ``__cause__``.
     """
