@@ -164,10 +164,10 @@ class ProgramCache:
     same program, after which this one compiles too. ``NETCL_CACHE_DISABLE=1`` turns the disk
     tier off. ``max_programs`` bounds the in-process tier (least recently used programs go; it
     holds contexts weakly: a context's programs go with it). ``device_identity`` maps a device to
-    the string keyed on disk (default :func:`netcl.core.device.device_identity`). ``remote`` is a ``redis://`` or
-    ``rediss://`` URL of a shared remote tier (default ``NETCL_CACHE_REMOTE``; ``""`` turns it off)
-    and ``remote_key`` the secret that signs its values (default ``NETCL_CACHE_REMOTE_KEY``); a
-    remote without a key is not used.
+    the string keyed on disk (default :func:`netcl.core.device.device_identity`). ``remote`` is a
+    ``redis://`` or ``rediss://`` URL of a shared remote tier (default ``NETCL_CACHE_REMOTE``;
+    ``""`` turns it off) and ``remote_key`` the secret that signs its values (default
+    ``NETCL_CACHE_REMOTE_KEY``); a remote without a key is not used.
     """
 
     #: The error :meth:`get_program` raises when the compiler rejects a program.
@@ -508,9 +508,7 @@ class ProgramCache:
             if data is None:
                 return None, None
             try:
-                binary = decode(data, key)
-                prg = cl._cl._Program(ctx, [dev], [binary])
-                _build(prg, opts.encode("utf-8", "surrogateescape"), dev)
+                prg = _from_binary(ctx, dev, opts, decode(data, key))
             except EntryError as exc:
                 reason = str(exc)
             except cl.Error as exc:
@@ -519,7 +517,7 @@ class ProgramCache:
                 store.touch(key)
                 self._c["disk_hits"] += 1
                 self._c["bytes_read"] += len(data)
-                return cl.Program(prg), None
+                return prg, None
         if report:
             self._c["corrupt"] += 1
             short = reason.split(":", 1)[0]
