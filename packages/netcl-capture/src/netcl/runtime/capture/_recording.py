@@ -54,8 +54,9 @@ class Recording:
         self.raw: list[tuple[str, Any]] = []
         # the Kernel.__call__ arguments of the launch in progress (for CapturedLaunch.args)
         self.call_args: tuple[Any, ...] | None = None
-        # id(kernel) -> (kernel, its argument table: index -> ArgSet); holds the kernel alive
-        self.kernels: dict[int, tuple[cl.Kernel, dict[int, ArgSet]]] = {}
+        # id(kernel) -> [kernel, its argument table (index -> ArgSet), the table's snapshot
+        # while unchanged (launches with the same arguments share it)]; holds the kernel alive
+        self.kernels: dict[int, list[Any]] = {}
         # int_ptr -> this recording's own reference to the memory object
         self.mems: dict[int, cl.MemoryObjectHolder] = {}
 
@@ -95,26 +96,29 @@ class Recording:
         kernel = args[0]
         entry = self.kernels.get(id(kernel))
         if entry is None:
-            entry = self.kernels[id(kernel)] = (kernel, {})
+            entry = self.kernels[id(kernel)] = [kernel, {}, None]
         table = entry[1]
-        if name == "_set_arg_multi":
+        if name == "_set_arg_multi" or name == "_set_arg_buf_multi":
             flat = args[1]
             for j in range(0, len(flat), 2):
-                i = flat[j]
-                table[i] = (i, setter, ((i, self._hold(flat[j + 1])),))
-        elif name == "_set_arg_buf_multi":
-            flat = args[1]
-            for j in range(0, len(flat), 2):
-                i = flat[j]
-                table[i] = (i, setter, ((i, self._hold(flat[j + 1])),))
+                i, value = flat[j], self._hold(flat[j + 1])
+                old = table.get(i)
+                if old is None or old[1] is not setter or not _same(old[2][0][1], value):
+                    table[i] = (i, setter, ((i, value),))
+                    entry[2] = None
         elif name == "_set_arg_buf_pack_multi":
             flat = args[1]
             for j in range(0, len(flat), 3):
-                i = flat[j]
-                table[i] = (i, setter, ((i, flat[j + 1], self._hold(flat[j + 2])),))
+                i, code, value = flat[j], flat[j + 1], self._hold(flat[j + 2])
+                old = table.get(i)
+                if (old is None or old[1] is not setter or old[2][0][1] != code
+                        or not _same(old[2][0][2], value)):
+                    table[i] = (i, setter, ((i, code, value),))
+                    entry[2] = None
         else:  # set_arg, _set_arg_null, _set_arg_buf, _set_arg_svm: (index[, value])
             i = int(args[1])
             table[i] = (i, setter, (i, *(self._hold(v) for v in args[2:])))
+            entry[2] = None
 
     def add_enqueue(self, args: tuple[Any, ...], kwargs: dict[str, Any], event: Any) -> None:
         if kwargs or len(args) != 8:
@@ -125,12 +129,15 @@ class Recording:
         queue, kernel, gws, lws, offset, wait_for, g_times_l, allow_empty = args
         entry = self.kernels.get(id(kernel))
         if entry is None:
-            entry = self.kernels[id(kernel)] = (kernel, {})
+            entry = self.kernels[id(kernel)] = [kernel, {}, None]
+        snap = entry[2]
+        if snap is None:
+            snap = entry[2] = tuple(entry[1].values())
         call = self.call_args
         call_args = call[4:] if call is not None and call[0] is kernel else None
         self.raw.append(("k", (
             kernel, queue, gws, lws, offset, g_times_l, allow_empty,
-            tuple(wait_for) if wait_for else (), event, tuple(entry[1].values()), call_args,
+            tuple(wait_for) if wait_for else (), event, snap, call_args,
         )))
 
     def add_transfer(
@@ -156,6 +163,18 @@ class Recording:
 
     def add_finish(self, queue: cl.CommandQueue) -> None:
         self.raw.append(("f", queue))
+
+
+_SCALARS = (int, float, bytes, np.generic)
+
+
+def _same(old: Any, new: Any) -> bool:
+    """Whether two values of one argument are the same: identity for objects (a memory
+    object is the recording's own reference, so the same buffer is the same object), equality
+    for scalars and bytes."""
+    return old is new or (
+        type(old) is type(new) and isinstance(new, _SCALARS) and bool(old == new)
+    )
 
 
 def _resolve_copy_count(pos: list[Any], kw: dict[str, Any]) -> None:

@@ -47,19 +47,36 @@ _OUT_OF_ORDER = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 _Segment = tuple[Callable[..., Any], list[tuple[Any, ...]]]
 
 
-@dataclass
 class KernelOp:
-    """A launch frozen for replay: a kernel object of its own, arguments bound once."""
+    """A launch frozen for replay: a kernel object of its own, arguments bound once.
 
-    record: CapturedLaunch
-    kernel: cl.Kernel
-    # keyword flags of enqueue_nd_range_kernel other than the defaults (rare)
-    flags: dict[str, Any]
-    # (argument index, buffer) for every buffer argument whose index is known
-    buffers: tuple[tuple[int, cl.MemoryObjectHolder], ...]
-    # every argument index set during the capture (the rest were preset before begin())
-    known_args: bool
-    deps: tuple[int, ...] = ()
+    Plain slots, and the read-only ``record`` made on first access: ``end()`` builds one of
+    these per launch, so it must cost little more than a tuple.
+    """
+
+    __slots__ = ("_record", "buffers", "deps", "flags", "item", "kernel", "known_args",
+                 "local_size", "global_size", "offset", "queue")
+
+    def __init__(self, item: tuple[Any, ...], kernel: cl.Kernel, flags: dict[str, Any],
+                 buffers: tuple[tuple[int, cl.MemoryObjectHolder], ...], known: bool) -> None:
+        self.item = item
+        self.kernel = kernel
+        # keyword flags of enqueue_nd_range_kernel other than the defaults (rare)
+        self.flags = flags
+        # (argument index, buffer) for every buffer argument whose index is known
+        self.buffers = buffers
+        # every argument index set during the capture (the rest were preset before begin())
+        self.known_args = known
+        self.deps: tuple[int, ...] = ()
+        self._record: CapturedLaunch | None = None
+        self.queue = item[1]
+        self.global_size, self.local_size, self.offset = _sizes(item)
+
+    @property
+    def record(self) -> CapturedLaunch:
+        if self._record is None:
+            self._record = launch_record(self.item)
+        return self._record
 
 
 @dataclass
@@ -121,41 +138,50 @@ def build(rec: Recording) -> ReplayProgram:
     return ReplayProgram(ops)
 
 
-def _kernel_op(item: tuple[Any, ...], replicas: dict[Any, cl.Kernel],
+def _kernel_op(item: tuple[Any, ...], replicas: dict[Any, Any],
                num_args: dict[int, int]) -> KernelOp:
-    kernel, snap, allow_empty = item[0], item[9], item[6]
-    flags = {"allow_empty_ndrange": True} if allow_empty else {}
-    n = num_args.get(id(kernel))
-    if n is None:
-        n = num_args[id(kernel)] = kernel.num_args
-    known = len(snap) >= n
-    key = (id(kernel), tuple(_arg_key(a) for a in snap))
-    replica = replicas.get(key)
-    if replica is None:
-        replica = replicas[key] = _replicate(kernel, snap, known)
-    buffers = tuple(
-        (index, value)
-        for index, _, payload in snap
-        for value in _flat_values(payload)
-        if isinstance(value, cl.MemoryObjectHolder)
-    )
-    return KernelOp(launch_record(item), replica, flags, buffers, known)
+    kernel, snap = item[0], item[9]
+    # launches with the same argument table share its snapshot object: one key per table
+    found = replicas.get(id(snap))
+    if found is None:
+        n = num_args.get(id(kernel))
+        if n is None:
+            n = num_args[id(kernel)] = kernel.num_args
+        known = len(snap) >= n
+        key = (id(kernel), tuple(_arg_key(a) for a in snap))
+        replica = replicas.get(key)
+        if replica is None:
+            replica = replicas[key] = _replicate(kernel, snap, known)
+        buffers = tuple(
+            (index, value)
+            for index, _, payload in snap
+            for value in _flat_values(payload)
+            if isinstance(value, cl.MemoryObjectHolder)
+        )
+        found = replicas[id(snap)] = (replica, buffers, known)
+    flags = {"allow_empty_ndrange": True} if item[6] else {}
+    return KernelOp(item, found[0], flags, found[1], found[2])
 
 
-def launch_record(item: tuple[Any, ...]) -> CapturedLaunch:
-    """The read-only record of a raw recorded launch."""
-    kernel, queue, gws, lws, offset, g_times_l, _, _, _, _, call_args = item
+def _sizes(item: tuple[Any, ...]) -> tuple[Any, Any, Any]:
+    gws, lws, offset, g_times_l = item[2], item[3], item[4], item[5]
     gsize = _dims(gws)
     lsize = None if lws is None else _dims(lws)
     if g_times_l and lsize is not None:
         gsize = tuple(g * ls for g, ls in zip(gsize, lsize, strict=True))
+    return gsize, lsize, None if offset is None else _dims(offset)
+
+
+def launch_record(item: tuple[Any, ...]) -> CapturedLaunch:
+    """The read-only record of a raw recorded launch."""
+    gsize, lsize, offset = _sizes(item)
     return CapturedLaunch(
-        kernel_name=kernel.function_name,
-        queue=queue,
+        kernel_name=item[0].function_name,
+        queue=item[1],
         global_size=gsize,
         local_size=lsize,
-        offset=None if offset is None else _dims(offset),
-        args=tuple(call_args) if call_args is not None else (),
+        offset=offset,
+        args=tuple(item[10]) if item[10] is not None else (),
     )
 
 
@@ -217,6 +243,8 @@ def _replicate(kernel: cl.Kernel, snap: tuple[ArgSet, ...], known: bool) -> cl.K
 def _dims(size: Any) -> tuple[int, ...]:
     if isinstance(size, int):
         return (size,)
+    if type(size) is tuple and all(type(s) is int for s in size):
+        return size
     return tuple(int(s) for s in size)
 
 
@@ -232,7 +260,8 @@ class ReplayProgram:
         self.num_launches = sum(isinstance(op, KernelOp) for op in ops)
         self.num_commands = sum(not isinstance(op, FinishOp) for op in ops)
         self.opaque_launches = tuple(
-            op.record.kernel_name for op in ops if isinstance(op, KernelOp) and not op.known_args
+            op.item[0].function_name for op in ops
+            if isinstance(op, KernelOp) and not op.known_args
         )
         queues = {_queue_of(op).int_ptr: _queue_of(op) for op in ops}
         # one in-order queue: queue order is every dependency there is
@@ -241,16 +270,21 @@ class ReplayProgram:
         )
         self._segments = self._build_segments({}) if self.ordered else []
         # int_ptr -> (buffer, its kernel arguments, the indices of the ops using it)
-        self.buffers: dict[int, tuple[cl.MemoryObjectHolder, list[tuple[cl.Kernel, int]],
-                                      list[int]]] = {}
+        self.buffers: dict[int, tuple[cl.MemoryObjectHolder, dict[tuple[cl.Kernel, int], None],
+                                      dict[int, None]]] = {}
+        self._needs: dict[int, tuple[int, int, str]] = {}
+        seen: set[int] = set()  # replica kernels whose arguments are indexed already
         for i, op in enumerate(ops):
+            kernel_op = isinstance(op, KernelOp)
             for where, buf in op.buffers:
-                entry = self.buffers.setdefault(buf.int_ptr, (buf, [], []))
-                if isinstance(op, KernelOp):
-                    assert isinstance(where, int)
-                    entry[1].append((op.kernel, where))
-                if i not in entry[2]:
-                    entry[2].append(i)
+                entry = self.buffers.get(buf.int_ptr)
+                if entry is None:
+                    entry = self.buffers[buf.int_ptr] = (buf, {}, {})
+                if kernel_op and id(op.kernel) not in seen:
+                    entry[1][(op.kernel, where)] = None  # type: ignore[union-attr, index]
+                entry[2][i] = None
+            if kernel_op:
+                seen.add(id(op.kernel))
 
     # -- building the runs -------------------------------------------------------------
 
@@ -258,8 +292,7 @@ class ReplayProgram:
         segments: list[_Segment] = []
         for op in self.ops:
             if isinstance(op, KernelOp):
-                r = op.record
-                call = (r.queue, op.kernel, r.global_size, r.local_size, r.offset)
+                call = (op.queue, op.kernel, op.global_size, op.local_size, op.offset)
                 if not op.flags:
                     segments.append((_enqueue_nd_range_kernel, [call]))
                 else:
@@ -283,9 +316,8 @@ class ReplayProgram:
         for op in self.ops:
             wait = [e for e in (events[d] for d in op.deps) if e is not None] or None
             if isinstance(op, KernelOp):
-                r = op.record
                 event = _enqueue_nd_range_kernel(
-                    r.queue, op.kernel, r.global_size, r.local_size, r.offset, wait, False,
+                    op.queue, op.kernel, op.global_size, op.local_size, op.offset, wait, False,
                     bool(op.flags),
                 )
             elif isinstance(op, TransferOp):
@@ -339,17 +371,27 @@ class ReplayProgram:
                     f"KernelCapture.replay_with_new_buffers: the replacement for {key:#x} "
                     "belongs to another OpenCL context than the recorded buffer"
                 )
+            need, i, what = self._need(key)
             new_size = int(new.size)
-            for i in entry[2]:
-                need, what = _extent(self.ops[i], key, int(old.size))
-                if new_size < need:
-                    raise ValueError(
-                        f"KernelCapture.replay_with_new_buffers: the replacement for {key:#x} "
-                        f"holds {new_size} bytes, but recorded command {i} ({what}) uses "
-                        f"{need} bytes of it (the recorded buffer holds {int(old.size)})"
-                    )
+            if new_size < need:
+                raise ValueError(
+                    f"KernelCapture.replay_with_new_buffers: the replacement for {key:#x} "
+                    f"holds {new_size} bytes, but recorded command {i} ({what}) uses "
+                    f"{need} bytes of it (the recorded buffer holds {int(old.size)})"
+                )
             subst[key] = new
         return subst
+
+    def _need(self, key: int) -> tuple[int, int, str]:
+        """The most bytes of buffer ``key`` any recorded command touches (and which one)."""
+        found = self._needs.get(key)
+        if found is None:
+            old, _, uses = self.buffers[key]
+            size = int(old.size)
+            found = max(((*_extent(self.ops[i], key, size), i) for i in uses),
+                        key=lambda t: t[0], default=(0, "", -1))
+            found = self._needs[key] = (found[0], found[2], found[1])
+        return found
 
     def run_rebound(self, subst: dict[int, cl.MemoryObjectHolder]) -> cl.Event | None:
         """One run with buffers substituted; the recorded arguments are back afterwards.
@@ -378,7 +420,7 @@ class ReplayProgram:
 
 
 def _queue_of(op: Op) -> cl.CommandQueue:
-    return op.queue if isinstance(op, FinishOp) else op.record.queue
+    return op.record.queue if isinstance(op, TransferOp) else op.queue
 
 
 def _substituted(
@@ -409,7 +451,7 @@ _TRANSFER_PARAMS = {
 def _extent(op: Op, key: int, recorded: int) -> tuple[int, str]:
     """Bytes of buffer ``key`` that recorded command ``op`` touches, and what it is."""
     if isinstance(op, KernelOp):
-        return recorded, f"kernel {op.record.kernel_name!r}"
+        return recorded, f"kernel {op.item[0].function_name!r}"
     if not isinstance(op, TransferOp):
         return 0, "finish"
     name = op.record.operation
