@@ -100,7 +100,7 @@ def _make_hook(
 
     def hook(*args: Any, **kwargs: Any) -> Any:
         rec = getattr(_tls, "rec", None)
-        if rec is None or not rec.live or getattr(_tls, "depth", 0):
+        if rec is None or not rec.live:
             return orig(*args, **kwargs)
         rec.busy += 1
         try:
@@ -124,7 +124,7 @@ def _call_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
 
     def hook(*args: Any, **kwargs: Any) -> Any:
         rec = getattr(_tls, "rec", None)
-        if rec is None or not rec.live or getattr(_tls, "depth", 0):
+        if rec is None or not rec.live:
             return orig(*args, **kwargs)
         outer, rec.call_args = rec.call_args, args
         try:
@@ -209,7 +209,7 @@ HOOKS: dict[tuple[Any, str], Callable[..., Any]] = _hooks()
 def install(rec: Recording) -> None:
     """Start feeding ``rec`` with the commands of the calling thread (patching pyopencl)."""
     with _lock:
-        other = getattr(_tls, "rec", None)
+        other = getattr(_tls, "owner", None)
         if other is not None and other.live and other is not rec:
             raise RuntimeError(
                 "KernelCapture.begin: this thread is already recording into another "
@@ -217,7 +217,9 @@ def install(rec: Recording) -> None:
             )
         rec.live = True
         _live.add(rec)
-        _tls.rec = rec
+        _tls.owner = rec
+        # what the hooks read: the owner, unless inside capture_disabled()
+        _tls.rec = None if getattr(_tls, "depth", 0) else rec
         reconcile()
         rec.started = True
 
@@ -254,8 +256,12 @@ def is_patched() -> bool:
 def capture_disabled() -> Iterator[None]:
     """Run the block without recording: launches, copies and fills in it execute but are not
     captured. Nestable; affects only the calling thread; also usable as a decorator."""
+    # the hooks read one attribute: the thread's recording, or None inside this block
     _tls.depth = getattr(_tls, "depth", 0) + 1
+    _tls.rec = None
     try:
         yield
     finally:
         _tls.depth -= 1
+        if not _tls.depth:
+            _tls.rec = getattr(_tls, "owner", None)

@@ -100,10 +100,18 @@ class Recording:
         table = entry[1]
         if name == "_set_arg_multi" or name == "_set_arg_buf_multi":
             flat = args[1]
+            mems = self.mems
             for j in range(0, len(flat), 2):
-                i, value = flat[j], self._hold(flat[j + 1])
+                i, value = flat[j], flat[j + 1]
+                # inlined fast paths: this runs for every argument of every recorded launch
+                if isinstance(value, _MemoryObject):
+                    value = mems.get(value.int_ptr) or self.retain(value)
+                elif isinstance(value, _COPIED):
+                    value = self._hold(value)
                 old = table.get(i)
-                if old is None or old[1] is not setter or not _same(old[2][0][1], value):
+                if old is None or old[1] is not setter or not (
+                    old[2][0][1] is value or _same(old[2][0][1], value)
+                ):
                     table[i] = (i, setter, ((i, value),))
                     entry[2] = None
         elif name == "_set_arg_buf_pack_multi":
@@ -166,6 +174,8 @@ class Recording:
 
 
 _SCALARS = (int, float, bytes, np.generic)
+# argument values copied when recorded (mutable buffers)
+_COPIED = (np.ndarray, bytearray, memoryview)
 
 
 def _same(old: Any, new: Any) -> bool:

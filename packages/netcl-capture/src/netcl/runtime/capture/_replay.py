@@ -263,7 +263,8 @@ class ReplayProgram:
             op.item[0].function_name for op in ops
             if isinstance(op, KernelOp) and not op.known_args
         )
-        queues = {_queue_of(op).int_ptr: _queue_of(op) for op in ops}
+        by_id = {id(q): q for q in map(_queue_of, ops)}
+        queues = {q.int_ptr: q for q in by_id.values()}
         # one in-order queue: queue order is every dependency there is
         self.ordered = len(queues) <= 1 and not any(
             int(q.properties) & int(_OUT_OF_ORDER) for q in queues.values()
@@ -273,18 +274,22 @@ class ReplayProgram:
         self.buffers: dict[int, tuple[cl.MemoryObjectHolder, dict[tuple[cl.Kernel, int], None],
                                       dict[int, None]]] = {}
         self._needs: dict[int, tuple[int, int, str]] = {}
-        seen: set[int] = set()  # replica kernels whose arguments are indexed already
+        # launches sharing an argument table share its buffers tuple (and replica kernel):
+        # indexed once, since validation needs one kernel use per buffer
+        seen: set[int] = set()
         for i, op in enumerate(ops):
             kernel_op = isinstance(op, KernelOp)
+            if kernel_op:
+                if id(op.buffers) in seen:
+                    continue
+                seen.add(id(op.buffers))
             for where, buf in op.buffers:
                 entry = self.buffers.get(buf.int_ptr)
                 if entry is None:
                     entry = self.buffers[buf.int_ptr] = (buf, {}, {})
-                if kernel_op and id(op.kernel) not in seen:
+                if kernel_op:
                     entry[1][(op.kernel, where)] = None  # type: ignore[union-attr, index]
                 entry[2][i] = None
-            if kernel_op:
-                seen.add(id(op.kernel))
 
     # -- building the runs -------------------------------------------------------------
 
