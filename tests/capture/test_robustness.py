@@ -159,7 +159,7 @@ def test_a_dead_threads_capture_records_no_other_thread(
                 with KernelCapture() as mine:
                     kernels.add(queue, (N,), None, out, a, a)
                 assert mine.num_launches == 1
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 errors.append(exc)
 
         for _ in range(10):
@@ -199,12 +199,12 @@ def test_raising_span_processor_leaves_nothing_recording(
 ) -> None:
     from opentelemetry import trace
 
-    class Boom(Exception):
+    class ProcessorError(Exception):
         pass
 
     class Raising:
         def on_start(self, span: Any, parent_context: Any = None) -> None:
-            raise Boom("on_start")
+            raise ProcessorError("on_start")
 
         def on_end(self, span: Any) -> None:
             pass
@@ -219,7 +219,7 @@ def test_raising_span_processor_leaves_nothing_recording(
     provider._active_span_processor._span_processors += (Raising(),)  # type: ignore[attr-defined]
     try:
         cap = KernelCapture()
-        with pytest.raises(Boom):
+        with pytest.raises(ProcessorError):
             cap.begin()
         assert not cap.is_recording
         assert not _intercept.is_patched()

@@ -54,8 +54,19 @@ class KernelOp:
     these per launch, so it must cost little more than a tuple.
     """
 
-    __slots__ = ("_record", "buffers", "deps", "flags", "item", "kernel", "known_args",
-                 "local_size", "global_size", "offset", "queue")
+    __slots__ = (
+        "_record",
+        "buffers",
+        "deps",
+        "flags",
+        "global_size",
+        "item",
+        "kernel",
+        "known_args",
+        "local_size",
+        "offset",
+        "queue",
+    )
 
     def __init__(self, item: tuple[Any, ...], kernel: cl.Kernel, flags: dict[str, Any],
                  buffers: tuple[tuple[int, cl.MemoryObjectHolder], ...], known: bool) -> None:
@@ -119,7 +130,7 @@ def build(rec: Recording) -> ReplayProgram:
             waits.append(item[7])
             events.append(item[8])
         elif kind == "t":
-            name, fn, wait_pos, pos, kw, waited, event = item
+            _, fn, wait_pos, pos, kw, waited, event = item
             buffers: list[tuple[int | str, cl.MemoryObjectHolder]] = [
                 (i, a) for i, a in enumerate(pos) if isinstance(a, cl.MemoryObjectHolder)
             ]
@@ -393,9 +404,9 @@ class ReplayProgram:
         if found is None:
             old, _, uses = self.buffers[key]
             size = int(old.size)
-            found = max(((*_extent(self.ops[i], key, size), i) for i in uses),
-                        key=lambda t: t[0], default=(0, "", -1))
-            found = self._needs[key] = (found[0], found[2], found[1])
+            best = max(((*_extent(self.ops[i], key, size), i) for i in uses),
+                       key=lambda t: t[0], default=(0, "", -1))
+            found = self._needs[key] = (best[0], best[2], best[1])
         return found
 
     def run_rebound(self, subst: dict[int, cl.MemoryObjectHolder]) -> cl.Event | None:
