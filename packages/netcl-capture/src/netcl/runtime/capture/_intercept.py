@@ -19,14 +19,14 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
 import pyopencl as cl
 import pyopencl._cl as _cl
 import pyopencl.invoker as _invoker
 
-if TYPE_CHECKING:
-    from netcl.runtime.capture._recording import Recording
+from netcl.runtime.capture._recording import Recording, note_setter
 
 __all__ = ["capture_disabled", "install", "is_patched", "reconcile", "uninstall"]
 
@@ -157,21 +157,12 @@ def _memo_invoker(*args: Any, **kwargs: Any) -> Any:
     return found
 
 
-def _note_enqueue(rec: Recording, args: tuple[Any, ...], kwargs: Any, event: Any) -> None:
-    rec.add_enqueue(args, kwargs, event)
-
-
 def _note_finish(rec: Recording, args: tuple[Any, ...], kwargs: Any, _: Any) -> None:
     rec.add_finish(args[0])
 
 
 def _setter_note(name: str) -> Callable[[Recording, tuple[Any, ...], Any, Any], None]:
-    setter = ORIGINALS[(cl.Kernel, name)]
-
-    def note(rec: Recording, args: tuple[Any, ...], kwargs: Any, _: Any) -> None:
-        rec.note_args(name, setter, args)
-
-    return note
+    return partial(note_setter, name, ORIGINALS[(cl.Kernel, name)])
 
 
 def _transfer_note(
@@ -195,7 +186,7 @@ def _hooks() -> dict[tuple[Any, str], Callable[..., Any]]:
         if (_cl, name) in ORIGINALS:
             notes[(_cl, name)] = _transfer_note(name, wait_pos)
     hooks = {key: _make_hook(ORIGINALS[key], note) for key, note in notes.items()}
-    enqueue = _make_hook(ORIGINALS[(_cl, "enqueue_nd_range_kernel")], _note_enqueue)
+    enqueue = _make_hook(ORIGINALS[(_cl, "enqueue_nd_range_kernel")], Recording.add_enqueue)
     hooks[(cl, "enqueue_nd_range_kernel")] = hooks[(_cl, "enqueue_nd_range_kernel")] = enqueue
     hooks[(cl.Kernel, "__call__")] = _call_hook(ORIGINALS[(cl.Kernel, "__call__")])
     hooks[(_invoker, "generate_enqueue_and_set_args")] = _memo_invoker

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
-__all__ = ["Recording"]
+__all__ = ["Recording", "note_setter"]
 
 _MemoryObject = cl.MemoryObjectHolder
 _retain = cl.MemoryObject.from_int_ptr
@@ -92,43 +92,8 @@ class Recording:
             return bytes(value)
         return value
 
-    def note_args(self, name: str, setter: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        kernel = args[0]
-        entry = self.kernels.get(id(kernel))
-        if entry is None:
-            entry = self.kernels[id(kernel)] = [kernel, {}, None]
-        table = entry[1]
-        if name == "_set_arg_multi" or name == "_set_arg_buf_multi":
-            flat = args[1]
-            mems = self.mems
-            for j in range(0, len(flat), 2):
-                i, value = flat[j], flat[j + 1]
-                # inlined fast paths: this runs for every argument of every recorded launch
-                if isinstance(value, _MemoryObject):
-                    value = mems.get(value.int_ptr) or self.retain(value)
-                elif isinstance(value, _COPIED):
-                    value = self._hold(value)
-                old = table.get(i)
-                if old is None or old[1] is not setter or not (
-                    old[2][0][1] is value or _same(old[2][0][1], value)
-                ):
-                    table[i] = (i, setter, ((i, value),))
-                    entry[2] = None
-        elif name == "_set_arg_buf_pack_multi":
-            flat = args[1]
-            for j in range(0, len(flat), 3):
-                i, code, value = flat[j], flat[j + 1], self._hold(flat[j + 2])
-                old = table.get(i)
-                if (old is None or old[1] is not setter or old[2][0][1] != code
-                        or not _same(old[2][0][2], value)):
-                    table[i] = (i, setter, ((i, code, value),))
-                    entry[2] = None
-        else:  # set_arg, _set_arg_null, _set_arg_buf, _set_arg_svm: (index[, value])
-            i = int(args[1])
-            table[i] = (i, setter, (i, *(self._hold(v) for v in args[2:])))
-            entry[2] = None
-
     def add_enqueue(self, args: tuple[Any, ...], kwargs: dict[str, Any], event: Any) -> None:
+        """Record a launch (the ``enqueue_nd_range_kernel`` hook's note)."""
         if kwargs or len(args) != 8:
             bound = dict(zip(_ENQUEUE_NAMES, _ENQUEUE_DEFAULTS, strict=True))
             bound.update(zip(_ENQUEUE_NAMES, args, strict=False))
@@ -176,6 +141,49 @@ class Recording:
 _SCALARS = (int, float, bytes, np.generic)
 # argument values copied when recorded (mutable buffers)
 _COPIED = (np.ndarray, bytearray, memoryview)
+
+
+def note_setter(
+    name: str, setter: Callable[..., Any], self: Recording, args: tuple[Any, ...], kwargs: Any,
+    result: Any,
+) -> None:
+    """Record what an argument setter just set (the hook's note, bound with ``partial``: one
+    Python frame per setter call, as it runs for every recorded launch)."""
+    kernel = args[0]
+    entry = self.kernels.get(id(kernel))
+    if entry is None:
+        entry = self.kernels[id(kernel)] = [kernel, {}, None]
+    table = entry[1]
+    if name == "_set_arg_multi" or name == "_set_arg_buf_multi":
+        flat = args[1]
+        mems = self.mems
+        for j in range(0, len(flat), 2):
+            i, value = flat[j], flat[j + 1]
+            # inlined fast paths: this runs for every argument of every recorded launch
+            if isinstance(value, _MemoryObject):
+                value = mems.get(value.int_ptr) or self.retain(value)
+            elif isinstance(value, _COPIED):
+                value = self._hold(value)
+            old = table.get(i)
+            if old is None or old[1] is not setter or not (
+                old[2][0][1] is value or _same(old[2][0][1], value)
+            ):
+                table[i] = (i, setter, ((i, value),))
+                entry[2] = None
+    elif name == "_set_arg_buf_pack_multi":
+        flat = args[1]
+        for j in range(0, len(flat), 3):
+            i, code, value = flat[j], flat[j + 1], self._hold(flat[j + 2])
+            old = table.get(i)
+            if (old is None or old[1] is not setter or old[2][0][1] != code
+                    or not _same(old[2][0][2], value)):
+                table[i] = (i, setter, ((i, code, value),))
+                entry[2] = None
+    else:  # set_arg, _set_arg_null, _set_arg_buf, _set_arg_svm: (index[, value])
+        i = int(args[1])
+        table[i] = (i, setter, (i, *(self._hold(v) for v in args[2:])))
+        entry[2] = None
+
 
 
 def _same(old: Any, new: Any) -> bool:
