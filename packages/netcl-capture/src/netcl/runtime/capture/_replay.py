@@ -142,11 +142,13 @@ def build(rec: Recording) -> ReplayProgram:
             ops.append(FinishOp(item))
             waits.append(())
             events.append(None)
-    producer = {ev.int_ptr: i for i, ev in enumerate(events) if isinstance(ev, cl.Event)}
-    for i, op in enumerate(ops):
-        deps = {producer.get(w.int_ptr, -1) for w in waits[i] if isinstance(w, cl.Event)}
-        op.deps = tuple(sorted(d for d in deps if 0 <= d < i))
-    return ReplayProgram(ops)
+    program = ReplayProgram(ops)
+    if not program.ordered:  # on one in-order queue, queue order is every dependency
+        producer = {ev.int_ptr: i for i, ev in enumerate(events) if isinstance(ev, cl.Event)}
+        for i, op in enumerate(ops):
+            deps = {producer.get(w.int_ptr, -1) for w in waits[i] if isinstance(w, cl.Event)}
+            op.deps = tuple(sorted(d for d in deps if 0 <= d < i))
+    return program
 
 
 def _kernel_op(item: tuple[Any, ...], replicas: dict[Any, Any],
