@@ -100,15 +100,18 @@ def test_an_interrupt_between_launch_and_record_is_reported(
     kernels.axpy(queue, (N,), None, y, x, 1.0)
     rec = cap._recording
     assert rec is not None
-    original = rec.add_enqueue
+    recorded = rec.raw
 
-    def interrupted_note(*args: Any) -> None:  # the launch ran; recording it is interrupted
-        raise KeyboardInterrupt
+    class Interrupted(list):  # type: ignore[type-arg]
+        def append(self, item: Any) -> None:  # the launch ran; recording it is interrupted
+            raise KeyboardInterrupt
 
-    rec.add_enqueue = interrupted_note  # type: ignore[method-assign]
-    with pytest.raises(KeyboardInterrupt):
-        kernels.axpy(queue, (N,), None, y, x, 1.0)
-    rec.add_enqueue = original  # type: ignore[method-assign]
+    rec.raw = Interrupted(recorded)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            kernels.axpy(queue, (N,), None, y, x, 1.0)
+    finally:
+        rec.raw = recorded
     with pytest.raises(RuntimeError, match="may have missed a command"):
         cap.end()
     assert not cap.is_recording and not _intercept.is_patched()
