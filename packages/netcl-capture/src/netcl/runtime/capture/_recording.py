@@ -55,7 +55,8 @@ class Recording:
         # the Kernel.__call__ arguments of the launch in progress (for CapturedLaunch.args)
         self.call_args: tuple[Any, ...] | None = None
         # id(kernel) -> [kernel, its argument table (index -> ArgSet), the table's snapshot
-        # while unchanged (launches with the same arguments share it)]; holds the kernel alive
+        # while unchanged (launches with the same arguments share it), the last
+        # (setter, argument tuple) of a _set_arg*_multi call]; holds the kernel alive
         self.kernels: dict[int, list[Any]] = {}
         # int_ptr -> this recording's own reference to the memory object
         self.mems: dict[int, cl.MemoryObjectHolder] = {}
@@ -102,7 +103,7 @@ class Recording:
         queue, kernel, gws, lws, offset, wait_for, g_times_l, allow_empty = args
         entry = self.kernels.get(id(kernel))
         if entry is None:
-            entry = self.kernels[id(kernel)] = [kernel, {}, None]
+            entry = self.kernels[id(kernel)] = [kernel, {}, None, None]
         snap = entry[2]
         if snap is None:
             snap = entry[2] = tuple(entry[1].values())
@@ -152,11 +153,22 @@ def note_setter(
     kernel = args[0]
     entry = self.kernels.get(id(kernel))
     if entry is None:
-        entry = self.kernels[id(kernel)] = [kernel, {}, None]
+        entry = self.kernels[id(kernel)] = [kernel, {}, None, None]
     table = entry[1]
     if name == "_set_arg_multi" or name == "_set_arg_buf_multi":
         flat = args[1]
+        last = entry[3]
+        # the same call as last time (same objects, equal scalars; a memory object compares
+        # by address, and a retained one keeps its address): nothing to note
+        if last is not None and last[0] is setter:
+            try:
+                if last[1] == flat:
+                    return
+            except ValueError:  # an array argument: compared the long way below
+                pass
+        entry[3] = None
         mems = self.mems
+        plain = True
         for j in range(0, len(flat), 2):
             i, value = flat[j], flat[j + 1]
             # inlined fast paths: this runs for every argument of every recorded launch
@@ -164,13 +176,17 @@ def note_setter(
                 value = mems.get(value.int_ptr) or self.retain(value)
             elif isinstance(value, _COPIED):
                 value = self._hold(value)
+                plain = False
             old = table.get(i)
             if old is None or old[1] is not setter or not (
                 old[2][0][1] is value or _same(old[2][0][1], value)
             ):
                 table[i] = (i, setter, ((i, value),))
                 entry[2] = None
+        if plain:
+            entry[3] = (setter, flat)
     elif name == "_set_arg_buf_pack_multi":
+        entry[3] = None
         flat = args[1]
         for j in range(0, len(flat), 3):
             i, code, value = flat[j], flat[j + 1], self._hold(flat[j + 2])
@@ -180,6 +196,7 @@ def note_setter(
                 table[i] = (i, setter, ((i, code, value),))
                 entry[2] = None
     else:  # set_arg, _set_arg_null, _set_arg_buf, _set_arg_svm: (index[, value])
+        entry[3] = None
         i = int(args[1])
         table[i] = (i, setter, (i, *(self._hold(v) for v in args[2:])))
         entry[2] = None

@@ -50,44 +50,50 @@ _Segment = tuple[Callable[..., Any], list[tuple[Any, ...]]]
 class KernelOp:
     """A launch frozen for replay: a kernel object of its own, arguments bound once.
 
-    Plain slots, and the read-only ``record`` made on first access: ``end()`` builds one of
-    these per launch, so it must cost little more than a tuple.
+    Four slots (``end()`` makes one per launch, so it must cost about a tuple): the raw
+    recorded launch, what it shares with every launch of the same kernel, argument table and
+    sizes, its dependencies, and the read-only ``record`` made on first access.
     """
 
-    __slots__ = (
-        "_record",
-        "buffers",
-        "deps",
-        "flags",
-        "global_size",
-        "item",
-        "kernel",
-        "known_args",
-        "local_size",
-        "offset",
-        "queue",
-    )
+    __slots__ = ("_record", "deps", "item", "shared")
 
-    def __init__(self, item: tuple[Any, ...], kernel: cl.Kernel, flags: dict[str, Any],
-                 buffers: tuple[tuple[int, cl.MemoryObjectHolder], ...], known: bool) -> None:
+    def __init__(self, item: tuple[Any, ...], shared: _Shared) -> None:
         self.item = item
-        self.kernel = kernel
-        # keyword flags of enqueue_nd_range_kernel other than the defaults (rare)
-        self.flags = flags
-        # (argument index, buffer) for every buffer argument whose index is known
-        self.buffers = buffers
-        # every argument index set during the capture (the rest were preset before begin())
-        self.known_args = known
+        # (replica kernel, enqueue flags, (argument index, buffer) pairs, every argument known,
+        # (global size, local size, offset))
+        self.shared = shared
         self.deps: tuple[int, ...] = ()
         self._record: CapturedLaunch | None = None
-        self.queue = item[1]
-        self.global_size, self.local_size, self.offset = _sizes(item)
 
     @property
     def record(self) -> CapturedLaunch:
         if self._record is None:
             self._record = launch_record(self.item)
         return self._record
+
+    @property
+    def queue(self) -> cl.CommandQueue:
+        return self.item[1]
+
+    @property
+    def kernel(self) -> cl.Kernel:
+        return self.shared[0]
+
+    @property
+    def buffers(self) -> tuple[tuple[int, cl.MemoryObjectHolder], ...]:
+        return self.shared[2]
+
+    @property
+    def known_args(self) -> bool:
+        return self.shared[3]
+
+    def call(self) -> tuple[Any, ...]:
+        """(queue, kernel, global size, local size, offset) for enqueue_nd_range_kernel."""
+        return (self.item[1], self.shared[0], *self.shared[4])
+
+
+_Shared = tuple[cl.Kernel, dict[str, Any], tuple[tuple[int, cl.MemoryObjectHolder], ...], bool,
+                tuple[Any, Any, Any]]
 
 
 @dataclass
@@ -115,6 +121,8 @@ class FinishOp:
 
 
 Op = KernelOp | TransferOp | FinishOp
+_NO_FLAGS: dict[str, Any] = {}
+_EMPTY_NDRANGE: dict[str, Any] = {"allow_empty_ndrange": True}
 
 
 def build(rec: Recording) -> ReplayProgram:
@@ -154,8 +162,10 @@ def build(rec: Recording) -> ReplayProgram:
 def _kernel_op(item: tuple[Any, ...], replicas: dict[Any, Any],
                num_args: dict[int, int]) -> KernelOp:
     kernel, snap = item[0], item[9]
-    # launches with the same argument table share its snapshot object: one key per table
-    found = replicas.get(id(snap))
+    # launches with the same argument table share its snapshot object, and a loop's launches
+    # the same size tuples: one lookup per launch in the common case
+    shape = (id(snap), id(item[2]), id(item[3]), id(item[4]), item[5], item[6])
+    found = replicas.get(shape)
     if found is None:
         n = num_args.get(id(kernel))
         if n is None:
@@ -165,15 +175,17 @@ def _kernel_op(item: tuple[Any, ...], replicas: dict[Any, Any],
         replica = replicas.get(key)
         if replica is None:
             replica = replicas[key] = _replicate(kernel, snap, known)
-        buffers = tuple(
-            (index, value)
-            for index, _, payload in snap
-            for value in _flat_values(payload)
-            if isinstance(value, cl.MemoryObjectHolder)
-        )
-        found = replicas[id(snap)] = (replica, buffers, known)
-    flags = {"allow_empty_ndrange": True} if item[6] else {}
-    return KernelOp(item, found[0], flags, found[1], found[2])
+        buffers = replicas.get(id(snap))
+        if buffers is None:
+            buffers = replicas[id(snap)] = tuple(
+                (index, value)
+                for index, _, payload in snap
+                for value in _flat_values(payload)
+                if isinstance(value, cl.MemoryObjectHolder)
+            )
+        flags = _EMPTY_NDRANGE if item[6] else _NO_FLAGS
+        found = replicas[shape] = (replica, flags, buffers, known, _sizes(item))
+    return KernelOp(item, found)
 
 
 def _sizes(item: tuple[Any, ...]) -> tuple[Any, Any, Any]:
@@ -270,32 +282,31 @@ class ReplayProgram:
 
     def __init__(self, ops: list[Op]) -> None:
         self.ops = tuple(ops)
-        self.num_launches = sum(isinstance(op, KernelOp) for op in ops)
-        self.num_commands = sum(not isinstance(op, FinishOp) for op in ops)
-        self.opaque_launches = tuple(
-            op.item[0].function_name for op in ops
-            if isinstance(op, KernelOp) and not op.known_args
-        )
-        by_id = {id(q): q for q in map(_queue_of, ops)}
-        queues = {q.int_ptr: q for q in by_id.values()}
-        # one in-order queue: queue order is every dependency there is
-        self.ordered = len(queues) <= 1 and not any(
-            int(q.properties) & int(_OUT_OF_ORDER) for q in queues.values()
-        )
-        self._segments = self._build_segments({}) if self.ordered else []
         # int_ptr -> (buffer, its kernel arguments, the indices of the ops using it)
         self.buffers: dict[int, tuple[cl.MemoryObjectHolder, dict[tuple[cl.Kernel, int], None],
                                       dict[int, None]]] = {}
         self._needs: dict[int, tuple[int, int, str]] = {}
-        # launches sharing an argument table share its buffers tuple (and replica kernel):
-        # indexed once, since validation needs one kernel use per buffer
+        launches = finishes = 0
+        opaque: list[str] = []
+        queues: dict[int, cl.CommandQueue] = {}
+        # one pass (it runs per launch in end()). Launches sharing an argument table share its
+        # buffers tuple (and replica kernel): indexed once, as validation needs one kernel use
+        # per buffer
         seen: set[int] = set()
         for i, op in enumerate(ops):
-            kernel_op = isinstance(op, KernelOp)
+            kernel_op = type(op) is KernelOp
             if kernel_op:
-                if id(op.buffers) in seen:
+                launches += 1
+                queue = op.item[1]  # type: ignore[union-attr]
+                queues[id(queue)] = queue
+                if id(op.shared) in seen:  # type: ignore[union-attr]
                     continue
-                seen.add(id(op.buffers))
+                seen.add(id(op.shared))  # type: ignore[union-attr]
+                if not op.known_args:  # type: ignore[union-attr]
+                    opaque.append(op.item[0].function_name)  # type: ignore[union-attr]
+            else:
+                finishes += type(op) is FinishOp
+                queues[id(_queue_of(op))] = _queue_of(op)
             for where, buf in op.buffers:
                 entry = self.buffers.get(buf.int_ptr)
                 if entry is None:
@@ -303,6 +314,15 @@ class ReplayProgram:
                 if kernel_op:
                     entry[1][(op.kernel, where)] = None  # type: ignore[union-attr, index]
                 entry[2][i] = None
+        self.num_launches = launches
+        self.num_commands = len(ops) - finishes
+        self.opaque_launches = tuple(opaque)
+        distinct = {q.int_ptr: q for q in queues.values()}
+        # one in-order queue: queue order is every dependency there is
+        self.ordered = len(distinct) <= 1 and not any(
+            int(q.properties) & int(_OUT_OF_ORDER) for q in distinct.values()
+        )
+        self._segments = self._build_segments({}) if self.ordered else []
 
     # -- building the runs -------------------------------------------------------------
 
@@ -310,11 +330,12 @@ class ReplayProgram:
         segments: list[_Segment] = []
         for op in self.ops:
             if isinstance(op, KernelOp):
-                call = (op.queue, op.kernel, op.global_size, op.local_size, op.offset)
-                if not op.flags:
+                call = op.call()
+                flags = op.shared[1]
+                if not flags:
                     segments.append((_enqueue_nd_range_kernel, [call]))
                 else:
-                    segments.append((partial(_enqueue_nd_range_kernel, *call, **op.flags), [()]))
+                    segments.append((partial(_enqueue_nd_range_kernel, *call, **flags), [()]))
             elif isinstance(op, TransferOp):
                 args, kwargs = _substituted(op, subst)
                 segments.append((partial(op.fn, *args, **kwargs), [()]))
@@ -334,10 +355,7 @@ class ReplayProgram:
         for op in self.ops:
             wait = [e for e in (events[d] for d in op.deps) if e is not None] or None
             if isinstance(op, KernelOp):
-                event = _enqueue_nd_range_kernel(
-                    op.queue, op.kernel, op.global_size, op.local_size, op.offset, wait, False,
-                    bool(op.flags),
-                )
+                event = _enqueue_nd_range_kernel(*op.call(), wait, False, bool(op.shared[1]))
             elif isinstance(op, TransferOp):
                 args, kwargs = _substituted(op, subst)
                 if wait is not None:
