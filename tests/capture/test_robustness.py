@@ -232,3 +232,25 @@ def test_raising_span_processor_leaves_nothing_recording(
     with cap:
         kernels.add(queue, (N,), None, out, a, a)
     assert cap.num_launches == 1
+
+
+def test_preset_arguments_changed_during_the_capture(
+    queue: cl.CommandQueue, buf: Any, host_read: Any
+) -> None:
+    """Arguments set before begin() and changed inside the capture: each launch replays with
+    what it ran with (the preset buffer first, the NULL set inside the capture second)."""
+    k = cl.Kernel(cl.Program(queue.context, NULL_SRC).build(), "maybe_add")
+    x = np.arange(N, dtype=np.float32)
+    a, b, out1, out2 = buf(x), buf(x * 10), buf(np.zeros(N)), buf(np.zeros(N))
+    k.set_args(out1, a, b)
+    with KernelCapture() as cap:
+        cl.enqueue_nd_range_kernel(queue, k, (N,), None)  # out1 = x + 10x
+        k.set_arg(0, out2)
+        k.set_arg(1, None)
+        cl.enqueue_nd_range_kernel(queue, k, (N,), None)  # out2 = 0 + 10x
+    k.set_arg(2, None)  # after end(): reaches no replay
+    for out in (out1, out2):
+        cl._cl._enqueue_fill_buffer(queue, out, np.float32(-1), 0, 4 * N)
+    cap.replay()
+    np.testing.assert_allclose(host_read(out1, N), x * 11)
+    np.testing.assert_allclose(host_read(out2, N), x * 10)

@@ -56,7 +56,8 @@ class Recording:
         self.call_args: tuple[Any, ...] | None = None
         # id(kernel) -> [kernel, its argument table (index -> ArgSet), the table's snapshot
         # while unchanged (launches with the same arguments share it), the last
-        # (setter, argument tuple) of a _set_arg*_multi call]; holds the kernel alive
+        # (setter, argument tuple) of a _set_arg*_multi call, a clone taken at its first
+        # launch (None where the driver cannot clone)]; holds the kernel alive
         self.kernels: dict[int, list[Any]] = {}
         # int_ptr -> this recording's own reference to the memory object
         self.mems: dict[int, cl.MemoryObjectHolder] = {}
@@ -103,7 +104,12 @@ class Recording:
         queue, kernel, gws, lws, offset, wait_for, g_times_l, allow_empty = args
         entry = self.kernels.get(id(kernel))
         if entry is None:
-            entry = self.kernels[id(kernel)] = [kernel, {}, None, None]
+            entry = self.kernels[id(kernel)] = [kernel, {}, None, None, _UNSET]
+        if entry[4] is _UNSET:
+            # a copy of the kernel as this launch left it (arguments set before begin()
+            # included): the replay kernels are clones of it, so nothing set on (or freed
+            # from) the application's kernel later can reach them
+            entry[4] = _clone(kernel)
         snap = entry[2]
         if snap is None:
             snap = entry[2] = tuple(entry[1].values())
@@ -139,6 +145,16 @@ class Recording:
         self.raw.append(("f", queue))
 
 
+_UNSET: Any = object()
+
+
+def _clone(kernel: cl.Kernel) -> cl.Kernel | None:
+    try:
+        return kernel.clone()
+    except (cl.Error, RuntimeError, AttributeError):  # OpenCL < 2.1, or the driver refuses
+        return None
+
+
 _SCALARS = (int, float, bytes, np.generic)
 # argument values copied when recorded (mutable buffers)
 _COPIED = (np.ndarray, bytearray, memoryview)
@@ -153,7 +169,7 @@ def note_setter(
     kernel = args[0]
     entry = self.kernels.get(id(kernel))
     if entry is None:
-        entry = self.kernels[id(kernel)] = [kernel, {}, None, None]
+        entry = self.kernels[id(kernel)] = [kernel, {}, None, None, _UNSET]
     table = entry[1]
     if name == "_set_arg_multi" or name == "_set_arg_buf_multi":
         flat = args[1]

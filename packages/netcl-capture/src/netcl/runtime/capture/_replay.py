@@ -130,7 +130,8 @@ def build(rec: Recording) -> ReplayProgram:
     ops: list[Op] = []
     events: list[Any] = []
     waits: list[tuple[Any, ...]] = []
-    replicas: dict[Any, cl.Kernel] = {}
+    # id(kernel) -> its clone from the first launch (see Recording.kernels)
+    replicas: dict[Any, Any] = {k: entry[4] for k, entry in rec.kernels.items()}
     num_args: dict[int, int] = {}
     for kind, item in rec.raw:
         if kind == "k":
@@ -174,7 +175,7 @@ def _kernel_op(item: tuple[Any, ...], replicas: dict[Any, Any],
         key = (id(kernel), tuple(_arg_key(a) for a in snap))
         replica = replicas.get(key)
         if replica is None:
-            replica = replicas[key] = _replicate(kernel, snap, known)
+            replica = replicas[key] = _replicate(kernel, replicas.get(id(kernel)), snap, known)
         buffers = replicas.get(id(snap))
         if buffers is None:
             buffers = replicas[id(snap)] = tuple(
@@ -248,18 +249,22 @@ def _arg_key(arg: ArgSet) -> Any:
     return (index, id(setter), _value_key(payload))
 
 
-def _replicate(kernel: cl.Kernel, snap: tuple[ArgSet, ...], known: bool) -> cl.Kernel:
-    """A kernel object of its own holding the arguments of one recorded launch."""
-    try:
-        replica = kernel.clone()
-    except (cl.Error, RuntimeError, AttributeError) as exc:
-        if not known:
-            raise RuntimeError(
-                f"KernelCapture: cannot record kernel {kernel.function_name!r}: the device "
-                f"cannot clone kernels ({exc}) and only {len(snap)} of its {kernel.num_args} "
-                "arguments were set inside the capture; pass the arguments in the call"
-            ) from exc
+def _replicate(
+    kernel: cl.Kernel, template: cl.Kernel | None, snap: tuple[ArgSet, ...], known: bool
+) -> cl.Kernel:
+    """A kernel object of its own holding the arguments of one recorded launch: a clone of the
+    kernel as its first recorded launch left it, with every argument set in the capture
+    re-applied (a clone alone drops NULL arguments on PoCL)."""
+    if template is not None:
+        replica = template.clone()
+    elif known:
         replica = cl.Kernel(kernel.program, kernel.function_name)
+    else:
+        raise RuntimeError(
+            f"KernelCapture: cannot record kernel {kernel.function_name!r}: the device cannot "
+            f"clone kernels and only {len(snap)} of its {kernel.num_args} arguments were set "
+            "inside the capture; pass the arguments in the call"
+        )
     for _, setter, payload in snap:
         setter(replica, *payload)
     return replica
