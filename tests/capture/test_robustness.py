@@ -113,8 +113,9 @@ def test_out_of_order_queue_replays_with_recorded_dependencies(ctx: cl.Context) 
         new = rng.standard_normal(n).astype(np.float32)
         a.set(new)
         oq.finish()
-        cap.replay()
-        oq.finish()
+        done = cap.replay()
+        assert done is not None
+        done.wait()  # the whole replay, not only its last command
         np.testing.assert_allclose(d.get(), (new + 1) ** 2 - new, rtol=1e-5, atol=1e-4)
 
 

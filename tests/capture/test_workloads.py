@@ -209,6 +209,8 @@ def test_workload_replays_with_new_inputs(queue: cl.CommandQueue, make: Any) -> 
             dev.set(host)
             dev.finish()
             new[name] = host
-        cap.replay()
+        done = cap.replay()  # completes when every replayed command has
+        if done is not None:
+            done.wait()
         _check(outs, reference(new))
     cap.reset()

@@ -39,6 +39,7 @@ __all__ = ["KernelOp", "ReplayProgram", "TransferOp", "build", "launch_record", 
 _enqueue_nd_range_kernel = ORIGINALS[(_cl, "enqueue_nd_range_kernel")]
 _set_arg = ORIGINALS[(cl.Kernel, "set_arg")]
 _finish = ORIGINALS[(cl.CommandQueue, "finish")]
+_marker = ORIGINALS[(_cl, "_enqueue_marker_with_wait_list")]
 _OUT_OF_ORDER = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 
 # A run of the program: (callable, argument tuples). A run of plain launches is one segment
@@ -157,6 +158,7 @@ def build(rec: Recording) -> ReplayProgram:
         for i, op in enumerate(ops):
             deps = {producer.get(w.int_ptr, -1) for w in waits[i] if isinstance(w, cl.Event)}
             op.deps = tuple(sorted(d for d in deps if 0 <= d < i))
+            program._waited.update(op.deps)
     return program
 
 
@@ -328,6 +330,8 @@ class ReplayProgram:
             int(q.properties) & int(_OUT_OF_ORDER) for q in distinct.values()
         )
         self._segments = self._build_segments({}) if self.ordered else []
+        # indices of the commands some later command waits on (set by build())
+        self._waited: set[int] = set()
 
     # -- building the runs -------------------------------------------------------------
 
@@ -374,8 +378,14 @@ class ReplayProgram:
                 event = None
             events.append(event)
             if event is not None:
-                last = event
-        return last
+                last = op
+        if last is None:
+            return None
+        # one event for the whole replay: a marker on the last command's queue waiting for
+        # every command nothing later waited on (on an out-of-order queue the last command's
+        # own event says nothing about the others)
+        sinks = [e for i, e in enumerate(events) if e is not None and i not in self._waited]
+        return _marker(_queue_of(last), sinks)
 
     def validate(self, buffer_map: Mapping[int, Any]) -> dict[int, cl.MemoryObjectHolder]:
         """Check a rebinding map against every recorded command using each buffer; raise
