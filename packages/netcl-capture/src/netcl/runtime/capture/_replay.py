@@ -337,19 +337,25 @@ class ReplayProgram:
 
     def _build_segments(self, subst: Mapping[int, cl.MemoryObjectHolder]) -> list[_Segment]:
         segments: list[_Segment] = []
+        run: list[tuple[Any, ...]] | None = None  # the current run of plain launches
         for op in self.ops:
-            if isinstance(op, KernelOp):
-                call = op.call()
-                flags = op.shared[1]
-                if not flags:
-                    segments.append((_enqueue_nd_range_kernel, [call]))
-                else:
-                    segments.append((partial(_enqueue_nd_range_kernel, *call, **flags), [()]))
-            elif isinstance(op, TransferOp):
+            if type(op) is KernelOp:
+                item, shared = op.item, op.shared
+                call = (item[1], shared[0], *shared[4])
+                if not shared[1]:
+                    if run is None:
+                        run = []
+                        segments.append((_enqueue_nd_range_kernel, run))
+                    run.append(call)
+                    continue
+                segments.append((partial(_enqueue_nd_range_kernel, *call, **shared[1]), [()]))
+            elif type(op) is TransferOp:
                 args, kwargs = _substituted(op, subst)
                 segments.append((partial(op.fn, *args, **kwargs), [()]))
-            # a finish on the only in-order queue orders nothing the queue does not
-        return _merge(segments)
+            else:  # a finish on the only in-order queue orders nothing the queue does not
+                continue
+            run = None
+        return segments
 
     # -- running -----------------------------------------------------------------------
 
@@ -533,14 +539,3 @@ def _run(segments: list[_Segment]) -> cl.Event | None:
     for fn, calls in segments:
         last = deque(starmap(fn, calls), 1)
     return last[0] if last else None
-
-
-def _merge(segments: list[_Segment]) -> list[_Segment]:
-    """Join consecutive plain launches into one starmap segment."""
-    merged: list[_Segment] = []
-    for fn, calls in segments:
-        if merged and fn is _enqueue_nd_range_kernel and merged[-1][0] is fn:
-            merged[-1][1].extend(calls)
-        else:
-            merged.append((fn, list(calls)))
-    return merged
