@@ -79,6 +79,29 @@ def test_launch_replay(benchmark: Any, add_loop: AddLoop) -> None:
     add_loop.check()
 
 
+@pytest.mark.benchmark(group="capture-record")
+def test_record_cost(benchmark: Any, add_loop: AddLoop) -> None:
+    """Recording (begin, 200 ``knl(...)`` launches, end) against the same 200 plain launches;
+    target ≤ 3x."""
+    times = interleaved_times(
+        {"plain": add_loop.calls, "record": add_loop.record},
+        _rounds(benchmark, 100), setup=add_loop.queue.finish,
+    )
+    med = {k: statistics.median(v) for k, v in times.items()}
+    benchmark.extra_info.update(
+        launches_per_call=LAUNCHES,
+        plain_us_per_launch=med["plain"] / LAUNCHES * 1e6,
+        record_us_per_launch=med["record"] / LAUNCHES * 1e6,
+        record_over_plain=med["record"] / med["plain"],
+        record_over_plain_min=min(times["record"]) / min(times["plain"]),
+        target_record_over_plain=3.0,
+    )
+    benchmark.pedantic(add_loop.record, setup=add_loop.queue.finish,
+                       rounds=_rounds(benchmark, 50), warmup_rounds=1)
+    add_loop.queue.finish()
+    add_loop.check()
+
+
 # -- 2. a launch-bound MLP step, normal against replay ------------------------------------
 
 

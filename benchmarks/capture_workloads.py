@@ -74,6 +74,21 @@ class AddLoop:
     def replay(self) -> None:
         self.capture.replay()
 
+    def calls(self) -> None:
+        """``LAUNCHES`` plain ``knl(...)`` launches (arguments passed in the call)."""
+        kernel, queue, size, out, a = self.kernel, self.queue, (LAUNCH_SIZE,), self.out, self.a
+        for _ in range(LAUNCHES):
+            kernel(queue, size, None, out, a, a)
+
+    def record(self) -> None:
+        """The same launches recorded: begin(), the launches, end() (replay form built)."""
+        from netcl.runtime.capture import KernelCapture
+
+        cap = KernelCapture()
+        cap.begin()
+        self.calls()
+        cap.end()
+
     def check(self) -> None:
         out = np.empty(LAUNCH_SIZE, np.float32)
         cl.enqueue_copy(self.queue, out, self.out)

@@ -56,6 +56,8 @@ CHECKS: list[Check] = [
           "ratio_to_bare_compile_binary", max=1.3, target="<= 1.05 of the bare compile"),
     Check("capture replay vs bare enqueue loop", "test_launch_replay", "replay_over_bare",
           max=1.3, target="<= 1.15"),
+    Check("capture recording vs plain knl(...) launches", "test_record_cost",
+          "record_over_plain", max=3.0, target="<= 3"),
     Check("capture step speed-up, Python ops", "test_step_replay[python_ops]",
           "normal_over_replay", min=2.0, target=">= 5 on PoCL"),
     Check("capture step speed-up, pyopencl.array", "test_step_replay[pyopencl_array]",

@@ -235,8 +235,7 @@ def test_without_clone_preset_arguments_cannot_be_recorded(
     k.set_args(a, a, a)
     cap = KernelCapture()
     cap.begin()
-    try:
-        with pytest.raises(RuntimeError, match=r"cannot record kernel 'add'.*0 of its 3"):
-            cl.enqueue_nd_range_kernel(queue, k, (N,), None)
-    finally:
+    cl.enqueue_nd_range_kernel(queue, k, (N,), None)
+    with pytest.raises(RuntimeError, match=r"cannot record kernel 'add'.*0 of its 3"):
         cap.end()
+    assert not cap.is_recording and cap.num_launches == 0

@@ -15,9 +15,16 @@ from opentelemetry.trace import Span, Status, StatusCode
 from netcl.core import telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.capture import _intercept, _telemetry
-from netcl.runtime.capture._recording import KernelOp, Recording
+from netcl.runtime.capture._recording import Recording
 from netcl.runtime.capture._records import CapturedLaunch, CapturedTransfer
-from netcl.runtime.capture._replay import ReplayProgram
+from netcl.runtime.capture._replay import (
+    KernelOp,
+    ReplayProgram,
+    TransferOp,
+    build,
+    launch_record,
+    transfer_record,
+)
 
 __all__ = ["KernelCapture", "get_capture"]
 
@@ -47,26 +54,58 @@ class KernelCapture:
     def begin(self) -> None:
         """Start recording the calling thread's launches (drops any earlier recording)."""
         with self._lock:
-            if self._recording is not None:
+            old = self._recording
+            if old is not None and old.live:
                 raise RuntimeError(
                     "KernelCapture.begin: already recording (begun in thread "
-                    f"{self._recording.thread}); call end() before beginning again"
+                    f"{old.thread_name!r}); call end() before beginning again"
                 )
-            rec = Recording(threading.get_ident())
-            _intercept.install(rec)
-            self._recording = rec
-            # a capture dropped while recording must not leave pyopencl patched
-            self._finalizer = weakref.finalize(self, _intercept.uninstall, rec)
+            # a recording left over by an interrupted begin()/end() is dropped here
+            self._discard("replaced by begin()")
             self._program = None
             self._replays = 0
-            if telemetry.tracing():
-                self._span = _telemetry.tracer.start_span("netcl.capture.record")
+            # the span first: a raising span processor leaves nothing installed
+            span = _telemetry.tracer.start_span("netcl.capture.record") if telemetry.tracing() \
+                else None
+            rec = Recording()
+            self._recording = rec  # before install: whatever happens next, reset() finds it
+            try:
+                _intercept.install(rec)
+                # a capture dropped while recording must not leave pyopencl patched
+                self._finalizer = weakref.finalize(self, _intercept.uninstall, rec)
+            except BaseException as exc:
+                self._recording = None
+                _intercept.uninstall(rec)
+                _fail_span(span, exc)
+                raise
+            self._span = span
 
     def end(self) -> int:
-        """Stop recording and freeze it for replay; returns the number of kernel launches."""
+        """Stop recording and freeze it for replay; returns the number of kernel launches.
+
+        Raises ``RuntimeError`` (and discards the recording) if a recorded command was
+        interrupted (e.g. by KeyboardInterrupt) between being issued and being recorded, since
+        the recording may then miss it.
+        """
         with self._lock:
-            rec = self._stop("end")
-            program = ReplayProgram(rec.ops)
+            rec = self._recording
+            if rec is None or not rec.started:
+                self._discard("end() without a started recording")
+                raise RuntimeError("KernelCapture.end: not recording; call begin() first")
+            rec.pinned = True  # keep the invoker memo installed while building
+            rec.live = False  # nothing more is recorded from here on
+            try:
+                if rec.busy:
+                    raise RuntimeError(
+                        "KernelCapture.end: the recording may have missed a command (an "
+                        "exception such as KeyboardInterrupt interrupted a recorded launch, "
+                        "copy or argument setter); it was discarded: record again"
+                    )
+                program = build(rec)
+            except BaseException as exc:
+                self._discard(exc)
+                raise
+            self._discard(program)
             self._program = program
             if program.opaque_launches:
                 log.warning(
@@ -74,34 +113,36 @@ class KernelCapture:
                     kernels=sorted(set(program.opaque_launches)),
                     detail="arguments set before begin() are replayed but cannot be rebound",
                 )
-            span, self._span = self._span, None
-            if span is not None:
-                span.set_attribute("netcl.capture.launches", program.num_launches)
-                span.set_attribute("netcl.capture.commands", program.num_commands)
-                span.end()
             _telemetry.count_recorded(program.num_launches)
             return program.num_launches
 
-    def _stop(self, what: str) -> Recording:
+    def _discard(self, why: BaseException | str | ReplayProgram | None) -> None:
+        """Drop the recording in progress (if any) and end its span: as failed with ``why``,
+        or as done when ``why`` is the program it became. Restores pyopencl if no other
+        recording is live. Idempotent."""
         rec = self._recording
-        if rec is None:
-            raise RuntimeError(f"KernelCapture.{what}: not recording; call begin() first")
+        if rec is not None:
+            _intercept.uninstall(rec)
+            rec.clear()
+        finalizer, self._finalizer = self._finalizer, None
+        if finalizer is not None:
+            finalizer.detach()
         self._recording = None
-        if self._finalizer is not None:
-            self._finalizer.detach()
-            self._finalizer = None
-        _intercept.uninstall(rec)
-        return rec
+        _intercept.reconcile()
+        span, self._span = self._span, None
+        if span is None:
+            return
+        if isinstance(why, ReplayProgram):
+            span.set_attribute("netcl.capture.launches", why.num_launches)
+            span.set_attribute("netcl.capture.commands", why.num_commands)
+            span.end()
+        else:
+            _fail_span(span, why or "discarded")
 
     def reset(self) -> None:
         """Forget the recording (and stop one in progress); releases the recorded buffers."""
         with self._lock:
-            if self._recording is not None:
-                self._stop("reset")
-                span, self._span = self._span, None
-                if span is not None:
-                    span.set_status(Status(StatusCode.ERROR, "capture discarded before end()"))
-                    span.end()
+            self._discard("discarded before end()" if self._recording is not None else None)
             self._program = None
             self._replays = 0
 
@@ -180,9 +221,9 @@ class KernelCapture:
                 start_time=start,
             )
             if error is not None:
-                span.record_exception(error)
-                span.set_status(Status(StatusCode.ERROR, str(error)))
-            span.end()
+                _fail_span(span, error)
+            else:
+                span.end()
         _telemetry.count_replay(program.num_launches)
         return event
 
@@ -198,36 +239,39 @@ class KernelCapture:
     @property
     def is_recording(self) -> bool:
         """Whether begin() was called and end() not yet."""
-        return self._recording is not None
+        rec = self._recording
+        return rec is not None and rec.live
 
     @property
     def num_launches(self) -> int:
         """Kernel launches recorded (so far, while recording)."""
         rec, program = self._recording, self._program
         if rec is not None:
-            return sum(isinstance(op, KernelOp) for op in rec.ops)
+            return rec.launches
         return program.num_launches if program is not None else 0
 
     @property
     def launches(self) -> tuple[CapturedLaunch, ...]:
         """The recorded kernel launches, in order (read-only records)."""
-        return tuple(op.record for op in self._ops() if isinstance(op, KernelOp))
+        return tuple(c for c in self.commands if isinstance(c, CapturedLaunch))
 
     @property
     def commands(self) -> tuple[CapturedLaunch | CapturedTransfer, ...]:
         """Everything recorded, launches and transfers, in the order replay issues them."""
-        return tuple(op.record for op in self._ops())
+        rec, program = self._recording, self._program
+        if rec is not None:
+            return tuple(
+                launch_record(item) if kind == "k" else transfer_record(item)
+                for kind, item in list(rec.raw) if kind != "f"
+            )
+        if program is None:
+            return ()
+        return tuple(op.record for op in program.ops if isinstance(op, (KernelOp, TransferOp)))
 
     @property
     def replay_count(self) -> int:
         """Replays since the last end()."""
         return self._replays
-
-    def _ops(self) -> tuple[Any, ...]:
-        rec, program = self._recording, self._program
-        if rec is not None:
-            return tuple(rec.ops)
-        return program.ops if program is not None else ()
 
     def __repr__(self) -> str:
         state = "recording" if self.is_recording else "ready" if self._program else "empty"
@@ -235,6 +279,20 @@ class KernelCapture:
             f"KernelCapture({state}, launches={self.num_launches}, "
             f"replays={self._replays})"
         )
+
+
+def _fail_span(span: Span | None, why: BaseException | str) -> None:
+    """End ``span`` as failed, with ``error.type`` naming the failure."""
+    if span is None:
+        return
+    if isinstance(why, BaseException):
+        span.record_exception(why)
+        span.set_attribute(_telemetry.ERROR_TYPE, type(why).__qualname__)
+        span.set_status(Status(StatusCode.ERROR, str(why) or type(why).__qualname__))
+    else:
+        span.set_attribute(_telemetry.ERROR_TYPE, "discarded")
+        span.set_status(Status(StatusCode.ERROR, f"capture {why}"))
+    span.end()
 
 
 _singleton: KernelCapture | None = None

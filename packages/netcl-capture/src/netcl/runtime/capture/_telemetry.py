@@ -57,3 +57,7 @@ _meter.create_observable_counter(
     "netcl.capture.recorded_launches", [_observe(2)], unit="{launch}",
     description="Kernel launches recorded by captures",
 )
+
+# Set on a capture span when the capture or replay failed: the exception's class name, or
+# "discarded" for a recording dropped by reset() (OpenTelemetry's semantic attribute).
+ERROR_TYPE = "error.type"
