@@ -515,29 +515,27 @@ def test_cli_stats_shows_the_remote(
     tmp_path: Path, own_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from netcl.runtime.cache._cli import _stats
+    from netcl.core.cli import main
 
-    class Args:
-        dir = str(tmp_path / "local")
-        json = True
+    def stats(json_out: bool) -> int:  # the `netcl cache stats` command, in this process
+        return main(["cache", "stats", "--dir", str(tmp_path / "local"),
+                     *(["--json"] if json_out else [])])  # fmt: skip
 
     (tmp_path / "local").mkdir(mode=0o700)
     monkeypatch.setenv("NETCL_CACHE_REMOTE", own_server.url)
     monkeypatch.setenv("NETCL_CACHE_REMOTE_KEY", SECRET)
-    assert _stats(Args()) == 0  # type: ignore[arg-type]
+    assert stats(True) == 0
     info = json.loads(capsys.readouterr().out)["remote"]
     assert info == {"configured": True, "url": f"redis://***@127.0.0.1:{own_server.port}/0",
                     "usable": True, "signed": True, "reachable": True}
-    Args.json = False
-    assert _stats(Args()) == 0  # type: ignore[arg-type]
+    assert stats(False) == 0
     text = capsys.readouterr().out
     assert f"redis://***@127.0.0.1:{own_server.port}/0  reachable" in text
     assert PASSWORD not in text
     own_server.kill()
-    Args.json = True
-    assert _stats(Args()) == 0  # type: ignore[arg-type]
+    assert stats(True) == 0
     info = json.loads(capsys.readouterr().out)["remote"]
     assert info["reachable"] is False and "ConnectionError" in info["error"]
     monkeypatch.delenv("NETCL_CACHE_REMOTE")
-    assert _stats(Args()) == 0  # type: ignore[arg-type]
+    assert stats(True) == 0
     assert json.loads(capsys.readouterr().out)["remote"] == {"configured": False}
