@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyopencl as cl
@@ -90,3 +90,22 @@ def service_binary() -> Callable[[str, str], str]:
     redis-server, chromium). When it is absent the test is skipped with the install command,
     except under ``CI=true``, where a missing service fails the test."""
     return _service_binary
+
+
+@pytest.fixture(params=["sdk", "no_sdk"])
+def otel_mode(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a test twice: with the session's SDK recording, and as in a process with no SDK
+    (the API's provider slot emptied, so ``telemetry.tracing()`` is False). In the no-SDK run
+    the test also fails if any span was recorded: span work must sit behind ``tracing()``."""
+    if request.param == "sdk":
+        yield "sdk"
+        return
+    saved = trace._TRACER_PROVIDER
+    recorded = len(_SPANS.get_finished_spans())
+    trace._TRACER_PROVIDER = None
+    try:
+        yield "no_sdk"
+    finally:
+        trace._TRACER_PROVIDER = saved
+    spans = _SPANS.get_finished_spans()[recorded:]
+    assert not spans, f"spans recorded with no SDK: {[s.name for s in spans]}"
