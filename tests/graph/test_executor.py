@@ -27,9 +27,9 @@ def test_spec_example(queue: cl.CommandQueue, pool: BufferPool, kernels: Any) ->
     result = executor.run(graph)
     assert isinstance(result, Tensor) and result.shape == (4,) and result.dtype == np.float32
     np.testing.assert_array_equal(result.to_numpy(), np.maximum(x + y, 0))
-    # the caller owns the result; the intermediate went back with the arena
+    # the caller owns the result; the intermediate's block went back to the pool
     assert pool.owns(result)
-    assert pool.stats.bytes_in_use == pool.block_bytes(16)
+    assert pool.stats.bytes_in_use == executor.plan(graph).output_block_bytes
     pool.release(result)
     assert pool.stats.bytes_in_use == 0
     # external inputs are untouched and still usable
@@ -80,10 +80,11 @@ def test_mlp_matches_numpy_and_reuses_memory(
     assert plan.outputs == ("softmax",)
     assert plan.peak_bytes == plan.lower_bound < plan.no_reuse_bytes
     assert pool.stats.peak_bytes == plan.pool_peak_bytes
+    assert plan.pool_device_bytes <= pool.block_bytes(plan.lower_bound)
     # every intermediate died right after its one reader
     for name in names[:-1]:
         lt = plan.lifetimes[name]
-        assert lt.last_use == lt.step + 1 and lt.offset is not None
+        assert lt.last_use == lt.step + 1 and not lt.is_output
     assert plan.lifetimes["softmax"].is_output
     pool.release(out)
     assert pool.stats.bytes_in_use == 0
@@ -107,8 +108,7 @@ def test_several_outputs_are_kept_and_owned(
         "relu0", "fc1", "softmax",
     ]
     # only the outputs stay in use; each is released on its own
-    in_use = sum(pool.block_bytes(t.nbytes) for t in (hidden, logits, probs))
-    assert pool.stats.bytes_in_use == in_use
+    assert pool.stats.bytes_in_use == plan.output_block_bytes
     pool.release_all([hidden, logits, probs])
     assert pool.stats.bytes_in_use == 0
 
@@ -168,7 +168,7 @@ def test_plan_is_cached_and_invalidated_on_change(
     # the cache does not keep graphs alive
     del g, a
     gc.collect()
-    assert len(ex._plans) == 0
+    assert len(ex._runs) == 0
 
 
 def test_forward_refs_run_in_dependency_order(
@@ -206,10 +206,13 @@ def test_chain_peak_reaches_lower_bound(
     np.testing.assert_allclose(out.to_numpy(), ref, rtol=1e-5)
     plan = ex.plan(g)
     assert plan.peak_bytes == plan.lower_bound
-    assert plan.arena_bytes == plan.temp_lower_bound
     al = ex.alignment
     aligned = [-(-s * 4 // al) * al for s in sizes]
+    assert plan.lower_bound == max(a + b for a, b in pairwise(aligned))
     assert plan.temp_lower_bound == max(a + b for a, b in pairwise(aligned[:-1]))
+    assert plan.lower_bound_outputs_whole_run == plan.temp_lower_bound + aligned[-1]
+    # the pool takes the lower bound, rounded up to its size class
+    assert plan.pool_device_bytes <= pool.block_bytes(plan.lower_bound)
     assert plan.no_reuse_bytes == sum(aligned)
     assert pool.stats.peak_bytes == plan.pool_peak_bytes
     pool.release(out)
@@ -261,7 +264,7 @@ def test_out_of_order_queue(ctx: cl.Context, kernels: Any) -> None:
         prev.append(r)
     ex = GraphExecutor(pool)
     plan = ex.plan(g)
-    assert plan.arena_bytes < plan.no_reuse_bytes / 4  # buffers really are reused
+    assert plan.peak_bytes < plan.no_reuse_bytes / 4  # buffers really are reused
     for _ in range(2):
         out = ex.run(g)
         np.testing.assert_allclose(out.to_numpy(), ref["n23"], rtol=1e-4, atol=1e-3)
