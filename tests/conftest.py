@@ -92,11 +92,22 @@ def service_binary() -> Callable[[str, str], str]:
     return _service_binary
 
 
-@pytest.fixture(params=["sdk", "no_sdk"])
+_SPAN_FIXTURES = {"spans", "metric_reader", "metric_points"}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # a test that uses otel_mode runs twice, unless it reads spans or metrics (SDK only)
+    if "otel_mode" in metafunc.fixturenames:
+        modes = ["sdk"] if _SPAN_FIXTURES & set(metafunc.fixturenames) else ["sdk", "no_sdk"]
+        metafunc.parametrize("otel_mode", modes, indirect=True)
+
+
+@pytest.fixture
 def otel_mode(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run a test twice: with the session's SDK recording, and as in a process with no SDK
     (the API's provider slot emptied, so ``telemetry.tracing()`` is False). In the no-SDK run
-    the test also fails if any span was recorded: span work must sit behind ``tracing()``."""
+    the test also fails if any span was recorded: span work must sit behind ``tracing()``.
+    Tests that read spans or metrics run with the SDK only."""
     if request.param == "sdk":
         yield "sdk"
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from itertools import pairwise
 from typing import Any
@@ -270,3 +271,105 @@ def test_out_of_order_queue(ctx: cl.Context, kernels: Any) -> None:
         np.testing.assert_allclose(out.to_numpy(), ref["n23"], rtol=1e-4, atol=1e-3)
         pool.release(out)
     q.finish()
+
+
+def test_chain_of_equal_ops_takes_two_blocks(
+    queue: cl.CommandQueue, pool: BufferPool, kernels: Any
+) -> None:
+    """12 equal ops in a chain: two values are alive at once, so the pool takes two blocks (the
+    spec's release-at-refcount-zero figure), not an arena of two plus an output block."""
+    x = Tensor.from_numpy(np.ones(1024, np.float32), queue)
+    g = Graph()
+    cur: Tensor | TensorRef = x
+    for i in range(12):
+        cur = g.add_op(f"c{i}", kernels.add, [cur, x], (1024,), np.float32)
+    ex = GraphExecutor(pool)
+    plan = ex.plan(g)
+    assert plan.lower_bound == 2 * 4096
+    assert plan.lower_bound_outputs_whole_run == 3 * 4096
+    out = ex.run(g)
+    np.testing.assert_array_equal(out.to_numpy(), np.full(1024, 13.0, np.float32))
+    block = pool.block_bytes(4096)
+    s = pool.stats
+    assert s.peak_bytes == plan.pool_peak_bytes == 2 * block
+    assert s.bytes_in_use + s.bytes_held == plan.pool_device_bytes == 2 * block
+    pool.release(out)
+
+
+def test_describe_names_the_strategy_and_why(queue: cl.CommandQueue, pool: BufferPool) -> None:
+    def noop(inputs: list[Tensor], out: Tensor) -> None:
+        pass
+
+    g = Graph()
+    a = g.add_op("a", noop, [], (64,), np.float32)
+    g.add_op("b", noop, [a], (64,), np.float32)
+    plan = GraphExecutor(pool).plan(g)
+    text = plan.describe()
+    assert f"strategy {plan.strategy}" in text
+    assert plan.strategy in plan.candidates
+    assert plan.candidates[plan.strategy] == plan.pool_device_bytes == min(plan.candidates.values())
+    assert "why: least device memory for a run from an empty pool" in text
+    assert f"lower bound {plan.lower_bound} B" in text
+    for name in ("arena", "block_per_tensor", "one_block"):
+        assert name in plan.strategy_reason or name == plan.strategy
+    # the public report holds no run state
+    assert not [f for f in dataclasses.fields(plan) if f.name.startswith("_")]
+
+
+def test_op_that_cannot_be_allocated_is_named(
+    queue: cl.CommandQueue, pool: BufferPool, kernels: Any
+) -> None:
+    keep = pool.allocate((8,), np.float32)
+    before = pool.stats
+    x = Tensor.from_numpy(np.ones(64, np.float32), queue)
+    g = Graph()
+    a = g.add_op("small", kernels.relu, [x], (64,), np.float32)
+    g.add_op("huge", kernels.relu, [a], (2**40,), np.float32)
+    g.add_op("after", kernels.relu, [TensorRef("huge")], (64,), np.float32)
+    ex = GraphExecutor(pool)
+    with pytest.raises(MemoryError, match=r"op '(small|huge)' needs a block of \d+ bytes") as info:
+        ex.run(g, outputs=["huge", "after"])
+    msg = str(info.value)
+    assert "output 'huge'" in msg and "cannot allocate" in msg and "bytes in use" in msg
+    after = pool.stats
+    assert (after.bytes_in_use, after.live_tensors) == (before.bytes_in_use, before.live_tensors)
+    pool.release(keep)
+
+
+def test_graph_beyond_the_pool_limit(queue: cl.CommandQueue, kernels: Any) -> None:
+    pool = BufferPool(queue, limit=64 * 1024)
+    keep = pool.allocate((1024,), np.float32)
+    before = pool.stats
+    x = Tensor.from_numpy(np.ones(4096, np.float32), queue)
+    g = Graph()
+    cur: Tensor | TensorRef = x
+    for i in range(3):
+        cur = g.add_op(f"big{i}", kernels.add, [cur, x] if i else [x, x], (8192,), np.float32)
+    g.add_op("wide", kernels.relu, [cur], (16384,), np.float32)
+    with pytest.raises(MemoryError, match=r"run: op '\w+' needs .*pool limit is 65536"):
+        GraphExecutor(pool).run(g, outputs=["big0", "wide"])
+    after = pool.stats
+    assert (after.bytes_in_use, after.live_tensors) == (before.bytes_in_use, before.live_tensors)
+    pool.release(keep)
+
+
+def test_free_held_frees_the_last_blocks(
+    queue: cl.CommandQueue, pool: BufferPool, kernels: Any
+) -> None:
+    """The executor's cached views retain their block's memory: free_held() drops them."""
+    x = Tensor.from_numpy(np.ones(4096, np.float32), queue)
+    g = Graph()
+    cur: Tensor | TensorRef = x
+    for i in range(5):
+        cur = g.add_op(f"n{i}", kernels.mix_fn(1.0), [cur, x], (4096 * (1 + i % 2),), np.float32)
+    ex = GraphExecutor(pool)
+    pool.release(ex.run(g, outputs=["n1", "n4"])[0])
+    (state,) = ex._runs[g].values()
+    assert any(v is not None for v in state.views)
+    pool.free_held()
+    assert all(v is None for v in state.views)
+    assert pool.stats.bytes_held == 0
+    outs = ex.run(g, outputs=["n1", "n4"])  # and runs again with fresh blocks
+    np.testing.assert_array_equal(outs[0].to_numpy(), np.full(8192, 3.0, np.float32))
+    np.testing.assert_array_equal(outs[1].to_numpy(), np.full(4096, 6.0, np.float32))
+    pool.release_all(outs)

@@ -388,7 +388,8 @@ def _choose(
     """Build every strategy's layout, simulate each against the pool, best first."""
     names = [op.name for op in order]
     temps = [n for n in names if n not in outputs]
-    # a layout: (strategy, blocks as (aligned size, owner, handed to the caller), value -> place)
+    # a layout: (strategy, blocks as (bytes to ask for at least, owner, handed to the caller),
+    # value -> (block, offset))
     layouts: list[tuple[str, list[tuple[int, str | None, bool]], dict[str, tuple[int, int]]]]
     layouts = []
 
@@ -398,11 +399,11 @@ def _choose(
 
     # 1. one arena for the intermediates, a block of its own for each output
     placement = place([items[n] for n in temps])
-    blocks: list[tuple[int, str | None, bool]] = [(cap(n), n, True) for n in outputs]
+    blocks: list[tuple[int, str | None, bool]] = [(0, n, True) for n in outputs]
     where = {n: (k, 0) for k, n in enumerate(outputs)}
     if temps:
         where.update({n: (len(blocks), placement.offsets[k]) for k, n in enumerate(temps)})
-        blocks.append((placement.arena_bytes, None, False))
+        blocks.append((0, None, False))
     layouts.append(("arena", blocks, where))
 
     # 2. the same, but intermediates that die before an output is written may use its block
@@ -414,7 +415,7 @@ def _choose(
     all_items = [items[n] for n in names]
     fixed = {index[n]: b for n, b in zip(outputs, bases, strict=True)}
     shared = place(all_items, fixed, [*bases[1:], base])
-    blocks = [(cap(n), n, True) for n in outputs]
+    blocks = [(0, n, True) for n in outputs]
     where = {}
     arena_end = 0
     for n in names:
@@ -426,14 +427,24 @@ def _choose(
             where[n] = (len(outputs), off - base)
             arena_end = max(arena_end, off - base + items[n].size)
     if arena_end:
-        blocks.append((arena_end, None, False))
+        blocks.append((0, None, False))
     layouts.append(("arena_in_output_blocks", blocks, where))
 
     # 3. the spec's refcounting: a block per value, released after its last reader
     layouts.append(
         (
             "block_per_tensor",
-            [(items[n].size, n, n in outputs) for n in names],
+            [(0, n, n in outputs) for n in names],
+            {n: (k, 0) for k, n in enumerate(names)},
+        )
+    )
+    # 3b. the same, but a value takes the smallest free block of a larger size class when there
+    # is one (the pool reuses blocks within a size class only, so it asks for that class)
+    asks = _best_fit(names, items, block_bytes)
+    layouts.append(
+        (
+            "block_per_tensor_best_fit",
+            [(r, n, n in outputs) for n, r in zip(names, asks, strict=True)],
             {n: (k, 0) for k, n in enumerate(names)},
         )
     )
@@ -448,7 +459,7 @@ def _choose(
         if offs is None or pinned.arena_bytes < size:
             offs, size = pinned.offsets, pinned.arena_bytes
         layouts.append(
-            ("one_block", [(size, outputs[0], True)], {n: (0, offs[index[n]]) for n in names})
+            ("one_block", [(0, outputs[0], True)], {n: (0, offs[index[n]]) for n in names})
         )
 
     ranked = sorted(
@@ -459,6 +470,27 @@ def _choose(
         key=lambda c: (c.device_bytes, c.caller_bytes, c.pool_peak, len(c.blocks)),
     )
     return ranked[0], ranked
+
+
+def _best_fit(
+    names: Sequence[str], items: Mapping[str, Interval], block_bytes: Callable[[int], int]
+) -> list[int]:
+    """Per value (in execution order), the pool bytes to ask for: the smallest size class among
+    the blocks released before it is produced that fits it, else its own."""
+    free: list[int] = []  # sorted size classes of released blocks
+    ask: list[int] = []
+    ends: list[tuple[int, int]] = []  # (last step, class) of live blocks
+    for n in names:
+        it = items[n]
+        for end in [e for e in ends if e[0] < it.first]:
+            ends.remove(end)
+            bisect.insort(free, end[1])
+        own = block_bytes(it.size)
+        k = bisect.bisect_left(free, own)
+        cls = free.pop(k) if k < len(free) else own
+        ask.append(cls)
+        ends.append((it.last, cls))
+    return ask
 
 
 def _output_first(
@@ -497,8 +529,10 @@ def _simulate(
         last[k] = max(last.get(k, -1), it.last)
         need[k] = max(need.get(k, 0), off + it.size)
     blocks = tuple(
-        Block(block_bytes(need[k]), need[k], first[k], None if keep else last[k], owner)
-        for k, (_, owner, keep) in enumerate(raw)
+        Block(
+            block_bytes(max(need[k], ask)), need[k], first[k], None if keep else last[k], owner
+        )
+        for k, (ask, owner, keep) in enumerate(raw)
     )
     held: Counter[int] = Counter()
     device = in_use = pool_peak = aligned = peak = 0
