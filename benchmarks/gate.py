@@ -67,7 +67,7 @@ CHECKS: list[Check] = [
     Check("graph run vs same fns by hand", "test_graph_overhead_executor_run[relu_kernel]",
           "graph_over_by_hand", max=1.5),
     Check("graph pool vs true lower bound, chain", "test_graph_memory_chain",
-          "worst_pool_over_lower_bound", max=1.016, target="lower bound + 1/64 size-class rounding"),
+          "worst_pool_over_lower_bound", max=1.016, target="lower bound + 1/64 rounding"),
     Check("graph pool vs true lower bound, 12 equal ops", "test_graph_memory_equal_chain",
           "worst_pool_over_lower_bound", max=1.016, target="lower bound + 1/64 rounding"),
     Check("graph pool vs true lower bound, residual", "test_graph_memory_residual",
