@@ -299,7 +299,9 @@ def test_out_of_device_memory_retries_after_freeing_held_blocks(
                 raise cl.MemoryError(cl._cl._ErrorRecord("clCreateBuffer", code, "injected"))
             return real.allocate(nbytes)
 
-    monkeypatch.setattr(pool, "_pool", Flaky())
+    flaky = Flaky()
+    monkeypatch.setattr(pool, "_pool", flaky)
+    monkeypatch.setattr(pool, "_pool_allocate", flaky.allocate)
     del dropped  # garbage the retry collects
     t = pool.allocate((100,), "float32")
     assert fail == [0] and pool.stats.bytes_held == 0 and pool.stats.live_tensors == 1

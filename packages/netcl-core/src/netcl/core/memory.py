@@ -87,6 +87,7 @@ class BufferPool:
         # The fast path takes no lock: every pyopencl pool call runs under the GIL without
         # releasing it, and the counters are itertools.count objects (atomic under the GIL).
         # The lock serialises the slow paths (a new peak, out of memory, free_held).
+        self._pool_allocate = self._pool.allocate
         self._lock = threading.RLock()
         self._allocs = itertools.count()
         self._peak = 0
@@ -117,10 +118,9 @@ class BufferPool:
             shape, dt, nbytes = self._size_of(shape, dtype)
         if _nbytes > nbytes:
             nbytes = _nbytes
-        pool = self._pool
         if nbytes <= self._fast_max:
             try:
-                block = pool.allocate(nbytes)
+                block = self._pool_allocate(nbytes)
             except cl.Error as exc:
                 block = self._allocate_again(nbytes, shape, dt, exc)
         else:
@@ -128,7 +128,7 @@ class BufferPool:
         # statistics: a count of allocations (misses are derived in stats); a new peak takes
         # the slow path
         next(self._allocs)
-        if pool.active_bytes > self._peak:
+        if self._pool.active_bytes > self._peak:
             self._new_peak()
         t = _new_tensor(Tensor)
         t._buffer = block

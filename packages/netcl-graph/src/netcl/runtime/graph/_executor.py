@@ -40,6 +40,7 @@ _OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 
 
 _NO_SPAN = contextlib.nullcontext()
+_VIEW_CACHE = 4  # pool blocks per plan block whose views are kept
 
 
 class _Run:
@@ -52,14 +53,13 @@ class _Run:
         self.plan = plan
         self.schedule = schedule
         self.lock = threading.Lock()
-        # per block: (int_ptr of the block, [(slot, view Tensor)]) or None
-        self.views: list[tuple[int, list[tuple[int, Tensor]]] | None] = [None] * len(
-            schedule.blocks
-        )
+        # per block: {int_ptr of a pool block: [(slot, view Tensor)]}: the pool hands a few
+        # blocks of a size class back in turn (LIFO), so several are kept
+        self.views: list[dict[int, list[tuple[int, Tensor]]]] = [{} for _ in schedule.blocks]
 
     def forget(self) -> None:
         with self.lock:
-            self.views = [None] * len(self.views)
+            self.views = [{} for _ in self.views]
 
 
 class GraphExecutor:
@@ -240,18 +240,20 @@ class GraphExecutor:
         pool block (the pool hands the same block back run after run) and kept until the pool
         frees its held blocks."""
         ptr = block.buffer.int_ptr
-        cached = state.views[k]
-        if cached is None or cached[0] != ptr:
+        made = state.views[k].get(ptr)
+        if made is None:
             # A Buffer of our own on the pooled block (PooledBuffer has no get_sub_region)
             base = cl.Buffer.from_int_ptr(ptr, retain=True)
             made = [
                 (slot, Tensor(base.get_sub_region(off, size), shape, dtype, self._queue))
                 for slot, off, size, shape, dtype in state.schedule.blocks[k].views
             ]
-            cached = (ptr, made)
             with state.lock:
-                state.views[k] = cached
-        for slot, view in cached[1]:
+                cache = state.views[k]
+                if len(cache) >= _VIEW_CACHE:
+                    cache.clear()
+                cache[ptr] = made
+        for slot, view in made:
             values[slot] = view
 
     def __repr__(self) -> str:
