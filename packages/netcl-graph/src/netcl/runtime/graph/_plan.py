@@ -449,17 +449,30 @@ def _choose(
         )
     )
 
-    # 4. a single output: one block for everything, the output at its start
+    # 4. everything packed as one region, then cut at the outputs' offsets: a block per output,
+    # starting with it (one block for a single output)
+    free = place(all_items)
+    outs = [index[n] for n in outputs]
+    tries = [(free.arena_bytes, _cut_at_outputs(free.offsets, all_items, outs, free.arena_bytes))]
+    if tries[0][1] is None:
+        # keep the outputs where they are and place the rest again, crossing no cut
+        at = {o: free.offsets[o] for o in outs}
+        again = place(all_items, at, sorted(at.values()))
+        tries.append(
+            (again.arena_bytes, _cut_at_outputs(again.offsets, all_items, outs, again.arena_bytes))
+        )
     if len(outputs) == 1:
-        out = index[outputs[0]]
-        free = place(all_items)
-        offs = _output_first(free.offsets, all_items, out, free.arena_bytes)
-        size = free.arena_bytes
-        pinned = place(all_items, {out: 0})
-        if offs is None or pinned.arena_bytes < size:
-            offs, size = pinned.offsets, pinned.arena_bytes
+        pinned = place(all_items, {outs[0]: 0})
+        tries.append((pinned.arena_bytes, [(0, o) for o in pinned.offsets]))
+    valid = [(size, c) for size, c in tries if c is not None]
+    cut = min(valid, key=lambda t: t[0])[1] if valid else None
+    if cut is not None:
         layouts.append(
-            ("one_block", [(0, outputs[0], True)], {n: (0, offs[index[n]]) for n in names})
+            (
+                "one_block" if len(outputs) == 1 else "block_per_output",
+                [(0, n, True) for n in sorted(outputs, key=lambda n: cut[index[n]][0])],
+                {n: cut[index[n]] for n in names},
+            )
         )
 
     ranked = sorted(
@@ -493,18 +506,26 @@ def _best_fit(
     return ask
 
 
-def _output_first(
-    offsets: Sequence[int], items: Sequence[Interval], out: int, size: int
-) -> Sequence[int] | None:
-    """The same placement moved so that item ``out`` starts the block: as is, mirrored (when it
-    ends the block), or rotated at its offset (when no other item crosses that offset)."""
-    cut = offsets[out]
-    if cut == 0:
-        return offsets
-    if cut + items[out].size == size:
-        return [size - o - it.size for o, it in zip(offsets, items, strict=True)]
-    if all(not (o < cut < o + it.size) for o, it in zip(offsets, items, strict=True)):
-        return [o - cut if o >= cut else o + size - cut for o in offsets]
+def _cut_at_outputs(
+    offsets: Sequence[int], items: Sequence[Interval], outs: Sequence[int], size: int
+) -> list[tuple[int, int]] | None:
+    """Split a placement of ``size`` bytes into blocks that each start with an output: cut at
+    every output's offset and rotate so the lowest output starts the first block (values below
+    it join the last block). Also tried mirrored. Per item: (block, offset in it); None when a
+    value crosses a cut in both."""
+    mirrored = [size - o - it.size for o, it in zip(offsets, items, strict=True)]
+    for offs in (offsets, mirrored):
+        cuts = sorted(offs[o] for o in outs)
+        if any(o < c < o + it.size for c in cuts for o, it in zip(offs, items, strict=True)):
+            continue
+        first = cuts[0]
+        starts = [c - first for c in cuts]
+        placed = []
+        for o in offs:
+            r = o - first if o >= first else o + size - first
+            k = bisect.bisect_right(starts, r) - 1
+            placed.append((k, r - starts[k]))
+        return placed
     return None
 
 
