@@ -2,8 +2,8 @@
 the OpenTelemetry SDK with in-memory exporters.
 
 The SDK is installed once for the whole session (a global provider can be set only once per
-process), so every test runs with telemetry recording. Tests of the no-SDK fast path run in a
-subprocess.
+process). A test that asks for ``otel_mode`` runs twice: with the SDK, and with the provider slot
+emptied as in a process without one (see the fixture).
 """
 
 from __future__ import annotations

@@ -310,3 +310,10 @@ def test_out_of_device_memory_retries_after_freeing_held_blocks(
                        r"bytes in use, 0 held; device"):
         pool.allocate((100,), "float32")
     pool.release(t)
+
+
+def test_structured_dtype_spelled_as_a_list(queue: cl.CommandQueue) -> None:
+    pool = BufferPool(queue)
+    t = pool.allocate((4,), [("a", "f4"), ("b", "i4")])
+    assert t.nbytes == 32 and t.dtype.names == ("a", "b")
+    pool.release(t)

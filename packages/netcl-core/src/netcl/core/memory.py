@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import os
@@ -146,7 +147,9 @@ class BufferPool:
         # asking for the whole size class makes pyopencl's active_bytes count block bytes
         entry = (dims, dt, self.block_bytes(prod(dims) * dt.itemsize))
         if isinstance(shape, tuple) and len(self._sizes) < 4096:
-            self._sizes[shape, dtype] = entry
+            # an unhashable dtype spelling (a list of fields) is not cached
+            with contextlib.suppress(TypeError):
+                self._sizes[shape, dtype] = entry
         return entry
 
     def _new_peak(self) -> None:
@@ -312,7 +315,8 @@ class BufferPool:
 
 
 def _peek(counter: itertools.count[int]) -> int:
-    """The next value of an itertools.count without consuming it."""
+    """The next value of an itertools.count without consuming it (its repr is ``count(N)``;
+    a count is used because ``next()`` on it is atomic under the GIL, unlike ``+= 1``)."""
     return int(repr(counter)[6:-1])
 
 

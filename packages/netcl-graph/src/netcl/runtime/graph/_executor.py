@@ -262,10 +262,11 @@ class GraphExecutor:
 
 def _block_role(plan: GraphPlan, k: int) -> str:
     block = plan.blocks[k]
-    held = [lt.name for lt in plan.lifetimes.values() if lt.block == k]
+    held = [lt.name for lt in plan.lifetimes.values() if lt.block == k and lt.name != block.owner]
+    also = f", also holding {', '.join(held)} before it" if held else ""
     if block.last is None:
-        return f"the block of output {block.owner!r}, also holding {', '.join(held)}"
-    return f"the block of {', '.join(held)}"
+        return f"the block of output {block.owner!r}{also}"
+    return f"the block of {', '.join([block.owner] if block.owner else held)}"
 
 
 def _error_type(exc: BaseException) -> str:
