@@ -77,7 +77,7 @@ CHECKS: list[Check] = [
     Check("graph pool vs true lower bound, 20 random DAGs", "test_graph_memory_random_dags",
           "worst_pool_over_lower_bound", max=1.10, target="<= 1.10"),
     Check("pool allocate+release vs pyopencl MemoryPool", "test_pool_allocate_release",
-          "pool_over_memorypool", max=4.0, target="<= 2 (not reached on PoCL: ~3)"),
+          "pool_over_memorypool", max=4.0, target="<= 2 (not reached on PoCL: 2.2-3.4)"),
     Check("scheduler overhead per op (µs)", "test_scheduler_host_callables_plan_per_op",
           "overhead_us_per_op", max=3.0, target="<= 3 µs"),
     Check("scheduler kernels vs by hand", "test_scheduler_kernels_sync", "ratio_vs_hand",
