@@ -2,15 +2,15 @@
 the OpenTelemetry SDK with in-memory exporters.
 
 The SDK is installed once for the whole session (a global provider can be set only once per
-process), so every test runs with telemetry recording. Tests of the no-SDK fast path run in a
-subprocess.
+process). A test that asks for ``otel_mode`` runs twice: with the SDK, and with the provider slot
+emptied as in a process without one (see the fixture).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyopencl as cl
@@ -90,3 +90,33 @@ def service_binary() -> Callable[[str, str], str]:
     redis-server, chromium). When it is absent the test is skipped with the install command,
     except under ``CI=true``, where a missing service fails the test."""
     return _service_binary
+
+
+_SPAN_FIXTURES = {"spans", "metric_reader", "metric_points"}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # a test that uses otel_mode runs twice, unless it reads spans or metrics (SDK only)
+    if "otel_mode" in metafunc.fixturenames:
+        modes = ["sdk"] if _SPAN_FIXTURES & set(metafunc.fixturenames) else ["sdk", "no_sdk"]
+        metafunc.parametrize("otel_mode", modes, indirect=True)
+
+
+@pytest.fixture
+def otel_mode(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a test twice: with the session's SDK recording, and as in a process with no SDK
+    (the API's provider slot emptied, so ``telemetry.tracing()`` is False). In the no-SDK run
+    the test also fails if any span was recorded: span work must sit behind ``tracing()``.
+    Tests that read spans or metrics run with the SDK only."""
+    if request.param == "sdk":
+        yield "sdk"
+        return
+    saved = trace._TRACER_PROVIDER
+    recorded = len(_SPANS.get_finished_spans())
+    trace._TRACER_PROVIDER = None
+    try:
+        yield "no_sdk"
+    finally:
+        trace._TRACER_PROVIDER = saved
+    spans = _SPANS.get_finished_spans()[recorded:]
+    assert not spans, f"spans recorded with no SDK: {[s.name for s in spans]}"

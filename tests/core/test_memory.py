@@ -1,13 +1,19 @@
 from __future__ import annotations
 
 import gc
+import sys
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyopencl as cl
 import pytest
 
 from netcl.core.memory import BufferPool
+from netcl.core.tensor import Tensor
+
+pytestmark = pytest.mark.usefixtures("otel_mode")
 
 
 def test_released_block_is_handed_out_again(queue: cl.CommandQueue) -> None:
@@ -91,45 +97,223 @@ def test_release_all_reports_first_error_after_releasing_the_rest(queue: cl.Comm
     assert pool.stats.live_tensors == 0
 
 
-def test_threads_never_share_a_block(queue: cl.CommandQueue) -> None:
-    pool = BufferPool(queue)
-    seen: list[int] = []
-    errors: list[BaseException] = []
+def _hammer(pool: BufferPool, threads: int = 8, rounds: int = 60) -> list[str]:
+    """Threads that start together, each keeping several tensors alive at once and writing its
+    own marker into each: returns every block that was handed out while another tensor held it
+    (seen as a live int_ptr taken twice, or as a marker overwritten by another tensor)."""
+    problems: list[str] = []
     lock = threading.Lock()
-    live_ptrs: set[int] = set()
+    live: set[int] = set()
+    start = threading.Barrier(threads)
 
     def work(seed: int) -> None:
         rng = np.random.default_rng(seed)
         try:
-            for _ in range(300):
-                n = int(rng.choice([64, 128, 256]))
-                t = pool.allocate((n,), "float32")
-                ptr = t.buffer.int_ptr
-                with lock:
-                    assert ptr not in live_ptrs, "block handed out twice"
-                    live_ptrs.add(ptr)
-                    seen.append(ptr)
-                with lock:
-                    live_ptrs.discard(ptr)
-                pool.release(t)
-        except BaseException as exc:
-            errors.append(exc)
+            start.wait()
+            for r in range(rounds):
+                held: list[tuple[Tensor, np.ndarray]] = []
+                for k in range(int(rng.integers(2, 6))):
+                    t = pool.allocate((int(rng.choice([64, 128, 256])),), "float32")
+                    ptr = t.buffer.int_ptr
+                    with lock:
+                        if ptr in live:
+                            problems.append(f"block {ptr:#x} handed out while live")
+                        live.add(ptr)
+                    mark = np.full(t.shape, seed * 1000 + r * 10 + k, np.float32)
+                    t.write(mark)
+                    held.append((t, mark))
+                for t, mark in held:
+                    if not np.array_equal(t.to_numpy(), mark):
+                        with lock:
+                            problems.append(f"tensor of thread {seed} overwritten")
+                    with lock:
+                        live.discard(t.buffer.int_ptr)
+                    pool.release(t)
+        except BaseException as exc:  # reported by the test
+            problems.append(repr(exc))
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors, errors
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
+    try:
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        for th in workers:
+            th.start()
+        for th in workers:
+            th.join()
+    finally:
+        sys.setswitchinterval(old)
+    return problems
+
+
+def test_threads_never_share_a_block(queue: cl.CommandQueue) -> None:
+    pool = BufferPool(queue)
+    assert _hammer(pool) == []
     s = pool.stats
     assert s.live_tensors == 0 and s.bytes_in_use == 0
-    assert s.hits + s.misses == 2400
     assert s.hits > s.misses  # blocks were reused
+    assert s.misses <= 8 * 5 * 3  # at most every thread's live set, per size class
 
 
-def test_pool_gauges(queue: cl.CommandQueue, metric_points) -> None:  # type: ignore[no-untyped-def]
-    pool = BufferPool(queue)
+class _LeakyPool(BufferPool):
+    """A broken pool: it gives a block back to pyopencl as soon as it hands it out, so the next
+    request of that size class gets a block that a live tensor still uses."""
+
+    def allocate(self, shape: Any, dtype: Any, *, _nbytes: int = 0) -> Tensor:
+        t = super().allocate(shape, dtype, _nbytes=_nbytes)
+        block = t._buffer
+        t._buffer = cl.Buffer.from_int_ptr(block.int_ptr, retain=True)
+        block.release()
+        return t
+
+    def release(self, tensor: Tensor) -> None:
+        tensor._pool = None
+
+
+def test_thread_check_catches_a_pool_that_hands_out_a_live_block(queue: cl.CommandQueue) -> None:
+    problems = _hammer(_LeakyPool(queue), threads=4, rounds=5)
+    assert any("handed out while live" in p for p in problems)
+
+
+def test_pool_gauges_per_pool(
+    queue: cl.CommandQueue, metric_points: Callable[[str], list[Any]]
+) -> None:
+    pool = BufferPool(queue, name="test-gauges")
+    other = BufferPool(queue)
+    assert other.name.startswith("pool-") and other.name != pool.name
     t = pool.allocate((4096,), "float32")
-    (point,) = metric_points("netcl.pool.bytes_in_use")
-    assert point.value >= pool.stats.bytes_in_use > 0
+    u = pool.allocate((100,), "float32")
+    pool.release(u)
+
+    def value(metric: str, name: str) -> int:
+        (point,) = [p for p in metric_points(metric) if p.attributes["netcl.pool.id"] == name]
+        return int(point.value)
+
+    s = pool.stats
+    assert value("netcl.pool.used", "test-gauges") == s.bytes_in_use == pool.block_bytes(16384)
+    assert value("netcl.pool.peak", "test-gauges") == s.peak_bytes
+    assert value("netcl.pool.held", "test-gauges") == s.bytes_held == pool.block_bytes(400)
+    assert value("netcl.pool.used", other.name) == 0
+    pool.release(t)
+
+
+def test_released_tensor_cannot_be_used(queue: cl.CommandQueue) -> None:
+    pool = BufferPool(queue)
+    t = pool.allocate((8,), "float32")
+    pool.release(t)
+    for use in (
+        t.to_numpy,
+        lambda: t.write(np.zeros(8, np.float32)),
+        lambda: t.as_array().get(),
+        lambda: t.buffer,
+    ):
+        with pytest.raises(RuntimeError, match=r"Tensor\(shape=\(8,\).*was released"):
+            use()
+    assert not pool.owns(t)
+    assert t.shape == (8,) and t.nbytes == 32  # metadata stays readable
+
+
+def test_release_of_a_non_tensor(queue: cl.CommandQueue) -> None:
+    with pytest.raises(TypeError, match="expected a Tensor, got 3"):
+        BufferPool(queue).release(3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("shape", [(2**62,), (10**12,), (2**40, 2**40)])
+def test_beyond_max_allocation_is_a_memory_error(
+    queue: cl.CommandQueue, shape: tuple[int, ...]
+) -> None:
+    pool = BufferPool(queue)
+    keep = pool.allocate((256,), "float32")
+    before = pool.stats
+    nbytes = int(np.prod(shape, dtype=object)) * 4
+    with pytest.raises(MemoryError) as info:
+        pool.allocate(shape, "float32")
+    msg = str(info.value)
+    dev = queue.device
+    assert f"cannot allocate {nbytes} bytes for shape {shape} float32:" in msg
+    assert f"at most {dev.max_mem_alloc_size} bytes at once" in msg
+    assert f"{before.bytes_in_use} bytes in use, 0 held" in msg
+    assert f"{dev.global_mem_size} bytes of global memory" in msg
+    assert pool.stats == before
+    pool.release(keep)
+
+
+def test_limit_frees_held_blocks_then_fails(queue: cl.CommandQueue) -> None:
+    probe = BufferPool(queue)
+    block, small_block, big = (probe.block_bytes(n) for n in (4096, 64, 8192))
+    limit = block + big + 8
+    pool = BufferPool(queue, limit=limit)
+    assert pool.limit == limit
+    a, b = pool.allocate((1024,), "float32"), pool.allocate((1024,), "float32")
+    pool.release(b)
+    small = pool.allocate((16,), "float32")  # fits beside a and the held b
+    pool.release(small)
+    assert pool.stats.bytes_held == block + small_block
+    # a new block of 8 kB does not fit beside the held ones: they are freed and the retry fits
+    assert 2 * block + small_block <= limit < 2 * block + small_block + big
+    c = pool.allocate((2048,), "float32")
+    s = pool.stats
+    assert s.bytes_held == 0 and s.bytes_in_use == block + big
+    with pytest.raises(MemoryError, match=rf"pool limit is {limit} bytes; pool: "
+                       rf"{block + big} bytes in use, 0 held, limit {limit}"):
+        pool.allocate((256,), "float32")
+    s2 = pool.stats
+    assert (s2.bytes_in_use, s2.bytes_held, s2.live_tensors) == (block + big, 0, 2)
+    pool.release_all([a, c])
+
+
+def test_limit_from_environment(queue: cl.CommandQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    def limit_env(value: str) -> None:
+        monkeypatch.setenv("NETCL_POOL_LIMIT", value)
+
+    limit_env("8192")
+    assert BufferPool(queue).limit == 8192
+    assert BufferPool(queue, limit=0).limit == 0  # the argument wins
+    limit_env("50%")
+    assert BufferPool(queue).limit == queue.device.global_mem_size // 2
+    limit_env("lots")
+    with pytest.raises(ValueError, match="NETCL_POOL_LIMIT='lots': expected a number of bytes"):
+        BufferPool(queue)
+    with pytest.raises(ValueError, match="limit=-1 must be an int >= 0"):
+        BufferPool(queue, limit=-1)
+
+
+def test_out_of_device_memory_retries_after_freeing_held_blocks(
+    queue: cl.CommandQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A device allocation that fails while blocks are held: the pool frees them, collects
+    garbage, retries; a second failure is a MemoryError with the pool's figures."""
+    pool = BufferPool(queue)
+    pool.release(pool.allocate((4096,), "float32"))
+    dropped = pool.allocate((2048,), "float32")
+    real = pool._pool
+    fail = [1]
+
+    class Flaky:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def allocate(self, nbytes: int) -> Any:
+            if fail[0]:
+                fail[0] -= 1
+                code = cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE
+                raise cl.MemoryError(cl._cl._ErrorRecord("clCreateBuffer", code, "injected"))
+            return real.allocate(nbytes)
+
+    flaky = Flaky()
+    monkeypatch.setattr(pool, "_pool", flaky)
+    monkeypatch.setattr(pool, "_pool_allocate", flaky.allocate)
+    del dropped  # garbage the retry collects
+    t = pool.allocate((100,), "float32")
+    assert fail == [0] and pool.stats.bytes_held == 0 and pool.stats.live_tensors == 1
+    fail[0] = 2
+    with pytest.raises(MemoryError, match=r"cannot allocate 400 bytes.*out of device memory.*"
+                       r"bytes in use, 0 held; device"):
+        pool.allocate((100,), "float32")
+    pool.release(t)
+
+
+def test_structured_dtype_spelled_as_a_list(queue: cl.CommandQueue) -> None:
+    pool = BufferPool(queue)
+    t = pool.allocate((4,), [("a", "f4"), ("b", "i4")])
+    assert t.nbytes == 32 and t.dtype.names == ("a", "b")
     pool.release(t)

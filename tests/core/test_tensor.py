@@ -6,6 +6,8 @@ import pytest
 
 from netcl.core.tensor import Tensor
 
+pytestmark = pytest.mark.usefixtures("otel_mode")
+
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "uint8", "float16"])
 @pytest.mark.parametrize("shape", [(1,), (7,), (3, 5), (2, 3, 4), (0,), ()])

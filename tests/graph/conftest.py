@@ -127,3 +127,10 @@ def kernels(ctx: cl.Context) -> Kernels:
 @pytest.fixture
 def pool(queue: cl.CommandQueue) -> BufferPool:
     return BufferPool(queue)
+
+
+
+@pytest.fixture(autouse=True)
+def _both_telemetry_modes(otel_mode: str) -> str:
+    """Every graph test runs with and without an SDK (see ``otel_mode``)."""
+    return otel_mode

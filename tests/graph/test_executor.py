@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from itertools import pairwise
 from typing import Any
@@ -27,9 +28,9 @@ def test_spec_example(queue: cl.CommandQueue, pool: BufferPool, kernels: Any) ->
     result = executor.run(graph)
     assert isinstance(result, Tensor) and result.shape == (4,) and result.dtype == np.float32
     np.testing.assert_array_equal(result.to_numpy(), np.maximum(x + y, 0))
-    # the caller owns the result; the intermediate went back with the arena
+    # the caller owns the result; the intermediate's block went back to the pool
     assert pool.owns(result)
-    assert pool.stats.bytes_in_use == pool.block_bytes(16)
+    assert pool.stats.bytes_in_use == executor.plan(graph).output_block_bytes
     pool.release(result)
     assert pool.stats.bytes_in_use == 0
     # external inputs are untouched and still usable
@@ -80,10 +81,11 @@ def test_mlp_matches_numpy_and_reuses_memory(
     assert plan.outputs == ("softmax",)
     assert plan.peak_bytes == plan.lower_bound < plan.no_reuse_bytes
     assert pool.stats.peak_bytes == plan.pool_peak_bytes
+    assert plan.pool_device_bytes <= pool.block_bytes(plan.lower_bound)
     # every intermediate died right after its one reader
     for name in names[:-1]:
         lt = plan.lifetimes[name]
-        assert lt.last_use == lt.step + 1 and lt.offset is not None
+        assert lt.last_use == lt.step + 1 and not lt.is_output
     assert plan.lifetimes["softmax"].is_output
     pool.release(out)
     assert pool.stats.bytes_in_use == 0
@@ -107,8 +109,7 @@ def test_several_outputs_are_kept_and_owned(
         "relu0", "fc1", "softmax",
     ]
     # only the outputs stay in use; each is released on its own
-    in_use = sum(pool.block_bytes(t.nbytes) for t in (hidden, logits, probs))
-    assert pool.stats.bytes_in_use == in_use
+    assert pool.stats.bytes_in_use == plan.output_block_bytes
     pool.release_all([hidden, logits, probs])
     assert pool.stats.bytes_in_use == 0
 
@@ -168,7 +169,7 @@ def test_plan_is_cached_and_invalidated_on_change(
     # the cache does not keep graphs alive
     del g, a
     gc.collect()
-    assert len(ex._plans) == 0
+    assert len(ex._runs) == 0
 
 
 def test_forward_refs_run_in_dependency_order(
@@ -206,10 +207,13 @@ def test_chain_peak_reaches_lower_bound(
     np.testing.assert_allclose(out.to_numpy(), ref, rtol=1e-5)
     plan = ex.plan(g)
     assert plan.peak_bytes == plan.lower_bound
-    assert plan.arena_bytes == plan.temp_lower_bound
     al = ex.alignment
     aligned = [-(-s * 4 // al) * al for s in sizes]
+    assert plan.lower_bound == max(a + b for a, b in pairwise(aligned))
     assert plan.temp_lower_bound == max(a + b for a, b in pairwise(aligned[:-1]))
+    assert plan.lower_bound_outputs_whole_run == plan.temp_lower_bound + aligned[-1]
+    # the pool takes the lower bound, rounded up to its size class
+    assert plan.pool_device_bytes <= pool.block_bytes(plan.lower_bound)
     assert plan.no_reuse_bytes == sum(aligned)
     assert pool.stats.peak_bytes == plan.pool_peak_bytes
     pool.release(out)
@@ -261,9 +265,111 @@ def test_out_of_order_queue(ctx: cl.Context, kernels: Any) -> None:
         prev.append(r)
     ex = GraphExecutor(pool)
     plan = ex.plan(g)
-    assert plan.arena_bytes < plan.no_reuse_bytes / 4  # buffers really are reused
+    assert plan.peak_bytes < plan.no_reuse_bytes / 4  # buffers really are reused
     for _ in range(2):
         out = ex.run(g)
         np.testing.assert_allclose(out.to_numpy(), ref["n23"], rtol=1e-4, atol=1e-3)
         pool.release(out)
     q.finish()
+
+
+def test_chain_of_equal_ops_takes_two_blocks(
+    queue: cl.CommandQueue, pool: BufferPool, kernels: Any
+) -> None:
+    """12 equal ops in a chain: two values are alive at once, so the pool takes two blocks (the
+    spec's release-at-refcount-zero figure), not an arena of two plus an output block."""
+    x = Tensor.from_numpy(np.ones(1024, np.float32), queue)
+    g = Graph()
+    cur: Tensor | TensorRef = x
+    for i in range(12):
+        cur = g.add_op(f"c{i}", kernels.add, [cur, x], (1024,), np.float32)
+    ex = GraphExecutor(pool)
+    plan = ex.plan(g)
+    assert plan.lower_bound == 2 * 4096
+    assert plan.lower_bound_outputs_whole_run == 3 * 4096
+    out = ex.run(g)
+    np.testing.assert_array_equal(out.to_numpy(), np.full(1024, 13.0, np.float32))
+    block = pool.block_bytes(4096)
+    s = pool.stats
+    assert s.peak_bytes == plan.pool_peak_bytes == 2 * block
+    assert s.bytes_in_use + s.bytes_held == plan.pool_device_bytes == 2 * block
+    pool.release(out)
+
+
+def test_describe_names_the_strategy_and_why(queue: cl.CommandQueue, pool: BufferPool) -> None:
+    def noop(inputs: list[Tensor], out: Tensor) -> None:
+        pass
+
+    g = Graph()
+    a = g.add_op("a", noop, [], (64,), np.float32)
+    g.add_op("b", noop, [a], (64,), np.float32)
+    plan = GraphExecutor(pool).plan(g)
+    text = plan.describe()
+    assert f"strategy {plan.strategy}" in text
+    assert plan.strategy in plan.candidates
+    assert plan.candidates[plan.strategy] == plan.pool_device_bytes == min(plan.candidates.values())
+    assert "why: least device memory for a run from an empty pool" in text
+    assert f"lower bound {plan.lower_bound} B" in text
+    for name in ("arena", "block_per_tensor", "one_block"):
+        assert name in plan.strategy_reason or name == plan.strategy
+    # the public report holds no run state
+    assert not [f for f in dataclasses.fields(plan) if f.name.startswith("_")]
+
+
+def test_op_that_cannot_be_allocated_is_named(
+    queue: cl.CommandQueue, pool: BufferPool, kernels: Any
+) -> None:
+    keep = pool.allocate((8,), np.float32)
+    before = pool.stats
+    x = Tensor.from_numpy(np.ones(64, np.float32), queue)
+    g = Graph()
+    a = g.add_op("small", kernels.relu, [x], (64,), np.float32)
+    g.add_op("huge", kernels.relu, [a], (2**40,), np.float32)
+    g.add_op("after", kernels.relu, [TensorRef("huge")], (64,), np.float32)
+    ex = GraphExecutor(pool)
+    with pytest.raises(MemoryError, match=r"op '(small|huge)' needs a block of \d+ bytes") as info:
+        ex.run(g, outputs=["huge", "after"])
+    msg = str(info.value)
+    assert "output 'huge'" in msg and "cannot allocate" in msg and "bytes in use" in msg
+    after = pool.stats
+    assert (after.bytes_in_use, after.live_tensors) == (before.bytes_in_use, before.live_tensors)
+    pool.release(keep)
+
+
+def test_graph_beyond_the_pool_limit(queue: cl.CommandQueue, kernels: Any) -> None:
+    pool = BufferPool(queue, limit=64 * 1024)
+    keep = pool.allocate((1024,), np.float32)
+    before = pool.stats
+    x = Tensor.from_numpy(np.ones(4096, np.float32), queue)
+    g = Graph()
+    cur: Tensor | TensorRef = x
+    for i in range(3):
+        cur = g.add_op(f"big{i}", kernels.add, [cur, x] if i else [x, x], (8192,), np.float32)
+    g.add_op("wide", kernels.relu, [cur], (16384,), np.float32)
+    with pytest.raises(MemoryError, match=r"run: op '\w+' needs .*pool limit is 65536"):
+        GraphExecutor(pool).run(g, outputs=["big0", "wide"])
+    after = pool.stats
+    assert (after.bytes_in_use, after.live_tensors) == (before.bytes_in_use, before.live_tensors)
+    pool.release(keep)
+
+
+def test_free_held_frees_the_last_blocks(
+    queue: cl.CommandQueue, pool: BufferPool, kernels: Any
+) -> None:
+    """The executor's cached views retain their block's memory: free_held() drops them."""
+    x = Tensor.from_numpy(np.ones(4096, np.float32), queue)
+    g = Graph()
+    cur: Tensor | TensorRef = x
+    for i in range(5):
+        cur = g.add_op(f"n{i}", kernels.mix_fn(1.0), [cur, x], (4096 * (1 + i % 2),), np.float32)
+    ex = GraphExecutor(pool)
+    pool.release(ex.run(g, outputs=["n1", "n4"])[0])
+    (state,) = ex._runs[g].values()
+    assert any(state.views)
+    pool.free_held()
+    assert not any(state.views)
+    assert pool.stats.bytes_held == 0
+    outs = ex.run(g, outputs=["n1", "n4"])  # and runs again with fresh blocks
+    np.testing.assert_array_equal(outs[0].to_numpy(), np.full(8192, 3.0, np.float32))
+    np.testing.assert_array_equal(outs[1].to_numpy(), np.full(4096, 6.0, np.float32))
+    pool.release_all(outs)

@@ -49,7 +49,14 @@ def test_duplicate_name_is_rejected_and_graph_unchanged(queue: cl.CommandQueue) 
         ((4.5,), "float32", r"bad shape.*4\.5"),
         ("abc", "float32", r"bad shape"),
         ((4,), "not_a_dtype", r"bad dtype 'not_a_dtype'"),
-        ((4,), object, r"fixed-size numeric dtype, got object"),
+        ((4,), object, r"fixed-size numeric dtype .*got object"),
+        ((4,), None, r"dtype is required, got None"),
+        ((4,), "U4", r"fixed-size numeric dtype .*got <U4"),
+        ((4,), "S8", r"fixed-size numeric dtype .*got \|S8"),
+        ((4,), [("a", "f4"), ("b", "i4")], r"fixed-size numeric dtype .*got \[\('a'"),
+        ((4,), ("f4", (2,)), r"fixed-size numeric dtype .*got \('<f4', \(2,\)\)"),
+        ((4,), "datetime64[s]", r"fixed-size numeric dtype .*got datetime64\[s\]"),
+        ((4,), "V8", r"fixed-size numeric dtype .*got \|V8"),
     ],
 )
 def test_bad_shape_or_dtype(shape: object, dtype: object, match: str) -> None:
@@ -57,6 +64,13 @@ def test_bad_shape_or_dtype(shape: object, dtype: object, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         g.add_op("bad", _noop, [], shape=shape, dtype=dtype)  # type: ignore[arg-type]
     assert len(g) == 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", np.int8, "uint64", "complex64", bool, "f2"])
+def test_numeric_dtypes_are_accepted(dtype: object) -> None:
+    g = Graph()
+    g.add_op("ok", _noop, [], shape=(2,), dtype=dtype)  # type: ignore[arg-type]
+    assert g.op("ok").dtype == np.dtype(dtype)  # type: ignore[call-overload]
 
 
 def test_bad_inputs_name_and_fn() -> None:

@@ -44,6 +44,7 @@ def test_run_and_node_spans(
     assert run.attributes["netcl.graph.nodes"] == 3
     assert run.attributes["netcl.pool.peak_bytes"] == plan.pool_peak_bytes > 0
     assert run.attributes["netcl.graph.lower_bound_bytes"] == plan.lower_bound
+    assert run.attributes["netcl.graph.strategy"] == plan.strategy
     assert [n.attributes["netcl.node.name"] for n in nodes if n.attributes] == [
         "add", "relu", "relu2",
     ]
@@ -71,6 +72,7 @@ def test_failing_node_span_records_the_error(
     assert node.status.status_code == StatusCode.ERROR
     assert any(e.name == "exception" for e in node.events)
     assert run.status.status_code == StatusCode.ERROR
+    assert run.attributes is not None and run.attributes["error.type"] == "ValueError"
     assert pool.stats.bytes_in_use == 0
 
 

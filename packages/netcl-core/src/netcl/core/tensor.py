@@ -31,6 +31,20 @@ def normalize_shape(shape: int | Sequence[int]) -> Shape:
     return tuple(int(d) for d in dims)
 
 
+class _Released:
+    """Stands in for the buffer of a released pool tensor: a later use fails with a clear error
+    instead of touching a block that may already belong to another tensor."""
+
+    size = 0
+    int_ptr = 0
+
+    def __repr__(self) -> str:
+        return "<released pool buffer>"
+
+
+_RELEASED: Any = _Released()
+
+
 class Tensor:
     """An on-device value: an OpenCL buffer with a shape, a dtype and the queue it lives on.
 
@@ -39,7 +53,7 @@ class Tensor:
     freed with the Tensor.
     """
 
-    __slots__ = ("__weakref__", "buffer", "dtype", "queue", "shape")
+    __slots__ = ("__weakref__", "_buffer", "_pool", "dtype", "queue", "shape")
 
     def __init__(
         self,
@@ -57,21 +71,19 @@ class Tensor:
                 f"Tensor{self.shape} of {self.dtype} needs {need} bytes, "
                 f"but the buffer holds only {have}"
             )
-        self.buffer = buffer
+        self._buffer = buffer
+        self._pool: Any = None  # the BufferPool that handed out the buffer, while it is live
         self.queue = queue
 
-    @classmethod
-    def _wrap(
-        cls,
-        buffer: cl.MemoryObjectHolder,
-        shape: Shape,
-        dtype: np.dtype[Any],
-        queue: cl.CommandQueue,
-    ) -> Tensor:
-        # Allocation fast path for callers that already validated shape, dtype and size.
-        t = cls.__new__(cls)
-        t.buffer, t.shape, t.dtype, t.queue = buffer, shape, dtype, queue
-        return t
+    @property
+    def buffer(self) -> cl.MemoryObjectHolder:
+        """The OpenCL buffer (``RuntimeError`` once the tensor was released to its pool)."""
+        buf = self._buffer
+        if buf is _RELEASED:
+            raise RuntimeError(
+                f"{self!r} was released to its BufferPool; a released tensor cannot be used"
+            )
+        return buf
 
     @property
     def nbytes(self) -> int:

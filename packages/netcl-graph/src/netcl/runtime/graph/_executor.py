@@ -1,21 +1,21 @@
-"""GraphExecutor: runs a Graph's plan, intermediates in one pooled arena, outputs in own blocks."""
+"""GraphExecutor: runs a Graph's plan with the pool blocks its memory layout chose."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
 from collections.abc import Sequence
 from typing import Any, overload
 
-import numpy as np
 import pyopencl as cl
 
 from netcl.core import telemetry
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
 from netcl.runtime.graph._graph import Graph, TensorRef
-from netcl.runtime.graph._plan import GraphPlan, build_plan
+from netcl.runtime.graph._plan import GraphPlan, Schedule, build_plan
 from netcl.runtime.graph.version import __version__
 
 __all__ = ["GraphExecutor"]
@@ -39,18 +39,42 @@ _plans_built = _meter.create_counter(
 _OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 
 
+_NO_SPAN = contextlib.nullcontext()
+_VIEW_CACHE = 4  # pool blocks per plan block whose views are kept
+
+
+class _Run:
+    """The executor's private state for one (graph, outputs): the public plan, the schedule,
+    and the sub-buffer views made for the blocks last seen (mutated under ``lock``)."""
+
+    __slots__ = ("lock", "plan", "schedule", "views")
+
+    def __init__(self, plan: GraphPlan, schedule: Schedule) -> None:
+        self.plan = plan
+        self.schedule = schedule
+        self.lock = threading.Lock()
+        # per block: {int_ptr of a pool block: [(slot, view Tensor)]}: the pool hands a few
+        # blocks of a size class back in turn (LIFO), so several are kept
+        self.views: list[dict[int, list[tuple[int, Tensor]]]] = [{} for _ in schedule.blocks]
+
+    def forget(self) -> None:
+        with self.lock:
+            self.views = [{} for _ in self.views]
+
+
 class GraphExecutor:
     """Runs graphs with device memory from ``pool``.
 
     The first run of a graph (for a given set of outputs) plans it: topological order, lifetimes
-    and an arena layout for the intermediates. Later runs reuse the plan until the graph changes.
-    Each run takes one arena block from the pool for all intermediates, gives it back at the end,
-    and allocates each requested output as a pool Tensor that the caller owns (release it with
-    ``pool.release(tensor)``). External input Tensors are never released.
+    and a memory layout (see :class:`GraphPlan`); later runs reuse the plan until the graph
+    changes. A run takes its pool blocks when the first value in them is produced and gives the
+    intermediates' blocks back after their last reader; each requested output is a pool Tensor
+    the caller owns (release it with ``pool.release(tensor)``). External inputs are never
+    released.
 
     Op functions must enqueue their work on ``out.queue`` (the pool's queue). On an out-of-order
     queue the executor puts a barrier after every op, so no op starts before its inputs are
-    written and no arena bytes are rewritten while an earlier reader may still run.
+    written and no block is rewritten while an earlier reader may still run.
     """
 
     def __init__(self, pool: BufferPool) -> None:
@@ -64,12 +88,14 @@ class GraphExecutor:
         self._alignment = max(int(queue.device.mem_base_addr_align) // 8, 1)
         self._out_of_order = bool(queue.properties & _OOO)
         self._lock = threading.Lock()
-        self._plans: weakref.WeakKeyDictionary[Graph, dict[tuple[str, ...] | None, GraphPlan]]
-        self._plans = weakref.WeakKeyDictionary()
+        self._runs: weakref.WeakKeyDictionary[Graph, dict[tuple[str, ...] | None, _Run]]
+        self._runs = weakref.WeakKeyDictionary()
+        # views retain their block's memory: drop them when the pool frees its held blocks
+        pool._add_free_held_hook(self._forget_views)
 
     @property
     def alignment(self) -> int:
-        """Bytes every value's size and arena offset is rounded to (the device's alignment)."""
+        """Bytes every value's size and offset is rounded to (the device's alignment)."""
         return self._alignment
 
     def plan(
@@ -79,25 +105,36 @@ class GraphExecutor:
 
         Raises ValueError on a cycle, an unknown ref or output, or an empty graph.
         """
+        return self._run_state(graph, outputs).plan
+
+    def _run_state(self, graph: Graph, outputs: Sequence[TensorRef | str] | None) -> _Run:
         if not isinstance(graph, Graph):
             raise TypeError(f"GraphExecutor: graph must be a Graph, got {graph!r}")
         key = None if outputs is None else _output_names(outputs)
         with self._lock:
-            per_graph = self._plans.get(graph)
+            per_graph = self._runs.get(graph)
             if per_graph is not None:
                 cached = per_graph.get(key)
-                if cached is not None and cached.graph_version == graph.version:
+                if cached is not None and cached.plan.graph_version == graph.version:
                     return cached
-        plan = build_plan(graph, key, self._alignment, self.pool.block_bytes, self._context)
+        run = _Run(
+            *build_plan(graph, key, self._alignment, self.pool.block_bytes, self._context)
+        )
         _plans_built.add(1)
         with self._lock:
-            per_graph = self._plans.get(graph)
+            per_graph = self._runs.get(graph)
             if per_graph is None or any(
-                p.graph_version != graph.version for p in per_graph.values()
+                r.plan.graph_version != graph.version for r in per_graph.values()
             ):
-                per_graph = self._plans[graph] = {}
-            per_graph[key] = plan
-        return plan
+                per_graph = self._runs[graph] = {}
+            per_graph[key] = run
+        return run
+
+    def _forget_views(self) -> None:
+        with self._lock:
+            runs = [r for per_graph in self._runs.values() for r in per_graph.values()]
+        for r in runs:
+            r.forget()
 
     @overload
     def run(self, graph: Graph) -> Tensor: ...
@@ -113,10 +150,12 @@ class GraphExecutor:
 
         Returns the output of the last op run, or, when ``outputs`` names ops (TensorRefs or
         names), a list of their outputs in that order. Returned Tensors belong to the caller.
-        An op that raises makes ``run`` raise RuntimeError naming the op, after every block this
-        run took went back to the pool.
+        An op that raises makes ``run`` raise RuntimeError naming the op; a block that cannot be
+        allocated raises MemoryError naming the op that needed it. Either way every block this
+        run took went back to the pool first.
         """
-        plan = self.plan(graph, outputs)
+        state = self._run_state(graph, outputs)
+        plan = state.plan
         t0 = time.perf_counter()
         if telemetry.tracing():
             with _tracer.start_as_current_span(
@@ -126,92 +165,113 @@ class GraphExecutor:
                     "netcl.pool.peak_bytes": plan.pool_peak_bytes,
                     "netcl.graph.arena_bytes": plan.arena_bytes,
                     "netcl.graph.lower_bound_bytes": plan.lower_bound,
+                    "netcl.graph.strategy": plan.strategy,
                 },
-            ):
-                result = self._execute(plan, traced=True)
+            ) as span:
+                try:
+                    result = self._execute(state, traced=True)
+                except BaseException as exc:
+                    cause = exc.__cause__ if exc.__cause__ is not None else exc
+                    span.set_attribute("error.type", _error_type(cause))
+                    raise
         else:
-            result = self._execute(plan, traced=False)
+            result = self._execute(state, traced=False)
         _runs.record(time.perf_counter() - t0)
         _nodes_executed.add(len(plan.order))
         return result[0] if outputs is None else result
 
-    def _execute(self, plan: GraphPlan, traced: bool) -> list[Tensor]:
+    def _execute(self, state: _Run, traced: bool) -> list[Tensor]:
         pool = self.pool
         queue = self._queue
         ooo = self._out_of_order
-        arena = pool.allocate((plan.arena_bytes,), np.uint8) if plan.arena_bytes else None
-        outs: list[Tensor] = []
+        schedule = state.schedule
+        specs = schedule.blocks
+        values = list(schedule.template)
+        taken: list[Tensor | None] = [None] * len(specs)
         step = None
+        allocating = -1
         try:
-            values = self._table(plan, arena)
             if ooo:
                 cl.enqueue_barrier(queue)  # earlier users of these blocks finish first
-            # two copies of the per-op body: the untraced one stays free of a context manager
-            if traced:
-                for step in plan._steps:
-                    with _tracer.start_as_current_span(
-                        "netcl.graph.node",
-                        attributes={
-                            "netcl.node.name": step.name,
-                            "netcl.node.shape": step.shape,
-                            "netcl.node.dtype": step.dtype.name,
-                        },
-                    ):
-                        if step.output:
-                            values[step.slot] = out = pool.allocate(step.shape, step.dtype)
-                            outs.append(out)
-                        step.fn([values[i] for i in step.inputs], values[step.slot])
-                        if ooo:
-                            cl.enqueue_barrier(queue)
-            else:
-                for step in plan._steps:
-                    if step.output:
-                        values[step.slot] = out = pool.allocate(step.shape, step.dtype)
-                        outs.append(out)
+            for step in schedule.steps:
+                # the one per-op loop: span work only behind the tracing check
+                with (
+                    _tracer.start_as_current_span("netcl.graph.node", attributes=step.attrs)
+                    if traced
+                    else _NO_SPAN
+                ):
+                    for allocating in step.allocs:
+                        spec = specs[allocating]
+                        taken[allocating] = block = pool.allocate(
+                            spec.shape, spec.dtype, _nbytes=spec.nbytes
+                        )
+                        if spec.owner >= 0:
+                            values[spec.owner] = block
+                        if spec.views:
+                            self._fill(state, allocating, block, values)
+                    allocating = -1
                     step.fn([values[i] for i in step.inputs], values[step.slot])
                     if ooo:
                         cl.enqueue_barrier(queue)
+                for k in step.frees:
+                    pool.release(taken[k])  # type: ignore[arg-type]
+                    taken[k] = None
         except BaseException as exc:
             # give back everything this run took; blocks are reused only by commands enqueued
             # after these (in-order queue, or the barrier on an out-of-order one)
             if ooo:
                 cl.enqueue_barrier(queue)
-            pool.release_all(outs)
-            if arena is not None:
-                pool.release(arena)
+            pool.release_all([t for t in taken if t is not None])
+            if step is not None and allocating >= 0 and isinstance(exc, MemoryError):
+                what = _block_role(state.plan, allocating)
+                raise MemoryError(
+                    f"GraphExecutor.run: op {step.name!r} needs a block of "
+                    f"{specs[allocating].nbytes} bytes ({what}) that cannot be allocated: {exc}"
+                ) from exc
             if isinstance(exc, Exception) and step is not None:
                 raise RuntimeError(
                     f"GraphExecutor.run: op {step.name!r} raised {type(exc).__name__}: {exc}"
                 ) from exc
             raise
-        if arena is not None:
-            pool.release(arena)
-        return [values[i] for i in plan._out_slots]
+        return [values[i] for i in schedule.out_slots]
 
-    def _table(self, plan: GraphPlan, arena: Tensor | None) -> list[Any]:
-        """The run's value table: external inputs, arena views of the intermediates, and a free
-        slot per output. Views are made once per arena block and kept with the plan."""
-        key = 0 if arena is None else arena.buffer.int_ptr
-        cached = plan._table[0]
-        if cached is not None and cached[0] == key:
-            return list(cached[1])
-        table: list[Any] = list(plan._externals)
-        # A Buffer of our own on the pooled block (PooledBuffer has no get_sub_region). It retains
-        # the cl_mem, so the handle (our cache key) cannot be reused while the views exist.
-        base = None if arena is None else cl.Buffer.from_int_ptr(key, retain=True)
-        for step in plan._steps:
-            if step.output or base is None:
-                table.append(None)
-            else:
-                lt = plan.lifetimes[step.name]
-                assert lt.offset is not None
-                sub = base.get_sub_region(lt.offset, lt.size)
-                table.append(Tensor(sub, step.shape, step.dtype, self._queue))
-        plan._table[0] = (key, table)
-        return list(table)
+    def _fill(self, state: _Run, k: int, block: Tensor, values: list[Any]) -> None:
+        """Put the views of block ``k``'s values in the value table. Views are made once per
+        pool block (the pool hands the same block back run after run) and kept until the pool
+        frees its held blocks."""
+        ptr = block.buffer.int_ptr
+        made = state.views[k].get(ptr)
+        if made is None:
+            # A Buffer of our own on the pooled block (PooledBuffer has no get_sub_region)
+            base = cl.Buffer.from_int_ptr(ptr, retain=True)
+            made = [
+                (slot, Tensor(base.get_sub_region(off, size), shape, dtype, self._queue))
+                for slot, off, size, shape, dtype in state.schedule.blocks[k].views
+            ]
+            with state.lock:
+                cache = state.views[k]
+                if len(cache) >= _VIEW_CACHE:
+                    cache.clear()
+                cache[ptr] = made
+        for slot, view in made:
+            values[slot] = view
 
     def __repr__(self) -> str:
         return f"GraphExecutor(pool={self.pool!r}, alignment={self._alignment})"
+
+
+def _block_role(plan: GraphPlan, k: int) -> str:
+    block = plan.blocks[k]
+    held = [lt.name for lt in plan.lifetimes.values() if lt.block == k and lt.name != block.owner]
+    also = f", also holding {', '.join(held)} before it" if held else ""
+    if block.last is None:
+        return f"the block of output {block.owner!r}{also}"
+    return f"the block of {', '.join([block.owner] if block.owner else held)}"
+
+
+def _error_type(exc: BaseException) -> str:
+    t = type(exc)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
 def _output_names(outputs: Sequence[TensorRef | str]) -> tuple[str, ...]:

@@ -13,6 +13,8 @@ from netcl.core.tensor import Shape, Tensor, normalize_shape
 
 __all__ = ["Graph", "Op", "OpFn", "TensorRef"]
 
+_NUMERIC_KINDS = frozenset("biufc")
+
 
 @dataclass(frozen=True, slots=True)
 class TensorRef:
@@ -99,13 +101,16 @@ class Graph:
             dims = normalize_shape(shape)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"Graph.add_op({name!r}): bad shape: {exc}") from None
+        if dtype is None:  # np.dtype(None) would silently be float64
+            raise ValueError(f"Graph.add_op({name!r}): dtype is required, got None")
         try:
             dt = np.dtype(dtype)
         except TypeError as exc:
             raise ValueError(f"Graph.add_op({name!r}): bad dtype {dtype!r}: {exc}") from None
-        if dt.hasobject or dt.itemsize == 0:
+        if dt.kind not in _NUMERIC_KINDS or dt.fields is not None or dt.subdtype is not None:
             raise ValueError(
-                f"Graph.add_op({name!r}): dtype must be a fixed-size numeric dtype, got {dt}"
+                f"Graph.add_op({name!r}): dtype must be a fixed-size numeric dtype (bool, int, "
+                f"uint, float or complex), got {dt} ({dtype!r})"
             )
         self._ops[name] = Op(name, fn, tuple(inputs), dims, dt, len(self._ops))
         self._version += 1

@@ -10,8 +10,9 @@ by a seeded generator (deterministic), as many times as a small budget allows.
 
 from __future__ import annotations
 
+import bisect
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = ["Interval", "Placement", "lower_bound", "max_live_count", "place"]
@@ -56,10 +57,33 @@ def max_live_count(items: Sequence[Interval]) -> int:
     return lower_bound([Interval(it.first, it.last, 1) for it in items])
 
 
-def _greedy(items: Sequence[Interval], order: Sequence[int], best_fit: bool) -> list[int]:
+def _fit(lo: int, hi: float, size: int, bounds: Sequence[int]) -> int:
+    """The lowest offset >= ``lo`` where ``size`` bytes fit below ``hi`` without crossing a block
+    boundary in ``bounds`` (sorted); -1 when there is none."""
+    pos = lo
+    while pos + size <= hi:
+        k = bisect.bisect_right(bounds, pos)
+        if k == len(bounds) or bounds[k] >= pos + size:
+            return pos
+        pos = bounds[k]
+    return -1
+
+
+def _greedy(
+    items: Sequence[Interval],
+    order: Sequence[int],
+    best_fit: bool,
+    fixed: Mapping[int, int] | None = None,
+    bounds: Sequence[int] = (),
+) -> list[int]:
     offsets = [0] * len(items)
     placed: list[int] = []
+    for i, off in (fixed or {}).items():
+        offsets[i] = off
+        placed.append(i)
     for i in order:
+        if fixed and i in fixed:
+            continue
         it = items[i]
         busy = sorted(
             (offsets[j], offsets[j] + items[j].size) for j in placed if _overlap(it, items[j])
@@ -69,12 +93,16 @@ def _greedy(items: Sequence[Interval], order: Sequence[int], best_fit: bool) -> 
         end = 0
         for start, stop in busy:
             gap = start - end
-            if gap >= it.size and (chosen < 0 or gap < chosen_gap):
-                chosen, chosen_gap = end, gap
-                if not best_fit:
-                    break
+            if gap >= it.size:
+                pos = _fit(end, start, it.size, bounds) if bounds else end
+                if pos >= 0 and (chosen < 0 or gap < chosen_gap):
+                    chosen, chosen_gap = pos, gap
+                    if not best_fit:
+                        break
             end = max(end, stop)
-        offsets[i] = end if chosen < 0 else chosen
+        if chosen < 0:
+            chosen = _fit(end, float("inf"), it.size, bounds) if bounds else end
+        offsets[i] = chosen
         placed.append(i)
     return offsets
 
@@ -97,8 +125,16 @@ def _two_ended(items: Sequence[Interval], bound: int) -> list[int] | None:
     return offsets
 
 
-def place(items: Sequence[Interval]) -> Placement:
-    """Offsets for ``items`` in the smallest arena any of the heuristics finds."""
+def place(
+    items: Sequence[Interval],
+    fixed: Mapping[int, int] | None = None,
+    bounds: Sequence[int] = (),
+) -> Placement:
+    """Offsets for ``items`` in the smallest arena any of the heuristics finds.
+
+    ``fixed`` pins some items at given offsets; no item may cross an offset in ``bounds`` (the
+    edges of separate blocks laid out one after the other).
+    """
     if not items:
         return Placement((), 0, "empty")
     bound = lower_bound(items)
@@ -109,12 +145,19 @@ def place(items: Sequence[Interval]) -> Placement:
         range(n),
         key=lambda i: (-(items[i].last - items[i].first + 1) * items[i].size, items[i].first, i),
     )
+    by_end = sorted(range(n), key=lambda i: (-items[i].last, -items[i].size, i))
+    bounds = sorted(bounds)
+
+    def greedy(order: Sequence[int], best_fit: bool) -> list[int]:
+        return _greedy(items, order, best_fit, fixed, bounds)
+
     candidates: list[tuple[str, Callable[[], list[int] | None]]] = [
-        ("two_ended", lambda: _two_ended(items, bound)),
-        ("greedy_by_size_best_fit", lambda: _greedy(items, by_size, True)),
-        ("greedy_by_size_first_fit", lambda: _greedy(items, by_size, False)),
-        ("greedy_by_area_best_fit", lambda: _greedy(items, by_area, True)),
-        ("greedy_by_start_best_fit", lambda: _greedy(items, by_start, True)),
+        ("two_ended", lambda: None if fixed or bounds else _two_ended(items, bound)),
+        ("greedy_by_size_best_fit", lambda: greedy(by_size, True)),
+        ("greedy_by_size_first_fit", lambda: greedy(by_size, False)),
+        ("greedy_by_area_best_fit", lambda: greedy(by_area, True)),
+        ("greedy_by_start_best_fit", lambda: greedy(by_start, True)),
+        ("greedy_by_end_best_fit", lambda: greedy(by_end, True)),
     ]
     best: Placement | None = None
     for name, run in candidates:
@@ -138,7 +181,7 @@ def place(items: Sequence[Interval]) -> Placement:
         spread = 0.5 + 2.0 * attempt / max(tries - 1, 1)
         jitter = {i: items[i].size * 2.0 ** rng.uniform(-spread, spread) for i in range(n)}
         order = sorted(range(n), key=lambda i: (-jitter[i], i))
-        offsets = _greedy(items, order, True)
+        offsets = greedy(order, True)
         arena = max(o + it.size for o, it in zip(offsets, items, strict=True))
         if arena < best.arena_bytes:
             best = Placement(tuple(offsets), arena, "greedy_by_size_restarts")
