@@ -23,12 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 OBS = ROOT / "observability"
 DASHBOARD = OBS / "grafana/netcl.json"
 
-# Series the dashboard queries that other changes of this release add (per-pool gauges; the
-# scheduler's host waits). While the demo does not emit them, their queries are reported as
-# pending instead of failing; once it does, they are checked like every other query. Any other
-# missing series (a typo, a renamed metric) fails the test.
-PENDING = {"netcl_pool_used_bytes", "netcl_pool_held_bytes", "netcl_scheduler_host_waits_total"}
-
 # Grafana's variables, as a dashboard user with the demo's job would have them.
 VARIABLES = {"$__rate_interval": "1m", "$job": "netcl"}
 
@@ -125,20 +119,17 @@ def test_every_dashboard_query_returns_data(scraped_demo: Scraped) -> None:
     exposition = scraped_demo.get(scraped_demo.metrics_port, "/metrics")
     emitted = {ln.split("{")[0].split()[0] for ln in exposition.splitlines()
                if ln and not ln.startswith("#")}  # fmt: skip
-    checked, pending = [], []
+    checked = []
     for expr in _queries():
         missing = _series(expr) - emitted
-        if missing:
-            assert missing <= PENDING, f"{expr}: no series {sorted(missing - PENDING)}"
-            pending.append(expr)
-            continue
+        assert not missing, f"{expr}: the demo emits no series {sorted(missing)}"
         promql = expr
         for var, value in VARIABLES.items():
             promql = promql.replace(var, value)
         assert scraped_demo.query(promql), f"no data for {promql}"
         checked.append(expr)
     assert len(checked) >= 14, checked
-    print(f"{len(checked)} queries returned data; pending until their series exist: {pending}")
+    print(f"{len(checked)} queries returned data")
 
 
 def _png_pixels(data: bytes) -> np.ndarray[Any, np.dtype[np.uint8]]:
