@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from netcl.core import device
+from netcl.core import device, telemetry
 
 _SPANS = InMemorySpanExporter()
 _METRICS = InMemoryMetricReader()
@@ -113,10 +113,14 @@ def otel_mode(request: pytest.FixtureRequest) -> Iterator[str]:
         return
     saved = trace._TRACER_PROVIDER
     recorded = len(_SPANS.get_finished_spans())
+    # tracing() keeps a True answer (a provider can be set only once per process): clear it too,
+    # so its next re-check sees the empty slot as a process without an SDK would
     trace._TRACER_PROVIDER = None
+    telemetry._on = False
     try:
         yield "no_sdk"
     finally:
         trace._TRACER_PROVIDER = saved
+        telemetry._on = True
     spans = _SPANS.get_finished_spans()[recorded:]
     assert not spans, f"spans recorded with no SDK: {[s.name for s in spans]}"
