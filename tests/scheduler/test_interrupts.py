@@ -358,6 +358,21 @@ def test_a_raising_span_processor_does_not_change_the_error(
     assert len(calls) == 2 and sched.plans == ()
 
 
+_INSTRUCTIONS: dict[Any, dict[int, str]] = {}
+
+
+def _instruction_at(code: Any, offset: int) -> str:
+    """``OPNAME`` (``STORE_ATTR:name`` for attribute stores) at ``offset``, through dis so the
+    bytecode layout of any CPython version is read right."""
+    table = _INSTRUCTIONS.get(code)
+    if table is None:
+        table = _INSTRUCTIONS[code] = {
+            i.offset: i.opname + (f":{i.argval}" if i.opname == "STORE_ATTR" else "")
+            for i in dis.get_instructions(code)
+        }
+    return table.get(offset, "?")
+
+
 def _opcodes_between_an_op_and_its_bookkeeping(sched: Scheduler) -> list[str]:
     """The opcodes the scheduler executes from an op's return to the store that counts it
     done, recorded with an opcode tracer."""
@@ -373,10 +388,7 @@ def _opcodes_between_an_op_and_its_bookkeeping(sched: Scheduler) -> list[str]:
             frame.f_trace_opcodes = True
             return tracer
         if event == "opcode":
-            name = dis.opname[frame.f_code.co_code[frame.f_lasti]]
-            if name == "STORE_ATTR":
-                name += ":" + frame.f_code.co_names[frame.f_code.co_code[frame.f_lasti + 1]]
-            executed.append(name)
+            executed.append(_instruction_at(frame.f_code, frame.f_lasti))
         return tracer
 
     sched.submit(op)
