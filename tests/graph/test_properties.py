@@ -260,6 +260,9 @@ def test_output_takes_a_larger_freed_block(queue: cl.CommandQueue) -> None:
     pool = BufferPool(queue)
     sizes = [1] * 8 + [2048, 1000, 1]
     plan = _plan_of(pool, sizes, [[]] + [[0]] * 10, ["n0", "n1", "n9"])
-    assert plan.pool_device_bytes <= 1.04 * plan.lower_bound, plan.describe()
-    assert plan.candidates["block_per_tensor_best_fit"] <= 1.04 * plan.lower_bound
+    # each of the three output blocks may waste up to one alignment unit (128 B on PoCL, 512 B on
+    # NVIDIA), which is a lot next to these tiny tensors
+    slack = 3 * queue.device.mem_base_addr_align // 8
+    assert plan.pool_device_bytes <= 1.04 * plan.lower_bound + slack, plan.describe()
+    assert plan.candidates["block_per_tensor_best_fit"] <= 1.04 * plan.lower_bound + slack
     assert plan.candidates["block_per_tensor"] >= 1.5 * plan.lower_bound
