@@ -15,7 +15,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from netcl.core import telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.capture import _intercept, _telemetry
-from netcl.runtime.capture._recording import Recording
+from netcl.runtime.capture._recording import COMMANDS, Recording
 from netcl.runtime.capture._records import CapturedLaunch, CapturedTransfer
 from netcl.runtime.capture._replay import (
     KernelOp,
@@ -262,7 +262,7 @@ class KernelCapture:
         if rec is not None:
             return tuple(
                 launch_record(item) if kind == "k" else transfer_record(item)
-                for kind, item in list(rec.raw) if kind != "f"
+                for kind, item in list(rec.raw) if kind in COMMANDS
             )
         if program is None:
             return ()
