@@ -140,3 +140,39 @@ def test_host_waits_are_not_commands(queue: cl.CommandQueue) -> None:
     done: Any = cap.replay()
     done.wait()
     np.testing.assert_allclose(b.get(), 2.0)
+
+
+def test_an_interrupt_between_a_host_wait_and_its_record_discards_the_recording(
+    queue: cl.CommandQueue,
+) -> None:
+    a = cla.to_device(queue, np.ones(N, np.float32))
+    cap = KernelCapture()
+    cap.begin()
+    b = a + 1
+    rec = cap._recording
+    assert rec is not None
+    recorded = rec.raw
+
+    class Interrupted(list):  # type: ignore[type-arg]
+        def append(self, item: Any) -> None:  # the wait happened; recording it is interrupted
+            raise KeyboardInterrupt
+
+    rec.raw = Interrupted(recorded)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            b.finish()
+    finally:
+        rec.raw = recorded
+    with pytest.raises(RuntimeError, match="may have missed a command"):
+        cap.end()
+    assert not cap.is_recording
+    with pytest.raises(RuntimeError, match="nothing captured"):
+        cap.replay()
+    cap.begin()  # and the capture records again
+    b.finish()
+    c = a * 3
+    assert cap.end() == 1
+    a.set(np.full(N, 2.0, np.float32))
+    done: Any = cap.replay()
+    done.wait()
+    np.testing.assert_allclose(c.get(), 6.0)

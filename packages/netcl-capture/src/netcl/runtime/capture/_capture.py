@@ -99,7 +99,7 @@ class KernelCapture:
                     raise RuntimeError(
                         "KernelCapture.end: the recording may have missed a command (an "
                         "exception such as KeyboardInterrupt interrupted a recorded launch, "
-                        "copy or argument setter); it was discarded: record again"
+                        "copy, host wait or argument setter); it was discarded: record again"
                     )
                 program = build(rec)
             except BaseException as exc:
