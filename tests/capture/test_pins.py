@@ -72,6 +72,18 @@ def test_argument_setters_signatures() -> None:
     assert _params(cl.CommandQueue.finish) == ["self"]
 
 
+def test_host_wait_signatures() -> None:
+    """The recorded host-side waits: ``Event.wait(self)`` and ``wait_for_events(events)`` (one
+    object under ``cl.`` and ``_cl.``), which pyopencl.array's ``finish()`` calls."""
+    import pyopencl.array as cla
+
+    assert cl.wait_for_events is _cl.wait_for_events
+    assert _params(_cl.wait_for_events) == ["arg"]
+    assert _params(cl.Event.wait) == ["self"]
+    assert "wait" not in cl.UserEvent.__dict__ and "wait" not in cl.NannyEvent.__dict__
+    assert "cl.wait_for_events(self.events)" in inspect.getsource(cla.Array.finish)
+
+
 def test_generated_invoker_layout() -> None:
     """Kernel.__call__ runs pyopencl's generated invoker: positional (queue, global size,
     local size, *args), then wait_for among the keywords; it sets arguments through the

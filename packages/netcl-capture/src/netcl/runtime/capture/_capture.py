@@ -15,7 +15,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from netcl.core import telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.capture import _intercept, _telemetry
-from netcl.runtime.capture._recording import Recording
+from netcl.runtime.capture._recording import COMMANDS, Recording
 from netcl.runtime.capture._records import CapturedLaunch, CapturedTransfer
 from netcl.runtime.capture._replay import (
     KernelOp,
@@ -99,7 +99,7 @@ class KernelCapture:
                     raise RuntimeError(
                         "KernelCapture.end: the recording may have missed a command (an "
                         "exception such as KeyboardInterrupt interrupted a recorded launch, "
-                        "copy or argument setter); it was discarded: record again"
+                        "copy, host wait or argument setter); it was discarded: record again"
                     )
                 program = build(rec)
             except BaseException as exc:
@@ -262,7 +262,7 @@ class KernelCapture:
         if rec is not None:
             return tuple(
                 launch_record(item) if kind == "k" else transfer_record(item)
-                for kind, item in list(rec.raw) if kind != "f"
+                for kind, item in list(rec.raw) if kind in COMMANDS
             )
         if program is None:
             return ()

@@ -71,6 +71,10 @@ def _originals() -> dict[tuple[Any, str], Any]:
         (cl, "enqueue_nd_range_kernel"): cl.__dict__["enqueue_nd_range_kernel"],
         (_cl, "enqueue_nd_range_kernel"): _cl.__dict__["enqueue_nd_range_kernel"],
         (cl.CommandQueue, "finish"): cl.CommandQueue.__dict__["finish"],
+        # host-side waits: they order the commands issued after them (see Recording.add_wait)
+        (cl, "wait_for_events"): cl.__dict__["wait_for_events"],
+        (_cl, "wait_for_events"): _cl.__dict__["wait_for_events"],
+        (cl.Event, "wait"): cl.Event.__dict__["wait"],
         (_invoker, "generate_enqueue_and_set_args"):
             _invoker.__dict__["generate_enqueue_and_set_args"],
     }
@@ -161,6 +165,14 @@ def _note_finish(rec: Recording, args: tuple[Any, ...], kwargs: Any, _: Any) -> 
     rec.add_finish(args[0])
 
 
+def _note_event_wait(rec: Recording, args: tuple[Any, ...], kwargs: Any, _: Any) -> None:
+    rec.add_wait((args[0],))
+
+
+def _note_events_wait(rec: Recording, args: tuple[Any, ...], kwargs: Any, _: Any) -> None:
+    rec.add_wait(args[0])  # its one parameter (a sequence) is positional-only
+
+
 def _setter_note(name: str) -> Callable[[Recording, tuple[Any, ...], Any, Any], None]:
     return partial(note_setter, name, ORIGINALS[(cl.Kernel, name)])
 
@@ -179,6 +191,7 @@ def _transfer_note(
 def _hooks() -> dict[tuple[Any, str], Callable[..., Any]]:
     notes: dict[tuple[Any, str], Callable[[Recording, tuple[Any, ...], Any, Any], None]] = {
         (cl.CommandQueue, "finish"): _note_finish,
+        (cl.Event, "wait"): _note_event_wait,
     }
     for name in ARG_SETTERS:
         notes[(cl.Kernel, name)] = _setter_note(name)
@@ -188,6 +201,9 @@ def _hooks() -> dict[tuple[Any, str], Callable[..., Any]]:
     hooks = {key: _make_hook(ORIGINALS[key], note) for key, note in notes.items()}
     enqueue = _make_hook(ORIGINALS[(_cl, "enqueue_nd_range_kernel")], Recording.add_enqueue)
     hooks[(cl, "enqueue_nd_range_kernel")] = hooks[(_cl, "enqueue_nd_range_kernel")] = enqueue
+    # one object under two names, like enqueue_nd_range_kernel
+    waits = _make_hook(ORIGINALS[(_cl, "wait_for_events")], _note_events_wait)
+    hooks[(cl, "wait_for_events")] = hooks[(_cl, "wait_for_events")] = waits
     hooks[(cl.Kernel, "__call__")] = _call_hook(ORIGINALS[(cl.Kernel, "__call__")])
     hooks[(_invoker, "generate_enqueue_and_set_args")] = _memo_invoker
     return hooks

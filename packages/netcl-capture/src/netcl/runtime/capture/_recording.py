@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
-__all__ = ["Recording", "note_setter"]
+__all__ = ["COMMANDS", "Recording", "note_setter"]
 
 _MemoryObject = cl.MemoryObjectHolder
 _retain = cl.MemoryObject.from_int_ptr
@@ -50,7 +50,8 @@ class Recording:
         self.pinned = False
         # hooks between "the command may have run" and "noted" (see _intercept._make_hook)
         self.busy = 0
-        # ("k", RawLaunch) / ("t", transfer tuple) / ("f", queue), in issue order
+        # ("k", RawLaunch) / ("t", transfer tuple) / ("f", queue) / ("w", events the host
+        # waited for), in issue order
         self.raw: list[tuple[str, Any]] = []
         # the Kernel.__call__ arguments of the launch in progress (for CapturedLaunch.args)
         self.call_args: tuple[Any, ...] | None = None
@@ -68,7 +69,7 @@ class Recording:
 
     @property
     def commands(self) -> int:
-        return sum(kind != "f" for kind, _ in list(self.raw))
+        return sum(kind in COMMANDS for kind, _ in list(self.raw))
 
     def clear(self) -> None:
         """Drop everything held (the thread's slot may keep this object a while)."""
@@ -144,8 +145,19 @@ class Recording:
     def add_finish(self, queue: cl.CommandQueue) -> None:
         self.raw.append(("f", queue))
 
+    def add_wait(self, events: Any) -> None:
+        """Record a host-side wait (``Event.wait()``, ``cl.wait_for_events``): every command
+        issued after it ran after those events in the recording, so the replay makes them wait
+        for the replayed events (pyopencl.array's ``finish()`` waits this way and then forgets
+        the events, so the next command's own wait list no longer names them)."""
+        waited = tuple(e for e in events if isinstance(e, cl.Event))
+        if waited:
+            self.raw.append(("w", waited))
+
 
 _UNSET: Any = object()
+# the kinds of recorded entries that are commands (replayed, listed in ``commands``)
+COMMANDS = ("k", "t")
 
 
 def _clone(kernel: cl.Kernel) -> cl.Kernel | None:

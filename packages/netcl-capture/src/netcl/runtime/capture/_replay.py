@@ -40,6 +40,7 @@ _enqueue_nd_range_kernel = ORIGINALS[(_cl, "enqueue_nd_range_kernel")]
 _set_arg = ORIGINALS[(cl.Kernel, "set_arg")]
 _finish = ORIGINALS[(cl.CommandQueue, "finish")]
 _marker = ORIGINALS[(_cl, "_enqueue_marker_with_wait_list")]
+_flush = cl.CommandQueue.flush  # never intercepted
 _OUT_OF_ORDER = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 
 # A run of the program: (callable, argument tuples). A run of plain launches is one segment
@@ -131,6 +132,8 @@ def build(rec: Recording) -> ReplayProgram:
     ops: list[Op] = []
     events: list[Any] = []
     waits: list[tuple[Any, ...]] = []
+    # (index of the first op issued after it, the events) of every host-side wait
+    host_waits: list[tuple[int, tuple[cl.Event, ...]]] = []
     # id(kernel) -> its clone from the first launch (see Recording.kernels)
     replicas: dict[Any, Any] = {k: entry[4] for k, entry in rec.kernels.items()}
     num_args: dict[int, int] = {}
@@ -148,18 +151,72 @@ def build(rec: Recording) -> ReplayProgram:
             ops.append(TransferOp(transfer_record(item), fn, pos, kw, tuple(buffers), wait_pos))
             waits.append(waited)
             events.append(event)
+        elif kind == "w":
+            host_waits.append((len(ops), item))
         else:
             ops.append(FinishOp(item))
             waits.append(())
             events.append(None)
     program = ReplayProgram(ops)
     if not program.ordered:  # on one in-order queue, queue order is every dependency
-        producer = {ev.int_ptr: i for i, ev in enumerate(events) if isinstance(ev, cl.Event)}
-        for i, op in enumerate(ops):
-            deps = {producer.get(w.int_ptr, -1) for w in waits[i] if isinstance(w, cl.Event)}
-            op.deps = tuple(sorted(d for d in deps if 0 <= d < i))
-            program._waited.update(op.deps)
+        _link(program, events, waits, host_waits)
     return program
+
+
+def _link(
+    program: ReplayProgram,
+    events: list[Any],
+    waits: list[tuple[Any, ...]],
+    host_waits: list[tuple[int, tuple[cl.Event, ...]]],
+) -> None:
+    """Dependencies and flushes of a capture spanning queues (or out of order).
+
+    A command depends on the recorded commands whose events it waited on, and on those whose
+    events the host waited on before issuing it (the host wait ordered them in the recording;
+    nothing orders them in a replay that does not wait on the host). A command on an in-order
+    queue takes a host wait's dependencies once: later commands there follow it anyway.
+    OpenCL requires a queue to be flushed before a command of another queue waits on its
+    events, so the queue of such a dependency is flushed first (once per run of commands).
+    """
+    ops = program.ops
+    producer = {ev.int_ptr: i for i, ev in enumerate(events) if isinstance(ev, cl.Event)}
+    queues = [_queue_of(op).int_ptr for op in ops]
+    in_order: dict[int, bool] = {}
+    fences: list[int] = []  # producers of host-waited events, in order of the waits
+    fenced: dict[int, int] = {}  # in-order queue -> how many fences its commands wait for
+    pending = deque(host_waits)
+    dirty: dict[int, cl.CommandQueue] = {}  # queues with commands issued since their flush
+    flushes: list[tuple[cl.CommandQueue, ...]] = []
+    for i, op in enumerate(ops):
+        while pending and pending[0][0] <= i:
+            at, waited = pending.popleft()
+            fences += [d for d in (producer.get(e.int_ptr, -1) for e in waited) if 0 <= d < at]
+        queue = _queue_of(op)
+        key = queues[i]
+        if isinstance(op, FinishOp):  # replayed as a host-side finish: it flushes its queue
+            dirty.pop(key, None)
+            flushes.append(())
+            continue
+        deps = {producer.get(w.int_ptr, -1) for w in waits[i] if isinstance(w, cl.Event)}
+        ordered = in_order.get(key)
+        if ordered is None:
+            ordered = in_order[key] = not int(queue.properties) & int(_OUT_OF_ORDER)
+        if ordered:
+            deps.update(d for d in fences[fenced.get(key, 0):] if queues[d] != key)
+            fenced[key] = len(fences)
+        else:
+            deps.update(fences)
+        op.deps = tuple(sorted(d for d in deps if 0 <= d < i))
+        program._waited.update(op.deps)
+        flushes.append(tuple(dirty.pop(queues[d]) for d in op.deps if queues[d] in dirty
+                             and queues[d] != key))
+        dirty[key] = queue
+    program._flushes = tuple(flushes)
+    # the returned marker waits on commands of every queue: flush the others
+    last = next((_queue_of(op) for op in reversed(ops) if not isinstance(op, FinishOp)), None)
+    program._final_flushes = tuple(
+        q for k, q in dirty.items() if last is not None and k != last.int_ptr
+    )
 
 
 def _kernel_op(item: tuple[Any, ...], replicas: dict[Any, Any],
@@ -330,8 +387,11 @@ class ReplayProgram:
             int(q.properties) & int(_OUT_OF_ORDER) for q in distinct.values()
         )
         self._segments = self._build_segments({}) if self.ordered else []
-        # indices of the commands some later command waits on (set by build())
+        # indices of the commands some later command waits on, the queues to flush before
+        # each command, and before the closing marker (set by _link() when not ordered)
         self._waited: set[int] = set()
+        self._flushes: tuple[tuple[cl.CommandQueue, ...], ...] = ()
+        self._final_flushes: tuple[cl.CommandQueue, ...] = ()
 
     # -- building the runs -------------------------------------------------------------
 
@@ -367,7 +427,9 @@ class ReplayProgram:
     def _run_with_deps(self, subst: Mapping[int, cl.MemoryObjectHolder]) -> cl.Event | None:
         events: list[Any] = []
         last = None
-        for op in self.ops:
+        for op, flushes in zip(self.ops, self._flushes, strict=True):
+            for queue in flushes:
+                _flush(queue)
             wait = [e for e in (events[d] for d in op.deps) if e is not None] or None
             if isinstance(op, KernelOp):
                 event = _enqueue_nd_range_kernel(*op.call(), wait, False, bool(op.shared[1]))
@@ -391,6 +453,8 @@ class ReplayProgram:
         # every command nothing later waited on (on an out-of-order queue the last command's
         # own event says nothing about the others)
         sinks = [e for i, e in enumerate(events) if e is not None and i not in self._waited]
+        for queue in self._final_flushes:
+            _flush(queue)
         return _marker(_queue_of(last), sinks)
 
     def validate(self, buffer_map: Mapping[int, Any]) -> dict[int, cl.MemoryObjectHolder]:
