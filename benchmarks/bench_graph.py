@@ -1,5 +1,5 @@
 """netcl-graph benchmarks: executor overhead per node, and pool memory against the true lower bound,
-a no-reuse executor and the spec's refcounting (chains, residual network, 20 random mixed-size
+a no-reuse executor and plain refcounting (chains, residual network, 20 random mixed-size
 DAGs, the demo's MLP).
 
 Run: ``python3 -m pytest benchmarks/bench_graph.py -p no:randomly --benchmark-only``. Ratios are

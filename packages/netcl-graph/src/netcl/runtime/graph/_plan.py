@@ -430,7 +430,7 @@ def _choose(
         blocks.append((0, None, False))
     layouts.append(("arena_in_output_blocks", blocks, where))
 
-    # 3. the spec's refcounting: a block per value, released after its last reader
+    # 3. plain refcounting: a block per value, released after its last reader
     layouts.append(
         (
             "block_per_tensor",
