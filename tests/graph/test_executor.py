@@ -277,7 +277,7 @@ def test_chain_of_equal_ops_takes_two_blocks(
     queue: cl.CommandQueue, pool: BufferPool, kernels: Any
 ) -> None:
     """12 equal ops in a chain: two values are alive at once, so the pool takes two blocks (the
-    spec's release-at-refcount-zero figure), not an arena of two plus an output block."""
+    release-at-refcount-zero figure), not an arena of two plus an output block."""
     x = Tensor.from_numpy(np.ones(1024, np.float32), queue)
     g = Graph()
     cur: Tensor | TensorRef = x
