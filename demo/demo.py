@@ -340,11 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         (f"capture: {n_launches} launches, replay step (median)", _ms(med_replay)),
         ("replay speed-up over normal step", f"{med_normal / med_replay:9.2f} x"),
         ("scheduled step: copy in + replay + copy out", _ms(statistics.median(replay_times))),
-        (
-            "pool peak (plan) / lower bound",
-            f"{plan.peak_bytes} B / {plan.lower_bound} B  ({plan.pool_device_bytes} B in pool "
-            f"blocks, {plan.strategy})",
-        ),
+        ("pool peak (plan) / lower bound", f"{plan.peak_bytes} B / {plan.lower_bound} B"),
+        ("pool device bytes, layout", f"{plan.pool_device_bytes} B, {plan.strategy}"),
         ("pool peak without reuse", f"{plan.no_reuse_bytes} B"),
         ("steps checked against numpy", f"{args.steps + 1}"),
     ]
