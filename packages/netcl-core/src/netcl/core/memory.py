@@ -81,17 +81,27 @@ class BufferPool:
         self._global_mem = int(device.global_mem_size)
         self._max_alloc = int(device.max_mem_alloc_size)
         self._limit = _resolve_limit(limit, self._global_mem)
+        # pyopencl's ImmediateAllocator enqueues a migration of every new block, so that running
+        # out of device memory is reported here rather than at first use (NVIDIA allocates lazily).
+        # It gets a queue of its own: NVIDIA's driver crashes when clEnqueueMigrateMemObjects
+        # runs on a queue while another thread is inside a blocking read or write on the same
+        # queue (pyopencl releases the GIL there), and the user's queue is used by any thread.
+        self._alloc_queue = cl.CommandQueue(queue.context, device)
         # 6 leading bits per size class: a block is at most 1/64 larger than asked for (pyopencl's
         # default of 4 wastes up to 1/16, which would show in graph memory plans).
         self._pool = cltools.MemoryPool(
-            cltools.ImmediateAllocator(queue), leading_bits_in_bin_id=6
+            cltools.ImmediateAllocator(self._alloc_queue), leading_bits_in_bin_id=6
         )
-        # The fast path takes no lock: every pyopencl pool call runs under the GIL without
-        # releasing it, and the counters are itertools.count objects (atomic under the GIL).
-        # The lock serialises the slow paths (a new peak, out of memory, free_held).
         self._pool_allocate = self._pool.allocate
+        # Every pyopencl allocate runs under this lock: a new block is followed by a wait for its
+        # migration (no use on the user's queue may overtake it), and that wait releases the GIL,
+        # so without the lock another thread could enqueue on the allocation queue meanwhile.
+        # release() takes no lock: pyopencl gives a block back to its bin without enqueueing
+        # anything or releasing the GIL. RLock: garbage collection inside an allocation can run
+        # finalizers that use the pool.
         self._lock = threading.RLock()
-        self._allocs = itertools.count()
+        self._managed = 0  # the pool's managed_bytes after the last allocate or free_held
+        self._allocs = 0  # allocations served, counted under the lock
         self._peak = 0
         self._freed_blocks = 0  # blocks given back to the device by free_held
         # requests up to this size skip the slow path (-1 with a limit: every request checks it)
@@ -120,18 +130,21 @@ class BufferPool:
             shape, dt, nbytes = self._size_of(shape, dtype)
         if _nbytes > nbytes:
             nbytes = _nbytes
-        if nbytes <= self._fast_max:
-            try:
-                block = self._pool_allocate(nbytes)
-            except cl.Error as exc:
-                block = self._allocate_again(nbytes, shape, dt, exc)
-        else:
-            block = self._allocate_checked(nbytes, shape, dt)
-        # statistics: a count of allocations (misses are derived in stats); a new peak takes
-        # the slow path
-        next(self._allocs)
-        if self._pool.active_bytes > self._peak:
-            self._new_peak()
+        with self._lock:
+            if nbytes <= self._fast_max:
+                try:
+                    block = self._pool_allocate(nbytes)
+                except cl.Error as exc:
+                    block = self._allocate_again(nbytes, shape, dt, exc)
+            else:
+                block = self._allocate_checked(nbytes, shape, dt)
+            pool = self._pool
+            if pool.managed_bytes != self._managed:
+                self._new_block()
+            # statistics: a count of allocations (misses are derived in stats)
+            self._allocs += 1
+            if pool.active_bytes > self._peak:
+                self._peak = pool.active_bytes
         t = _new_tensor(Tensor)
         t._buffer = block
         t._pool = self
@@ -153,9 +166,11 @@ class BufferPool:
                 self._sizes[shape, dtype] = entry
         return entry
 
-    def _new_peak(self) -> None:
-        with self._lock:
-            self._peak = max(self._peak, self._pool.active_bytes)
+    def _new_block(self) -> None:
+        """The pool allocated on the device (a miss, or frees and a new block after running out
+        of memory): wait for the block's migration on the allocation queue. Under the lock."""
+        self._managed = self._pool.managed_bytes
+        self._alloc_queue.finish()
 
     def _allocate_checked(
         self, nbytes: int, shape: Shape, dt: np.dtype[Any]
@@ -254,15 +269,17 @@ class BufferPool:
     @property
     def stats(self) -> PoolStats:
         pool = self._pool
-        allocs = _peek(self._allocs)
-        # every block the pool ever allocated on the device is live, held, or was freed by
-        # free_held: so misses need no counting on the fast path
-        misses = pool.active_blocks + pool.held_blocks + self._freed_blocks
-        in_use = pool.active_bytes
+        with self._lock:  # a snapshot in step with the allocation count
+            allocs = self._allocs
+            # every block the pool ever allocated on the device is live, held, or was freed by
+            # free_held: so misses need no counting on the fast path
+            misses = pool.active_blocks + pool.held_blocks + self._freed_blocks
+            in_use = pool.active_bytes
+            managed = pool.managed_bytes
         return PoolStats(
             bytes_in_use=in_use,
             peak_bytes=max(self._peak, in_use),
-            bytes_held=pool.managed_bytes - in_use,
+            bytes_held=managed - in_use,
             live_tensors=pool.active_blocks,
             hits=allocs - misses,
             misses=misses,
@@ -286,6 +303,7 @@ class BufferPool:
         held = self._pool.held_blocks
         self._pool.free_held()
         self._freed_blocks += held - self._pool.held_blocks
+        self._managed = self._pool.managed_bytes
 
     def _add_free_held_hook(self, hook: Callable[[], None]) -> None:
         """Call ``hook`` (a weak method is kept) before held blocks are freed."""
@@ -313,12 +331,6 @@ class BufferPool:
             f"BufferPool({self.name!r}, in_use={s.bytes_in_use}, peak={s.peak_bytes}, "
             f"held={s.bytes_held})"
         )
-
-
-def _peek(counter: itertools.count[int]) -> int:
-    """The next value of an itertools.count without consuming it (its repr is ``count(N)``;
-    a count is used because ``next()`` on it is atomic under the GIL, unlike ``+= 1``)."""
-    return int(repr(counter)[6:-1])
 
 
 def _is_oom(exc: cl.Error) -> bool:
