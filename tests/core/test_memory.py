@@ -365,3 +365,41 @@ def test_a_new_block_is_ready_without_the_callers_queue(queue: cl.CommandQueue) 
         queue.finish()
     assert ready, "a new pool block waited for work queued on the caller's stalled queue"
     np.testing.assert_array_equal(back, host)
+
+
+def test_a_new_block_that_cannot_be_backed_is_retried_then_a_memory_error(
+    queue: cl.CommandQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Devices that allocate lazily (NVIDIA) report running out of memory when a new block is
+    first used, which the pool does at once (_back): that error frees the held blocks and
+    retries like a failed allocation; a second one is a MemoryError and keeps no block."""
+    pool = BufferPool(queue)
+    pool.release(pool.allocate((4096,), "float32"))
+    real_copy = cl.enqueue_copy
+    fail = [1]
+    backed: list[Any] = []
+
+    def flaky_copy(q: cl.CommandQueue, dest: Any, src: Any, **kwargs: Any) -> Any:
+        if q is pool._alloc_queue:  # the pool backing a new block
+            backed.append(src)
+            if fail[0]:
+                fail[0] -= 1
+                code = cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE
+                raise cl.MemoryError(cl._cl._ErrorRecord("clEnqueueReadBuffer", code, "injected"))
+        return real_copy(q, dest, src, **kwargs)
+
+    monkeypatch.setattr(cl, "enqueue_copy", flaky_copy)
+    t = pool.allocate((100,), "float32")
+    assert fail == [0] and len(backed) == 2  # the new block, then the retry's
+    s = pool.stats
+    assert (s.live_tensors, s.bytes_held) == (1, 0)
+    assert (s.hits, s.misses) == (0, 2)  # the block that could not be backed is no miss
+    t.write(np.arange(100, dtype=np.float32))
+    np.testing.assert_array_equal(t.to_numpy(), np.arange(100, dtype=np.float32))
+    fail[0] = 2
+    with pytest.raises(MemoryError, match=r"cannot allocate 800 bytes.*out of device memory"):
+        pool.allocate((200,), "float32")
+    s = pool.stats
+    assert (s.live_tensors, s.bytes_held, s.hits, s.misses) == (1, 0, 0, 2)
+    pool.release(t)
+    assert pool.stats.bytes_in_use == 0
