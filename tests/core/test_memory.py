@@ -337,10 +337,10 @@ def test_structured_dtype_spelled_as_a_list(queue: cl.CommandQueue) -> None:
 
 
 def test_a_new_block_is_ready_without_the_callers_queue(queue: cl.CommandQueue) -> None:
-    """The pool prepares new blocks on a queue of its own and waits for that work before
-    handing the block out, so a block is usable at once even while the caller's queue is
-    stalled (NVIDIA's driver crashes when the preparation shares a queue with other threads'
-    blocking copies)."""
+    """The pool backs a new block on a queue of its own before handing it out, so allocation
+    neither enqueues on nor waits for the caller's queue: a block is usable at once through
+    another queue while the caller's queue is stalled (NVIDIA's driver crashed when the pool's
+    work shared the caller's queue with other threads' blocking copies)."""
     gate = cl.UserEvent(queue.context)
     cl.enqueue_barrier(queue, wait_for=[gate])  # the caller's queue is stuck until the gate opens
     other = cl.CommandQueue(queue.context, queue.device)
