@@ -97,10 +97,14 @@ def test_release_all_reports_first_error_after_releasing_the_rest(queue: cl.Comm
     assert pool.stats.live_tensors == 0
 
 
-def _hammer(pool: BufferPool, threads: int = 8, rounds: int = 60) -> list[str]:
+def _hammer(
+    pool: BufferPool, threads: int = 8, rounds: int = 60, free_every: int = 0
+) -> list[str]:
     """Threads that start together, each keeping several tensors alive at once and writing its
     own marker into each: returns every block that was handed out while another tensor held it
-    (seen as a live int_ptr taken twice, or as a marker overwritten by another tensor)."""
+    (seen as a live int_ptr taken twice, or as a marker overwritten by another tensor).
+    ``free_every``: each thread frees the pool's held blocks every that many rounds, so new
+    device blocks keep being allocated while other threads copy."""
     problems: list[str] = []
     lock = threading.Lock()
     live: set[int] = set()
@@ -129,6 +133,8 @@ def _hammer(pool: BufferPool, threads: int = 8, rounds: int = 60) -> list[str]:
                     with lock:
                         live.discard(t.buffer.int_ptr)
                     pool.release(t)
+                if free_every and r % free_every == 0:
+                    pool.free_held()
         except BaseException as exc:  # reported by the test
             problems.append(repr(exc))
 
@@ -152,6 +158,17 @@ def test_threads_never_share_a_block(queue: cl.CommandQueue) -> None:
     assert s.live_tensors == 0 and s.bytes_in_use == 0
     assert s.hits > s.misses  # blocks were reused
     assert s.misses <= 8 * 5 * 3  # at most every thread's live set, per size class
+
+
+def test_threads_copy_while_others_allocate_new_blocks(queue: cl.CommandQueue) -> None:
+    """New device blocks are allocated all along (held blocks are freed every other round) while
+    other threads are inside blocking copies on the same queue: on NVIDIA's driver this crashed
+    the interpreter when the pool prepared new blocks on the caller's queue."""
+    pool = BufferPool(queue)
+    assert _hammer(pool, rounds=40, free_every=2) == []
+    s = pool.stats
+    assert s.live_tensors == 0 and s.bytes_in_use == 0
+    assert s.misses > 8 * 5 * 3, s  # more new blocks than the live sets of the first rounds
 
 
 class _LeakyPool(BufferPool):
@@ -317,3 +334,72 @@ def test_structured_dtype_spelled_as_a_list(queue: cl.CommandQueue) -> None:
     t = pool.allocate((4,), [("a", "f4"), ("b", "i4")])
     assert t.nbytes == 32 and t.dtype.names == ("a", "b")
     pool.release(t)
+
+
+def test_a_new_block_is_ready_without_the_callers_queue(queue: cl.CommandQueue) -> None:
+    """The pool backs a new block on a queue of its own before handing it out, so allocation
+    neither enqueues on nor waits for the caller's queue: a block is usable at once through
+    another queue while the caller's queue is stalled (NVIDIA's driver crashed when the pool's
+    work shared the caller's queue with other threads' blocking copies)."""
+    gate = cl.UserEvent(queue.context)
+    cl.enqueue_barrier(queue, wait_for=[gate])  # the caller's queue is stuck until the gate opens
+    other = cl.CommandQueue(queue.context, queue.device)
+    pool = BufferPool(queue)
+    host = np.arange(64, dtype=np.float32)
+    back = np.zeros_like(host)
+    done = threading.Event()
+
+    def use() -> None:
+        t = pool.allocate((64,), "float32")
+        cl.enqueue_copy(other, t.buffer, host)
+        cl.enqueue_copy(other, back, t.buffer)
+        done.set()
+
+    worker = threading.Thread(target=use, daemon=True)
+    worker.start()
+    try:
+        ready = done.wait(20)
+    finally:
+        gate.set_status(cl.command_execution_status.COMPLETE)
+        worker.join()
+        queue.finish()
+    assert ready, "a new pool block waited for work queued on the caller's stalled queue"
+    np.testing.assert_array_equal(back, host)
+
+
+def test_a_new_block_that_cannot_be_backed_is_retried_then_a_memory_error(
+    queue: cl.CommandQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Devices that allocate lazily (NVIDIA) report running out of memory when a new block is
+    first used, which the pool does at once (_back): that error frees the held blocks and
+    retries like a failed allocation; a second one is a MemoryError and keeps no block."""
+    pool = BufferPool(queue)
+    pool.release(pool.allocate((4096,), "float32"))
+    real_copy = cl.enqueue_copy
+    fail = [1]
+    backed: list[Any] = []
+
+    def flaky_copy(q: cl.CommandQueue, dest: Any, src: Any, **kwargs: Any) -> Any:
+        if q is pool._alloc_queue:  # the pool backing a new block
+            backed.append(src)
+            if fail[0]:
+                fail[0] -= 1
+                code = cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE
+                raise cl.MemoryError(cl._cl._ErrorRecord("clEnqueueReadBuffer", code, "injected"))
+        return real_copy(q, dest, src, **kwargs)
+
+    monkeypatch.setattr(cl, "enqueue_copy", flaky_copy)
+    t = pool.allocate((100,), "float32")
+    assert fail == [0] and len(backed) == 2  # the new block, then the retry's
+    s = pool.stats
+    assert (s.live_tensors, s.bytes_held) == (1, 0)
+    assert (s.hits, s.misses) == (0, 2)  # the block that could not be backed is no miss
+    t.write(np.arange(100, dtype=np.float32))
+    np.testing.assert_array_equal(t.to_numpy(), np.arange(100, dtype=np.float32))
+    fail[0] = 2
+    with pytest.raises(MemoryError, match=r"cannot allocate 800 bytes.*out of device memory"):
+        pool.allocate((200,), "float32")
+    s = pool.stats
+    assert (s.live_tensors, s.bytes_held, s.hits, s.misses) == (1, 0, 0, 2)
+    pool.release(t)
+    assert pool.stats.bytes_in_use == 0

@@ -7,6 +7,7 @@ import gc
 import itertools
 import os
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -63,8 +64,10 @@ class BufferPool:
     """Hands out Tensors whose buffers come back to the pool on :meth:`release`.
 
     Built on ``pyopencl.tools.MemoryPool``: a released block is handed out again for a request of
-    the same size class. Safe to use from several threads. A Tensor that is garbage-collected
-    without being released returns its block too.
+    the same size class. A new block is backed by device memory before it is handed out, so
+    running out of memory shows here (see below). Safe to use from several threads (see the
+    package README for what that rests on). A Tensor that is garbage-collected without being
+    released returns its block too.
 
     ``limit`` caps the device bytes the pool holds (in use + held for reuse), as CuPy's
     ``set_limit``; ``None`` reads ``NETCL_POOL_LIMIT`` (bytes, or ``N%`` of the device's global
@@ -81,19 +84,35 @@ class BufferPool:
         self._global_mem = int(device.global_mem_size)
         self._max_alloc = int(device.max_mem_alloc_size)
         self._limit = _resolve_limit(limit, self._global_mem)
-        # 6 leading bits per size class: a block is at most 1/64 larger than asked for (pyopencl's
-        # default of 4 wastes up to 1/16, which would show in graph memory plans).
-        self._pool = cltools.MemoryPool(
-            cltools.ImmediateAllocator(queue), leading_bits_in_bin_id=6
-        )
-        # The fast path takes no lock: every pyopencl pool call runs under the GIL without
-        # releasing it, and the counters are itertools.count objects (atomic under the GIL).
-        # The lock serialises the slow paths (a new peak, out of memory, free_held).
+        # Not pyopencl's ImmediateAllocator: it enqueues clEnqueueMigrateMemObjects for every new
+        # block on the caller's queue, and NVIDIA's driver crashes when that runs while another
+        # thread is inside a blocking read or write on the same queue (pyopencl releases the GIL
+        # there). The pool makes plain buffers (clCreateBuffer only: no command) and backs each
+        # new one itself with a blocking 1-byte read on a queue of its own (_back), so running
+        # out of memory shows at allocation (NVIDIA allocates lazily, at first use), nothing of
+        # the pool's lands on the caller's queue, and no allocation waits for the caller's work.
+        self._alloc_queue = cl.CommandQueue(queue.context, device)
+        self._scratch = np.empty(1, np.uint8)
+        with warnings.catch_warnings():
+            # pyopencl warns that a deferred allocator reports no memory errors: _back does
+            warnings.filterwarnings("ignore", "Memory pools expect non-deferred", UserWarning)
+            # 6 leading bits per size class: a block is at most 1/64 larger than asked for
+            # (pyopencl's default of 4 wastes up to 1/16, which would show in graph plans).
+            self._pool = cltools.MemoryPool(
+                cltools.DeferredAllocator(queue.context), leading_bits_in_bin_id=6
+            )
+        # The fast path takes no lock: under the GIL, pyopencl's allocate and release run
+        # without releasing it (a deferred allocation enqueues nothing), and the counters are
+        # itertools.count objects (atomic under the GIL). Backing a new block releases the GIL
+        # during its read, which is safe: a read never changes the block, reads on one queue
+        # may come from any thread, and the block is not handed out yet. The lock serialises
+        # the slow paths (a new peak, out of memory, the limit, free_held).
         self._pool_allocate = self._pool.allocate
         self._lock = threading.RLock()
         self._allocs = itertools.count()
         self._peak = 0
         self._freed_blocks = 0  # blocks given back to the device by free_held
+        self._unbacked = itertools.count()  # new blocks the device could not back (not misses)
         # requests up to this size skip the slow path (-1 with a limit: every request checks it)
         self._fast_max = -1 if self._limit else self._max_alloc
         self._sizes: dict[Any, tuple[Shape, np.dtype[Any], int]] = {}
@@ -120,9 +139,13 @@ class BufferPool:
             shape, dt, nbytes = self._size_of(shape, dtype)
         if _nbytes > nbytes:
             nbytes = _nbytes
+        pool = self._pool
         if nbytes <= self._fast_max:
+            before = pool.managed_bytes
             try:
                 block = self._pool_allocate(nbytes)
+                if pool.managed_bytes != before:  # a new device block (or another thread's)
+                    self._back(block)
             except cl.Error as exc:
                 block = self._allocate_again(nbytes, shape, dt, exc)
         else:
@@ -130,7 +153,7 @@ class BufferPool:
         # statistics: a count of allocations (misses are derived in stats); a new peak takes
         # the slow path
         next(self._allocs)
-        if self._pool.active_bytes > self._peak:
+        if pool.active_bytes > self._peak:
             self._new_peak()
         t = _new_tensor(Tensor)
         t._buffer = block
@@ -152,6 +175,18 @@ class BufferPool:
             with contextlib.suppress(TypeError):
                 self._sizes[shape, dtype] = entry
         return entry
+
+    def _back(self, block: cltools.PooledBuffer) -> None:
+        """Make the device back a new block now: a blocking 1-byte read on the pool's queue (it
+        waits for nothing of the caller's). Reading changes nothing, so a block that was not new
+        after all (another thread's miss moved the counter) is read harmlessly. On an error the
+        block goes back to the pool and the error is raised."""
+        try:
+            cl.enqueue_copy(self._alloc_queue, self._scratch, block)
+        except BaseException:
+            next(self._unbacked)
+            block.release()
+            raise
 
     def _new_peak(self) -> None:
         with self._lock:
@@ -180,26 +215,34 @@ class BufferPool:
     def _allocate_with_retry(
         self, nbytes: int, shape: Shape, dt: np.dtype[Any]
     ) -> cltools.PooledBuffer:
+        pool = self._pool
+        before = pool.managed_bytes
         try:
-            return self._pool.allocate(nbytes)
+            block = pool.allocate(nbytes)
+            if pool.managed_bytes != before:
+                self._back(block)
         except cl.Error as exc:
             return self._allocate_again(nbytes, shape, dt, exc)
+        return block
 
     def _allocate_again(
         self, nbytes: int, shape: Shape, dt: np.dtype[Any], exc: cl.Error
     ) -> cltools.PooledBuffer:
-        """After a failed allocation: free what the pool holds, collect garbage (dropped tensors
-        give their blocks back), and try once more."""
+        """After a failed allocation or backing: free what the pool holds, collect garbage
+        (dropped tensors give their blocks back), and try once more."""
         if not _is_oom(exc):
             raise exc
         with self._lock:
             gc.collect()
             self._free_held()
             try:
-                return self._pool.allocate(nbytes)
+                block = self._pool.allocate(nbytes)
+                self._back(block)  # new, or given back by the collection: reading is harmless
+                return block
             except cl.Error as again:
                 if not _is_oom(again):
                     raise
+                self._free_held()  # the block that could not be backed is not kept
                 raise self._oom(nbytes, shape, dt, f"out of device memory ({again})") from again
 
     def _oom(self, nbytes: int, shape: Shape, dt: np.dtype[Any], why: str) -> MemoryError:
@@ -257,7 +300,7 @@ class BufferPool:
         allocs = _peek(self._allocs)
         # every block the pool ever allocated on the device is live, held, or was freed by
         # free_held: so misses need no counting on the fast path
-        misses = pool.active_blocks + pool.held_blocks + self._freed_blocks
+        misses = pool.active_blocks + pool.held_blocks + self._freed_blocks - _peek(self._unbacked)
         in_use = pool.active_bytes
         return PoolStats(
             bytes_in_use=in_use,
