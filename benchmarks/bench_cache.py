@@ -157,7 +157,19 @@ def test_netcl_disk_hit_fresh_instance(
     _ratio(benchmark, "ratio_to_pyopencl_default", mine, "pyopencl_default")  # <= 0.1 on PoCL
 
 
-@pytest.mark.benchmark(group="cache-hit")
+@pytest.mark.benchmark(group="cache-memory-hit")
+def test_floor_memory_lookup(benchmark: Any, ctx: cl.Context, device: cl.Device) -> None:
+    """The floor of an in-process hit: one dict lookup keyed on (context, device, source,
+    options), what any in-process cache of built programs must do."""
+    table = {(ctx, device, SRC, None): cl.Program(ctx, SRC)}
+
+    def lookup(ctx: cl.Context, src: str, device: cl.Device) -> cl.Program | None:
+        return table.get((ctx, device, src, None))
+
+    assert benchmark(lookup, ctx, SRC, device) is not None  # called as get_program is below
+
+
+@pytest.mark.benchmark(group="cache-memory-hit")
 def test_netcl_memory_hit(
     benchmark: Any, ctx: cl.Context, device: cl.Device, folder: Path
 ) -> None:

@@ -1,80 +1,336 @@
-"""The benchmark ratio gate: reads pytest-benchmark JSON and fails when an in-run ratio crosses
-its threshold.
+"""The benchmark gate: judges figures computed from pytest-benchmark's own JSON against limits
+per device class, and re-measures a failing figure before it fails the run.
 
-Absolute times move with the machine; ratios measured in the same run do not (much). A check
-reads either the ratio of two benchmarks' medians from the same JSON file, or a ratio a benchmark
-measured itself (contenders timed alternately) and stored in its ``extra_info``. Limits are set
-for a noisy shared 2-core CPU with PoCL: generous against noise, tight enough that a real
-regression (a span per replayed launch, a lost fast path, a planner that stops reusing memory)
-crosses them. The issue targets are quoted beside each limit.
+How a figure is computed. Every timed figure comes from the ``stats`` pytest-benchmark stores for
+each benchmark, so the console table, ``bench:compare``, ``bench:report`` and the gate all see the
+same numbers. The statistic is the fastest round (min-of-N; a round is one call, or the mean of
+the loops of a round): load from other processes only ever adds time, so the fastest round is the
+least disturbed one, and a ratio of two minimums measured in the same run moves little when the
+machine is busy while a real regression moves it by its full size. A check that fails is not
+believed at once: ``--run`` re-runs only the benchmarks of the failing checks (``pytest -k``, with
+more rounds), takes each benchmark's minimum over all runs, and fails only when the check still
+fails. Deterministic figures (bytes, counts) and figures a benchmark can only measure in a
+subprocess are read from ``extra_info``.
 
-    python benchmarks/gate.py [RESULTS.json] [--only TEXT]   # default: newest under .benchmarks/
+Device classes. The benchmarks' conftest stores the OpenCL device in the JSON's
+``machine_info["opencl"]``; the gate picks the limits of that class (``pocl``: PoCL's CPU device,
+``nvidia``: NVIDIA's OpenCL) and prints the product target beside each limit. A limit is never
+looser than its target unless the target is out of reach on that device; then the note beside
+the limit says why. Limits sit close enough to the measured figure that a 20% regression of the
+code a check covers crosses them.
+
+Adding a check (one line in ``CHECKS``)::
+
+    Check("pool allocate+release vs pyopencl MemoryPool",        # what the console prints
+          ratio("test_pool_allocate_release", "test_memorypool_allocate_release"),
+          pocl="<= 16", nvidia="<= 16", target="")               # limits per class, target
+
+Figures: ``ratio(a, b)`` (min of benchmark ``a`` over min of ``b``), ``per_unit_us(a, b, n)``
+(``(min(a) - min(b)) / n`` in µs: the overhead per op of ``a`` over its by-hand twin ``b``),
+``time_us(a)`` (min of ``a`` in µs, for absolute targets), ``info(a, key)`` (a value from ``a``'s
+``extra_info``). Benchmark names are pytest-benchmark's (``test_x[param]``). A limit is
+``"<= X"`` or ``">= X"``; ``None`` leaves the class ungated (the figure is still printed);
+``note=`` explains a limit that is looser than its target. Then run the gate on a JSON
+(``python3 benchmarks/gate.py FILE``) from both device classes if you can.
+
+Usage::
+
+    python3 benchmarks/gate.py [FILE.json] [--device-class pocl|nvidia] [--only TEXT]
+    python3 benchmarks/gate.py --run [--retries N] [--out DIR] [-- PYTEST ARGS]
+
+With no FILE, the newest JSON under ``.benchmarks/``. ``--run`` runs the benchmarks the checks
+need (the short pass CI runs), then judges and re-measures; exit status 1 names what regressed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import re
+import subprocess
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+Results = dict[str, list[dict[str, Any]]]  # benchmark name -> its entries, one per run
+
+DEVICE_CLASSES = ("pocl", "nvidia")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """How one checked number is computed from the stored results."""
+
+    needs: tuple[str, ...]  # benchmark names
+    compute: Callable[[Results], float]
+    timed: bool  # a timing: re-measuring can change it
+    unit: str = ""
+
+
+def _min(results: Results, name: str) -> float:
+    return min(float(entry["stats"]["min"]) for entry in results[name])
+
+
+def _median(results: Results, name: str) -> float:
+    return min(float(entry["stats"]["median"]) for entry in results[name])
+
+
+def ratio(a: str, b: str) -> Figure:
+    """The fastest round of ``a`` over the fastest round of ``b``."""
+    return Figure((a, b), lambda r: _min(r, a) / _min(r, b), True)
+
+
+def per_unit_us(a: str, b: str, n: int) -> Figure:
+    """``(min(a) - min(b)) / n`` in µs: ``a``'s cost per op over its by-hand twin ``b``."""
+    return Figure((a, b), lambda r: (_min(r, a) - _min(r, b)) / n * 1e6, True, " µs")
+
+
+def time_us(a: str) -> Figure:
+    """The fastest round of ``a`` in µs (absolute: for targets stated in µs)."""
+    return Figure((a,), lambda r: _min(r, a) * 1e6, True, " µs")
+
+
+def info(a: str, key: str) -> Figure:
+    """``extra_info[key]`` of ``a`` (its latest run): bytes, counts, or a subprocess's ratio."""
+    return Figure((a,), lambda r: float(r[a][-1]["extra_info"][key]), False)
 
 
 @dataclass(frozen=True)
 class Check:
     name: str
-    benchmark: str  # the benchmark's name as pytest-benchmark stores it (with [params])
-    value: str  # "/other_benchmark" (ratio of medians) or an extra_info key
-    max: float | None = None
-    min: float | None = None
+    figure: Figure
+    pocl: str | None = None  # the limit on PoCL's CPU device: "<= X" or ">= X"
+    nvidia: str | None = None  # the limit on NVIDIA's OpenCL
     target: str = ""
+    note: str = ""  # why a limit is looser than the target, where it is
+    quick: bool = True  # part of the short pass (--run); False: only judged on full runs
 
-    def measure(self, results: dict[str, dict[str, Any]]) -> float:
-        bench = results[self.benchmark]
-        if self.value.startswith("/"):
-            other = results[self.value[1:]]
-            return float(bench["stats"]["median"] / other["stats"]["median"])
-        return float(bench["extra_info"][self.value])
-
-    def needs(self) -> list[str]:
-        return [self.benchmark] + ([self.value[1:]] if self.value.startswith("/") else [])
+    def limit(self, device_class: str) -> str | None:
+        return {"pocl": self.pocl, "nvidia": self.nvidia}.get(device_class)
 
 
+# Measured figures (min-of-N, 2-core Xeon with PoCL 3.0 under load from other processes, and an
+# H200 with NVIDIA's OpenCL) are in benchmarks/results/README.md; a limit leaves ~10% of room
+# over the measured figure so that noise passes and a 20% regression does not.
 CHECKS: list[Check] = [
-    Check("telemetry fast path vs no-op span", "test_tracing_check", "/test_noop_span_api",
-          max=0.05, target="well under 1 µs a check, a no-op span costs ~5 µs"),
-    Check("cache in-process hit (µs)", "test_netcl_memory_hit", "median_us", max=2.0,
-          target="<= 2 µs"),
-    Check("cache disk hit vs bare binary load + file read", "test_netcl_disk_hit_fresh_instance",
-          "ratio_to_floor", max=1.5, target="<= 1.3"),
-    Check("cache disk hit vs pyopencl binary cache", "test_netcl_disk_hit_fresh_instance",
-          "ratio_to_pyopencl_binary", max=1.0, target="<= 0.5 (missed on PoCL: see README)"),
-    Check("cache disk hit vs pyopencl default build", "test_netcl_disk_hit_fresh_instance",
-          "ratio_to_pyopencl_default", max=0.1, target="<= 0.1"),
-    Check("cache miss vs bare compile + binary fetch", "test_netcl_miss",
-          "ratio_to_bare_compile_binary", max=1.3, target="<= 1.05 of the bare compile"),
-    Check("capture replay vs bare enqueue loop", "test_launch_replay", "replay_over_bare",
-          max=1.3, target="<= 1.15"),
-    Check("capture step speed-up, Python ops", "test_step_replay[python_ops]",
-          "normal_over_replay", min=2.0, target=">= 5 on PoCL"),
-    Check("capture step speed-up, pyopencl.array", "test_step_replay[pyopencl_array]",
-          "normal_over_replay", min=3.0, target=">= 5 on PoCL"),
-    Check("capture replay with SDK vs none", "test_replay_telemetry_overhead",
-          "sdk_over_none_e2e", max=1.15, target="<= 1.05"),
-    Check("graph overhead per node (µs)", "test_graph_overhead_executor_run[relu_kernel]",
-          "overhead_us_per_node", max=10.0, target="<= 10 µs"),
-    Check("graph run vs same fns by hand", "test_graph_overhead_executor_run[relu_kernel]",
-          "graph_over_by_hand", max=1.5),
-    Check("graph peak vs lower bound, chain", "test_graph_memory_chain",
-          "peak_over_lower_bound", max=1.0, target="== 1"),
-    Check("graph peak vs lower bound, random DAGs", "test_graph_memory_random_dags",
-          "worst_peak_over_lower_bound", max=1.15, target="<= 1.15"),
-    Check("scheduler overhead per op (µs)", "test_scheduler_host_callables_plan_per_op",
-          "overhead_us_per_op", max=3.0, target="<= 3 µs"),
-    Check("scheduler kernels vs by hand", "test_scheduler_kernels_sync", "ratio_vs_hand",
-          max=2.0),
+    Check("telemetry check vs no-op span",
+          ratio("test_tracing_check", "test_noop_span_api"),
+          pocl="<= 0.05", nvidia="<= 0.05", target="well under 1 µs a check; a no-op span ~5 µs"),
+    Check("cache in-process hit",
+          time_us("test_netcl_memory_hit"),
+          pocl="<= 2", nvidia="<= 2", target="<= 2 µs"),
+    Check("cache in-process hit vs dict lookup",
+          ratio("test_netcl_memory_hit", "test_floor_memory_lookup"),
+          pocl="<= 3.6", nvidia="<= 3.6"),
+    Check("cache disk hit vs bare binary load",
+          ratio("test_netcl_disk_hit_fresh_instance", "test_floor_bare_binary_load"),
+          pocl="<= 1.3", nvidia="<= 1.3", target="<= 1.3"),
+    Check("cache disk hit vs pyopencl binary cache",
+          ratio("test_netcl_disk_hit_fresh_instance", "test_pyopencl_binary_cache_hit"),
+          pocl="<= 1.0", nvidia="<= 0.5", target="<= 0.5", quick=False,
+          note="PoCL: pyopencl's hit is 1.3x a bare binary load; 0.5 would beat PoCL's own load"),
+    Check("cache disk hit vs pyopencl default build",
+          ratio("test_netcl_disk_hit_fresh_instance", "test_pyopencl_default_build"),
+          pocl="<= 0.1", nvidia="<= 0.12", target="<= 0.1",
+          note="NVIDIA: 0.095-0.098 measured, within noise of the target"),
+    Check("cache miss vs bare compile + binary fetch",
+          ratio("test_netcl_miss", "test_floor_bare_compile_and_binary"),
+          pocl="<= 1.05", nvidia="<= 1.05", target="<= 1.05", quick=False),
+    Check("capture replay vs bare enqueue loop",
+          ratio("test_launch_replay", "test_launch_bare_enqueue_loop"),
+          pocl="<= 0.55", nvidia="<= 1.15", target="<= 1.15"),
+    Check("capture step speed-up, Python ops",
+          ratio("test_step_normal[python_ops]", "test_step_replay[python_ops]"),
+          pocl=">= 5", nvidia=">= 1.7", target=">= 5 on PoCL",
+          note="NVIDIA: a launch costs ~9 µs there, so a lean Python op is only ~2x a launch"),
+    Check("capture step speed-up, pyopencl.array",
+          ratio("test_step_normal[pyopencl_array]", "test_step_replay[pyopencl_array]"),
+          pocl=">= 5", nvidia=">= 3.6", target=">= 5 on PoCL"),
+    Check("capture replay with SDK vs none",
+          info("test_replay_telemetry_overhead", "sdk_over_none_e2e"),
+          pocl="<= 1.05", nvidia="<= 1.08", target="<= 1.05",
+          note="a subprocess's interleaved ratio; NVIDIA: 1.04 measured, the target within noise"),
+    Check("graph overhead per node",
+          per_unit_us("test_graph_overhead_executor_run[relu_kernel]",
+                      "test_graph_overhead_by_hand[relu_kernel]", 64),
+          pocl="<= 10", nvidia="<= 10", target="<= 10 µs"),
+    Check("graph run vs same fns by hand",
+          ratio("test_graph_overhead_executor_run[noop]", "test_graph_overhead_by_hand[noop]"),
+          pocl="<= 6", nvidia="<= 4"),
+    Check("graph peak vs lower bound, chain",
+          info("test_graph_memory_chain", "peak_over_lower_bound"),
+          pocl="<= 1.0", nvidia="<= 1.0", target="== 1"),
+    Check("graph peak vs lower bound, random DAGs",
+          info("test_graph_memory_random_dags", "worst_peak_over_lower_bound"),
+          pocl="<= 1.15", nvidia="<= 1.15", target="<= 1.15"),
+    Check("pool allocate+release vs pyopencl MemoryPool",
+          ratio("test_pool_allocate_release", "test_memorypool_allocate_release"),
+          pocl="<= 15", nvidia="<= 15"),
+    Check("scheduler overhead per op",
+          per_unit_us("test_scheduler_host_callables_plan_per_op", "test_hand_host_callables",
+                      1000),
+          pocl="<= 3", nvidia="<= 3", target="<= 3 µs"),
+    Check("scheduler kernels vs by hand",
+          ratio("test_scheduler_kernels_sync", "test_hand_kernels_sync"),
+          pocl="<= 2", nvidia="<= 2"),
 ]  # fmt: skip
+
+
+# -- reading results ------------------------------------------------------------------------
+
+
+def load(paths: Iterable[Path]) -> tuple[Results, dict[str, Any]]:
+    """Benchmarks of one or more pytest-benchmark JSON files (runs of the same machine), and the
+    machine info of the first."""
+    results: Results = {}
+    machine: dict[str, Any] = {}
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        machine = machine or doc.get("machine_info", {})
+        for bench in doc.get("benchmarks", []):
+            results.setdefault(bench["name"], []).append(bench)
+    return results, machine
+
+
+def device_class(machine_info: dict[str, Any]) -> str | None:
+    """``pocl`` or ``nvidia`` from the OpenCL device the benchmarks conftest recorded."""
+    ocl = machine_info.get("opencl") or {}
+    text = " ".join(str(ocl.get(k, "")) for k in ("platform", "vendor", "device")).lower()
+    if "nvidia" in text:
+        return "nvidia"
+    if "portable computing language" in text or "pocl" in text:
+        return "pocl"
+    return None
+
+
+# -- judging --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    check: Check
+    value: float | None  # None: a benchmark is missing
+    limit: str | None
+    ok: bool
+    detail: str = ""
+
+    def line(self) -> str:
+        c = self.check
+        if self.value is None:
+            return f"FAIL {c.name}: {self.detail}"
+        value = f"{self.value:.3f}{c.figure.unit}"
+        limit = f"limit {self.limit}" if self.limit else "no limit here"
+        target = f"; target {c.target}" if c.target else ""
+        note = f"  [{c.note}]" if c.note else ""
+        verdict = "ok  " if self.ok else "FAIL"
+        return f"{verdict} {c.name}: {value} ({limit}{target}){self.detail}{note}"
+
+
+def _within(value: float, limit: str) -> bool:
+    m = re.fullmatch(r"\s*(<=|>=)\s*([0-9.eE+-]+)\s*", limit)
+    if not m:
+        raise ValueError(f"gate: limit {limit!r} is not '<= X' or '>= X'")
+    bound = float(m.group(2))
+    return value <= bound if m.group(1) == "<=" else value >= bound
+
+
+def judge(results: Results, checks: Sequence[Check], device: str) -> list[Verdict]:
+    verdicts = []
+    for c in checks:
+        missing = [n for n in c.figure.needs if n not in results]
+        limit = c.limit(device)
+        if missing:
+            verdicts.append(Verdict(c, None, limit, False,
+                                    f"benchmark(s) {', '.join(missing)} not in the results"))
+            continue
+        try:
+            value = c.figure.compute(results)
+        except (KeyError, ZeroDivisionError) as exc:
+            verdicts.append(Verdict(c, None, limit, False, f"cannot compute: {exc!r}"))
+            continue
+        ok = limit is None or (math.isfinite(value) and _within(value, limit))
+        verdicts.append(Verdict(c, value, limit, ok))
+    return verdicts
+
+
+# -- running and re-measuring ---------------------------------------------------------------
+
+
+def _k_expression(names: Iterable[str]) -> str:
+    # -k matches words of the test id; parameters ([...]) cannot be spelled there, so the base
+    # name selects every parameter of a test (a few extra benchmarks, never a missing one)
+    return " or ".join(sorted({n.split("[", 1)[0] for n in names}))
+
+
+# the console table: fastest round (what the gate uses), median, rounds, loops per round
+TABLE = ("--benchmark-group-by=group", "--benchmark-name=short",
+         "--benchmark-columns=min,median,rounds,iterations")
+# calibrate sub-µs benchmarks to loops of >= 100 µs a round, so the timer's own cost is noise
+MIN_TIME = "--benchmark-min-time=0.0001"
+
+
+def _pytest(out: Path, names: Iterable[str], max_time: float, min_rounds: int,
+            extra: Sequence[str]) -> int:
+    bench_dir = Path(__file__).resolve().parent
+    cmd = [sys.executable, "-m", "pytest", str(bench_dir), "-q", "-p", "no:randomly",
+           "-p", "no:cacheprovider", "--benchmark-only", f"--benchmark-json={out}",
+           f"--benchmark-max-time={max_time}", f"--benchmark-min-rounds={min_rounds}",
+           MIN_TIME, *TABLE, "-k", _k_expression(names), *extra]
+    print("gate: running", " ".join(cmd[1:4]), "... -k", repr(cmd[cmd.index("-k") + 1]),
+          flush=True)
+    return subprocess.run(cmd, check=False).returncode
+
+
+def run_and_judge(checks: Sequence[Check], out: Path, retries: int, device: str | None,
+                  extra: Sequence[str]) -> int:
+    """Run the checks' benchmarks, judge, re-run the failing checks' benchmarks up to
+    ``retries`` times (more rounds each time), and judge them on every run together."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("run-*.json"):
+        old.unlink()
+    runs = [out / "run-0.json"]
+    rc = _pytest(runs[0], [n for c in checks for n in c.figure.needs], 0.2, 5, extra)
+    if not runs[0].exists():
+        print(f"gate: pytest wrote no results (exit {rc})")
+        return 1
+    results, machine = load(runs)
+    device = device or device_class(machine)
+    if device is None:
+        print("gate: unknown OpenCL device class; pass --device-class", "|".join(DEVICE_CLASSES))
+        return 1
+    verdicts = judge(results, checks, device)
+    for attempt in range(1, retries + 1):
+        failing = [v for v in verdicts if not v.ok and v.check.figure.timed and v.value is not None]
+        if not failing:
+            break
+        print("gate: re-measuring before failing:", "; ".join(v.line() for v in failing))
+        runs.append(out / f"run-{attempt}.json")
+        _pytest(runs[-1], [n for v in failing for n in v.check.figure.needs],
+                0.5 * attempt, 10 * attempt, extra)
+        results, _ = load(p for p in runs if p.exists())
+        again = {id(v.check): v for v in judge(results, [v.check for v in failing], device)}
+        verdicts = [again.get(id(v.check), v) for v in verdicts]
+    return report(verdicts, runs, device, machine, len(runs) - 1)
+
+
+def report(verdicts: Sequence[Verdict], paths: Sequence[Path], device: str,
+           machine: dict[str, Any], remeasured: int = 0) -> int:
+    print(f"gate: {', '.join(str(p) for p in paths)} (device class {device})")
+    if machine.get("netcl_slowdown_injected"):
+        print("gate: NETCL_BENCH_SLOWDOWN injected:", ", ".join(machine["netcl_slowdown_injected"]))
+    for v in verdicts:
+        print(v.line())
+    failed = [v for v in verdicts if not v.ok]
+    again = f", after {remeasured} re-measurement(s)" if remeasured else ""
+    print(f"gate: {len(verdicts) - len(failed)} of {len(verdicts)} checks within limits{again}")
+    if failed:
+        print("gate: REGRESSION in:", "; ".join(v.check.name for v in failed))
+        return 1
+    return 0
 
 
 def _newest(root: Path) -> Path:
@@ -84,41 +340,39 @@ def _newest(root: Path) -> Path:
     return files[-1]
 
 
-def check(results: dict[str, dict[str, Any]], checks: list[Check]) -> list[str]:
-    """One line per check; lines of failed checks start with 'FAIL'."""
-    lines = []
-    for c in checks:
-        missing = [n for n in c.needs() if n not in results]
-        if missing:
-            lines.append(f"FAIL {c.name}: benchmark(s) {', '.join(missing)} not in the results")
-            continue
-        value = c.measure(results)
-        ok = (c.max is None or value <= c.max) and (c.min is None or value >= c.min)
-        bounds = []
-        if c.min is not None:
-            bounds.append(f">= {c.min:g}")
-        if c.max is not None:
-            bounds.append(f"<= {c.max:g}")
-        limit = " and ".join(bounds)
-        target = f"; target {c.target}" if c.target else ""
-        lines.append(f"{'ok  ' if ok else 'FAIL'} {c.name}: {value:.3f} (limit {limit}{target})")
-    return lines
-
-
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        extra = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("results", nargs="?", type=Path, help="pytest-benchmark JSON file")
+    parser.add_argument("results", nargs="*", type=Path,
+                        help="pytest-benchmark JSON file(s) of one machine (judged together)")
+    parser.add_argument("--device-class", choices=DEVICE_CLASSES,
+                        help="limits to use (default: from the JSON's machine_info)")
     parser.add_argument("--only", action="append", default=[], help="checks whose name has this")
+    parser.add_argument("--run", action="store_true",
+                        help="run the checks' benchmarks first, re-measure failures")
+    parser.add_argument("--retries", type=int, default=2, help="re-measurements (with --run)")
+    parser.add_argument("--out", type=Path, default=Path(".benchmarks/gate"),
+                        help="where --run writes its JSON files")
     args = parser.parse_args(argv)
-    path = args.results or _newest(Path(".benchmarks"))
     checks = [c for c in CHECKS if not args.only or any(o in c.name for o in args.only)]
-    results = {b["name"]: b for b in json.loads(path.read_text())["benchmarks"]}
-    lines = check(results, checks)
-    print(f"gate: {path}")
-    print("\n".join(lines))
-    failed = sum(line.startswith("FAIL") for line in lines)
-    print(f"gate: {len(lines) - failed} of {len(lines)} checks within limits")
-    return 1 if failed else 0
+    if not checks:
+        parser.error(f"no check matches {args.only}")
+    if args.run:
+        if not args.only:
+            checks = [c for c in checks if c.quick]
+        return run_and_judge(checks, args.out, args.retries, args.device_class, extra)
+    paths = args.results or [_newest(Path(os.environ.get("NETCL_BENCH_STORAGE", ".benchmarks")))]
+    results, machine = load(paths)
+    device = args.device_class or device_class(machine)
+    if device is None:
+        print(f"gate: {paths[0]} does not name an OpenCL device (runs before the benchmarks' "
+              f"conftest recorded it); pass --device-class {'|'.join(DEVICE_CLASSES)}")
+        return 2
+    return report(judge(results, checks, device), paths, device, machine)
 
 
 if __name__ == "__main__":
