@@ -31,6 +31,7 @@ from capture_workloads import (
     interleaved,
     interleaved_times,
 )
+from paired import paired_floor
 
 from netcl.runtime.capture import KernelCapture
 
@@ -96,8 +97,10 @@ def test_launch_replay(benchmark: Any, add_loop: AddLoop) -> None:
         target_replay_over_bare=1.15,
     )
     held = _HeldQueue(add_loop.queue)
-    benchmark.pedantic(add_loop.replay, setup=held, rounds=_rounds(benchmark, 200),
+    setup, floor = paired_floor(add_loop.bare, between=held)  # the bare loop, same load
+    benchmark.pedantic(add_loop.replay, setup=setup, rounds=_rounds(benchmark, 200),
                        warmup_rounds=2)
+    benchmark.extra_info["paired_floor_s"] = min(floor)
     held.release()
     add_loop.check()
 

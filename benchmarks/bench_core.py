@@ -6,6 +6,9 @@ API's own no-op ``start_as_current_span``.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pyopencl as cl
 import pyopencl.tools as cltools
 import pytest
@@ -13,6 +16,9 @@ from pytest_benchmark.fixture import BenchmarkFixture
 
 from netcl.core import telemetry
 from netcl.core.memory import BufferPool
+
+sys.path.insert(0, str(Path(__file__).parent))
+from paired import paired_floor
 
 _tracer = telemetry.tracer("netcl.bench", "netcl-core")
 _N = 1000  # calls per round: a single call is below the timer's resolution
@@ -54,7 +60,17 @@ def test_pool_allocate_release(benchmark: BenchmarkFixture, queue: cl.CommandQue
         for _ in range(100):
             pool.release(pool.allocate((1024,), "float32"))
 
-    benchmark(cycle)
+    # paired rounds: pyopencl's MemoryPool cycle timed before each round (the gate's floor)
+    mempool = cltools.MemoryPool(cltools.ImmediateAllocator(queue), leading_bits_in_bin_id=6)
+
+    def floor() -> None:
+        for _ in range(100):
+            mempool.allocate(4096).release()
+
+    setup, floor_times = paired_floor(floor)
+    benchmark.pedantic(cycle, setup=setup, rounds=1 if benchmark.disabled else 300,
+                       warmup_rounds=3)
+    benchmark.extra_info["paired_floor_s"] = min(floor_times)
     assert pool.stats.live_tensors == 0
 
 

@@ -1,37 +1,50 @@
 """The benchmark gate: judges figures computed from pytest-benchmark's own JSON against limits
 per device class, and re-measures a failing figure before it fails the run.
 
-How a figure is computed. Every timed figure comes from the ``stats`` pytest-benchmark stores for
-each benchmark, so the console table, ``bench:compare``, ``bench:report`` and the gate all see the
-same numbers. The statistic is the fastest round (min-of-N; a round is one call, or the mean of
-the loops of a round): load from other processes only ever adds time, so the fastest round is the
-least disturbed one, and a ratio of two minimums measured in the same run moves little when the
-machine is busy while a real regression moves it by its full size. A check that fails is not
-believed at once: ``--run`` re-runs only the benchmarks of the failing checks (``pytest -k``, with
-more rounds), takes each benchmark's minimum over all runs, and fails only when the check still
-fails. Deterministic figures (bytes, counts) and figures a benchmark can only measure in a
-subprocess are read from ``extra_info``.
+How a figure is computed. Every timed figure comes from what pytest-benchmark stores in its
+JSON for each benchmark, so the console table, ``bench:compare``, ``bench:report`` and the gate
+all see the same numbers. The statistic is the fastest round (min-of-N; a round is one call, or
+the mean of a round's loops): load from other processes only adds time, so the fastest round is
+the least disturbed. Where two benchmarks timed one after the other drift apart under load, a
+benchmark times its floor right before each of its own rounds (paired rounds) and the figure is
+the ratio of the two fastest rounds of the same window. A failing check is not believed at once:
+``--run`` re-runs only the failing checks' benchmarks (``pytest -k``, more rounds), takes each
+benchmark's fastest round over all runs, and fails only when the check still fails.
 
 Device classes. The benchmarks' conftest stores the OpenCL device in the JSON's
 ``machine_info["opencl"]``; the gate picks the limits of that class (``pocl``: PoCL's CPU device,
-``nvidia``: NVIDIA's OpenCL) and prints the product target beside each limit. A limit is never
-looser than its target unless the target is out of reach on that device; then the note beside
-the limit says why. Limits sit close enough to the measured figure that a 20% regression of the
-code a check covers crosses them.
+``nvidia``: NVIDIA's OpenCL) and prints the target beside each limit. A limit is never looser
+than its target unless the target is out of reach on that device; then ``note`` says why.
+Limits sit close enough to the measured figure that a 20% slowdown of the code a check covers
+crosses them.
 
-Adding a check (one line in ``CHECKS``)::
+Adding a check: one entry in ``CHECKS``::
 
-    Check("pool allocate+release vs pyopencl MemoryPool",        # what the console prints
-          ratio("test_pool_allocate_release", "test_memorypool_allocate_release"),
-          pocl="<= 16", nvidia="<= 16", target="")               # limits per class, target
+    Check("pool allocate+release vs pyopencl MemoryPool",  # what the console prints
+          paired("test_pool_allocate_release"),              # how the figure is computed
+          pocl="<= 15", nvidia="<= 15", target="")           # limit per device class, target
 
-Figures: ``ratio(a, b)`` (min of benchmark ``a`` over min of ``b``), ``per_unit_us(a, b, n)``
-(``(min(a) - min(b)) / n`` in µs: the overhead per op of ``a`` over its by-hand twin ``b``),
-``time_us(a)`` (min of ``a`` in µs, for absolute targets), ``info(a, key)`` (a value from ``a``'s
-``extra_info``). Benchmark names are pytest-benchmark's (``test_x[param]``). A limit is
-``"<= X"`` or ``">= X"``; ``None`` leaves the class ungated (the figure is still printed);
-``note=`` explains a limit that is looser than its target. Then run the gate on a JSON
-(``python3 benchmarks/gate.py FILE``) from both device classes if you can.
+Figures:
+
+- ``ratio(a, b)``: the fastest round of benchmark ``a`` over that of ``b`` (two benchmarks of
+  one group);
+- ``paired(a)``: the fastest round of ``a`` over the fastest of the floor ``a`` timed right
+  before each of its rounds (benchmarks/paired.py); use it where two benchmarks' minimums drift
+  apart under load;
+- ``per_unit_us(a, b, n)``: ``(min(a) - min(b)) / n`` in µs, the overhead per op of ``a`` over
+  its by-hand twin ``b``;
+- ``time_us(a)``: the fastest round of ``a`` per call in µs (a round making
+  ``extra_info["calls_per_round"]`` calls is divided by them), for absolute targets;
+- ``info(a, key)``: a deterministic value from ``a``'s ``extra_info`` (bytes, counts);
+- ``timed_info(a, key)``: a timing ``a`` measured itself (e.g. in a subprocess), the smallest
+  over re-measurements.
+
+Benchmark names are pytest-benchmark's (``test_x[param]``). A limit is ``"<= X"`` or
+``">= X"``; ``None`` leaves the class ungated (the figure is still printed); ``note=`` explains
+a limit that is looser than its target; ``quick=False`` keeps a slow check out of the short
+pass. Set a limit about 10% over the figure measured on a loaded machine, then check both ways:
+``python3 benchmarks/gate.py FILE`` passes on a clean run and fails with the code slowed
+(``NETCL_BENCH_SLOWDOWN``, see benchmarks/conftest.py).
 
 Usage::
 
@@ -75,6 +88,11 @@ def _min(results: Results, name: str) -> float:
     return min(float(entry["stats"]["min"]) for entry in results[name])
 
 
+def _calls(results: Results, name: str) -> int:
+    """Calls a round makes itself (``extra_info["calls_per_round"]``), 1 when it loops not."""
+    return int(results[name][-1].get("extra_info", {}).get("calls_per_round", 1))
+
+
 def _median(results: Results, name: str) -> float:
     return min(float(entry["stats"]["median"]) for entry in results[name])
 
@@ -84,19 +102,32 @@ def ratio(a: str, b: str) -> Figure:
     return Figure((a, b), lambda r: _min(r, a) / _min(r, b), True)
 
 
+def paired(a: str, key: str = "paired_floor_s") -> Figure:
+    """The fastest round of ``a`` over the fastest of the floor ``a`` timed before each of its
+    rounds (``extra_info[key]``, seconds; see benchmarks/paired.py): both in the same window."""
+    return Figure((a,), lambda r: _min(r, a) / min(float(e["extra_info"][key]) for e in r[a]),
+                  True)
+
+
 def per_unit_us(a: str, b: str, n: int) -> Figure:
     """``(min(a) - min(b)) / n`` in µs: ``a``'s cost per op over its by-hand twin ``b``."""
     return Figure((a, b), lambda r: (_min(r, a) - _min(r, b)) / n * 1e6, True, " µs")
 
 
 def time_us(a: str) -> Figure:
-    """The fastest round of ``a`` in µs (absolute: for targets stated in µs)."""
-    return Figure((a,), lambda r: _min(r, a) * 1e6, True, " µs")
+    """The fastest round of ``a`` per call in µs (absolute: for targets stated in µs)."""
+    return Figure((a,), lambda r: _min(r, a) / _calls(r, a) * 1e6, True, " µs")
 
 
 def info(a: str, key: str) -> Figure:
-    """``extra_info[key]`` of ``a`` (its latest run): bytes, counts, or a subprocess's ratio."""
+    """``extra_info[key]`` of ``a`` (its latest run): a deterministic figure (bytes, counts)."""
     return Figure((a,), lambda r: float(r[a][-1]["extra_info"][key]), False)
+
+
+def timed_info(a: str, key: str) -> Figure:
+    """The smallest ``extra_info[key]`` of ``a`` over the runs: a timed figure the benchmark can
+    only measure itself (e.g. in a subprocess with an SDK), re-measured like the others."""
+    return Figure((a,), lambda r: min(float(e["extra_info"][key]) for e in r[a]), True)
 
 
 @dataclass(frozen=True)
@@ -124,7 +155,7 @@ CHECKS: list[Check] = [
           time_us("test_netcl_memory_hit"),
           pocl="<= 2", nvidia="<= 2", target="<= 2 µs"),
     Check("cache in-process hit vs dict lookup",
-          ratio("test_netcl_memory_hit", "test_floor_memory_lookup"),
+          paired("test_netcl_memory_hit"),
           pocl="<= 3.6", nvidia="<= 3.6"),
     Check("cache disk hit vs bare binary load",
           ratio("test_netcl_disk_hit_fresh_instance", "test_floor_bare_binary_load"),
@@ -141,8 +172,8 @@ CHECKS: list[Check] = [
           ratio("test_netcl_miss", "test_floor_bare_compile_and_binary"),
           pocl="<= 1.05", nvidia="<= 1.05", target="<= 1.05", quick=False),
     Check("capture replay vs bare enqueue loop",
-          ratio("test_launch_replay", "test_launch_bare_enqueue_loop"),
-          pocl="<= 0.55", nvidia="<= 1.15", target="<= 1.15"),
+          paired("test_launch_replay"),
+          pocl="<= 1.15", nvidia="<= 1.15", target="<= 1.15"),
     Check("capture step speed-up, Python ops",
           ratio("test_step_normal[python_ops]", "test_step_replay[python_ops]"),
           pocl=">= 5", nvidia=">= 1.7", target=">= 5 on PoCL",
@@ -151,15 +182,16 @@ CHECKS: list[Check] = [
           ratio("test_step_normal[pyopencl_array]", "test_step_replay[pyopencl_array]"),
           pocl=">= 5", nvidia=">= 3.6", target=">= 5 on PoCL"),
     Check("capture replay with SDK vs none",
-          info("test_replay_telemetry_overhead", "sdk_over_none_e2e"),
-          pocl="<= 1.05", nvidia="<= 1.08", target="<= 1.05",
-          note="a subprocess's interleaved ratio; NVIDIA: 1.04 measured, the target within noise"),
+          timed_info("test_replay_telemetry_overhead", "sdk_over_none_e2e"),
+          pocl="<= 1.1", nvidia="<= 1.1", target="<= 1.05",
+          note="medians of interleaved rounds in a subprocess: 1.01 (PoCL) and 1.04 (H200) on "
+               "quiet machines, up to 1.12 under load"),
     Check("graph overhead per node",
           per_unit_us("test_graph_overhead_executor_run[relu_kernel]",
                       "test_graph_overhead_by_hand[relu_kernel]", 64),
           pocl="<= 10", nvidia="<= 10", target="<= 10 µs"),
     Check("graph run vs same fns by hand",
-          ratio("test_graph_overhead_executor_run[noop]", "test_graph_overhead_by_hand[noop]"),
+          paired("test_graph_overhead_executor_run[noop]"),
           pocl="<= 6", nvidia="<= 4"),
     Check("graph peak vs lower bound, chain",
           info("test_graph_memory_chain", "peak_over_lower_bound"),
@@ -168,7 +200,7 @@ CHECKS: list[Check] = [
           info("test_graph_memory_random_dags", "worst_peak_over_lower_bound"),
           pocl="<= 1.15", nvidia="<= 1.15", target="<= 1.15"),
     Check("pool allocate+release vs pyopencl MemoryPool",
-          ratio("test_pool_allocate_release", "test_memorypool_allocate_release"),
+          paired("test_pool_allocate_release"),
           pocl="<= 15", nvidia="<= 15"),
     Check("scheduler overhead per op",
           per_unit_us("test_scheduler_host_callables_plan_per_op", "test_hand_host_callables",
