@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -81,6 +82,7 @@ def main() -> int:
                              "covers the slowed code (its benchmarks alone: faster)")
     args = parser.parse_args()
     targets = [t for t in args.targets.split(",") if t]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the busy process too
     busy = None
     if not args.no_busy:
         busy = subprocess.Popen([sys.executable, "-c", "while 1: pass"])
