@@ -194,11 +194,11 @@ def report(runs: list[Run], out: Path) -> int:
         for check in gate.CHECKS:
             value, ok, limit = figs[-1][check.name]
             old = figs[-2][check.name][0] if prev else None
-            cls = "" if ok else " class=bad"
-            parts.append(f"<tr{cls}><td>{esc(check.name)}<td>{esc(limit or '')}"
-                         f"<td>{'' if old is None else f'{old:.3f}'}"
-                         f"<td>{'missing' if value is None else f'{value:.3f}'}"
-                         f"<td>{_change(old, value)}{'' if ok else ' REGRESSION'}</tr>")
+            bad = value is not None and not ok  # a missing figure is not a regression
+            parts.append(f"<tr{' class=bad' if bad else ''}><td>{esc(check.name)}"
+                         f"<td>{esc(limit or '')}<td>{'' if old is None else f'{old:.3f}'}"
+                         f"<td>{'not measured' if value is None else f'{value:.3f}'}"
+                         f"<td>{_change(old, value)}{' REGRESSION' if bad else ''}</tr>")
         parts.append("</table><table><tr><th>benchmark (fastest round)<th>loops<th>previous"
                      "<th>latest<th>change</tr>")
         for name, bench in last.benchmarks.items():
