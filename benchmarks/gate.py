@@ -62,7 +62,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import subprocess
 import sys
@@ -424,7 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.only:
             checks = [c for c in checks if c.quick]
         return run_and_judge(checks, args.out, args.retries, args.device_class, extra)
-    paths = args.results or [_newest(Path(os.environ.get("NETCL_BENCH_STORAGE", ".benchmarks")))]
+    paths = args.results or [_newest(Path(".benchmarks"))]
     results, machine = load(paths)
     device = args.device_class or device_class(machine)
     if device is None:
