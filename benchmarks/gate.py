@@ -49,7 +49,7 @@ pass. Set a limit about 10% over the figure measured on a loaded machine, then c
 
 Usage::
 
-    python3 benchmarks/gate.py [FILE.json] [--device-class pocl|nvidia] [--only TEXT]
+    python3 benchmarks/gate.py [FILE.json] [--device-class pocl|nvidia] [--only TEXT] [--retries N]
     python3 benchmarks/gate.py --run [--retries N] [--out DIR] [-- PYTEST ARGS]
     python3 benchmarks/gate.py --limits    # the limits and targets as a markdown table
 
@@ -328,17 +328,19 @@ def _pytest(out: Path, names: Iterable[str], max_time: float, min_rounds: int,
 
 
 def run_and_judge(checks: Sequence[Check], out: Path, retries: int, device: str | None,
-                  extra: Sequence[str]) -> int:
-    """Run the checks' benchmarks, judge, re-run the failing checks' benchmarks up to
-    ``retries`` times (more rounds each time), and judge them on every run together."""
+                  extra: Sequence[str], first: Path | None = None) -> int:
+    """Run the checks' benchmarks (or take ``first``, a run made already), judge, re-run the
+    failing checks' benchmarks up to ``retries`` times (more rounds each time), and judge them
+    on every run together."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("run-*.json"):
         old.unlink()
-    runs = [out / "run-0.json"]
-    rc = _pytest(runs[0], [n for c in checks for n in c.figure.needs], 0.2, 5, extra)
-    if not runs[0].exists():
-        print(f"gate: pytest wrote no results (exit {rc})")
-        return 1
+    runs = [first or out / "run-0.json"]
+    if first is None:
+        rc = _pytest(runs[0], [n for c in checks for n in c.figure.needs], 0.2, 5, extra)
+        if not runs[0].exists():
+            print(f"gate: pytest wrote no results (exit {rc})")
+            return 1
     results, machine = load(runs)
     device = device or device_class(machine)
     if device is None:
@@ -409,7 +411,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="print the checks' limits per device class and targets (markdown)")
     parser.add_argument("--run", action="store_true",
                         help="run the checks' benchmarks first, re-measure failures")
-    parser.add_argument("--retries", type=int, default=2, help="re-measurements (with --run)")
+    parser.add_argument("--retries", type=int, default=None,
+                        help="re-measurements of failing checks (--run: 2 by default; "
+                             "with FILE: none unless given)")
     parser.add_argument("--out", type=Path, default=Path(".benchmarks/gate"),
                         help="where --run writes its JSON files")
     args = parser.parse_args(argv)
@@ -422,8 +426,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.run:
         if not args.only:
             checks = [c for c in checks if c.quick]
-        return run_and_judge(checks, args.out, args.retries, args.device_class, extra)
+        retries = 2 if args.retries is None else args.retries
+        return run_and_judge(checks, args.out, retries, args.device_class, extra)
     paths = args.results or [_newest(Path(".benchmarks"))]
+    if args.retries and len(paths) == 1:
+        return run_and_judge(checks, args.out, args.retries, args.device_class, extra, paths[0])
     results, machine = load(paths)
     device = args.device_class or device_class(machine)
     if device is None:
