@@ -231,12 +231,14 @@ def report(runs: list[Run], out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--storage", type=Path, default=Path(".benchmarks"),
+                        help="pytest-benchmark's storage folder")
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--storage", type=Path, default=Path(".benchmarks"))
     sub = parser.add_subparsers(dest="command", required=True)
-    cmp = sub.add_parser("compare", help="compare saved runs by id")
+    cmp = sub.add_parser("compare", parents=[common], help="compare saved runs by id")
     cmp.add_argument("ids", nargs="+")
-    rep = sub.add_parser("report", help="write the HTML history report")
+    rep = sub.add_parser("report", parents=[common], help="write the HTML history report")
     rep.add_argument("--out", type=Path, default=Path(".benchmarks/report.html"))
     args = parser.parse_args(argv)
     if args.command == "compare":

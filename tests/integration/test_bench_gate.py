@@ -162,13 +162,13 @@ def test_compare_fails_on_an_unknown_run_id(
 ) -> None:
     store = _storage(tmp_path)
     with pytest.raises(SystemExit) as exc:
-        history.main(["--storage", str(store), "compare", "0001", "0003"])
+        history.main(["compare", "0001", "0003", "--storage", str(store)])
     assert exc.value.code == 2
     assert "no saved run '0003'" in capsys.readouterr().err
 
 
 def test_compare_table_fits_120_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert history.main(["--storage", str(_storage(tmp_path)), "compare", "0001", "0002"]) == 0
+    assert history.main(["compare", "--storage", str(_storage(tmp_path)), "0001", "0002"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert max(len(line) for line in lines[1:]) <= 120, out
@@ -181,7 +181,7 @@ def test_compare_table_fits_120_columns(tmp_path: Path, capsys: pytest.CaptureFi
 def test_report_plots_history(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the bench env has it: hatch run bench:report")
     out = tmp_path / "report.html"
-    assert history.main(["--storage", str(_storage(tmp_path)), "report", "--out", str(out)]) == 0
+    assert history.main(["report", "--storage", str(_storage(tmp_path)), "--out", str(out)]) == 0
     page = out.read_text()
     assert page.count("<img ") == len(gate.CHECKS) + len(_clean())
     assert "REGRESSION" in page and "0002 bbbbbbbb" in page
