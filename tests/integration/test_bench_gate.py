@@ -179,7 +179,8 @@ def test_compare_table_fits_120_columns(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_report_plots_history(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib", reason="the bench env has it: hatch run bench:report")
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed: pip install matplotlib "
+                        "(the bench and hatch-test envs have it)")
     out = tmp_path / "report.html"
     assert history.main(["report", "--storage", str(_storage(tmp_path)), "--out", str(out)]) == 0
     page = out.read_text()
