@@ -94,8 +94,9 @@ def _calls(results: Results, name: str) -> int:
     return int(results[name][-1].get("extra_info", {}).get("calls_per_round", 1))
 
 
-def _median(results: Results, name: str) -> float:
-    return min(float(entry["stats"]["median"]) for entry in results[name])
+def _smallest(results: Results, name: str, key: str) -> float:
+    """The smallest ``extra_info[key]`` of benchmark ``name`` over the runs."""
+    return min(float(entry["extra_info"][key]) for entry in results[name])
 
 
 def ratio(a: str, b: str) -> Figure:
@@ -106,15 +107,13 @@ def ratio(a: str, b: str) -> Figure:
 def paired(a: str, key: str = "paired_floor_s") -> Figure:
     """The fastest round of ``a`` over the fastest of the floor ``a`` timed before each of its
     rounds (``extra_info[key]``, seconds; see benchmarks/paired.py): both in the same window."""
-    return Figure((a,), lambda r: _min(r, a) / min(float(e["extra_info"][key]) for e in r[a]),
-                  True)
+    return Figure((a,), lambda r: _min(r, a) / _smallest(r, a, key), True)
 
 
 def paired_speedup(a: str, key: str = "paired_floor_s") -> Figure:
     """How many times faster ``a`` is than the floor it timed before each of its rounds: the
     floor's fastest round over ``a``'s (the inverse of ``paired``)."""
-    return Figure((a,), lambda r: min(float(e["extra_info"][key]) for e in r[a]) / _min(r, a),
-                  True)
+    return Figure((a,), lambda r: _smallest(r, a, key) / _min(r, a), True)
 
 
 def per_unit_us(a: str, b: str, n: int) -> Figure:
@@ -135,7 +134,7 @@ def info(a: str, key: str) -> Figure:
 def timed_info(a: str, key: str) -> Figure:
     """The smallest ``extra_info[key]`` of ``a`` over the runs: a timed figure the benchmark can
     only measure itself (e.g. in a subprocess with an SDK), re-measured like the others."""
-    return Figure((a,), lambda r: min(float(e["extra_info"][key]) for e in r[a]), True)
+    return Figure((a,), lambda r: _smallest(r, a, key), True)
 
 
 @dataclass(frozen=True)
