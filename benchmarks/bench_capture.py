@@ -98,7 +98,7 @@ def test_launch_replay(benchmark: Any, add_loop: AddLoop) -> None:
     )
     held = _HeldQueue(add_loop.queue)
     setup, floor = paired_floor(add_loop.bare, between=held)  # the bare loop, same load
-    benchmark.pedantic(add_loop.replay, setup=setup, rounds=_rounds(benchmark, 200),
+    benchmark.pedantic(add_loop.replay, setup=setup, rounds=_rounds(benchmark, 500),
                        warmup_rounds=2)
     benchmark.extra_info["paired_floor_s"] = min(floor)
     held.release()

@@ -68,7 +68,7 @@ def test_pool_allocate_release(benchmark: BenchmarkFixture, queue: cl.CommandQue
             mempool.allocate(4096).release()
 
     setup, floor_times = paired_floor(floor)
-    benchmark.pedantic(cycle, setup=setup, rounds=1 if benchmark.disabled else 300,
+    benchmark.pedantic(cycle, setup=setup, rounds=1 if benchmark.disabled else 500,
                        warmup_rounds=3)
     benchmark.extra_info["paired_floor_s"] = min(floor_times)
     assert pool.stats.live_tensors == 0

@@ -140,7 +140,7 @@ def test_graph_overhead_executor_run(
     # paired rounds (see paired.py): the by-hand floor timed before each round, for the gate
     setup, floor = paired_floor(hand_run)
     benchmark.pedantic(graph_run, setup=setup, warmup_rounds=3,
-                       rounds=1 if benchmark.disabled else (1000 if kind == "noop" else 300))
+                       rounds=1 if benchmark.disabled else (2000 if kind == "noop" else 300))
     benchmark.extra_info["paired_floor_s"] = min(floor)
     # the in-run ratio: interleave the two measurements so machine noise hits both alike
     rounds = 1 if benchmark.disabled else 3
