@@ -9,7 +9,8 @@ the least disturbed. Where two benchmarks timed one after the other drift apart 
 benchmark times its floor right before each of its own rounds (paired rounds) and the figure is
 the ratio of the two fastest rounds of the same window. A failing check is not believed at once:
 ``--run`` re-runs only the failing checks' benchmarks (``pytest -k``, more rounds), takes each
-benchmark's fastest round over all runs, and fails only when the check still fails.
+benchmark's fastest round over all runs (a paired figure: the best run's figure), and fails only
+when the check still fails.
 
 Device classes. The benchmarks' conftest stores the OpenCL device in the JSON's
 ``machine_info["opencl"]``; the gate picks the limits of that class (``pocl``: PoCL's CPU device,
@@ -83,6 +84,7 @@ class Figure:
     compute: Callable[[Results], float]
     timed: bool  # a timing: re-measuring can change it
     unit: str = ""
+    per_run: bool = False  # paired: judged run by run (the best run counts), never across runs
 
 
 def _min(results: Results, name: str) -> float:
@@ -107,13 +109,13 @@ def ratio(a: str, b: str) -> Figure:
 def paired(a: str, key: str = "paired_floor_s") -> Figure:
     """The fastest round of ``a`` over the fastest of the floor ``a`` timed before each of its
     rounds (``extra_info[key]``, seconds; see benchmarks/paired.py): both in the same window."""
-    return Figure((a,), lambda r: _min(r, a) / _smallest(r, a, key), True)
+    return Figure((a,), lambda r: _min(r, a) / _smallest(r, a, key), True, per_run=True)
 
 
 def paired_speedup(a: str, key: str = "paired_floor_s") -> Figure:
     """How many times faster ``a`` is than the floor it timed before each of its rounds: the
     floor's fastest round over ``a``'s (the inverse of ``paired``)."""
-    return Figure((a,), lambda r: _smallest(r, a, key) / _min(r, a), True)
+    return Figure((a,), lambda r: _smallest(r, a, key) / _min(r, a), True, per_run=True)
 
 
 def per_unit_us(a: str, b: str, n: int) -> Figure:
@@ -279,6 +281,16 @@ def _within(value: float, limit: str) -> bool:
     return value <= bound if m.group(1) == "<=" else value >= bound
 
 
+def _value(figure: Figure, results: Results, limit: str | None) -> float:
+    """The figure over every run: fastest rounds merged across runs, except a paired figure,
+    whose numerator and floor belong to one run: the best run's figure counts."""
+    runs = min(len(results[n]) for n in figure.needs)
+    if not figure.per_run or runs == 1:
+        return figure.compute(results)
+    values = [figure.compute({n: [results[n][i]] for n in figure.needs}) for i in range(runs)]
+    return max(values) if limit is not None and limit.strip().startswith(">=") else min(values)
+
+
 def judge(results: Results, checks: Sequence[Check], device: str) -> list[Verdict]:
     verdicts = []
     for c in checks:
@@ -289,7 +301,7 @@ def judge(results: Results, checks: Sequence[Check], device: str) -> list[Verdic
                                     f"benchmark(s) {', '.join(missing)} not in the results"))
             continue
         try:
-            value = c.figure.compute(results)
+            value = _value(c.figure, results, limit)
         except (KeyError, ZeroDivisionError) as exc:
             verdicts.append(Verdict(c, None, limit, False, f"cannot compute: {exc!r}"))
             continue
