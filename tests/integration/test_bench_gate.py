@@ -140,6 +140,19 @@ def test_runs_are_merged_on_their_fastest_rounds(tmp_path: Path) -> None:
     assert verdict.ok and verdict.value == pytest.approx(_limit(check) / 1.1)
 
 
+def test_a_paired_figure_is_judged_within_each_run(tmp_path: Path) -> None:
+    # fastest replay of one run and fastest normal step of another would make 160/36 = 4.4, a
+    # figure no run measured; each run on its own gives 4.4 and 5.05: the best run counts
+    check = next(c for c in gate.CHECKS if c.name == "capture step speed-up, Python ops")
+    bench = "test_step_replay[python_ops]"
+    a = {bench: (36e-6, {"paired_floor_s": 160e-6})}
+    b = {bench: (46.8e-6, {"paired_floor_s": 236.4e-6})}
+    results, _ = gate.load([_write(tmp_path / "a.json", _doc(a, POCL)),
+                            _write(tmp_path / "b.json", _doc(b, POCL))])
+    (verdict,) = gate.judge(results, [check], "pocl")
+    assert verdict.value == pytest.approx(236.4 / 46.8)
+
+
 def test_every_check_declares_its_limits_and_parses() -> None:
     for check in gate.CHECKS:
         for cls in gate.DEVICE_CLASSES:
