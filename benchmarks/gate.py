@@ -424,7 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--run", action="store_true",
                         help="run the checks' benchmarks first, re-measure failures")
     parser.add_argument("--retries", type=int, default=None,
-                        help="re-measurements of failing checks (--run: 2 by default; "
+                        help="re-measurements of failing checks (--run: 4 by default; "
                              "with FILE: none unless given)")
     parser.add_argument("--out", type=Path, default=Path(".benchmarks/gate"),
                         help="where --run writes its JSON files")
@@ -438,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.run:
         if not args.only:
             checks = [c for c in checks if c.quick]
-        retries = 2 if args.retries is None else args.retries
+        retries = 4 if args.retries is None else args.retries
         return run_and_judge(checks, args.out, retries, args.device_class, extra)
     paths = args.results or [_newest(Path(".benchmarks"))]
     if args.retries and len(paths) == 1:
