@@ -6,8 +6,8 @@ API's own no-op ``start_as_current_span``.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+import sys
+from pathlib import Path
 
 import pyopencl as cl
 import pyopencl.tools as cltools
@@ -16,6 +16,9 @@ from pytest_benchmark.fixture import BenchmarkFixture
 
 from netcl.core import telemetry
 from netcl.core.memory import BufferPool
+
+sys.path.insert(0, str(Path(__file__).parent))
+from paired import paired_floor
 
 _tracer = telemetry.tracer("netcl.bench", "netcl-core")
 _N = 1000  # calls per round: a single call is below the timer's resolution
@@ -59,32 +62,16 @@ def _memorypool_cycle(pool: cltools.MemoryPool) -> None:
         pool.allocate(4096).release()
 
 
-def _best(f: Callable[[], None], reps: int = 5) -> float:
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 @pytest.mark.benchmark(group="core-pool")
 def test_pool_allocate_release(benchmark: BenchmarkFixture, queue: cl.CommandQueue) -> None:
-    """100 allocate + release of 4 kB per round. ``pool_over_memorypool`` (extra_info): against
-    pyopencl's MemoryPool on the same sizes, best times of rounds interleaved in this run
-    (target <= 2)."""
+    """100 allocate + release of 4 kB per round, with pyopencl's MemoryPool doing the same
+    timed before each round (paired rounds, see paired.py): the gate's ratio (target <= 2)."""
     pool = BufferPool(queue)
-    benchmark(_pool_cycle, pool)
-    bare = cltools.MemoryPool(cltools.ImmediateAllocator(queue), leading_bits_in_bin_id=6)
-    t_pool = t_bare = float("inf")
-    for _ in range(1 if benchmark.disabled else 40):
-        t_pool = min(t_pool, _best(lambda: _pool_cycle(pool)))
-        t_bare = min(t_bare, _best(lambda: _memorypool_cycle(bare)))
-    benchmark.extra_info.update(
-        pool_us_per_cycle=round(t_pool * 1e4, 3),
-        memorypool_us_per_cycle=round(t_bare * 1e4, 3),
-        pool_over_memorypool=round(t_pool / t_bare, 3),
-    )
+    mempool = cltools.MemoryPool(cltools.ImmediateAllocator(queue), leading_bits_in_bin_id=6)
+    setup, floor_times = paired_floor(lambda: _memorypool_cycle(mempool))
+    benchmark.pedantic(_pool_cycle, args=(pool,), setup=setup,
+                       rounds=1 if benchmark.disabled else 500, warmup_rounds=3)
+    benchmark.extra_info["paired_floor_s"] = min(floor_times)
     s = pool.stats
     assert s.live_tensors == 0 and s.misses == 1  # statistics kept: one block, reused
 

@@ -12,8 +12,10 @@ pool against the true lower bound (target: the lower bound plus the pool's size-
 from __future__ import annotations
 
 import random
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,9 @@ import pytest
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
 from netcl.runtime.graph import Graph, GraphExecutor, TensorRef
+
+sys.path.insert(0, str(Path(__file__).parent))
+from paired import paired_floor
 
 _SRC = r"""
 __kernel void relu(__global const float *a, __global float *out) {
@@ -134,7 +139,11 @@ def test_graph_overhead_executor_run(
         out = ex.run(g)
         np.testing.assert_allclose(out.to_numpy(), np.maximum(np.linspace(-1, 1, size), 0))
         pool.release(out)
-    benchmark(graph_run)
+    # paired rounds (see paired.py): the by-hand floor timed before each round, for the gate
+    setup, floor = paired_floor(hand_run)
+    benchmark.pedantic(graph_run, setup=setup, warmup_rounds=3,
+                       rounds=1 if benchmark.disabled else (2000 if kind == "noop" else 300))
+    benchmark.extra_info["paired_floor_s"] = min(floor)
     # the in-run ratio: interleave the two measurements so machine noise hits both alike
     rounds = 1 if benchmark.disabled else 3
     t_graph = t_hand = float("inf")

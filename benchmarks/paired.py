@@ -1,0 +1,39 @@
+"""Paired rounds: a benchmark times its floor (the same work done the plain way) right before
+each of its own rounds, so both see the same machine load.
+
+On a shared machine, two benchmarks timed one after the other can see different load (another
+process on the sibling core, a busy second), and their fastest rounds then differ by 30% or more.
+Paired, the floor runs in the same window as the benchmark: the fastest round of each, and so
+their ratio, stays put. The benchmark's own rounds are pytest-benchmark's (its stats and table);
+the floor's fastest round goes into ``extra_info[key]`` (seconds), where the gate's
+``paired(...)`` figure reads it.
+
+    setup, floor = paired_floor(add_loop.bare, between=held)
+    benchmark.pedantic(add_loop.replay, setup=setup, rounds=200, warmup_rounds=2)
+    benchmark.extra_info["paired_floor_s"] = min(floor)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def paired_floor(
+    floor: Callable[[], object], between: Callable[[], object] | None = None
+) -> tuple[Callable[[], None], list[float]]:
+    """A pedantic ``setup`` that runs ``between`` (e.g. drain a queue), times one call of
+    ``floor``, and runs ``between`` again; and the list the floor's times go to."""
+    times: list[float] = []
+    clock = time.perf_counter
+
+    def setup() -> None:
+        if between is not None:
+            between()
+        t0 = clock()
+        floor()
+        times.append(clock() - t0)
+        if between is not None:
+            between()
+
+    return setup, times
