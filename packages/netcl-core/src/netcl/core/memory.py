@@ -49,6 +49,9 @@ class PoolStats:
 
 _ids = itertools.count(1)
 _new_tensor = object.__new__
+# pyopencl's read primitive, bound at import: netcl-capture intercepts the module attribute while
+# it records, and the pool's backing read (on its own queue) is not part of the application's work
+_read_buffer = cl._cl._enqueue_read_buffer
 
 # pyopencl reports running out of device memory with these codes (MemoryError covers the first)
 _OOM_CODES = frozenset(
@@ -182,7 +185,7 @@ class BufferPool:
         after all (another thread's miss moved the counter) is read harmlessly. On an error the
         block goes back to the pool and the error is raised."""
         try:
-            cl.enqueue_copy(self._alloc_queue, self._scratch, block)
+            _read_buffer(self._alloc_queue, block, self._scratch, 0, None, True)
         except BaseException:
             next(self._unbacked)
             block.release()
