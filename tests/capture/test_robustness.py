@@ -255,3 +255,18 @@ def test_preset_arguments_changed_during_the_capture(
     cap.replay()
     np.testing.assert_allclose(host_read(out1, N), x * 11)
     np.testing.assert_allclose(host_read(out2, N), x * 10)
+
+
+def test_a_pools_own_work_is_not_recorded(queue: cl.CommandQueue) -> None:
+    """A BufferPool backs each new block with a read on a queue of its own: that is the pool's
+    bookkeeping, not the application's work, so a capture neither records nor replays it (it
+    did, and every replay then took the slow multi-queue path)."""
+    from netcl.core.memory import BufferPool
+
+    pool = BufferPool(queue)
+    cap = KernelCapture()
+    with cap:
+        tensors = [pool.allocate((n,), "float32") for n in (100, 1000, 10000)]  # new blocks
+    assert pool.stats.misses == 3
+    assert cap.commands == ()
+    pool.release_all(tensors)
