@@ -10,6 +10,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
+from netcl.core import memory
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
 
@@ -375,20 +376,20 @@ def test_a_new_block_that_cannot_be_backed_is_retried_then_a_memory_error(
     retries like a failed allocation; a second one is a MemoryError and keeps no block."""
     pool = BufferPool(queue)
     pool.release(pool.allocate((4096,), "float32"))
-    real_copy = cl.enqueue_copy
+    real_read = memory._read_buffer
     fail = [1]
     backed: list[Any] = []
 
-    def flaky_copy(q: cl.CommandQueue, dest: Any, src: Any, **kwargs: Any) -> Any:
+    def flaky_read(q: cl.CommandQueue, mem: Any, host: Any, *args: Any) -> Any:
         if q is pool._alloc_queue:  # the pool backing a new block
-            backed.append(src)
+            backed.append(mem)
             if fail[0]:
                 fail[0] -= 1
                 code = cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE
                 raise cl.MemoryError(cl._cl._ErrorRecord("clEnqueueReadBuffer", code, "injected"))
-        return real_copy(q, dest, src, **kwargs)
+        return real_read(q, mem, host, *args)
 
-    monkeypatch.setattr(cl, "enqueue_copy", flaky_copy)
+    monkeypatch.setattr(memory, "_read_buffer", flaky_read)
     t = pool.allocate((100,), "float32")
     assert fail == [0] and len(backed) == 2  # the new block, then the retry's
     s = pool.stats

@@ -406,9 +406,7 @@ def _static_path_from_an_ops_return_to_its_bookkeeping() -> list[str]:
     """The same path read from the bytecode of ``_issue``: from the store of the op's result,
     following unconditional jumps, to the store that counts the op done. Works on any CPython
     (3.12.0/3.12.1 deliver no opcode trace events, so the traced check sees nothing there)."""
-    from netcl.runtime.scheduler._scheduler import Scheduler as _S
-
-    code = _S._issue.__code__
+    code = Scheduler._issue.__code__  # type: ignore[attr-defined]
     ins = list(dis.get_instructions(code))
     at = {i.offset: k for k, i in enumerate(ins)}
     k = next(k for k, i in enumerate(ins) if i.opname == "STORE_FAST" and i.argval == "result")
