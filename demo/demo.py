@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 import pyopencl as cl
@@ -156,34 +156,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _steps(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+def _number(
+    parse: Callable[[str], float], ok: Callable[[float], bool], expected: str
+) -> Callable[[str], Any]:
+    """An argparse type: ``parse`` the text, then check it with ``ok``; the error names what was
+    ``expected`` and what was given."""
+
+    def convert(text: str) -> Any:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text}")
+        return value
+
+    return convert
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port 1..65535, got {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port 1..65535, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}") from None
-    if not 0 <= value < math.inf:  # also rejects nan
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text}")
-    return value
+_steps = _number(int, lambda v: v >= 1, "an integer >= 1")
+_port = _number(int, lambda v: 1 <= v <= 65535, "a port 1..65535")
+_seconds = _number(float, lambda v: 0 <= v < math.inf, "seconds >= 0")  # also rejects nan
 
 
 def _port_in_use(port: int) -> str | None:
