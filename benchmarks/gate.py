@@ -235,7 +235,10 @@ CHECKS: list[Check] = [
     Check("scheduler overhead per op",
           per_unit_us("test_scheduler_host_callables_plan_per_op", "test_hand_host_callables",
                       1000),
-          pocl="<= 3", nvidia="<= 3", target="<= 3 µs"),
+          pocl="<= 3.5", nvidia="<= 3", target="<= 3 µs",
+          note="PoCL: 2.4-2.9 µs measured since the interrupt-safe bookkeeping (2026-11-30; "
+               "1.3 before), an absolute figure that follows the CI machine's speed: room left "
+               "so a slower runner does not fail a good commit"),
     Check("scheduler kernels vs by hand",
           ratio("test_scheduler_kernels_sync", "test_hand_kernels_sync"),
           pocl="<= 2.5", nvidia="<= 2",
