@@ -323,16 +323,18 @@ class ProgramCache:
                         tel.SPAN_GET_PROGRAM, attributes={tel.ATTR_DEVICE: name}
                     ) as span:
                         try:
-                            key = self._key(src_code, dev, opts)
+                            key, ident, src_len = self._key(src_code, dev, opts)
                             span.set_attribute(tel.ATTR_KEY, key)
-                            prg, result = self._resolve(ctx, src_code, dev, opts, key)
+                            prg, result = self._resolve(
+                                ctx, src_code, dev, opts, key, ident, src_len
+                            )
                         except BaseException as exc:
                             span.set_attribute(tel.ATTR_ERROR_TYPE, tel.error_type(exc))
                             raise
                         span.set_attribute(tel.ATTR_RESULT, result)
                 else:
-                    key = self._key(src_code, dev, opts)
-                    prg, result = self._resolve(ctx, src_code, dev, opts, key)
+                    key, ident, src_len = self._key(src_code, dev, opts)
+                    prg, result = self._resolve(ctx, src_code, dev, opts, key, ident, src_len)
                 self._remember(mkey, ctx, [prg, key, name, False])
         finally:  # also after a failed build (never cached): no lock stays behind per source
             with self._lock:
@@ -398,17 +400,18 @@ class ProgramCache:
         for k in [k for k in self._memory if k[0]() is None]:
             del self._memory[k]
 
-    def _key(self, src_code: str, dev: cl.Device, opts: str) -> str:
+    def _key(self, src_code: str, dev: cl.Device, opts: str) -> tuple[str, str, int]:
+        """(key, device identity, source bytes): what the disk and remote tiers need."""
         # the identity: a few slow driver queries (~0.1 ms on PoCL), once per device and process
         ident = self._registry.identity(dev, self._device_identity)
-        return compute_key(src_code.encode("utf-8", "surrogateescape"), opts, ident)
+        src = src_code.encode("utf-8", "surrogateescape")
+        return compute_key(src, opts, ident), ident, len(src)
 
     def _resolve(
-        self, ctx: cl.Context, src_code: str, dev: cl.Device, opts: str, key: str
+        self, ctx: cl.Context, src_code: str, dev: cl.Device, opts: str, key: str, ident: str,
+        src_len: int,
     ) -> tuple[cl.Program, str]:
-        """(program, result) through the disk tier and the compiler."""
-        ident = self._registry.identity(dev, self._device_identity)
-        src_len = len(src_code.encode("utf-8", "surrogateescape"))
+        """(program, result) through the disk, remote and compile tiers."""
         store = self._open_store() if self.enabled else None
         if store is None:
             prg, _, result = self._fetch_or_compile(ctx, src_code, dev, opts, key, ident, src_len)
