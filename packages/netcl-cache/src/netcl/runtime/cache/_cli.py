@@ -265,7 +265,7 @@ def _clear(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     if store is None:
         return doc
     doc["removed"] = _writable(root, store.clear)
-    _writable(root, lambda: int(store.remove(root / "stats.json")))
+    _writable(root, lambda: int(store.reset_counters()))
     doc["kept_temp_files"] = len(store.temp_files())
     return doc
 

@@ -379,6 +379,7 @@ class DiskStore:
                 self.root / "stats.json", json.dumps(total, sort_keys=True).encode(), ".stats."
             )
 
-    def reset_counters(self) -> None:
-        self.remove(self.root / "stats.json")
+    def reset_counters(self) -> bool:
+        """Forget the folder's totals (``stats.json``); False when there were none."""
+        return self.remove(self.root / "stats.json")
 
