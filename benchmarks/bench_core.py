@@ -20,7 +20,7 @@ from netcl.core.memory import BufferPool
 sys.path.insert(0, str(Path(__file__).parent))
 from paired import paired_floor
 
-_tracer = telemetry.tracer("netcl.bench", "netcl-core")
+_tracer = telemetry.Scope("netcl.bench", "netcl-core").tracer
 _N = 1000  # calls per round: a single call is below the timer's resolution
 
 

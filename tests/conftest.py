@@ -8,6 +8,7 @@ emptied as in a process without one (see the fixture).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -16,20 +17,90 @@ from typing import Any
 import pyopencl as cl
 import pytest
 from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import (
+    Counter,
+    Histogram,
+    MeterProvider,
+    ObservableCounter,
+    ObservableGauge,
+    ObservableUpDownCounter,
+    UpDownCounter,
+)
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.metrics.view import DefaultAggregation
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from netcl.core import device, telemetry
 
+
+class _Hostility:
+    """While ``armed``, the session's SDK fails the way a broken plug-in would: a span processor
+    raising in ``on_start`` and ``on_end``, and a metric reader whose aggregation raises when a
+    value is recorded and which raises when collected."""
+
+    armed = False
+
+
+class _ExplodingProcessor(SpanProcessor):
+    def on_start(self, span: Span, parent_context: Any = None) -> None:
+        if _Hostility.armed:
+            raise RuntimeError("processor on_start exploded")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if _Hostility.armed:
+            raise RuntimeError("processor on_end exploded")
+
+
+class _ExplodingAggregation(DefaultAggregation):
+    def _create_aggregation(self, *args: Any, **kwargs: Any) -> Any:
+        inner = super()._create_aggregation(*args, **kwargs)
+        aggregate = inner.aggregate
+
+        def exploding(*a: Any, **k: Any) -> Any:
+            if _Hostility.armed:
+                raise RuntimeError("metric reader exploded")
+            return aggregate(*a, **k)
+
+        inner.aggregate = exploding
+        return inner
+
+
+class _ExplodingReader(InMemoryMetricReader):
+    def _receive_metrics(self, *args: Any, **kwargs: Any) -> None:
+        if _Hostility.armed:
+            raise RuntimeError("metric reader exploded on collect")
+        super()._receive_metrics(*args, **kwargs)
+
+
 _SPANS = InMemorySpanExporter()
 _METRICS = InMemoryMetricReader()
+_kinds = (Counter, UpDownCounter, Histogram, ObservableCounter, ObservableGauge,
+          ObservableUpDownCounter)  # fmt: skip
+_HOSTILE_READER = _ExplodingReader(preferred_aggregation=dict.fromkeys(_kinds,
+                                                                       _ExplodingAggregation()))
 _tp = TracerProvider()
+_tp.add_span_processor(_ExplodingProcessor())
 _tp.add_span_processor(SimpleSpanProcessor(_SPANS))
 trace.set_tracer_provider(_tp)
-metrics.set_meter_provider(MeterProvider(metric_readers=[_METRICS]))
+metrics.set_meter_provider(MeterProvider(metric_readers=[_METRICS, _HOSTILE_READER]))
+
+
+@pytest.fixture
+def hostile_sdk() -> Iterator[Callable[[], None]]:
+    """Arm the failing span processor and metric reader for the test (disarmed after). Yields a
+    function that makes the reader collect now (which raises inside the SDK, never in netcl)."""
+    _Hostility.armed = True
+
+    def collect() -> None:
+        with contextlib.suppress(RuntimeError):
+            _HOSTILE_READER.collect()
+
+    try:
+        yield collect
+    finally:
+        _Hostility.armed = False
 
 
 @pytest.fixture(scope="session")
@@ -116,11 +187,11 @@ def otel_mode(request: pytest.FixtureRequest) -> Iterator[str]:
     # tracing() keeps a True answer (a provider can be set only once per process): clear it too,
     # so its next re-check sees the empty slot as a process without an SDK would
     trace._TRACER_PROVIDER = None
-    telemetry._on = False
+    telemetry._switch.on = False
     try:
         yield "no_sdk"
     finally:
         trace._TRACER_PROVIDER = saved
-        telemetry._on = True
+        telemetry._switch.on = True
     spans = _SPANS.get_finished_spans()[recorded:]
     assert not spans, f"spans recorded with no SDK: {[s.name for s in spans]}"

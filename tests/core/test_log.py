@@ -87,8 +87,8 @@ def test_configure_logging_json_with_trace_ids(unconfigured: None) -> None:
     buf = io.StringIO()
     log.configure_logging(logging.INFO, json=True, stream=buf)
     logger = log.get_logger("netcl.test.log")
-    t = telemetry.tracer("netcl.test", "0")
-    with t.start_as_current_span("netcl.test.log") as s:
+    t = telemetry.Scope("netcl.test", "0")
+    with t.span("netcl.test.log") as s:
         logger.warning("something_happened", path="/tmp/x", size=3)
     logger.debug("not_shown")
     (line,) = buf.getvalue().splitlines()
@@ -97,5 +97,5 @@ def test_configure_logging_json_with_trace_ids(unconfigured: None) -> None:
     assert event["path"] == "/tmp/x" and event["size"] == 3
     assert event["level"] == "warning"
     assert event["logger"] == "netcl.test.log"
-    assert event["trace_id"] == format(s.get_span_context().trace_id, "032x")
-    assert event["span_id"] == format(s.get_span_context().span_id, "016x")
+    assert event["trace_id"] == format(s.context.trace_id, "032x")
+    assert event["span_id"] == format(s.context.span_id, "016x")

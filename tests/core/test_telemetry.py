@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -32,15 +32,14 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 # An application: configure(), one parent and one failing child span, a counter, shutdown.
 _APP = """
     import io, sys
-    from opentelemetry.trace import Status, StatusCode
     from netcl.core import telemetry
     p = telemetry.configure(console={console})
-    t = telemetry.tracer("netcl.test", "0")
-    with telemetry.span(t, "netcl.test.outer", {{"netcl.test.k": 7}}):
-        with telemetry.span(t, "netcl.test.inner") as s:
-            s.set_status(Status(StatusCode.ERROR, "line one\\nline two"))
-            s.set_attribute("netcl.compile.log", "error: x\\n  at y")
-    telemetry.meter("netcl.test", "0").create_counter("netcl.test.count").add(2)
+    t = telemetry.Scope("netcl.test", "0")
+    with t.span("netcl.test.outer", {{"netcl.test.k": 7}}):
+        with t.span("netcl.test.inner") as s:
+            s.fail("line_two", "line one\\nline two")
+            s.set("netcl.compile.log", "error: x\\n  at y")
+    t.counter("netcl.test.count", "1", "a test counter").add(2)
     print("service.name=" + p["tracer_provider"].resource.attributes["service.name"])
     print("exporters=" + repr(p["exporters"]))
     telemetry.shutdown()
@@ -55,9 +54,9 @@ def test_fast_path_without_sdk() -> None:
         from opentelemetry.sdk.trace import TracerProvider
         from netcl.core import telemetry
         assert telemetry.tracing() is False
-        t = telemetry.tracer("netcl.test", "0")
-        with telemetry.span(t, "netcl.test.span") as s:
-            assert s is None
+        t = telemetry.Scope("netcl.test", "0")
+        with t.span("netcl.test.span") as s:
+            assert s.recording is False
         assert trace.get_current_span().get_span_context().is_valid is False
         n = 200_000
         per_call = min(timeit.repeat(telemetry.tracing, number=n, repeat=5)) / n
@@ -102,9 +101,9 @@ def test_sdk_configurator_api_is_what_configure_uses() -> None:
 
 def test_spans_with_sdk(spans: InMemorySpanExporter) -> None:
     assert telemetry.tracing() is True
-    t = telemetry.tracer("netcl.test", "0")
-    with telemetry.span(t, "netcl.test.outer", {"netcl.test.n": 3}) as s:
-        assert s is not None and s.is_recording()
+    t = telemetry.Scope("netcl.test", "0")
+    with t.span("netcl.test.outer", {"netcl.test.n": 3}) as s:
+        assert s.recording
     (finished,) = spans.get_finished_spans()
     assert finished.name == "netcl.test.outer"
     assert finished.attributes == {"netcl.test.n": 3}
@@ -269,3 +268,50 @@ def test_configure_leaves_an_installed_sdk_alone() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok" and "Overriding" not in proc.stderr
+
+
+def test_scope_span_survives_a_failing_sdk(
+    spans: InMemorySpanExporter, hostile_sdk: Callable[[], None], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A span processor raising in on_start/on_end and a metric reader raising never reach the
+    caller; each kind of failure is logged once."""
+    t = telemetry.Scope("netcl.test", "0")
+    counter = t.counter("netcl.test.hostile", "1", "a test counter")
+    with caplog.at_level("WARNING", logger="netcl.core.telemetry"):
+        for _ in range(3):
+            with t.span("netcl.test.hostile", {"netcl.test.n": 1}) as s:
+                s.set("netcl.test.m", 2)
+                counter.add(1, {"netcl.test.series": "a"})
+            hostile_sdk()
+    stages = [r.getMessage().split()[1] for r in caplog.records]
+    assert len(stages) == len(set(stages)), stages  # once per kind
+    assert any("start" in m for m in stages) and any("metric" in m for m in stages), stages
+
+
+def test_scope_span_records_failure_and_reraises(spans: InMemorySpanExporter) -> None:
+    t = telemetry.Scope("netcl.test", "0")
+    with pytest.raises(KeyError), t.span("netcl.test.fails"):
+        raise KeyError("k")
+    (span,) = spans.get_finished_spans()
+    assert span.attributes is not None and span.attributes["error.type"] == "KeyError"
+    assert span.status.status_code.name == "ERROR"
+
+
+def test_error_type_is_fully_qualified() -> None:
+    class LocalError(Exception):
+        pass
+
+    assert telemetry.error_type(ValueError()) == "ValueError"
+    assert telemetry.error_type(LocalError()) == (
+        f"{__name__}.test_error_type_is_fully_qualified.<locals>.LocalError"
+    )
+    assert telemetry.error_type("discarded") == "discarded"
+
+
+def test_record_span_with_explicit_times_under_a_parent(spans: InMemorySpanExporter) -> None:
+    t = telemetry.Scope("netcl.test", "0")
+    with t.span("netcl.test.host") as host:
+        t.record_span("netcl.test.device", 1_000, 5_000, {"netcl.test.k": 1}, parent=host)
+    device, parent = spans.get_finished_spans()
+    assert (device.start_time, device.end_time) == (1_000, 5_000)
+    assert device.parent is not None and device.parent.span_id == parent.context.span_id

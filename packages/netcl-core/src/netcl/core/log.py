@@ -21,7 +21,7 @@ from typing import Any, TextIO
 import structlog
 from opentelemetry import trace
 
-from netcl.core.telemetry import _value
+from netcl.core._otel_setup import _value
 
 __all__ = ["add_trace_context", "configure_logging", "get_logger"]
 

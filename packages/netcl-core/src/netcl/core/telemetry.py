@@ -1,43 +1,43 @@
-"""OpenTelemetry helpers: tracers and meters per scope, a cheap 'is anything recording' check,
-and an opt-in :func:`configure` for applications.
+"""The one way netcl packages emit OpenTelemetry: a :class:`Scope` per package (its tracer, meter
+and instruments), spans opened through :meth:`Scope.span`, one failure policy and one
+``error.type``; plus the cheap :func:`tracing` check and, for applications, :func:`configure`.
 
 Libraries depend on ``opentelemetry-api`` only. With no SDK configured the API's no-op spans still
-cost microseconds, so hot paths ask :func:`tracing` first (tens of nanoseconds) and skip span work
-when it is False.
+cost microseconds, so :meth:`Scope.span` asks :func:`tracing` first (tens of nanoseconds) and hands
+out a shared do-nothing span when it is False.
+
+The failure policy: telemetry never changes what a caller gets. An SDK that raises (a span
+processor's ``on_start``/``on_end``, an exporter, a view or reader behind an instrument) is caught
+here, logged once per kind of failure on the ``netcl.core.telemetry`` logger, and the call goes on.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import os
-import sys
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TextIO
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any
 
-from opentelemetry import metrics, trace
+from opentelemetry import context, metrics, trace
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
-
-if TYPE_CHECKING:
-    from opentelemetry.sdk.metrics.export import MetricsData
-    from opentelemetry.sdk.trace import ReadableSpan
 
 __all__ = [
     "DURATION_BUCKETS_S",
     "ERROR_TYPE",
+    "Scope",
+    "Span",
     "configure",
-    "meter",
+    "error_type",
     "shutdown",
-    "span",
-    "tracer",
     "tracing",
 ]
 
 #: The semantic-conventions attribute every netcl failure (span or metric point) carries: the
-#: exception's class name, or a short reason such as ``build_error``.
+#: exception's fully qualified class name (:func:`error_type`), or a short reason such as
+#: ``discarded``.
 ERROR_TYPE = "error.type"
-
 
 #: Histogram buckets for durations in seconds, 10 µs to 30 s: the SDK's defaults (0 to 10000)
 #: suit milliseconds and would put every host-side duration in the first bucket.
@@ -46,224 +46,332 @@ DURATION_BUCKETS_S: tuple[float, ...] = (
     0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
 
+_log = logging.getLogger(__name__)
 
+
+def error_type(why: BaseException | str) -> str:
+    """The ``error.type`` of a failure: an exception's fully qualified class name (builtins
+    unqualified: ``ValueError``, ``netcl.runtime.cache.ProgramBuildError``), or a reason as is."""
+    if isinstance(why, str):
+        return why
+    cls = type(why)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# -- is anything recording? -------------------------------------------------------------------
+# The public way to ask whether an SDK is installed, ``trace.get_tracer_provider()``, costs ~1 µs
+# while none is (it looks up an environment variable each call): too much for a hot path. A global
+# provider can be set only once, so a True answer is latched for good; a False answer is re-checked
+# every _RECHECK calls. A provider installed before netcl's first call (configure(),
+# opentelemetry-instrument, a test's conftest) is seen at once; one installed by hand after netcl
+# already ran is seen within _RECHECK calls.
+_RECHECK = 1024
+
+
+class _Switch:
+    # Attributes of one object rather than module globals: rebinding a global on every call
+    # would also invalidate the interpreter's global-lookup caches of this module.
+    __slots__ = ("countdown", "on")
+
+    def __init__(self) -> None:
+        self.on = False
+        self.countdown = 1
+
+
+_switch = _Switch()
+
+
+def _recheck() -> bool:
+    _switch.on = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    _switch.countdown = _RECHECK
+    return _switch.on
+
+
+def tracing() -> bool:
+    """Whether a real (SDK) tracer provider is installed: the hot-path check before span work
+    (a few tens of nanoseconds)."""
+    s = _switch
+    if s.on:
+        return True
+    s.countdown -= 1
+    if s.countdown > 0:
+        return False
+    return _recheck()
+
+
+# -- the failure policy -----------------------------------------------------------------------
+_reported: set[tuple[str, type[BaseException]]] = set()
+
+
+def _sdk_failed(stage: str, exc: Exception) -> None:
+    """An SDK call raised: log it the first time this stage fails with this type, never raise."""
+    key = (stage, type(exc))
+    if key in _reported:
+        return
+    _reported.add(key)
+    _log.warning(
+        "telemetry_failed stage=%s error=%r (OpenTelemetry SDK error, ignored; later ones of "
+        "this kind are not logged)", stage, exc,
+    )  # fmt: skip
+
+
+# -- spans ------------------------------------------------------------------------------------
+class Span:
+    """A span opened by :meth:`Scope.span`; a context manager that ends it (recording the
+    exception that left the block, if any). Every method is safe against a failing SDK."""
+
+    __slots__ = ("_failed", "_span", "_token")
+
+    def __init__(self, span: trace.Span, token: object | None) -> None:
+        self._span = span
+        self._token = token
+        self._failed = False
+
+    @property
+    def recording(self) -> bool:
+        """True: a real span (the do-nothing span says False)."""
+        return True
+
+    @property
+    def context(self) -> trace.SpanContext | None:
+        """The span's context (a parent for spans recorded later), None for the no-op span."""
+        return self._span.get_span_context()
+
+    def set(self, key: str, value: AttributeValue) -> None:
+        """Set one attribute."""
+        try:
+            self._span.set_attribute(key, value)
+        except Exception as exc:
+            _sdk_failed("set_attribute", exc)
+
+    def set_many(self, attributes: Mapping[str, AttributeValue]) -> None:
+        """Set several attributes."""
+        try:
+            self._span.set_attributes(attributes)
+        except Exception as exc:
+            _sdk_failed("set_attribute", exc)
+
+    def fail(self, why: BaseException | str, message: str | None = None) -> None:
+        """Mark the span failed: status ERROR, ``error.type`` from :func:`error_type`, and the
+        exception as an event. Later failures (e.g. the one leaving the ``with``) are ignored."""
+        if self._failed:
+            return
+        self._failed = True
+        try:
+            if isinstance(why, BaseException):
+                self._span.record_exception(why)
+                message = message or f"{type(why).__name__}: {why}"
+            self._span.set_attribute(ERROR_TYPE, error_type(why))
+            self._span.set_status(Status(StatusCode.ERROR, message or why))  # type: ignore[arg-type]
+        except Exception as exc:
+            _sdk_failed("fail", exc)
+
+    def end(self, exc: BaseException | None = None, *, end_time: int | None = None) -> None:
+        """End the span (``end_time`` in ns since the epoch, default now), failed with ``exc``
+        when given. Ending twice is harmless."""
+        token, self._token = self._token, None
+        if token is not None:
+            context.detach(token)  # type: ignore[arg-type]
+        if exc is not None:
+            self.fail(exc)
+        try:
+            self._span.end(end_time=end_time)
+        except Exception as failure:
+            _sdk_failed("end", failure)
+
+    def __enter__(self) -> Span:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.end(ev)
+
+
+class _NoSpan(Span):
+    """What :meth:`Scope.span` hands out when nothing records: every method does nothing."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        pass
+
+    @property
+    def recording(self) -> bool:
+        return False
+
+    @property
+    def context(self) -> trace.SpanContext | None:
+        return None
+
+    def set(self, key: str, value: AttributeValue) -> None:
+        pass
+
+    def set_many(self, attributes: Mapping[str, AttributeValue]) -> None:
+        pass
+
+    def fail(self, why: BaseException | str, message: str | None = None) -> None:
+        pass
+
+    def end(self, exc: BaseException | None = None, *, end_time: int | None = None) -> None:
+        pass
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        pass
+
+
+NO_SPAN: Span = _NoSpan()
+
+
+# -- instruments ------------------------------------------------------------------------------
+class _Safe:
+    """A synchronous instrument whose ``add``/``record`` never raise into the caller."""
+
+    __slots__ = ("_instrument", "_stage")
+
+    def __init__(self, instrument: Any, name: str) -> None:
+        self._instrument = instrument
+        self._stage = f"metric {name}"
+
+    def add(self, amount: float, attributes: Mapping[str, AttributeValue] | None = None) -> None:
+        try:
+            self._instrument.add(amount, attributes)
+        except Exception as exc:
+            _sdk_failed(self._stage, exc)
+
+    def record(self, amount: float, attributes: Mapping[str, AttributeValue] | None = None) -> None:
+        try:
+            self._instrument.record(amount, attributes)
+        except Exception as exc:
+            _sdk_failed(self._stage, exc)
+
+
+Observe = Callable[[], Iterable[tuple[float, Mapping[str, AttributeValue]]]]
+
+
+class Scope:
+    """The telemetry of one instrumented package: instrumentation scope ``name`` (a module name)
+    at ``version``, its tracer and meter, and the one way its code opens spans and makes
+    instruments (which follow a provider set later)."""
+
+    __slots__ = ("meter", "name", "tracer", "version")
+
+    def __init__(self, name: str, version: str) -> None:
+        self.name = name
+        self.version = version
+        self.tracer = trace.get_tracer(name, version)
+        self.meter = metrics.get_meter(name, version)
+
+    def span(
+        self,
+        name: str,
+        attributes: Mapping[str, AttributeValue] | None = None,
+        *,
+        start_time: int | None = None,
+        current: bool = True,
+        parent: Span | None = None,
+    ) -> Span:
+        """Start span ``name``; the do-nothing span when nothing records.
+
+        ``current`` makes it the current span until it ends (use it with ``with``; a span that
+        outlives the call that opened it passes False). ``start_time`` (ns since the epoch)
+        backdates it; ``parent`` puts it under a span other than the current one.
+        """
+        if not tracing():
+            return NO_SPAN
+        try:
+            ctx = None
+            if parent is not None and parent.recording:
+                ctx = trace.set_span_in_context(parent._span)
+            span = self.tracer.start_span(
+                name, context=ctx, attributes=attributes, start_time=start_time
+            )
+        except Exception as exc:
+            _sdk_failed("start", exc)
+            return NO_SPAN
+        token = context.attach(trace.set_span_in_context(span)) if current else None
+        return Span(span, token)
+
+    def record_span(
+        self,
+        name: str,
+        start_time: int,
+        end_time: int,
+        attributes: Mapping[str, AttributeValue] | None = None,
+        *,
+        parent: Span | None = None,
+    ) -> None:
+        """Record a span that already happened (e.g. device time), from ``start_time`` to
+        ``end_time`` (ns since the epoch), under ``parent`` or the current span."""
+        self.span(name, attributes, start_time=start_time, current=False, parent=parent).end(
+            end_time=end_time
+        )
+
+    # instruments: the API's own, wrapped so that recording a value never raises
+    def counter(self, name: str, unit: str, description: str) -> _Safe:
+        """A monotonic counter."""
+        return _Safe(self.meter.create_counter(name, unit=unit, description=description), name)
+
+    def up_down_counter(self, name: str, unit: str, description: str) -> _Safe:
+        """A counter that goes up and down."""
+        instrument = self.meter.create_up_down_counter(name, unit=unit, description=description)
+        return _Safe(instrument, name)
+
+    def histogram(
+        self,
+        name: str,
+        unit: str,
+        description: str,
+        buckets: tuple[float, ...] | None = DURATION_BUCKETS_S,
+    ) -> _Safe:
+        """A histogram; durations (seconds) get :data:`DURATION_BUCKETS_S` by default."""
+        instrument = self.meter.create_histogram(
+            name, unit=unit, description=description,
+            explicit_bucket_boundaries_advisory=list(buckets) if buckets else None,
+        )  # fmt: skip
+        return _Safe(instrument, name)
+
+    def observable_counter(self, name: str, observe: Observe, unit: str, description: str) -> None:
+        """A counter read when a metric reader collects: ``observe()`` returns
+        ``(value, attributes)`` pairs (process totals kept by the package)."""
+        self.meter.create_observable_counter(
+            name, [_callback(observe)], unit=unit, description=description
+        )
+
+    def observable_gauge(self, name: str, observe: Observe, unit: str, description: str) -> None:
+        """A gauge read when a metric reader collects, as :meth:`observable_counter`."""
+        self.meter.create_observable_gauge(
+            name, [_callback(observe)], unit=unit, description=description
+        )
+
+    def observable_up_down_counter(
+        self, name: str, observe: Observe, unit: str, description: str
+    ) -> None:
+        """An up-down counter read when a metric reader collects, as :meth:`observable_counter`."""
+        self.meter.create_observable_up_down_counter(
+            name, [_callback(observe)], unit=unit, description=description
+        )
+
+
+def _callback(observe: Observe) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    def callback(_: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(value, attributes) for value, attributes in observe()]
+
+    return callback
+
+
+# Transitional: the packages not yet on Scope. Removed once every package opens spans through it.
 def tracer(scope: str, version: str) -> trace.Tracer:
-    """The tracer of instrumentation scope ``scope`` (a module name) at ``version`` (the
-    package's ``__version__``)."""
     return trace.get_tracer(scope, version)
 
 
 def meter(scope: str, version: str) -> metrics.Meter:
-    """The meter of instrumentation scope ``scope`` at ``version``; instruments follow a
-    provider set later."""
     return metrics.get_meter(scope, version)
 
 
-# tracing() state. The public way to ask whether an SDK is installed,
-# ``trace.get_tracer_provider()``, costs ~1 µs while none is (it looks up an environment variable
-# each call), too much for a hot path. A global provider can be set only once, so a True answer
-# is latched for good; a False answer is re-checked every _RECHECK calls. A provider installed
-# before netcl's first call (configure(), opentelemetry-instrument, a test's conftest) is seen at
-# once; one installed by hand after netcl already ran is seen within _RECHECK calls.
-_RECHECK = 1024
-_on = False
-
-
-def _recheck() -> bool:
-    global _on
-    _on = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-    return _on
-
-
-def _make_tracing() -> Callable[[], bool]:
-    # The countdown lives in a closure cell: decrementing a module global on every call would
-    # also invalidate the interpreter's global-lookup caches of this module, at twice the cost.
-    countdown = 1
-
-    def tracing() -> bool:
-        """Whether a real (SDK) tracer provider is installed: the hot-path check before span
-        work (a few tens of nanoseconds)."""
-        nonlocal countdown
-        if _on:
-            return True
-        countdown -= 1
-        if countdown:  # counts down to 0, then is reset: never negative
-            return False
-        countdown = _RECHECK
-        return _recheck()
-
-    return tracing
-
-
-tracing = _make_tracing()
-
-
-@contextlib.contextmanager
-def span(
-    t: trace.Tracer, name: str, attributes: Mapping[str, AttributeValue] | None = None
-) -> Iterator[trace.Span | None]:
-    """A current span when tracing is on, else nothing (yields None). For non-hot paths."""
-    if not tracing():
-        yield None
-        return
-    with t.start_as_current_span(name, attributes=attributes) as s:
-        yield s
-
-
-_configured: dict[str, Any] = {}
-_log = logging.getLogger(__name__)
-
-_OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_{}_ENDPOINT")
-
-
-def configure(
-    *,
-    service_name: str = "netcl",
-    console: bool = False,
-    console_out: TextIO | None = None,
-    prometheus_port: int | None = None,
-) -> dict[str, Any]:
-    """Install the OpenTelemetry SDK for an application (idempotent; needs ``netcl-core[otel]``).
-
-    This is the SDK's own environment-driven configuration (the one ``opentelemetry-instrument``
-    runs), so every standard ``OTEL_*`` variable applies: ``OTEL_TRACES_EXPORTER`` /
-    ``OTEL_METRICS_EXPORTER`` / ``OTEL_LOGS_EXPORTER`` (``otlp``, ``console``, ``prometheus``,
-    ``none``, comma-separated lists), ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``grpc``, the SDK's default,
-    or ``http/protobuf``), endpoints, headers, ``OTEL_RESOURCE_ATTRIBUTES``,
-    ``OTEL_SERVICE_NAME``, samplers, export intervals. netcl adds three defaults: with no
-    ``OTEL_{SIGNAL}_EXPORTER`` but an OTLP endpoint set, that signal goes over OTLP (with neither,
-    nothing is exported); ``service.name`` is ``service_name`` unless the environment names one;
-    console lines are one line per span or metric point. ``console=True`` also prints spans and
-    metrics to ``console_out`` (stderr); ``prometheus_port`` serves metrics for Prometheus on that
-    port (host ``OTEL_EXPORTER_PROMETHEUS_HOST``, default 127.0.0.1).
-
-    When an SDK is already installed (by ``opentelemetry-instrument`` or the application), it is
-    left alone. Returns the providers (``tracer_provider``, ``meter_provider``) and ``exporters``,
-    the exporter names per signal as the SDK resolved them (``{"traces": ["otlp_proto_grpc"],
-    ...}``; empty when the SDK was already installed); call :func:`shutdown` before exiting.
-    """
-    if _configured:
-        return _configured
-    exporters: dict[str, list[str]] = {}
-    if _recheck():
-        if prometheus_port is not None:
-            _log.warning(
-                "an OpenTelemetry SDK is already installed; prometheus_port=%d is ignored "
-                "(set OTEL_METRICS_EXPORTER=prometheus and OTEL_EXPORTER_PROMETHEUS_PORT instead)",
-                prometheus_port,
-            )
-    else:
-        exporters = _install(service_name, console, console_out or sys.stderr, prometheus_port)
-    _configured.update(
-        tracer_provider=trace.get_tracer_provider(),
-        meter_provider=metrics.get_meter_provider(),
-        exporters=exporters,
-    )
-    return _configured
-
-
-def _install(
-    service_name: str, console: bool, out: TextIO, prometheus_port: int | None
-) -> dict[str, list[str]]:
-    # The SDK's configurator, as opentelemetry-distro subclasses it for opentelemetry-instrument.
-    # Private API: tests/core/test_telemetry.py pins the names and parameters used here.
-    from opentelemetry.sdk._configuration import _get_exporter_names, _OTelSDKConfigurator
-    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
-    from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector
-    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-
-    resource: dict[str, AttributeValue] = {}
-    if SERVICE_NAME not in OTELResourceDetector().detect().attributes:
-        resource[SERVICE_NAME] = service_name
-    # Like opentelemetry-distro, netcl's defaults are environment defaults, set only for the
-    # duration of the configuration so that the SDK resolves them as it resolves the user's.
-    env: dict[str, str] = {}
-    for signal in ("TRACES", "METRICS"):
-        endpoint = any(os.environ.get(v.format(signal)) for v in _OTLP_ENDPOINTS)
-        if f"OTEL_{signal}_EXPORTER" not in os.environ and endpoint:
-            env[f"OTEL_{signal}_EXPORTER"] = "otlp"
-    extra = ["console"] if console else []
-    metric_names = list(extra)
-    if prometheus_port is not None:
-        metric_names.append("prometheus")  # the SDK's reader serves on these variables
-        env["OTEL_EXPORTER_PROMETHEUS_PORT"] = str(prometheus_port)
-        env["OTEL_EXPORTER_PROMETHEUS_HOST"] = os.environ.get(
-            "OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"
-        )
-    saved = {v: os.environ.get(v) for v in env}
-    os.environ.update(env)
-    try:
-        exporters = {
-            "traces": _get_exporter_names("traces") + extra,
-            "metrics": _get_exporter_names("metrics") + metric_names,
-            "logs": _get_exporter_names("logs"),
-        }
-        try:
-            _OTelSDKConfigurator().configure(  # type: ignore[no-untyped-call]
-                trace_exporter_names=extra,
-                metric_exporter_names=metric_names,
-                resource_attributes=resource,
-                exporter_args_map={
-                    ConsoleSpanExporter: {"out": out, "formatter": _span_line},
-                    ConsoleMetricExporter: {"out": out, "formatter": _metric_lines},
-                },
-            )
-        except RuntimeError as exc:  # raised before any provider is installed
-            raise RuntimeError(
-                f"telemetry.configure(): exporters {exporters} as resolved from the OTEL_* "
-                f"variables: {exc}. OTLP needs netcl-core[otel] (gRPC and HTTP exporters); "
-                "known names: otlp, console, prometheus, none"
-            ) from exc
-    finally:
-        for v, value in saved.items():
-            if value is None:
-                del os.environ[v]
-            else:
-                os.environ[v] = value
-    _recheck()
-    return {signal: list(dict.fromkeys(names)) for signal, names in exporters.items()}
-
-
-def shutdown() -> None:
-    """Flush and stop what :func:`configure` installed (no-op when it did nothing)."""
-    for provider in (_configured.get("tracer_provider"), _configured.get("meter_provider")):
-        stop = getattr(provider, "shutdown", None)
-        if stop is not None:
-            stop()
-
-
-def _value(v: object) -> str:
-    """One token of a key=value line: quoted (JSON, newlines escaped) when it has to be."""
-    s = v if isinstance(v, str) else str(v)
-    if not s or any(c.isspace() or c in '"=' for c in s):
-        return json.dumps(s)
-    return s
-
-
-def _span_line(span: ReadableSpan) -> str:
-    ms = ((span.end_time or 0) - (span.start_time or 0)) / 1e6
-    ctx = span.context
-    parent = format(span.parent.span_id, "016x") if span.parent else "-"
-    head = (
-        f"span {span.name} {ms:.3f} ms trace_id={ctx.trace_id:032x} span_id={ctx.span_id:016x} "
-        f"parent_id={parent} status={span.status.status_code.name}"
-    )
-    fields = [head]
-    if span.status.description:
-        fields.append(f"status.description={_value(span.status.description)}")
-    fields += [f"{k}={_value(v)}" for k, v in (span.attributes or {}).items()]
-    return " ".join(fields) + "\n"
-
-
-def _metric_lines(data: MetricsData) -> str:
-    lines = []
-    for rm in data.resource_metrics:
-        for sm in rm.scope_metrics:
-            for m in sm.metrics:
-                for p in m.data.data_points:
-                    attrs = ",".join(f"{k}={_value(v)}" for k, v in (p.attributes or {}).items())
-                    value = getattr(p, "value", None)
-                    if value is None:  # histogram point
-                        value = f"count={p.count} sum={p.sum:.6g}"  # type: ignore[union-attr]
-                    lines.append(f"metric {m.name}{{{attrs}}} {value}\n")
-    return "".join(lines)
+# The application side lives in its own module; imported last because it reads _recheck above.
+from netcl.core._otel_setup import configure, shutdown  # noqa: E402
