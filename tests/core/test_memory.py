@@ -10,7 +10,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from netcl.core import memory
+from netcl.core import _pool_blocks
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
 
@@ -110,6 +110,8 @@ def _hammer(
     lock = threading.Lock()
     live: set[int] = set()
     start = threading.Barrier(threads)
+    allocations = [0]
+    before = pool.stats
 
     def work(seed: int) -> None:
         rng = np.random.default_rng(seed)
@@ -121,6 +123,7 @@ def _hammer(
                     t = pool.allocate((int(rng.choice([64, 128, 256])),), "float32")
                     ptr = t.buffer.int_ptr
                     with lock:
+                        allocations[0] += 1
                         if ptr in live:
                             problems.append(f"block {ptr:#x} handed out while live")
                         live.add(ptr)
@@ -149,6 +152,10 @@ def _hammer(
             th.join()
     finally:
         sys.setswitchinterval(old)
+    s = pool.stats
+    counted = s.hits + s.misses - before.hits - before.misses
+    if counted != allocations[0]:  # the lock-free hit counter lost or gained a count
+        problems.append(f"hits + misses grew by {counted} for {allocations[0]} allocations")
     return problems
 
 
@@ -184,7 +191,7 @@ class _LeakyPool(BufferPool):
         return t
 
     def release(self, tensor: Tensor) -> None:
-        tensor._pool = None
+        tensor._bin = None
 
 
 def test_thread_check_catches_a_pool_that_hands_out_a_live_block(queue: cl.CommandQueue) -> None:
@@ -303,7 +310,7 @@ def test_out_of_device_memory_retries_after_freeing_held_blocks(
     pool = BufferPool(queue)
     pool.release(pool.allocate((4096,), "float32"))
     dropped = pool.allocate((2048,), "float32")
-    real = pool._pool
+    real = pool._blocks.pool
     fail = [1]
 
     class Flaky:
@@ -318,8 +325,7 @@ def test_out_of_device_memory_retries_after_freeing_held_blocks(
             return real.allocate(nbytes)
 
     flaky = Flaky()
-    monkeypatch.setattr(pool, "_pool", flaky)
-    monkeypatch.setattr(pool, "_pool_allocate", flaky.allocate)
+    monkeypatch.setattr(pool._blocks, "pool", flaky)
     del dropped  # garbage the retry collects
     t = pool.allocate((100,), "float32")
     assert fail == [0] and pool.stats.bytes_held == 0 and pool.stats.live_tensors == 1
@@ -376,12 +382,12 @@ def test_a_new_block_that_cannot_be_backed_is_retried_then_a_memory_error(
     retries like a failed allocation; a second one is a MemoryError and keeps no block."""
     pool = BufferPool(queue)
     pool.release(pool.allocate((4096,), "float32"))
-    real_read = memory._read_buffer
+    real_read = _pool_blocks._read_buffer
     fail = [1]
     backed: list[Any] = []
 
     def flaky_read(q: cl.CommandQueue, mem: Any, host: Any, *args: Any) -> Any:
-        if q is pool._alloc_queue:  # the pool backing a new block
+        if q is pool._blocks.queue:  # the pool backing a new block
             backed.append(mem)
             if fail[0]:
                 fail[0] -= 1
@@ -389,7 +395,7 @@ def test_a_new_block_that_cannot_be_backed_is_retried_then_a_memory_error(
                 raise cl.MemoryError(cl._cl._ErrorRecord("clEnqueueReadBuffer", code, "injected"))
         return real_read(q, mem, host, *args)
 
-    monkeypatch.setattr(memory, "_read_buffer", flaky_read)
+    monkeypatch.setattr(_pool_blocks, "_read_buffer", flaky_read)
     t = pool.allocate((100,), "float32")
     assert fail == [0] and len(backed) == 2  # the new block, then the retry's
     s = pool.stats

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from math import prod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 import pyopencl as cl
-import pyopencl.array as cla
+
+if TYPE_CHECKING:
+    import pyopencl.array as cla
 
 __all__ = ["Shape", "Tensor", "normalize_shape"]
 
@@ -53,7 +55,7 @@ class Tensor:
     freed with the Tensor.
     """
 
-    __slots__ = ("__weakref__", "_buffer", "_pool", "dtype", "queue", "shape")
+    __slots__ = ("__weakref__", "_bin", "_buffer", "dtype", "queue", "shape")
 
     def __init__(
         self,
@@ -72,7 +74,8 @@ class Tensor:
                 f"but the buffer holds only {have}"
             )
         self._buffer = buffer
-        self._pool: Any = None  # the BufferPool that handed out the buffer, while it is live
+        # while a BufferPool tensor is live: the pool size class its buffer goes back to
+        self._bin: Any = None
         self.queue = queue
 
     @property
@@ -132,6 +135,9 @@ class Tensor:
 
     def as_array(self) -> cla.Array:
         """A ``pyopencl.array.Array`` over the same buffer (no copy), for pyopencl's array ops."""
+        # imported here: pyopencl.array costs a few ms at import and most users never need it
+        import pyopencl.array as cla
+
         return cla.Array(self.queue, self.shape, self.dtype, data=self.buffer)
 
     def _check_like(self, shape: Shape, dtype: np.dtype[Any], what: str) -> None:
