@@ -4,6 +4,7 @@ true (a model of the pool checked against random sequences), and a failing OpenT
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -207,3 +208,20 @@ def test_allocate_and_release_under_a_failing_sdk(
     ]
     assert used.value == block
     pool.release(b)
+
+
+def test_a_dropped_pool_is_freed_at_once(queue: cl.CommandQueue) -> None:
+    """No reference cycle: the pool (and the device memory it holds) goes with its last
+    reference, not at some later garbage collection."""
+    pool = BufferPool(queue)
+    pool.release(pool.allocate((1024,), "float32"))
+    kept = pool.allocate((16,), "float32")
+    ref = weakref.ref(pool)
+    gc.disable()
+    try:
+        del pool
+        assert ref() is None
+    finally:
+        gc.enable()
+    kept.write(np.ones(16, np.float32))  # a live tensor of a dropped pool stays usable
+    np.testing.assert_array_equal(kept.to_numpy(), np.ones(16, np.float32))

@@ -10,14 +10,11 @@ from __future__ import annotations
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyopencl as cl
 import pyopencl.tools as cltools
-
-if TYPE_CHECKING:
-    from netcl.core.memory import BufferPool
 
 # pyopencl's read primitive, bound at import: netcl-capture intercepts the module attribute while
 # it records, and the pool's backing read (on its own queue) is not part of the application's work
@@ -46,12 +43,16 @@ class DirectBuffer(cl.Buffer):  # type: ignore[misc]
 
 
 class Bin:
-    """One size class of a pool: the block size, and the blocks held for reuse (LIFO)."""
+    """One size class of a pool: the block size, and the blocks held for reuse (LIFO).
 
-    __slots__ = ("direct", "free", "nbytes", "pool")
+    ``owner`` is the pool's token, not the pool: a bin referring to its pool would make a
+    reference cycle, and a dropped pool would free its device memory only at the next garbage
+    collection."""
 
-    def __init__(self, pool: BufferPool, nbytes: int, direct: bool) -> None:
-        self.pool = pool
+    __slots__ = ("direct", "free", "nbytes", "owner")
+
+    def __init__(self, owner: object, nbytes: int, direct: bool) -> None:
+        self.owner = owner
         self.nbytes = nbytes
         self.direct = direct  # blocks are DirectBuffers, not pyopencl pool blocks
         self.free: list[Any] = []

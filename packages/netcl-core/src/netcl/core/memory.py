@@ -63,7 +63,7 @@ class BufferPool:
     __slots__ = (
         "__weakref__", "_bins", "_blocks", "_device_bytes", "_device_name", "_global_mem",
         "_hits", "_limit", "_lock", "_max_alloc", "_misses", "_on_free_held", "_peak", "_room",
-        "_sizes", "_sizes_kept", "name", "queue",
+        "_sizes", "_sizes_kept", "_token", "name", "queue",
     )  # fmt: skip
 
     def __init__(
@@ -81,6 +81,7 @@ class BufferPool:
         # blocks, the limit, free_held, the exact figures behind stats and the peak).
         self._lock = threading.RLock()
         self._blocks = Blocks(queue, self._lock)
+        self._token = object()  # what this pool's bins and their tensors know it by
         self._bins: dict[int, Bin] = {}  # by block size
         self._sizes: dict[Any, dict[Any, tuple[Shape, np.dtype[Any], Bin]]] = {}
         self._sizes_kept = 0
@@ -143,7 +144,7 @@ class BufferPool:
             bin_ = tensor._bin
         except AttributeError:
             bin_ = None
-        if bin_ is None or bin_.pool is not self:
+        if bin_ is None or bin_.owner is not self._token:
             self._bad_release(tensor)
         bin_.free.append(tensor._buffer)
         tensor._buffer = _RELEASED
@@ -170,7 +171,7 @@ class BufferPool:
 
     def owns(self, tensor: Tensor) -> bool:
         """Whether ``tensor`` is a live allocation of this pool."""
-        return getattr(getattr(tensor, "_bin", None), "pool", None) is self
+        return getattr(getattr(tensor, "_bin", None), "owner", None) is self._token
 
     # -- size classes -----------------------------------------------------------------------
     def block_bytes(self, nbytes: int) -> int:
@@ -196,13 +197,13 @@ class BufferPool:
     def _bin_for(self, nbytes: int) -> Bin:
         size = self.block_bytes(nbytes)
         if size > self._max_alloc:
-            return Bin(self, size, direct=True)  # not kept: allocating from it fails
+            return Bin(self._token, size, direct=True)  # not kept: allocating from it fails
         with self._lock:  # one bin per size, whichever thread makes it
             bin_ = self._bins.get(size)
             if bin_ is None:
                 # pyopencl's class of the device's maximum can be larger than the maximum
                 direct = self._blocks.class_bytes(size) != size
-                bin_ = self._bins[size] = Bin(self, size, direct)
+                bin_ = self._bins[size] = Bin(self._token, size, direct)
             return bin_
 
     # -- the slow path: the size class holds no block ---------------------------------------
