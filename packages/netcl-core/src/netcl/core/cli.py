@@ -41,14 +41,20 @@ class _Version(argparse.Action):
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``netcl`` console command. Exit codes: 0 done, 1 refused or failed,
     2 usage. A closed stdout (``netcl info | head -1``) ends the command quietly."""
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        code = _main(sys.argv[1:] if argv is None else list(argv))
+        code = _main(args)
         sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at exit
     except BrokenPipeError:
         _silence_stdout()
         return 1
     except KeyboardInterrupt:
         return 130
+    except device.NoDeviceError as exc:  # any subcommand that needs a device: one line
+        sys.stdout.flush()
+        command = next((a for a in args if not a.startswith("-")), "")
+        sys.stderr.write(f"netcl {command}: {exc}\n".replace("netcl : ", "netcl: "))
+        return 1
     return code
 
 
@@ -94,6 +100,8 @@ def register_info(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 
 def _info(_: argparse.Namespace) -> int:
+    """Everything that can be listed, then the default device; without one, the reason on
+    stderr in one line and exit code 1."""
     out = sys.stdout
     out.write("netcl packages:\n")
     for name, ver in sorted(_netcl_distributions().items()):
@@ -112,10 +120,14 @@ def _info(_: argparse.Namespace) -> int:
             out.write(f"      [{i}:{j}] {dev.name} [{kind}] driver {dev.driver_version}\n")
     try:
         chosen = device.pick_device()
-        out.write(f"default device: {chosen.name} ({chosen.platform.name})\n")
-        out.write(f"device identity: {device.device_identity(chosen)}\n")
     except device.NoDeviceError as exc:
-        out.write(f"default device: none: {exc}\n")
+        out.write("default device: none\n")
+        out.write(f"cache dir: {paths.default_cache_dir()}\n")
+        out.flush()
+        sys.stderr.write(f"netcl info: {exc}\n")
+        return 1
+    out.write(f"default device: {chosen.name} ({chosen.platform.name})\n")
+    out.write(f"device identity: {device.device_identity(chosen)}\n")
     out.write(f"cache dir: {paths.default_cache_dir()}\n")
     return 0
 

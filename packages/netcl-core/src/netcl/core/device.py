@@ -9,14 +9,21 @@ import pyopencl as cl
 
 __all__ = ["NoDeviceError", "default_context", "default_queue", "device_identity", "pick_device"]
 
+#: pyopencl's variable choosing the platform and device (``0``, ``0:1``, a name's start).
+CTX_ENV = "PYOPENCL_CTX"
+#: ``1`` makes :func:`default_queue` hand out a profiling queue unless told otherwise.
+PROFILE_ENV = "NETCL_PROFILE"
+
 
 class NoDeviceError(RuntimeError):
-    """No OpenCL device could be found or chosen."""
+    """No OpenCL device could be chosen: no platform, no device, or a ``PYOPENCL_CTX`` that
+    matches none. The message (one line) names ``PYOPENCL_CTX`` and its value, and lists the
+    platforms and devices there are."""
 
 
 _lock = threading.Lock()
 _context: cl.Context | None = None
-_queues: dict[int, cl.CommandQueue] = {}
+_queues: dict[tuple[int, bool], cl.CommandQueue] = {}
 
 
 def pick_device() -> cl.Device:
@@ -24,25 +31,64 @@ def pick_device() -> cl.Device:
 
     ``PYOPENCL_CTX`` (pyopencl's own variable, e.g. ``0`` or ``0:1``) wins when set; otherwise the
     first GPU of any platform, else the first device of any kind (PoCL's CPU device on a machine
-    without a GPU driver).
+    without a GPU driver). Raises :class:`NoDeviceError` when there is none to choose.
     """
-    if os.environ.get("PYOPENCL_CTX"):
-        return cl.create_some_context(interactive=False).devices[0]
+    if os.environ.get(CTX_ENV):
+        return _context_from_env().devices[0]
     try:
         platforms = cl.get_platforms()
-    except cl.LogicError as exc:  # the ICD loader raises when no platform is installed
-        raise NoDeviceError(_NO_DEVICE_HELP) from exc
+    except cl.Error as exc:  # the ICD loader raises when no platform is installed
+        raise _no_device(f"no OpenCL platform found ({exc})") from exc
     devices = [d for p in platforms for d in _devices_of(p)]
     if not devices:
-        raise NoDeviceError(_NO_DEVICE_HELP)
+        raise _no_device("no OpenCL device found")
     gpus = [d for d in devices if d.type & cl.device_type.GPU]
     return (gpus or devices)[0]
 
 
-_NO_DEVICE_HELP = (
-    "no OpenCL device found: install a vendor OpenCL driver, or PoCL for the CPU with "
-    "`pip install 'netcl-core[pocl]'`; choose among several with PYOPENCL_CTX"
-)
+def _context_from_env() -> cl.Context:
+    try:
+        return cl.create_some_context(interactive=False)
+    except cl.Error as exc:  # pyopencl's "input did not match any platform", "no devices found"
+        raise _no_device(f"matches no OpenCL device (pyopencl: {exc})") from exc
+
+
+def _no_device(why: str) -> NoDeviceError:
+    """The one error for every way of finding no device, on one line: what went wrong, the
+    variable and its value, every platform and device, and what to do."""
+    value = os.environ.get(CTX_ENV)
+    setting = f"{CTX_ENV}={value!r}" if value else f"{CTX_ENV} is not set"
+    listed, devices = _inventory()
+    if devices:
+        advice = (
+            f"set {CTX_ENV} to a platform or platform:device index listed here "
+            f"(e.g. {CTX_ENV}=0), or unset it to let netcl choose"
+        )
+    else:
+        advice = (
+            "install a vendor OpenCL driver, or PoCL for the CPU with "
+            "`pip install 'pyopencl[pocl]'`"
+        )
+    text = f"{setting} {why}" if value else f"{why} ({setting})"
+    text = f"{text}; OpenCL platforms and devices: {listed or 'none'}; {advice}"
+    return NoDeviceError(" ".join(text.split()))  # one line, whatever a driver's name holds
+
+
+def _inventory() -> tuple[str, int]:
+    """Every platform and device in ``PYOPENCL_CTX``'s numbering, on one line, and how many
+    devices there are."""
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:
+        return "", 0
+    parts = []
+    count = 0
+    for i, plat in enumerate(platforms):
+        devs = _devices_of(plat)
+        count += len(devs)
+        listed = ", ".join(f"[{i}:{j}] {dev.name.strip()}" for j, dev in enumerate(devs))
+        parts.append(f"[{i}] {plat.name.strip()}: {listed or 'no devices'}")
+    return "; ".join(parts), count
 
 
 def _devices_of(platform: cl.Platform) -> list[cl.Device]:
@@ -57,21 +103,50 @@ def default_context() -> cl.Context:
     global _context
     with _lock:
         if _context is None:
-            if os.environ.get("PYOPENCL_CTX"):
-                _context = cl.create_some_context(interactive=False)
+            if os.environ.get(CTX_ENV):
+                _context = _context_from_env()
             else:
                 _context = cl.Context([pick_device()])
         return _context
 
 
-def default_queue(ctx: cl.Context | None = None) -> cl.CommandQueue:
-    """An in-order command queue on ``ctx`` (default context when None), one per context."""
+def default_queue(
+    ctx: cl.Context | None = None, *, profiling: bool | None = None
+) -> cl.CommandQueue:
+    """An in-order command queue on ``ctx`` (default context when None): one per context and
+    profiling setting, made on first use.
+
+    ``profiling=True`` gives a queue with ``PROFILING_ENABLE``, whose events carry device
+    timestamps (``event.profile.start`` / ``end``); ``None`` (the default) reads
+    ``NETCL_PROFILE`` (``1``/``0``, also ``true``/``false``, ``yes``/``no``, ``on``/``off``).
+    """
+    if profiling is None:
+        profiling = _profiling_from_env()
     ctx = ctx or default_context()
+    key = (ctx.int_ptr, bool(profiling))
     with _lock:
-        queue = _queues.get(ctx.int_ptr)
+        queue = _queues.get(key)
         if queue is None:
-            queue = _queues[ctx.int_ptr] = cl.CommandQueue(ctx)
+            props = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0
+            queue = _queues[key] = cl.CommandQueue(ctx, properties=props)
         return queue
+
+
+_ON = frozenset({"1", "true", "yes", "on"})
+_OFF = frozenset({"", "0", "false", "no", "off"})
+
+
+def _profiling_from_env() -> bool:
+    raw = os.environ.get(PROFILE_ENV, "")
+    value = raw.strip().lower()
+    if value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise ValueError(
+        f"{PROFILE_ENV}={raw!r}: expected 1 to turn profiling on for the default queue or 0 for "
+        "off (true/false, yes/no and on/off work too)"
+    )
 
 
 def device_identity(device: cl.Device) -> str:
