@@ -52,8 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except device.NoDeviceError as exc:  # any subcommand that needs a device: one line
         sys.stdout.flush()
-        command = next((a for a in args if not a.startswith("-")), "")
-        sys.stderr.write(f"netcl {command}: {exc}\n".replace("netcl : ", "netcl: "))
+        command = next((a for a in args if not a.startswith("-")), None)
+        sys.stderr.write(f"{'netcl ' + command if command else 'netcl'}: {exc}\n")
         return 1
     return code
 
