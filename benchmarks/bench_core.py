@@ -1,4 +1,5 @@
-"""netcl-core: telemetry fast path and BufferPool costs, with no OpenTelemetry SDK configured.
+"""netcl-core: telemetry fast path and BufferPool costs, with no OpenTelemetry SDK configured;
+and what importing a netcl runtime package costs on top of pyopencl, in fresh processes.
 
 The fast path is what every hot path pays when nothing records: ``telemetry.tracing()`` against the
 API's own no-op ``start_as_current_span``.
@@ -6,6 +7,9 @@ API's own no-op ``start_as_current_span``.
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -69,8 +73,13 @@ def test_pool_allocate_release(benchmark: BenchmarkFixture, queue: cl.CommandQue
     pool = BufferPool(queue)
     mempool = cltools.MemoryPool(cltools.ImmediateAllocator(queue), leading_bits_in_bin_id=6)
     setup, floor_times = paired_floor(lambda: _memorypool_cycle(mempool))
-    benchmark.pedantic(_pool_cycle, args=(pool,), setup=setup,
-                       rounds=1 if benchmark.disabled else 500, warmup_rounds=3)
+    benchmark.pedantic(
+        _pool_cycle,
+        args=(pool,),
+        setup=setup,
+        rounds=1 if benchmark.disabled else 500,
+        warmup_rounds=3,
+    )
     benchmark.extra_info["paired_floor_s"] = min(floor_times)
     s = pool.stats
     assert s.live_tensors == 0 and s.misses == 1  # statistics kept: one block, reused
@@ -81,3 +90,26 @@ def test_memorypool_allocate_release(benchmark: BenchmarkFixture, queue: cl.Comm
     """The anchor: pyopencl's MemoryPool with no bookkeeping around it."""
     pool = cltools.MemoryPool(cltools.ImmediateAllocator(queue), leading_bits_in_bin_id=6)
     benchmark(_memorypool_cycle, pool)
+
+
+def _fresh_import(module: str) -> None:
+    subprocess.run(
+        [sys.executable, "-c", f"import {module}"], check=True, timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+    )  # fmt: skip
+
+
+@pytest.mark.benchmark(group="core-import")
+def test_import_capture_vs_pyopencl(benchmark: BenchmarkFixture) -> None:
+    """A fresh interpreter importing ``netcl.runtime.capture``, with one importing ``pyopencl``
+    timed right before each round (paired rounds). ``import_over_pyopencl_ms``: what netcl adds
+    (fastest rounds; target <= 30 ms)."""
+    if importlib.util.find_spec("netcl.runtime.capture") is None:
+        pytest.skip("netcl-capture is not installed")
+    setup, floor_times = paired_floor(lambda: _fresh_import("pyopencl"))
+    benchmark.pedantic(_fresh_import, args=("netcl.runtime.capture",), setup=setup,
+                       rounds=1 if benchmark.disabled else 15, warmup_rounds=1)  # fmt: skip
+    if benchmark.stats is not None:
+        floor = min(floor_times)
+        benchmark.extra_info["paired_floor_s"] = floor
+        benchmark.extra_info["import_over_pyopencl_ms"] = (benchmark.stats.stats.min - floor) * 1e3

@@ -9,6 +9,11 @@ Each event reaches stdlib ``logging`` as a one-line message ``event key=value ..
 quoted when they contain spaces, newlines or quotes), so any handler, even a plain
 ``logging.basicConfig()``, shows every field; the fields are also record attributes (``event``
 holds the event name) for handlers and filters that want them one by one.
+
+structlog is imported on first use, not with this module: :func:`get_logger` hands out a
+:class:`LazyLogger`, which checks the stdlib level first and loads structlog only for an event
+that passes it (or when :func:`configure_logging` runs). Importing a netcl package costs no
+structlog import, and a process that logs nothing never loads it.
 """
 
 from __future__ import annotations
@@ -16,14 +21,16 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import MutableMapping
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import structlog
 from opentelemetry import trace
 
 from netcl.core._otel_setup import _value
 
-__all__ = ["add_trace_context", "configure_logging", "get_logger"]
+if TYPE_CHECKING:
+    import structlog
+
+__all__ = ["LazyLogger", "add_trace_context", "configure_logging", "get_logger"]
 
 # The library convention: a NullHandler on the top logger keeps Python's last-resort handler from
 # printing netcl warnings to stderr when the application configured nothing.
@@ -43,6 +50,8 @@ def add_trace_context(
 
 def _to_stdlib(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> Any:
     """Last processor: stdlib keyword arguments whose message is the whole event, one line."""
+    import structlog
+
     event = event_dict["event"]
     kwargs = structlog.stdlib.render_to_log_kwargs(logger, method, event_dict)  # type: ignore[arg-type]
     fields = kwargs["extra"]
@@ -51,8 +60,9 @@ def _to_stdlib(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -
     return kwargs
 
 
-def get_logger(name: str) -> structlog.stdlib.BoundLogger:
-    """A structured logger for module ``name`` (e.g. ``netcl.runtime.cache``)."""
+def _structlog_logger(name: str) -> structlog.stdlib.BoundLogger:
+    import structlog
+
     return structlog.wrap_logger(  # type: ignore[no-any-return]
         logging.getLogger(name),
         wrapper_class=structlog.stdlib.BoundLogger,
@@ -65,6 +75,77 @@ def get_logger(name: str) -> structlog.stdlib.BoundLogger:
     )
 
 
+class LazyLogger:
+    """What :func:`get_logger` returns: structlog's stdlib bound logger, made on the first event
+    that passes the stdlib level check. ``debug`` / ``info`` / ``warning`` / ``error`` /
+    ``critical`` / ``exception(event, **fields)`` and ``bind(**fields)`` work without loading
+    structlog; anything else of structlog's ``BoundLogger`` loads it and is passed through."""
+
+    __slots__ = ("_context", "_logger", "_name", "_stdlib")
+
+    def __init__(self, name: str, context: dict[str, Any] | None = None) -> None:
+        self._name = name
+        self._stdlib = logging.getLogger(name)
+        self._context = context or {}
+        self._logger: structlog.stdlib.BoundLogger | None = None
+
+    def _structlog(self) -> structlog.stdlib.BoundLogger:
+        logger = self._logger
+        if logger is None:
+            logger = _structlog_logger(self._name)
+            if self._context:
+                logger = logger.bind(**self._context)
+            self._logger = logger
+        return logger
+
+    def _emit(self, level: int, method: str, event: str, fields: dict[str, Any]) -> Any:
+        if not self._stdlib.isEnabledFor(level):  # what structlog's filter_by_level asks
+            return None
+        return getattr(self._structlog(), method)(event, **fields)
+
+    def debug(self, event: str, **fields: Any) -> Any:
+        """Log ``event`` with ``fields`` at DEBUG."""
+        return self._emit(logging.DEBUG, "debug", event, fields)
+
+    def info(self, event: str, **fields: Any) -> Any:
+        """Log ``event`` with ``fields`` at INFO."""
+        return self._emit(logging.INFO, "info", event, fields)
+
+    def warning(self, event: str, **fields: Any) -> Any:
+        """Log ``event`` with ``fields`` at WARNING."""
+        return self._emit(logging.WARNING, "warning", event, fields)
+
+    def error(self, event: str, **fields: Any) -> Any:
+        """Log ``event`` with ``fields`` at ERROR."""
+        return self._emit(logging.ERROR, "error", event, fields)
+
+    def critical(self, event: str, **fields: Any) -> Any:
+        """Log ``event`` with ``fields`` at CRITICAL."""
+        return self._emit(logging.CRITICAL, "critical", event, fields)
+
+    def exception(self, event: str, **fields: Any) -> Any:
+        """Log ``event`` at ERROR with the exception being handled."""
+        return self._emit(logging.ERROR, "exception", event, fields)
+
+    def bind(self, **fields: Any) -> LazyLogger:
+        """A logger that adds ``fields`` to every event."""
+        return LazyLogger(self._name, {**self._context, **fields})
+
+    def __getattr__(self, name: str) -> Any:
+        # the rest of structlog's BoundLogger API (new, unbind, log, ...): loads structlog
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._structlog(), name)
+
+    def __repr__(self) -> str:
+        return f"<LazyLogger {self._name} context={self._context!r}>"
+
+
+def get_logger(name: str) -> LazyLogger:
+    """A structured logger for module ``name`` (e.g. ``netcl.runtime.cache``)."""
+    return LazyLogger(name)
+
+
 _handler: list[logging.Handler] = []  # the handler configure_logging() installed, if any
 
 
@@ -75,6 +156,8 @@ def configure_logging(
 
     Calling it again replaces the handler it installed (each event is still printed once).
     """
+    import structlog
+
     renderer: Any = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     )
