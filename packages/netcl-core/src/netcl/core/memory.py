@@ -187,7 +187,7 @@ class BufferPool:
         dims = normalize_shape(shape)
         dt = np.dtype(dtype)
         entry = (dims, dt, self._bin_for(prod(dims) * dt.itemsize))
-        if isinstance(shape, tuple) and self._sizes_kept < 4096:
+        if isinstance(shape, (tuple, int)) and self._sizes_kept < 4096:
             # an unhashable dtype spelling (a list of fields) is not cached
             with contextlib.suppress(TypeError):
                 self._sizes.setdefault(dtype, {})[shape] = entry
@@ -198,6 +198,9 @@ class BufferPool:
         size = self.block_bytes(nbytes)
         if size > self._max_alloc:
             return Bin(self._token, size, direct=True)  # not kept: allocating from it fails
+        bin_ = self._bins.get(size)
+        if bin_ is not None:
+            return bin_
         with self._lock:  # one bin per size, whichever thread makes it
             bin_ = self._bins.get(size)
             if bin_ is None:
