@@ -30,8 +30,8 @@ from netcl.runtime.scheduler._plan import EventLike, ExecutionPlan, Op, after_of
 __all__ = ["Barriers", "Run", "Step"]
 
 _Event = cl.Event
-# A plan's last step lives in the plan's own __dict__ (not a dataclass field: fields are the
-# plan's API), so it is kept exactly as long as the plan can be named in a later plan's ``after``.
+# A plan's last step is an attribute of the plan (not a dataclass field: fields are the plan's
+# API), so it is kept exactly as long as the plan can be named in a later plan's ``after``.
 _STEP = "_netcl_step"
 
 
@@ -72,7 +72,7 @@ class Step:
 
 def last_step(plan: ExecutionPlan) -> Step | None:
     """The step of the run that last reached ``plan``; None when no run did."""
-    step: Step | None = plan.__dict__.get(_STEP)
+    step: Step | None = getattr(plan, _STEP, None)
     return step
 
 
@@ -105,8 +105,8 @@ def _is_events(value: object) -> bool:
 class Run:
     """One ``Scheduler.run``: the steps in run order and how far the run got with them."""
 
-    __slots__ = ("async_mode", "barriers", "done", "host_waits", "started", "steps", "taken",
-                 "traced", "waited")  # fmt: skip
+    __slots__ = ("async_mode", "barriers", "done", "host_waits", "ops", "started", "steps",
+                 "taken", "traced", "waited")  # fmt: skip
 
     def __init__(self, async_mode: bool, barriers: Barriers) -> None:
         self.async_mode = async_mode
@@ -116,6 +116,7 @@ class Run:
         self.started = 0  # steps whose ops were reached; on an error the later ones are unrun
         self.done = 0  # steps[:done] completed; after an interrupt the scheduler keeps the rest
         self.host_waits = 0
+        self.ops = 0  # ops that returned in this run (exact when the run completes)
         self.waited = False  # sync mode: the host waited for the previous plan's events
         self.traced = False
 
@@ -129,14 +130,37 @@ class Run:
         return events
 
     def _steps(self, wait: bool) -> list[EventLike]:
+        """Order, issue and (sync mode) wait for each plan in turn; return the run's events."""
         steps = self.steps
         last = len(steps) - 1
         sync = not self.async_mode
+        traced = self.traced
         events: list[EventLike] = []
         for k, step in enumerate(steps):
-            plan_events = self._step(k, step, sync and (wait or k < last))
+            span = self._plan_span(k, step.plan) if traced else NO_SPAN
+            try:
+                if step.ordering is None:  # a resumed step was ordered by the run it began in
+                    step.ordering = (
+                        self._order(step) if self.waited or step.plan.after else tm.ORDER_NONE
+                    )
+                self.waited = False
+                step.first = len(step.results)  # before the step counts as started (ops counter)
+                self.started = k + 1
+                if self._issue(step) and sync:
+                    plan_events = step.events()
+                    if plan_events and (wait or k < last):
+                        self._settle(step, plan_events, orders_next=k < last)
+                    events += plan_events
+                self.ops += len(step.results) - step.first
+            except BaseException as exc:
+                if step.ordering is not None:
+                    span.set(tm.ORDERING, step.ordering)
+                span.end(exc)
+                raise
+            if traced:
+                span.set(tm.ORDERING, step.ordering)
+                span.end()
             if sync:
-                events += plan_events
                 self.done = k + 1
         if not sync:
             events = [e for s in steps for e in s.events()]
@@ -147,30 +171,13 @@ class Run:
         self.done = len(steps)
         return events
 
-    def _step(self, k: int, step: Step, wait_after: bool) -> list[EventLike]:
-        """Order, issue and (``wait_after``) wait for one plan; return its events."""
-        span = self._plan_span(k, step.plan) if self.traced else NO_SPAN
-        try:
-            _reach(step)
-            if step.ordering is None:
-                step.ordering = self._order(step)
-            else:  # resumed: ordered by the run it was interrupted in
-                self.waited = False
-            if self.traced:
-                span.set(tm.ORDERING, step.ordering)
-            self.started = k + 1
-            events = self._issue(step)
-            if wait_after and events:
-                self._wait(events, (step,))
-                step.settled = True
-                if k < len(self.steps) - 1:  # a wait that orders the next plan, not the final one
-                    self.host_waits += 1
-                    self.waited = True
-        except BaseException as exc:
-            span.end(exc)
-            raise
-        span.end()
-        return events
+    def _settle(self, step: Step, events: list[EventLike], orders_next: bool) -> None:
+        """Sync mode: wait for a plan's events; a wait before the next plan orders it."""
+        self._wait(events, (step,))
+        step.settled = True
+        if orders_next:
+            self.host_waits += 1
+            self.waited = True
 
     # -- ordering: the one place that decides -------------------------------------------------
     def _order(self, step: Step) -> str:
@@ -182,7 +189,6 @@ class Run:
         otherwise, on the host.
         """
         ordering = tm.ORDER_HOST if self.waited else tm.ORDER_NONE
-        self.waited = False
         if step.plan.after:
             sources: dict[int, Step] = {}
             for plan in after_of(step.plan):
@@ -228,27 +234,31 @@ class Run:
         return tm.ORDER_HOST
 
     # -- issuing ------------------------------------------------------------------------------
-    def _issue(self, step: Step) -> list[EventLike]:
-        """Run the step's ops that have not returned yet; return the step's events."""
+    def _issue(self, step: Step) -> bool:
+        """Run the step's ops that have not returned yet; return whether it has events."""
+        plan = step.plan
         ops = step.ops
-        assert ops is not None  # reached
+        if ops is None:  # the first run to reach the plan takes its ops as they are now
+            ops = step.ops = tuple(plan.ops)
+        elif len(plan.ops) > len(ops):  # resumed: add the ops appended since
+            ops = step.ops = ops + tuple(plan.ops[len(ops) :])
+        plan._netcl_step = step  # type: ignore[attr-defined]  # its last step (see _STEP)
         results = step.results
         append = results.append
         start = len(results)
         found = start > 0 and any(r is not None for r in results)
-        for i in range(start, len(ops)):
-            op = ops[i]
+        for op in ops[start:] if start else ops:
             if callable(op):
                 try:
                     append(result := op())  # the op has run: its result is stored
                 except Exception as exc:
                     why = f"raised {type(exc).__name__}: {exc}"
-                    raise self._error(step, i, None, why) from exc
+                    raise self._error(step, len(results), None, why) from exc
                 if result is None:
                     continue
                 if type(result) is not _Event and not _is_events(result):
                     raise self._error(
-                        step, i, None,
+                        step, len(results) - 1, None,
                         f"returned {describe_value(result)}; an op must return None, an event "
                         "(an object with wait()) or a list/tuple of events",
                     )  # fmt: skip
@@ -256,12 +266,12 @@ class Run:
                 append(op)
             else:
                 raise self._error(
-                    step, i, None,
+                    step, len(results), None,
                     "is neither callable nor an event-like object with a wait() method "
                     f"(it is {describe_value(op)})",
                 )  # fmt: skip
             found = True
-        return step.events() if found else []
+        return found
 
     # -- waiting ------------------------------------------------------------------------------
     def _wait(self, events: list[EventLike], where: Sequence[Step]) -> None:
@@ -358,21 +368,11 @@ class Run:
     def count(self, ok: bool) -> None:
         """Add this run to the scheduler's counters (ops that returned, runs, host waits)."""
         mode = self.async_mode
-        ops = sum(len(s.results) - s.first for s in self.steps[: self.started])
+        ops = self.ops
+        if not ok:  # stopped anywhere: count what the steps hold
+            ops = sum(len(s.results) - s.first for s in self.steps[: self.started])
         tm.OPS.add(ops, tm.OPS_ATTRS[mode])
         tm.RUNS.add(1, tm.RUN_ATTRS[(mode, ok)])
         if self.host_waits:
             tm.HOST_WAITS.add(self.host_waits, tm.HOST_WAIT_ATTRS[mode])
 
-
-def _reach(step: Step) -> None:
-    """The run reached ``step``: take its ops (a resumed step adds those appended since it was
-    first reached) and make it its plan's last step."""
-    plan = step.plan
-    ops = step.ops
-    if ops is None:
-        step.ops = tuple(plan.ops)
-    elif len(plan.ops) > len(ops):
-        step.ops = ops + tuple(plan.ops[len(ops) :])
-    step.first = len(step.results)
-    plan.__dict__[_STEP] = step

@@ -12,7 +12,7 @@ from typing import ClassVar
 from netcl.runtime.scheduler._describe import describe_value
 from netcl.runtime.scheduler._errors import SchedulerError
 from netcl.runtime.scheduler._order import run_order
-from netcl.runtime.scheduler._plan import EventLike, ExecutionPlan, Op
+from netcl.runtime.scheduler._plan import EventLike, ExecutionPlan, Op, plan_of
 from netcl.runtime.scheduler._run import Barriers, Run, Step
 
 __all__ = ["Scheduler"]
@@ -61,7 +61,7 @@ class Scheduler:
                     "Scheduler.submit: op must be a callable or an event-like object with a "
                     f"wait() method, got {describe_value(op)}"
                 )
-            target = ExecutionPlan([op])
+            target = plan_of(op)
             with self._lock:
                 self._plans[id(target)] = target
             return target
