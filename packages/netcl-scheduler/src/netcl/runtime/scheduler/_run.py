@@ -151,7 +151,6 @@ class Run:
                     if plan_events and (wait or k < last):
                         self._settle(step, plan_events, orders_next=k < last)
                     events += plan_events
-                self.ops += len(step.results) - step.first
             except BaseException as exc:
                 if step.ordering is not None:
                     span.set(tm.ORDERING, step.ordering)
@@ -244,13 +243,12 @@ class Run:
             ops = step.ops = ops + tuple(plan.ops[len(ops) :])
         plan._netcl_step = step  # type: ignore[attr-defined]  # its last step (see _STEP)
         results = step.results
-        append = results.append
         start = len(results)
         found = start > 0 and any(r is not None for r in results)
         for op in ops[start:] if start else ops:
             if callable(op):
                 try:
-                    append(result := op())  # the op has run: its result is stored
+                    results.append(result := op())  # the op has run: its result is stored
                 except Exception as exc:
                     why = f"raised {type(exc).__name__}: {exc}"
                     raise self._error(step, len(results), None, why) from exc
@@ -263,7 +261,7 @@ class Run:
                         "(an object with wait()) or a list/tuple of events",
                     )  # fmt: skip
             elif callable(getattr(op, "wait", None)):
-                append(op)
+                results.append(op)
             else:
                 raise self._error(
                     step, len(results), None,
@@ -271,6 +269,7 @@ class Run:
                     f"(it is {describe_value(op)})",
                 )  # fmt: skip
             found = True
+        self.ops += len(results) - start
         return found
 
     # -- waiting ------------------------------------------------------------------------------

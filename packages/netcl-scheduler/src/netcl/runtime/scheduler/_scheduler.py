@@ -135,11 +135,12 @@ class Scheduler:
         with self._lock:
             scheduled = self._plans
             steps = [v if type(v) is Step else Step(v) for v in scheduled.values()]  # type: ignore[arg-type]
-            plans = [s.plan for s in steps]
-            ordered = run_order(plans)  # refused (a cycle, a bad after): nothing is taken
-            if ordered is not plans:
-                by_plan = {id(s.plan): s for s in steps}
-                steps = [by_plan[id(p)] for p in ordered]
+            if any(s.plan.after for s in steps):
+                plans = [s.plan for s in steps]
+                ordered = run_order(plans)  # refused (a cycle, a bad after): nothing is taken
+                if ordered is not plans:
+                    by_plan = {id(s.plan): s for s in steps}
+                    steps = [by_plan[id(p)] for p in ordered]
             run.steps = steps
             run.taken = True
             self._plans = {}
