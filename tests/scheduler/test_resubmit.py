@@ -3,7 +3,9 @@ resubmitting a failed run's ``unrun_plans`` (the error's own advice) is always c
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -159,3 +161,28 @@ def test_a_plan_after_a_failed_plan_of_an_earlier_run_is_not_issued(
     )
     assert "1 later plan(s) not run: plan 0 'consume'" in str(err)
     assert sched.plans == ()
+
+
+@pytest.mark.parametrize("async_mode", [False, True])
+def test_a_plan_keeps_its_last_events_only_as_long_as_it_lives(
+    async_mode: bool, queue: cl.CommandQueue
+) -> None:
+    # what a plan keeps of its last run refers to nothing that refers back to the plan: a plan
+    # (with its events) is freed by reference counting as soon as nothing names it, the
+    # scheduler holds nothing of a finished run
+    gc.disable()
+    try:
+        sched = Scheduler(async_mode=async_mode)
+        first = ExecutionPlan(ops=[lambda: cl.enqueue_marker(queue)], queue=queue)
+        second = ExecutionPlan(ops=[lambda: cl.enqueue_marker(queue)], queue=queue, after=first)
+        sched.submit(first)
+        sched.submit(second)
+        sched.run(wait=False)
+        first_ref, second_ref = weakref.ref(first), weakref.ref(second)
+        del first
+        assert first_ref() is not None  # 'second' names it in after=: kept for a later follower
+        del second
+        assert first_ref() is None and second_ref() is None
+    finally:
+        gc.enable()
+    queue.finish()

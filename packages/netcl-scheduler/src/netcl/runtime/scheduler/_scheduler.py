@@ -13,7 +13,8 @@ from netcl.runtime.scheduler._describe import describe_value
 from netcl.runtime.scheduler._errors import SchedulerError
 from netcl.runtime.scheduler._order import run_order
 from netcl.runtime.scheduler._plan import EventLike, ExecutionPlan, Op, plan_of
-from netcl.runtime.scheduler._run import Barriers, Run, Step
+from netcl.runtime.scheduler._run import Run
+from netcl.runtime.scheduler._step import Barriers, Step
 
 __all__ = ["Scheduler"]
 
@@ -40,10 +41,11 @@ class Scheduler:
             )
         self.async_mode = async_mode
         self._lock = threading.Lock()
-        # What the next run runs, keyed by id(plan), in submission order: a plan, or the
-        # unfinished step of a plan that an interrupted run began (resumed where it stopped).
-        # A scheduled plan is referenced here, so its id cannot be reused while it waits.
-        self._plans: dict[int, ExecutionPlan | Step] = {}
+        # The plans of the next run, keyed by id(plan), in submission order. A scheduled plan
+        # is referenced here, so its id cannot be reused while it waits.
+        self._plans: dict[int, ExecutionPlan] = {}
+        # The steps of scheduled plans that an interrupted run began: resumed where they stopped.
+        self._kept: dict[int, Step] = {}
         self._barriers = Barriers()
 
     def submit(self, op: Op | ExecutionPlan, plan: ExecutionPlan | None = None) -> ExecutionPlan:
@@ -96,7 +98,7 @@ class Scheduler:
         """The plans scheduled for the next run, in submission order (an interrupted run's
         plans first)."""
         with self._lock:
-            return tuple(v.plan if type(v) is Step else v for v in self._plans.values())  # type: ignore[union-attr,misc]
+            return tuple(self._plans.values())
 
     def run(self, wait: bool = True) -> list[EventLike]:
         """Run every scheduled plan in order; return the events the ops produced, in order.
@@ -133,28 +135,30 @@ class Scheduler:
         """Hand the scheduled plans to ``run``, in run order. The run holds them before the
         scheduler lets go (an interrupt in between leaves them in both: :meth:`_keep` merges)."""
         with self._lock:
-            scheduled = self._plans
-            steps = [v if type(v) is Step else Step(v) for v in scheduled.values()]  # type: ignore[arg-type]
-            if any(s.plan.after for s in steps):
-                plans = [s.plan for s in steps]
-                ordered = run_order(plans)  # refused (a cycle, a bad after): nothing is taken
-                if ordered is not plans:
-                    by_plan = {id(s.plan): s for s in steps}
-                    steps = [by_plan[id(p)] for p in ordered]
-            run.steps = steps
+            plans = list(self._plans.values())
+            if any(p.after for p in plans):
+                plans = run_order(plans)  # refused (a cycle, a bad after): nothing is taken
+            kept = self._kept  # usually empty: then every plan gets a new step
+            steps = [kept.get(id(p)) or Step() for p in plans] if kept else [Step() for _ in plans]
+            run.plans, run.steps = plans, steps
             run.taken = True
             self._plans = {}
+            self._kept = {}
 
     def _keep(self, run: Run) -> None:
         """Put what an interrupted run did not complete back in front of the scheduled plans."""
-        left = run.steps[run.done :]
+        left = range(run.done, len(run.plans))
         if not left:
             return
         with self._lock:
-            plans: dict[int, ExecutionPlan | Step] = {id(s.plan): s for s in left}
-            for key, value in self._plans.items():  # submitted while the run ran
-                plans.setdefault(key, value)
+            plans = {id(run.plans[k]): run.plans[k] for k in left}
+            kept = {id(run.plans[k]): run.steps[k] for k in left if run.steps[k].ops is not None}
+            for key, plan in self._plans.items():  # submitted while the run ran
+                plans.setdefault(key, plan)
+            for key, step in self._kept.items():
+                kept.setdefault(key, step)
             self._plans = plans
+            self._kept = kept
 
     def __repr__(self) -> str:
         plans = self.plans
