@@ -57,16 +57,6 @@ class Scheduler:
         ``ExecutionPlan`` schedules that plan as it is, adding no op (e.g. to rerun a plan, or
         the ``unrun_plans`` of a failed run).
         """
-        if plan is None and not isinstance(op, ExecutionPlan):  # the common case: a new plan
-            if not callable(op) and not callable(getattr(op, "wait", None)):
-                raise TypeError(
-                    "Scheduler.submit: op must be a callable or an event-like object with a "
-                    f"wait() method, got {describe_value(op)}"
-                )
-            target = plan_of(op)
-            with self._lock:
-                self._plans[id(target)] = target
-            return target
         if isinstance(op, ExecutionPlan):
             if plan is not None and plan is not op:
                 raise TypeError(
@@ -80,6 +70,11 @@ class Scheduler:
                     "Scheduler.submit: op must be a callable or an event-like object with a "
                     f"wait() method, got {describe_value(op)}"
                 )
+            if plan is None:  # the common case: a new plan of one op, scheduled once
+                target = plan_of(op)
+                with self._lock:
+                    self._plans[id(target)] = target
+                return target
             if not isinstance(plan, ExecutionPlan):
                 raise TypeError(
                     "Scheduler.submit: plan must be an ExecutionPlan or None, got "

@@ -6,30 +6,6 @@ from __future__ import annotations
 from netcl.core import telemetry
 from netcl.runtime.scheduler.version import __version__
 
-__all__ = [
-    "ASYNC",
-    "HOST_WAITS",
-    "HOST_WAIT_ATTRS",
-    "OPS",
-    "OPS_ATTRS",
-    "ORDERING",
-    "ORDER_DEVICE",
-    "ORDER_HOST",
-    "ORDER_NONE",
-    "PLAN_DESCRIPTION",
-    "PLAN_INDEX",
-    "PLAN_OPS",
-    "PLAN_SPAN",
-    "RUNS",
-    "RUN_ATTRS",
-    "RUN_EVENTS",
-    "RUN_OPS",
-    "RUN_PLANS",
-    "RUN_SPAN",
-    "RUN_WAIT",
-    "TEL",
-]
-
 TEL = telemetry.Scope("netcl.runtime.scheduler", __version__)
 
 RUN_SPAN = "netcl.scheduler.run"
