@@ -63,11 +63,11 @@ class Run:
         self.traced = tracing()
         span = tm.TEL.span(tm.RUN_SPAN, self._attributes(wait)) if self.traced else NO_SPAN
         with span:
-            events = self._plans(wait)
+            events = self._run_all(wait)
             span.set(tm.RUN_EVENTS, len(events))
         return events
 
-    def _plans(self, wait: bool) -> list[EventLike]:
+    def _run_all(self, wait: bool) -> list[EventLike]:
         """Order, issue and (sync mode) wait for each plan in turn; return the run's events."""
         plans, steps = self.plans, self.steps
         last = len(plans) - 1
