@@ -4,11 +4,9 @@ the next run resumes it: no op runs twice, none is lost. Telemetry failures neve
 from __future__ import annotations
 
 import contextvars
-import dis
 import logging
 import random
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,6 +19,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from netcl.core import telemetry
 from netcl.runtime.scheduler import ExecutionPlan, Scheduler
 
 COMPLETE = cl.command_execution_status.COMPLETE
@@ -305,6 +304,7 @@ def test_a_raising_span_processor_never_breaks_a_run(
     kernels: Any,
     spans: InMemorySpanExporter,
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     counts = Counts(queue, kernels, 8)
     plans, _ = _three_plans(counts, interrupt_at=99)  # nothing interrupts
@@ -314,11 +314,14 @@ def test_a_raising_span_processor_never_breaks_a_run(
     failing_processor.on_start_fails = where in ("on_start", "both")
     failing_processor.on_end_fails = where in ("on_end", "both")
 
-    with caplog.at_level(logging.WARNING, logger="netcl.runtime.scheduler"):
+    monkeypatch.setattr(telemetry, "_reported", set())  # forget failures logged before
+    with caplog.at_level(logging.WARNING, logger="netcl.core.telemetry"):
         events = sched.run()
 
-    failures = [r for r in caplog.records if "telemetry_failed" in r.getMessage()]
-    assert len(failures) == 4  # the run span and three plan spans, each logged once
+    # logged once per kind of failure (not per span): a span whose start failed is never ended
+    failures = [r.getMessage() for r in caplog.records if "telemetry_failed" in r.getMessage()]
+    stages = ["end"] if where == "on_end" else ["start"]
+    assert [f.split()[1] for f in failures] == [f"stage={s}" for s in stages], failures
 
     assert len(events) == 8 and sched.plans == ()
     np.testing.assert_array_equal(counts.read(), np.ones(8, dtype=np.uint32))
@@ -358,88 +361,71 @@ def test_a_raising_span_processor_does_not_change_the_error(
     assert len(calls) == 2 and sched.plans == ()
 
 
-_INSTRUCTIONS: dict[Any, dict[int, str]] = {}
+class _HostEvent:
+    """A host-side event an op returns (waiting is free)."""
+
+    def wait(self) -> None:
+        pass
 
 
-def _instruction_at(code: Any, offset: int) -> str:
-    """``OPNAME`` (``STORE_ATTR:name`` for attribute stores) at ``offset``, through dis so the
-    bytecode layout of any CPython version is read right."""
-    table = _INSTRUCTIONS.get(code)
-    if table is None:
-        table = _INSTRUCTIONS[code] = {
-            i.offset: i.opname + (f":{i.argval}" if i.opname == "STORE_ATTR" else "")
-            for i in dis.get_instructions(code)
-        }
-    return table.get(offset, "?")
+# an interrupt that lands in a weakref callback or a finalizer is printed and dropped by Python
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_interrupts_as_ops_return_never_repeat_or_lose_an_op(
+    alarm: list[bool], otel_mode: str
+) -> None:
+    # Trivial Python ops, each counting itself as its very last step before it returns: nearly
+    # all of a run's time is the scheduler's own work between one op's return and the next
+    # call, so timer interrupts spread over the run keep landing right after an op returned,
+    # where a scheduler that stored the op's result late would lose it or run the op again.
+    # Running until the scheduler is empty must have returned from every op exactly once, and
+    # the events the completing runs return are never an op's event twice. (Without an SDK
+    # the run is nearly all bookkeeping; with one, span work sits between the ops too.)
+    rng = random.Random(4321)
+    plans_per_run, ops_per_plan = 40, 5
+    n = plans_per_run * ops_per_plan
+    deadline = time.monotonic() + 2.5
+    rounds = interrupts = 0
 
+    def stress() -> None:
+        nonlocal rounds, interrupts
+        while time.monotonic() < deadline or rounds < 40:
+            rounds += 1
+            returned = [0] * n
+            events = [_HostEvent() for _ in range(n)]
 
-def _opcodes_between_an_op_and_its_bookkeeping(sched: Scheduler) -> list[str] | None:
-    """The opcodes the scheduler executes from an op's return to the store that counts it
-    done, recorded with an opcode tracer."""
-    executed: list[str] = []
+            def make_op(
+                k: int, returned: list[int] = returned, events: list[_HostEvent] = events
+            ) -> Callable[[], _HostEvent]:
+                def op() -> _HostEvent:
+                    ev = events[k]
+                    returned[k] += 1
+                    return ev
 
-    def op() -> None:
-        executed.append("<op>")
+                return op
 
-    def tracer(frame: Any, event: str, arg: object) -> Any:
-        if event == "call":
-            if frame.f_code is op.__code__:
-                return None
-            frame.f_trace_opcodes = True
-            return tracer
-        if event == "opcode":
-            executed.append(_instruction_at(frame.f_code, frame.f_lasti))
-        return tracer
+            sched = Scheduler(async_mode=rounds % 2 == 0)
+            for p in range(plans_per_run):
+                plan = ExecutionPlan(description=f"p{p}")
+                for o in range(ops_per_plan):
+                    sched.submit(make_op(p * ops_per_plan + o), plan=plan)
+            seen: list[object] = []
+            longest = 0.0004  # doubled after each interrupt: a resumed run always completes
+            while sched.plans:
+                try:
+                    alarm[0] = True
+                    signal.setitimer(signal.ITIMER_REAL, rng.uniform(0, longest))
+                    longest *= 2
+                    seen += sched.run()
+                except KeyboardInterrupt:
+                    interrupts += 1
+                alarm[0] = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            assert returned == [1] * n, f"round {rounds}: {returned}"
+            assert len({id(e) for e in seen}) == len(seen), f"round {rounds}: an event twice"
 
-    sched.submit(op)
-    sys.settrace(tracer)
-    try:
-        sched.run()
-    finally:
-        sys.settrace(None)
-    if executed == ["<op>"]:
-        return None  # this interpreter delivers no opcode events (seen on CPython 3.12)
-    start = executed.index("<op>")
-    end = executed.index("STORE_ATTR:next_op", start)
-    return executed[start + 1 : end + 1]
-
-
-def _static_path_from_an_ops_return_to_its_bookkeeping() -> list[str]:
-    """The same path read from the bytecode of ``_issue``: from the store of the op's result,
-    following unconditional jumps, to the store that counts the op done. Works on any CPython
-    (CPython 3.12 delivers no opcode trace events here, so the traced check sees nothing there)."""
-    code = Scheduler._issue.__code__  # type: ignore[attr-defined]
-    ins = list(dis.get_instructions(code))
-    at = {i.offset: k for k, i in enumerate(ins)}
-    k = next(k for k, i in enumerate(ins) if i.opname == "STORE_FAST" and i.argval == "result")
-    path: list[str] = []
-    for _ in range(200):
-        k += 1
-        i = ins[k]
-        name = i.opname + (f":{i.argval}" if i.opname == "STORE_ATTR" else "")
-        path.append(name)
-        if name == "STORE_ATTR:next_op":
-            return path
-        if i.opname in ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP"):
-            k = at[i.argval] - 1
-    raise AssertionError(f"no store of next_op after the op's result: {path}")
-
-
-def test_nothing_interruptible_between_an_ops_return_and_its_bookkeeping() -> None:
-    # CPython raises a KeyboardInterrupt (a signal handler's exception) only where it checks for
-    # pending signals: at calls and backward jumps. If none runs between an op's return and the
-    # store that counts the op done, an interrupt lands either in the op (the op is rerun on
-    # resume, it did not return) or after the count: never in between, where it would run the
-    # op twice or lose its event. Checked on the bytecode, and on the opcodes actually executed
-    # where the interpreter reports them.
-    paths = [_static_path_from_an_ops_return_to_its_bookkeeping()]
-    traced = _opcodes_between_an_op_and_its_bookkeeping(Scheduler())
-    if traced is not None:
-        paths.append(traced)
-    for between in paths:
-        assert between[-1] == "STORE_ATTR:next_op"
-        interruptible = [n for n in between if n.startswith(("CALL", "PRECALL", "JUMP_BACKWARD"))]
-        assert interruptible == [], between
+    # spans started by an interrupted run may stay attached: keep that out of the test context
+    contextvars.copy_context().run(stress)
+    assert interrupts >= 100, f"only {interrupts} interrupts in {rounds} rounds"
 
 
 def test_system_exit_in_an_op_is_not_wrapped_and_keeps_the_plans(

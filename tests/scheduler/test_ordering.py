@@ -300,7 +300,8 @@ def test_a_plan_already_failed_is_never_built_upon(
     plan_spans = [s for s in spans.get_finished_spans() if s.name == "netcl.scheduler.plan"]
     assert plan_spans[-1].status.status_code is StatusCode.ERROR
     assert plan_spans[-1].attributes is not None
-    assert plan_spans[-1].attributes["error.type"] == "SchedulerError"
+    error_type = plan_spans[-1].attributes["error.type"]
+    assert error_type == "netcl.runtime.scheduler._errors.SchedulerError"
 
 
 def test_a_plan_failing_on_the_device_holds_back_its_followers(

@@ -66,6 +66,9 @@ def test_submit_without_plan_makes_a_new_plan_each_time() -> None:
     plans = [sched.submit(print) for _ in range(3)]
     assert len({id(p) for p in plans}) == 3
     assert sched.plans == tuple(plans)
+    # the plan submit builds for one op is the plan the constructor builds, attribute for attribute
+    assert all(vars(p) == vars(ExecutionPlan([print])) for p in plans)
+    assert all(p.after == () and type(p.after) is tuple for p in plans)
 
 
 def test_existing_plan_keeps_its_first_submission_position() -> None:

@@ -139,3 +139,45 @@ def test_no_span_work_without_an_sdk() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("async_mode", [False, True])
+def test_run_returns_correct_results_under_a_hostile_sdk(
+    async_mode: bool,
+    hostile_sdk: Callable[[], None],
+    ctx: cl.Context,
+    queue: cl.CommandQueue,
+    queue_b: cl.CommandQueue,
+    kernels: Any,
+    uint_buffer: Callable[..., cl.Buffer],
+    expected_consumed: Callable[[int, int], Any],
+) -> None:
+    # span processors raising in on_start/on_end, a metric reader raising on record and collect:
+    # the run returns what it returns without telemetry, and its errors stay its own
+    n = 4096
+    src, dst = uint_buffer(n), uint_buffer(n, fill=3)
+    produce = ExecutionPlan(description="produce", queue=queue)
+    produce.ops.append(lambda: kernels.produce(queue, (n,), None, src, np.int32(10)))
+    consume = ExecutionPlan(description="consume", queue=queue_b, after=produce)
+    consume.ops.append(lambda: kernels.consume(queue_b, (n,), None, src, dst))
+    sched = Scheduler(async_mode=async_mode)
+    sched.submit(produce)
+    sched.submit(consume)
+
+    events = sched.run()
+    hostile_sdk()  # the reader collects now (raising inside the SDK)
+
+    assert len(events) == 2 and sched.plans == ()
+    assert all(e.command_execution_status == cl.command_execution_status.COMPLETE for e in events)
+    out = np.empty(n, dtype=np.uint32)
+    cl.enqueue_copy(queue, out, dst)
+    np.testing.assert_array_equal(out, expected_consumed(n, 10))
+
+    def boom() -> None:
+        raise ValueError("bad input")
+
+    failing = sched.submit(boom, plan=ExecutionPlan(description="boom"))
+    later = sched.submit(lambda: None)
+    with pytest.raises(Scheduler.Error) as info:
+        sched.run()
+    assert info.value.plan is failing and info.value.unrun_plans == [later]

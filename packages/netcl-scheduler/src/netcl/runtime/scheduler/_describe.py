@@ -37,10 +37,14 @@ def describe_op(op: object) -> str:
     return _clip(repr(op))
 
 
-def describe_plan(plan: ExecutionPlan, index: int) -> str:
+def describe_plan(plan: ExecutionPlan, index: int | None) -> str:
+    """``plan 2 'compute'``; ``index`` None names a plan of an earlier run."""
+    where = "of an earlier run" if index is None else str(index)
     if isinstance(plan.description, str) and plan.description:
-        return f"plan {index} {plan.description!r}"
-    return f"plan {index} (no description)"
+        if index is None:
+            return f"plan {plan.description!r} {where}"
+        return f"plan {where} {plan.description!r}"
+    return f"plan {where} (no description)"
 
 
 def describe_value(value: object) -> str:

@@ -10,18 +10,17 @@ from netcl.runtime.scheduler._plan import ExecutionPlan, after_of
 __all__ = ["run_order"]
 
 
-def run_order(
-    plans: list[ExecutionPlan],
-) -> tuple[list[ExecutionPlan], list[tuple[int, ...]] | None]:
-    """The plans in run order and, per plan, the run positions of the plans it follows.
+def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
+    """The plans in run order.
 
     Plans keep their submission order unless a plan follows (``after``) one submitted later;
     then the order is the stable topological order (the earliest submitted ready plan first).
-    Plans named in ``after`` that are not part of this run are taken as finished. The second
-    item is None when no plan has ``after``. Raises ``ValueError`` naming a cycle.
+    Plans named in ``after`` that are not part of this run do not move anything. Returns
+    ``plans`` itself when nothing moves. Raises ``ValueError`` naming a cycle, ``TypeError``
+    naming a plan whose ``after`` holds something else than plans.
     """
     if not any(p.after for p in plans):
-        return plans, None
+        return plans
     position = {id(p): k for k, p in enumerate(plans)}
     preds: list[tuple[int, ...]] = []
     in_order = True
@@ -30,7 +29,7 @@ def run_order(
         in_order = in_order and all(j < k for j in ks)
         preds.append(ks)
     if in_order:
-        return plans, preds
+        return plans
     # Kahn's algorithm, taking the ready plan submitted first
     waiting = [len(ks) for ks in preds]
     followers: list[list[int]] = [[] for _ in plans]
@@ -49,8 +48,7 @@ def run_order(
                 heapq.heappush(ready, f)
     if len(order) < len(plans):
         raise ValueError(_cycle_message(plans, preds, {k for k, w in enumerate(waiting) if w}))
-    new_position = {k: n for n, k in enumerate(order)}
-    return [plans[k] for k in order], [tuple(new_position[j] for j in preds[k]) for k in order]
+    return [plans[k] for k in order]
 
 
 def _cycle_message(

@@ -8,7 +8,7 @@ from typing import Protocol, TypeAlias, runtime_checkable
 
 import pyopencl as cl
 
-__all__ = ["EventLike", "ExecutionPlan", "Op", "after_of"]
+__all__ = ["EventLike", "ExecutionPlan", "Op", "after_of", "plan_of"]
 
 _NO_PLANS: tuple[ExecutionPlan, ...] = ()  # the default of ``after``: normalised already
 
@@ -68,6 +68,20 @@ class ExecutionPlan:
             )
         if self.after is not _NO_PLANS:
             self.after = after_of(self)
+
+
+def plan_of(op: Op) -> ExecutionPlan:
+    """``ExecutionPlan([op])`` without running the field checks, which the defaults pass: the
+    plan ``Scheduler.submit(op)`` makes for every op (a third of its cost otherwise)."""
+    plan = _new_plan(ExecutionPlan)
+    plan.ops = [op]
+    plan.description = ""
+    plan.queue = None
+    plan.after = _NO_PLANS
+    return plan
+
+
+_new_plan = object.__new__
 
 
 def after_of(plan: ExecutionPlan) -> tuple[ExecutionPlan, ...]:
