@@ -105,13 +105,17 @@ def test_no_sdk_fast_path_starts_no_span() -> None:
         from netcl.core import device, telemetry
         from netcl.core.memory import BufferPool
         from netcl.core.tensor import Tensor
-        from netcl.runtime.graph import Graph, GraphExecutor, _executor
+        from netcl.runtime.graph import Graph, GraphExecutor, _executor, _telemetry
         assert not telemetry.tracing()
 
         def forbidden(*a, **k):
             raise AssertionError("span work on the no-SDK path")
 
-        _executor._tracer.start_as_current_span = forbidden
+        class NoSpans:
+            span = record_span = forbidden
+
+        _telemetry.TEL.tracer.start_span = forbidden
+        _executor.TEL = NoSpans()
         q = device.default_queue()
         x = Tensor.from_numpy(np.arange(8, dtype=np.float32), q)
 
