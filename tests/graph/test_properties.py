@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
 from netcl.runtime.graph import Graph, GraphExecutor, TensorRef
-from netcl.runtime.graph._planner import Interval, check, lower_bound, place
+from netcl.runtime.graph._packing import Interval, check, lower_bound, place
 
 SIZES = [1, 7, 64, 100, 256, 1000, 2048, 4096]
 

@@ -16,7 +16,7 @@ from opentelemetry.trace import StatusCode
 
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
-from netcl.runtime.graph import Graph, GraphExecutor
+from netcl.runtime.graph import Graph, GraphExecutor, TensorRef
 
 
 def _graph(queue: cl.CommandQueue, kernels: Any) -> Graph:
@@ -105,13 +105,17 @@ def test_no_sdk_fast_path_starts_no_span() -> None:
         from netcl.core import device, telemetry
         from netcl.core.memory import BufferPool
         from netcl.core.tensor import Tensor
-        from netcl.runtime.graph import Graph, GraphExecutor, _executor
+        from netcl.runtime.graph import Graph, GraphExecutor, _executor, _telemetry
         assert not telemetry.tracing()
 
         def forbidden(*a, **k):
             raise AssertionError("span work on the no-SDK path")
 
-        _executor._tracer.start_as_current_span = forbidden
+        class NoSpans:
+            span = record_span = forbidden
+
+        _telemetry.TEL.tracer.start_span = forbidden
+        _executor.TEL = NoSpans()
         q = device.default_queue()
         x = Tensor.from_numpy(np.arange(8, dtype=np.float32), q)
 
@@ -131,3 +135,65 @@ def test_no_sdk_fast_path_starts_no_span() -> None:
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ok"
+
+
+class OpFailedError(Exception):
+    """An op's own error type (not a builtin): spans report it fully qualified."""
+
+
+def test_error_type_is_the_ops_own_exception_fully_qualified(
+    queue: cl.CommandQueue, pool: BufferPool, kernels: Any, spans: InMemorySpanExporter
+) -> None:
+    def bad(inputs: list[Tensor], out: Tensor) -> None:
+        raise OpFailedError("nope")
+
+    x = Tensor.from_numpy(np.arange(4, dtype=np.float32), queue)
+    g = Graph()
+    a = g.add_op("relu", kernels.relu, [x], (4,), "float32")
+    g.add_op("bad", bad, [a], (4,), "float32")
+    with pytest.raises(RuntimeError, match="op 'bad' raised OpFailedError") as info:
+        GraphExecutor(pool).run(g)
+    assert isinstance(info.value.__cause__, OpFailedError)
+    want = f"{OpFailedError.__module__}.OpFailedError"
+    done = spans.get_finished_spans()
+    run = next(s for s in done if s.name == "netcl.graph.run")
+    nodes = {s.attributes["netcl.node.name"]: s for s in done if s.name == "netcl.graph.node"
+             and s.attributes}  # fmt: skip
+    # the caller gets the executor's RuntimeError; both spans name the op's own exception
+    assert run.attributes is not None and run.attributes["error.type"] == want
+    failed = nodes["bad"]
+    assert failed.status.status_code == StatusCode.ERROR
+    assert failed.attributes is not None and failed.attributes["error.type"] == want
+    assert nodes["relu"].status.status_code != StatusCode.ERROR
+    assert pool.stats.bytes_in_use == 0
+
+
+def test_a_failing_sdk_changes_nothing_a_run_returns(
+    queue: cl.CommandQueue,
+    pool: BufferPool,
+    kernels: Any,
+    spans: InMemorySpanExporter,
+    hostile_sdk: Callable[[], None],
+) -> None:
+    """A span processor raising in on_start and on_end, and a metric reader raising on record
+    and collect: runs return the right values, and a failing op the executor's own error."""
+    ex = GraphExecutor(pool)
+    g = _graph(queue, kernels)
+    want = np.maximum(2 * np.arange(12, dtype=np.float32), 0).reshape(3, 4)
+    for _ in range(3):
+        out = ex.run(g)
+        hostile_sdk()  # a collection now: raises inside the SDK
+        np.testing.assert_array_equal(out.to_numpy(), want)
+        pool.release(out)
+    total, last = ex.run(g, ["add", "relu2"])
+    np.testing.assert_array_equal(last.to_numpy(), want)
+    np.testing.assert_array_equal(total.to_numpy(), 2 * np.arange(12, dtype=np.float32))
+    pool.release_all([total, last])
+
+    def bad(inputs: list[Tensor], out: Tensor) -> None:
+        raise OpFailedError("still reported")
+
+    g.add_op("bad", bad, [TensorRef("relu2")], (4,), "float32")
+    with pytest.raises(RuntimeError, match="op 'bad' raised OpFailedError: still reported"):
+        ex.run(g)
+    assert pool.stats.bytes_in_use == 0

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, overload
 
 import pyopencl as cl
@@ -15,31 +14,26 @@ from netcl.core import telemetry
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
 from netcl.runtime.graph._graph import Graph, TensorRef
-from netcl.runtime.graph._plan import GraphPlan, Schedule, build_plan
-from netcl.runtime.graph.version import __version__
+from netcl.runtime.graph._plan import GraphPlan, build_plan
+from netcl.runtime.graph._schedule import Schedule, Step
+from netcl.runtime.graph._telemetry import (
+    ARENA_BYTES,
+    LOWER_BOUND_BYTES,
+    NODE_SPAN,
+    NODES,
+    NODES_EXECUTED,
+    PEAK_BYTES,
+    PLANS_BUILT,
+    RUN_DURATION,
+    RUN_SPAN,
+    STRATEGY,
+    TEL,
+)
 
 __all__ = ["GraphExecutor"]
 
-_SCOPE = "netcl.runtime.graph"
-_tracer = telemetry.tracer(_SCOPE, __version__)
-_meter = telemetry.meter(_SCOPE, __version__)
-_nodes_executed = _meter.create_counter(
-    "netcl.graph.nodes_executed", unit="{node}", description="Graph ops whose fn was called"
-)
-_runs = _meter.create_histogram(
-    "netcl.graph.run.duration",
-    unit="s",
-    description="Host time of GraphExecutor.run (enqueueing every op; the device may still run)",
-    explicit_bucket_boundaries_advisory=telemetry.DURATION_BUCKETS_S,
-)
-_plans_built = _meter.create_counter(
-    "netcl.graph.plans", unit="{plan}", description="Graph plans built (cache misses)"
-)
-
 _OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 
-
-_NO_SPAN = contextlib.nullcontext()
 _VIEW_CACHE = 4  # pool blocks per plan block whose views are kept
 
 
@@ -47,15 +41,22 @@ class _Run:
     """The executor's private state for one (graph, outputs): the public plan, the schedule,
     and the sub-buffer views made for the blocks last seen (mutated under ``lock``)."""
 
-    __slots__ = ("lock", "plan", "schedule", "views")
+    __slots__ = ("lock", "plan", "run_attrs", "schedule", "views")
 
     def __init__(self, plan: GraphPlan, schedule: Schedule) -> None:
         self.plan = plan
         self.schedule = schedule
+        self.run_attrs: Mapping[str, Any] = {
+            NODES: len(plan.order),
+            PEAK_BYTES: plan.pool_peak_bytes,
+            ARENA_BYTES: plan.arena_bytes,
+            LOWER_BOUND_BYTES: plan.lower_bound,
+            STRATEGY: plan.strategy,
+        }
         self.lock = threading.Lock()
-        # per block: {int_ptr of a pool block: [(slot, view Tensor)]}: the pool hands a few
-        # blocks of a size class back in turn (LIFO), so several are kept
-        self.views: list[dict[int, list[tuple[int, Tensor]]]] = [{} for _ in schedule.blocks]
+        # per block: {int_ptr of a pool block: its views}: the pool hands a few blocks of a
+        # size class back in turn (LIFO), so several are kept
+        self.views: list[dict[int, tuple[Tensor, ...]]] = [{} for _ in schedule.blocks]
 
     def forget(self) -> None:
         with self.lock:
@@ -120,7 +121,7 @@ class GraphExecutor:
         run = _Run(
             *build_plan(graph, key, self._alignment, self.pool.block_bytes, self._context)
         )
-        _plans_built.add(1)
+        PLANS_BUILT.add(1)
         with self._lock:
             per_graph = self._runs.get(graph)
             if per_graph is None or any(
@@ -155,106 +156,120 @@ class GraphExecutor:
         run took went back to the pool first.
         """
         state = self._run_state(graph, outputs)
-        plan = state.plan
         t0 = time.perf_counter()
-        if telemetry.tracing():
-            with _tracer.start_as_current_span(
-                "netcl.graph.run",
-                attributes={
-                    "netcl.graph.nodes": len(plan.order),
-                    "netcl.pool.peak_bytes": plan.pool_peak_bytes,
-                    "netcl.graph.arena_bytes": plan.arena_bytes,
-                    "netcl.graph.lower_bound_bytes": plan.lower_bound,
-                    "netcl.graph.strategy": plan.strategy,
-                },
-            ) as span:
-                try:
-                    result = self._execute(state, traced=True)
-                except BaseException as exc:
-                    cause = exc.__cause__ if exc.__cause__ is not None else exc
-                    span.set_attribute("error.type", _error_type(cause))
-                    raise
-        else:
-            result = self._execute(state, traced=False)
-        _runs.record(time.perf_counter() - t0)
-        _nodes_executed.add(len(plan.order))
+        result = self._traced(state) if telemetry.tracing() else self._execute(state, False)
+        RUN_DURATION.record(time.perf_counter() - t0)
+        NODES_EXECUTED.add(len(state.schedule.steps))
         return result[0] if outputs is None else result
+
+    def _traced(self, state: _Run) -> list[Tensor]:
+        with TEL.span(RUN_SPAN, state.run_attrs) as span:
+            try:
+                return self._execute(state, True)
+            except BaseException as exc:
+                # the caller gets an error that wraps the op's own: the span reports the op's
+                span.fail(exc.__cause__ if exc.__cause__ is not None else exc)
+                raise
 
     def _execute(self, state: _Run, traced: bool) -> list[Tensor]:
         pool = self.pool
         queue = self._queue
         ooo = self._out_of_order
-        schedule = state.schedule
-        specs = schedule.blocks
-        values = list(schedule.template)
-        taken: list[Tensor | None] = [None] * len(specs)
+        values = list(state.schedule.template)
+        taken: list[Tensor | None] = [None] * len(state.schedule.blocks)
         step = None
         allocating = -1
+        span = telemetry.NO_SPAN
         try:
             if ooo:
                 cl.enqueue_barrier(queue)  # earlier users of these blocks finish first
-            for step in schedule.steps:
-                # the one per-op loop: span work only behind the tracing check
-                with (
-                    _tracer.start_as_current_span("netcl.graph.node", attributes=step.attrs)
-                    if traced
-                    else _NO_SPAN
-                ):
+            # The one per-op loop: take the step's blocks, call its fn, release the blocks whose
+            # last reader it was. Span work only behind `traced`; no call or loop for a step
+            # that takes or releases nothing (most of them).
+            for step in state.schedule.steps:
+                if traced:
+                    span = TEL.span(NODE_SPAN, step.attrs)
+                if step.allocs:
                     for allocating in step.allocs:
-                        spec = specs[allocating]
-                        taken[allocating] = block = pool.allocate(
-                            spec.shape, spec.dtype, _nbytes=spec.nbytes
-                        )
-                        if spec.owner >= 0:
-                            values[spec.owner] = block
-                        if spec.views:
-                            self._fill(state, allocating, block, values)
+                        self._take(state, allocating, taken, values)
                     allocating = -1
-                    step.fn([values[i] for i in step.inputs], values[step.slot])
-                    if ooo:
-                        cl.enqueue_barrier(queue)
-                for k in step.frees:
-                    pool.release(taken[k])  # type: ignore[arg-type]
-                    taken[k] = None
+                ins = step.inputs
+                # a one-element list directly: cheaper than a comprehension on Python < 3.12
+                step.fn(
+                    [values[ins[0]]] if len(ins) == 1 else [values[i] for i in ins],
+                    values[step.slot],
+                )
+                if ooo:
+                    cl.enqueue_barrier(queue)
+                if traced:
+                    span.end()
+                    span = telemetry.NO_SPAN
+                if step.frees:
+                    for k in step.frees:
+                        pool.release(taken[k])  # type: ignore[arg-type]
+                        taken[k] = None
         except BaseException as exc:
-            # give back everything this run took; blocks are reused only by commands enqueued
-            # after these (in-order queue, or the barrier on an out-of-order one)
-            if ooo:
-                cl.enqueue_barrier(queue)
-            pool.release_all([t for t in taken if t is not None])
-            if step is not None and allocating >= 0 and isinstance(exc, MemoryError):
-                what = _block_role(state.plan, allocating)
-                raise MemoryError(
-                    f"GraphExecutor.run: op {step.name!r} needs a block of "
-                    f"{specs[allocating].nbytes} bytes ({what}) that cannot be allocated: {exc}"
-                ) from exc
-            if isinstance(exc, Exception) and step is not None:
-                raise RuntimeError(
-                    f"GraphExecutor.run: op {step.name!r} raised {type(exc).__name__}: {exc}"
-                ) from exc
+            span.end(exc)  # the node span still open, if any
+            self._unwind(state, taken, step, allocating, exc)
             raise
-        return [values[i] for i in schedule.out_slots]
+        return [values[i] for i in state.schedule.out_slots]
 
-    def _fill(self, state: _Run, k: int, block: Tensor, values: list[Any]) -> None:
-        """Put the views of block ``k``'s values in the value table. Views are made once per
-        pool block (the pool hands the same block back run after run) and kept until the pool
-        frees its held blocks."""
+    def _unwind(
+        self,
+        state: _Run,
+        taken: list[Tensor | None],
+        step: Step | None,
+        allocating: int,
+        exc: BaseException,
+    ) -> None:
+        """After a failed step: give back every block this run took, and raise the error that
+        names the op (returns only for an exception to re-raise as is)."""
+        # blocks are reused only by commands enqueued after these (in-order queue, or the
+        # barrier on an out-of-order one)
+        if self._out_of_order:
+            cl.enqueue_barrier(self._queue)
+        self.pool.release_all([t for t in taken if t is not None])
+        if step is not None and allocating >= 0 and isinstance(exc, MemoryError):
+            what = _block_role(state.plan, allocating)
+            raise MemoryError(
+                f"GraphExecutor.run: op {step.name!r} needs a block of "
+                f"{state.schedule.blocks[allocating].nbytes} bytes ({what}) that cannot be "
+                f"allocated: {exc}"
+            ) from exc
+        if isinstance(exc, Exception) and step is not None:
+            raise RuntimeError(
+                f"GraphExecutor.run: op {step.name!r} raised {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _take(self, state: _Run, k: int, taken: list[Tensor | None], values: list[Any]) -> None:
+        """Allocate block ``k`` and put it (its owner's Tensor) and its views in the table."""
+        spec = state.schedule.blocks[k]
+        taken[k] = block = self.pool.allocate(spec.shape, spec.dtype, _nbytes=spec.nbytes)
+        if spec.owner >= 0:
+            values[spec.owner] = block
+        if spec.views:
+            views = state.views[k].get(block.buffer.int_ptr)
+            if views is None:
+                views = self._views(state, k, block)
+            values[spec.first_view : spec.first_view + len(views)] = views
+
+    def _views(self, state: _Run, k: int, block: Tensor) -> tuple[Tensor, ...]:
+        """The views of block ``k``'s values on a pool block: made once per pool block (the
+        pool hands the same block back run after run) and kept until the pool frees its held
+        blocks."""
         ptr = block.buffer.int_ptr
-        made = state.views[k].get(ptr)
-        if made is None:
-            # A Buffer of our own on the pooled block (PooledBuffer has no get_sub_region)
-            base = cl.Buffer.from_int_ptr(ptr, retain=True)
-            made = [
-                (slot, Tensor(base.get_sub_region(off, size), shape, dtype, self._queue))
-                for slot, off, size, shape, dtype in state.schedule.blocks[k].views
-            ]
-            with state.lock:
-                cache = state.views[k]
-                if len(cache) >= _VIEW_CACHE:
-                    cache.clear()
-                cache[ptr] = made
-        for slot, view in made:
-            values[slot] = view
+        # A Buffer of our own on the pooled block (PooledBuffer has no get_sub_region)
+        base = cl.Buffer.from_int_ptr(ptr, retain=True)
+        made = tuple(
+            Tensor(base.get_sub_region(v.offset, v.size), v.shape, v.dtype, self._queue)
+            for v in state.schedule.blocks[k].views
+        )
+        with state.lock:
+            cache = state.views[k]
+            if len(cache) >= _VIEW_CACHE:
+                cache.clear()
+            cache[ptr] = made
+        return made
 
     def __repr__(self) -> str:
         return f"GraphExecutor(pool={self.pool!r}, alignment={self._alignment})"
@@ -267,11 +282,6 @@ def _block_role(plan: GraphPlan, k: int) -> str:
     if block.last is None:
         return f"the block of output {block.owner!r}{also}"
     return f"the block of {', '.join([block.owner] if block.owner else held)}"
-
-
-def _error_type(exc: BaseException) -> str:
-    t = type(exc)
-    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
 def _output_names(outputs: Sequence[TensorRef | str]) -> tuple[str, ...]:
