@@ -34,7 +34,7 @@ def test_build_error_carries_log_and_device_and_is_not_cached(
         assert ProgramCache.BuildError is ProgramBuildError  # the old spelling still works
     assert c.stats.compiles == 2
     assert c.entries() == []
-    assert c._key_locks == {}  # the per-program build lock does not outlive a failed build
+    assert c._tier.key_locks == {}  # the per-program build lock does not outlive a failed build
 
 
 @pytest.mark.parametrize("how", ["world-writable", "other-owner"])

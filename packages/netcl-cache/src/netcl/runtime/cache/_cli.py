@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from netcl.core import paths
+from netcl.runtime.cache._config import env_enabled, env_max_bytes, parse_size
 from netcl.runtime.cache._entry import EntryError, read_meta
-from netcl.runtime.cache._program_cache import env_enabled, env_max_bytes, parse_size
 from netcl.runtime.cache._remote import remote_info
 from netcl.runtime.cache._stats import CacheStats
 from netcl.runtime.cache._store import DiskStore, check_trusted

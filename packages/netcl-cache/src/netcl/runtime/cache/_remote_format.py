@@ -27,7 +27,9 @@ from typing import Any
 
 from netcl.runtime.cache._entry import EntryError
 
-__all__ = ["HEADER", "MAGIC", "TAG_BYTES", "VERSION", "decode_value", "encode_value"]
+__all__ = [
+    "HEADER", "MAGIC", "TAG_BYTES", "VERSION", "decode_value", "encode_value", "open_value",
+]
 
 MAGIC = b"NETCLRMT"
 VERSION = 1
@@ -85,3 +87,15 @@ def decode_value(
     if not isinstance(meta, dict):
         raise EntryError("metadata", "not a JSON object")
     return meta, view[HEADER.size + meta_len : end]
+
+
+def open_value(
+    secret: bytes, key_hex: str, ident: str, data: bytes, max_bytes: int
+) -> memoryview:
+    """The binary of an authentic value for ``key_hex`` written for the device identity
+    ``ident``; :class:`EntryError` as :func:`decode_value`, or ``identity`` when it was written
+    for another device (a binary of another driver must never reach this one)."""
+    meta, binary = decode_value(secret, key_hex, data, max_bytes)
+    if meta.get("identity") != ident:
+        raise EntryError("identity", f"written for {meta.get('identity')!r}")
+    return binary

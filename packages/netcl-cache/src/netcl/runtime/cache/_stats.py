@@ -1,22 +1,32 @@
-"""Counters of a ProgramCache."""
+"""Counters of a ProgramCache, and their totals written to the folder's ``stats.json`` at exit
+(what ``netcl cache stats`` shows, like ``ccache -s``)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import atexit
+import weakref
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
-__all__ = ["CacheStats"]
+from netcl.core.log import get_logger
+from netcl.runtime.cache._store import DiskStore
+
+__all__ = ["COUNTERS", "CacheStats", "Counters", "flush", "flush_at_exit"]
+
+log = get_logger("netcl.runtime.cache")
 
 
 @dataclass(frozen=True)
 class CacheStats:
     """A snapshot of a cache's counters (this process, this instance).
 
-    ``misses`` counts lookups that found no usable disk entry and compiled (``compiles`` also
-    counts builds done while the disk tier is off); ``recoveries`` counts damaged entries that
-    were compiled again and overwritten; ``corrupt`` counts damaged entries seen (a recovery
-    done by another process meanwhile is a ``disk_hit``). ``remote_*`` count the remote tier:
-    hits, values published, failed Redis calls, values refused (bad signature, truncated, other
-    device), lookups that waited for another machine's compile and waits that timed out.
+    ``misses`` counts lookups that found the program in no tier and compiled it (with or
+    without a disk tier); ``compiles`` counts every build from source, failed builds too;
+    ``recoveries`` counts damaged entries that were compiled again and overwritten;
+    ``corrupt`` counts damaged entries seen (a recovery done by another process meanwhile is a
+    ``disk_hit``). ``remote_*`` count the remote tier: hits, values published, failed Redis
+    calls, values refused (bad signature, truncated, other device), lookups that waited for
+    another machine's compile and waits that timed out.
     """
 
     memory_hits: int = 0
@@ -43,3 +53,40 @@ class CacheStats:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+
+COUNTERS = tuple(f.name for f in fields(CacheStats))
+#: The live counters of one cache, by CacheStats field name: a plain dict, so that a hit
+#: costs one item increment.
+Counters = dict[str, int]
+
+
+def new_counters() -> Counters:
+    return dict.fromkeys(COUNTERS, 0)
+
+
+def flush(store: DiskStore | None, counters: Counters, flushed: Counters) -> None:
+    """Add ``counters`` since the last flush (``flushed``, updated) to ``store``'s totals."""
+    delta = {k: v - flushed[k] for k, v in counters.items() if v != flushed[k]}
+    if not delta or store is None:
+        return
+    try:
+        store.add_counters(delta)
+    except Exception as exc:  # never fail an exit over statistics
+        log.info("cache_stats_not_saved", path=str(store.root), error=str(exc))
+        return
+    flushed.update({k: counters[k] for k in delta})
+
+
+_INSTANCES: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def flush_at_exit(cache: Any) -> None:
+    """Have ``cache.flush_stats()`` called at interpreter exit (while it is alive)."""
+    _INSTANCES.add(cache)
+
+
+@atexit.register
+def _flush_all() -> None:
+    for cache in list(_INSTANCES):
+        cache.flush_stats()

@@ -11,8 +11,8 @@ from netcl.runtime.cache.version import __version__
 
 __all__ = [
     "ATTR_DEVICE", "ATTR_ERROR_TYPE", "ATTR_KEY", "ATTR_LOG", "ATTR_OPTIONS", "ATTR_REASON",
-    "ATTR_RESULT", "LOOKUPS", "RESULTS", "SPAN_COMPILE", "SPAN_GET_PROGRAM", "compile_duration",
-    "error_type", "recoveries", "tracer",
+    "ATTR_REMOTE_OP", "ATTR_RESULT", "LOOKUPS", "RESULTS", "SPAN_COMPILE", "SPAN_GET_PROGRAM",
+    "compile_duration", "error_type", "recoveries", "tracer",
     "remote_duration", "remote_errors", "remote_rejected",
 ]
 
@@ -26,6 +26,7 @@ ATTR_REASON = "netcl.cache.reason"
 ATTR_DEVICE = "netcl.device.name"
 ATTR_OPTIONS = "netcl.compile.options"
 ATTR_LOG = "netcl.compile.log"
+ATTR_REMOTE_OP = "netcl.cache.remote.op"
 #: OpenTelemetry's semantic convention for failures: on failed spans and on the compile-duration
 #: points of failed builds (successful points carry no ``error.type``).
 ATTR_ERROR_TYPE = "error.type"
