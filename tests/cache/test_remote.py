@@ -378,7 +378,7 @@ def test_redis_killed_in_the_middle_of_a_run(
     # bounded: the three failed calls together cost less than one read timeout
     assert sum(p.sum for p in after) - t_before < _remote.TIMEOUT_S
     errors = metric_points("netcl.cache.remote.errors")
-    assert _point_sum(errors, **{"error.type": "ConnectionError"}) >= 3
+    assert _point_sum(errors, **{"error.type": "redis.exceptions.ConnectionError"}) >= 3
     assert c.stats.compiles == 8 and c.stats.write_errors == 0
 
     # Redis comes back: after the breaker's pause one trial call closes it again
@@ -426,7 +426,7 @@ def test_full_redis_and_wrong_password_never_fail_get_program(
 ) -> None:
     tag = time.time_ns()
     oom = metric_points("netcl.cache.remote.errors")
-    oom_before = _point_sum(oom, **{"error.type": "OutOfMemoryError"})
+    oom_before = _point_sum(oom, **{"error.type": "redis.exceptions.OutOfMemoryError"})
     own_server.client().config_set("maxmemory", "1")  # every write: OOM command not allowed
     full = _cache(tmp_path, own_server.url)
     for i in range(4):
@@ -436,7 +436,7 @@ def test_full_redis_and_wrong_password_never_fail_get_program(
     tier = full._lookup.remote_tier()
     assert tier is not None and not tier.breaker_open  # a full server still answers reads
     oom = metric_points("netcl.cache.remote.errors")
-    assert _point_sum(oom, **{"error.type": "OutOfMemoryError"}) == oom_before + 4
+    assert _point_sum(oom, **{"error.type": "redis.exceptions.OutOfMemoryError"}) == oom_before + 4
 
     bad = own_server.url.replace(PASSWORD, "wrong-password")
     denied = _cache(tmp_path, bad)
@@ -447,7 +447,7 @@ def test_full_redis_and_wrong_password_never_fail_get_program(
     tier = denied._lookup.remote_tier()
     assert tier is not None and tier.breaker_open
     auth = metric_points("netcl.cache.remote.errors")
-    assert _point_sum(auth, **{"error.type": "AuthenticationError"}) >= 3
+    assert _point_sum(auth, **{"error.type": "redis.exceptions.AuthenticationError"}) >= 3
 
 
 # one compile for the fleet ----------------------------------------------------------------------

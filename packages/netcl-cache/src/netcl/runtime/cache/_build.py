@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
-from contextlib import AbstractContextManager
 from typing import Any
 
 import pyopencl as cl
@@ -66,28 +64,18 @@ def compile_program(
     """Build from source for ``dev``: (program, its binary, b'' when the driver has none).
     Raises :class:`ProgramBuildError` with the build log."""
     t0 = time.perf_counter()
-    cm: AbstractContextManager[Any] = (
-        tel.tracer.start_as_current_span(
-            tel.SPAN_COMPILE, attributes={tel.ATTR_OPTIONS: opts, tel.ATTR_KEY: key}
-        )
-        if telemetry.tracing()
-        else contextlib.nullcontext()
-    )
     point = {tel.ATTR_DEVICE: device_name}
     try:
-        with cm as span:
+        with tel.TEL.span(tel.SPAN_COMPILE, {tel.ATTR_OPTIONS: opts, tel.ATTR_KEY: key}) as span:
             prg = cl._cl._Program(ctx, src_code)
             try:
                 _build(prg, opts.encode("utf-8", "surrogateescape"), dev)
             except cl.Error as exc:
                 err = _build_error(prg, dev, opts, exc)
-                point[tel.ATTR_ERROR_TYPE] = tel.error_type(err)
-                if span is not None:
-                    span.set_attribute(tel.ATTR_LOG, err.log)
-                    span.set_attribute(tel.ATTR_ERROR_TYPE, point[tel.ATTR_ERROR_TYPE])
+                span.set(tel.ATTR_LOG, err.log)
                 raise err from exc
     except BaseException as exc:  # an interrupt mid-build is a failed point too
-        point.setdefault(tel.ATTR_ERROR_TYPE, tel.error_type(exc))
+        point[tel.ATTR_ERROR_TYPE] = telemetry.error_type(exc)
         raise
     finally:
         tel.compile_duration.record(time.perf_counter() - t0, point)

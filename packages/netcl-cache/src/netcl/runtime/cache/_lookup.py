@@ -15,7 +15,6 @@ from typing import Any
 
 import pyopencl as cl
 
-from netcl.core import telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.cache import _remote
 from netcl.runtime.cache import _telemetry as tel
@@ -132,21 +131,12 @@ class Lookup:
     def run(self, ctx: cl.Context, src: str, dev: cl.Device, opts: str) -> tuple[Any, str, str]:
         """(program, key, result) of a program not in memory; the ``get_program`` span."""
         name = self.registry.name(dev)
-        if not telemetry.tracing():
+        # a failure leaving the block marks the span (status ERROR, error.type)
+        with tel.TEL.span(tel.SPAN_GET_PROGRAM, {tel.ATTR_DEVICE: name}) as span:
             req = self._request(ctx, src, dev, opts, name)
+            span.set(tel.ATTR_KEY, req.key)
             prg, result = self._resolve(req)
-            return prg, req.key, result
-        with tel.tracer.start_as_current_span(
-            tel.SPAN_GET_PROGRAM, attributes={tel.ATTR_DEVICE: name}
-        ) as span:
-            try:
-                req = self._request(ctx, src, dev, opts, name)
-                span.set_attribute(tel.ATTR_KEY, req.key)
-                prg, result = self._resolve(req)
-            except BaseException as exc:
-                span.set_attribute(tel.ATTR_ERROR_TYPE, tel.error_type(exc))
-                raise
-            span.set_attribute(tel.ATTR_RESULT, result)
+            span.set(tel.ATTR_RESULT, result)
         return prg, req.key, result
 
     def _request(

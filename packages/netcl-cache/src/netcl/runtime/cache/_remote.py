@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from netcl.core import telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.cache import _telemetry as tel
 from netcl.runtime.cache._config import (
@@ -147,7 +148,7 @@ class RemoteTier:
             out = fn(*args, **kw)
         except self._errors as exc:
             tel.remote_duration.record(time.perf_counter() - t0, {tel.ATTR_REMOTE_OP: op})
-            kind = type(exc).__name__
+            kind = telemetry.error_type(exc)
             tel.remote_errors.add(1, {tel.ATTR_ERROR_TYPE: kind})
             log.warning("cache_remote_error", url=self.url, op=op, error_type=kind,
                         error=str(exc))
