@@ -14,98 +14,28 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyopencl as cl
 import pytest
 
-from netcl.runtime.cache import ProgramCache, _config, _remote
+from netcl.runtime.cache import ProgramCache, _remote
 from netcl.runtime.cache._key import FORMAT_VERSION
 from netcl.runtime.cache._remote_format import decode_value, encode_value
 
-PASSWORD = "test-pass-0123"
 SECRET = "fleet-secret"
 PREFIX = f"netcl:cache:v{FORMAT_VERSION}:"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class RedisServer:
-    """A redis-server process on 127.0.0.1 (password, no persistence) in a private folder."""
-
-    def __init__(self, exe: str, folder: Path) -> None:
-        self.exe = exe
-        self.folder = folder
-        self.port = _free_port()
-        self.url = f"redis://:{PASSWORD}@127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, *extra: str) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--requirepass",
-             PASSWORD, "--save", "", "--appendonly", "no", "--dir", str(self.folder), *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.client().ping()
-                return
-            except Exception:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise
-                time.sleep(0.05)
-
-    def client(self) -> Any:
-        import redis
-
-        return redis.Redis.from_url(self.url, socket_timeout=5)
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-
-@pytest.fixture(scope="module")
-def redis_exe(service_binary: Callable[[str, str], str]) -> str:
-    exe = service_binary("redis-server", "apt-get install redis-server")
-    pytest.importorskip("redis", reason="redis-py missing: pip install 'netcl-cache[redis]'")
-    return exe
-
-
-@pytest.fixture(scope="module")
-def server(redis_exe: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    srv = RedisServer(redis_exe, tmp_path_factory.mktemp("redis"))
-    srv.start()
-    yield srv
-    srv.kill()
-
-
-@pytest.fixture
-def own_server(redis_exe: str, tmp_path: Path) -> Iterator[RedisServer]:
-    """A server of this test alone (it gets killed or reconfigured)."""
-    srv = RedisServer(redis_exe, tmp_path / "redis")
-    srv.start()
-    yield srv
-    srv.kill()
+# the server and the state reset come from conftest.py
+RedisServer = Any
 
 
 @pytest.fixture(autouse=True)
-def _fresh_remote_state(monkeypatch: pytest.MonkeyPatch) -> None:
+def _fresh(fresh_remote: None) -> None:
     """As in a new process: no tier or warning remembered, no remote in the environment."""
-    monkeypatch.setattr(_remote, "_TIERS", {})
-    monkeypatch.setattr(_config, "_REMOTE_WARNED", set())
-    for name in ("NETCL_CACHE_REMOTE", "NETCL_CACHE_REMOTE_KEY", "NETCL_CACHE_REMOTE_UNSIGNED"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def _cache(tmp_path: Path, url: str, key: str | None = SECRET, **kw: Any) -> ProgramCache:
@@ -438,7 +368,7 @@ def test_full_redis_and_wrong_password_never_fail_get_program(
     oom = metric_points("netcl.cache.remote.errors")
     assert _point_sum(oom, **{"error.type": "redis.exceptions.OutOfMemoryError"}) == oom_before + 4
 
-    bad = own_server.url.replace(PASSWORD, "wrong-password")
+    bad = own_server.url.replace(own_server.password, "wrong-password")
     denied = _cache(tmp_path, bad)
     for i in range(4):
         check_add(denied.get_program(ctx, add_src(float(i), f"auth-{tag}-{i}"), device),
@@ -531,7 +461,7 @@ def test_cli_stats_shows_the_remote(
     assert stats(False) == 0
     text = capsys.readouterr().out
     assert f"redis://***@127.0.0.1:{own_server.port}/0  reachable" in text
-    assert PASSWORD not in text
+    assert own_server.password not in text
     own_server.kill()
     assert stats(True) == 0
     info = json.loads(capsys.readouterr().out)["remote"]

@@ -10,6 +10,7 @@ import pyopencl as cl
 from netcl.core import telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.cache import _telemetry as tel
+from netcl.runtime.cache._binary import check_binary
 from netcl.runtime.cache._errors import ProgramBuildError
 from netcl.runtime.cache.version import __version__
 
@@ -29,7 +30,10 @@ def _build(prg: Any, options: bytes, dev: cl.Device) -> None:
 
 
 def from_binary(ctx: cl.Context, dev: cl.Device, opts: str, binary: Any) -> cl.Program:
-    """A built program of a (checked) binary; ``cl.Error`` when the driver rejects it."""
+    """A built program of an authentic binary: :class:`EntryError` ``binary`` when its own
+    lengths do not add up (never handed to the driver), ``cl.Error`` when the driver rejects
+    it."""
+    check_binary(binary)
     prg = cl._cl._Program(ctx, [dev], [binary])
     _build(prg, opts.encode("utf-8", "surrogateescape"), dev)
     return cl.Program(prg)

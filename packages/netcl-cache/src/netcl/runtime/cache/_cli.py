@@ -22,7 +22,7 @@ from netcl.runtime.cache._config import env_enabled, env_max_bytes, parse_size
 from netcl.runtime.cache._entry import EntryError, read_meta
 from netcl.runtime.cache._remote import remote_info
 from netcl.runtime.cache._stats import CacheStats
-from netcl.runtime.cache._store import DiskStore, check_trusted
+from netcl.runtime.cache._store import DiskStore, refusal
 
 __all__ = ["register"]
 
@@ -109,22 +109,17 @@ def _emit(doc: dict[str, Any]) -> None:
 
 
 def _open(root: Path) -> DiskStore | None:
-    """The store at ``root``, None when the folder does not exist yet; refuses (exit 1) a path
-    that is not a folder or a folder it cannot trust. Never creates anything."""
+    """The store at ``root``, None when the folder does not exist yet; refuses (exit 1) what
+    the cache itself would refuse to use, so that no action touches such a folder. Never
+    creates anything."""
     try:
-        if root.exists() and not root.is_dir():
-            raise _CliError(1, f"{root} is not a directory")
-        for d in (root, root / "programs"):
-            if not d.exists():
-                if d == root:
-                    return None
-                continue
-            why = check_trusted(d)
-            if why is not None:
-                raise _CliError(1, f"{d} is not trusted ({why}); not touching it")
+        why = refusal(root)
+        exists = root.exists()
     except OSError as exc:
         raise _CliError(1, f"{root}: {exc.strerror or exc}") from None
-    return DiskStore(root)
+    if why is not None:
+        raise _CliError(1, f"{why}; not touching it")
+    return DiskStore(root) if exists else None
 
 
 def _cap() -> int:

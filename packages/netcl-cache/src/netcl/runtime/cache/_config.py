@@ -13,9 +13,10 @@ from netcl.core import paths
 from netcl.core.log import get_logger
 
 __all__ = [
-    "DEFAULT_LOCK_TIMEOUT_S", "DEFAULT_MAX_BYTES", "DEFAULT_MAX_PROGRAMS", "RemoteSettings",
-    "Settings", "check_remote_args", "env_enabled", "env_max_bytes", "parse_size",
-    "redact", "remote_settings",
+    "DEFAULT_LOCK_TIMEOUT_S", "DEFAULT_MAX_BYTES", "DEFAULT_MAX_PROGRAMS",
+    "DEFAULT_REMOTE_TIMEOUT_S", "RemoteSettings", "Settings", "check_remote_args",
+    "env_enabled", "env_max_bytes", "env_remote_timeout", "parse_size", "redact",
+    "remote_settings",
 ]
 
 log = get_logger("netcl.runtime.cache")
@@ -23,6 +24,7 @@ log = get_logger("netcl.runtime.cache")
 DEFAULT_MAX_BYTES = 1 << 30
 DEFAULT_MAX_PROGRAMS = 1024
 DEFAULT_LOCK_TIMEOUT_S = 60.0
+DEFAULT_REMOTE_TIMEOUT_S = 1.0
 _ON = ("1", "true", "yes", "on")
 _OFF = ("", "0", "false", "no", "off")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -77,6 +79,33 @@ def env_enabled() -> bool:
     )
 
 
+def env_remote_timeout() -> float:
+    """``NETCL_CACHE_REMOTE_TIMEOUT``: seconds one remote call may take in all (connect,
+    transfer, lock); the default when unset, ValueError when invalid."""
+    env = os.environ.get("NETCL_CACHE_REMOTE_TIMEOUT", "").strip()
+    if not env:
+        return DEFAULT_REMOTE_TIMEOUT_S
+    try:
+        value = float(env)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ValueError(
+            f"NETCL_CACHE_REMOTE_TIMEOUT: expected a number of seconds > 0 such as 1 or 0.5, "
+            f"got {env!r}"
+        )
+    return value
+
+
+def _remote_timeout() -> float:
+    try:
+        return env_remote_timeout()
+    except ValueError as exc:
+        env = os.environ.get("NETCL_CACHE_REMOTE_TIMEOUT", "")
+        config_warning("NETCL_CACHE_REMOTE_TIMEOUT", env, str(exc), DEFAULT_REMOTE_TIMEOUT_S)
+        return DEFAULT_REMOTE_TIMEOUT_S
+
+
 class Settings:
     """The local settings of one cache: arguments given, the environment for the rest (read
     when asked, so a change of the environment is seen by the next lookup)."""
@@ -124,6 +153,7 @@ class RemoteSettings(NamedTuple):
     url: str
     secret: bytes
     signed: bool
+    timeout_s: float  #: the deadline of one remote call
 
 
 def redact(url: str) -> str:
@@ -179,9 +209,9 @@ def remote_settings(url: str | None, secret: str | bytes | None) -> RemoteSettin
                        reason=f"expected a redis:// or rediss:// URL, got scheme {scheme!r}")
         return None
     if key:
-        return RemoteSettings(url, key, True)
+        return RemoteSettings(url, key, True, _remote_timeout())
     if os.environ.get("NETCL_CACHE_REMOTE_UNSIGNED", "").strip().lower() in _ON:
-        return RemoteSettings(url, UNSIGNED_SECRET, False)
+        return RemoteSettings(url, UNSIGNED_SECRET, False, _remote_timeout())
     remote_warning("cache_remote_unsigned", url,
                    reason="no NETCL_CACHE_REMOTE_KEY: a shared store is not trusted without a "
                           "signing key; remote tier off (NETCL_CACHE_REMOTE_UNSIGNED=1 allows it)")

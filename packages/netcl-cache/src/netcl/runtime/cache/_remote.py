@@ -4,10 +4,12 @@ The lookup decides the order and counts; this module only talks to Redis.
 
 redis-py is imported only when a remote is configured. One :class:`RemoteTier` per
 configuration per process, shared by every ``ProgramCache`` (one connection pool, one breaker).
-Every Redis call has short socket timeouts and no retries; a failed call is logged and raises
-:class:`RemoteError`. After ``BREAKER_FAILURES`` consecutive connection failures or timeouts the
-breaker opens: no Redis call for ``BREAKER_OPEN_S`` seconds, then one trial call decides
-whether it closes again.
+The URL and its options are checked once, when the tier is made: anything redis-py would refuse
+later is a ``ValueError`` naming the option then. Every Redis call has one deadline for all of
+it (connect, transfer, lock), short socket timeouts and no retries; a failed call is logged and
+raises :class:`RemoteError`. After ``BREAKER_FAILURES`` consecutive connection failures or
+timeouts the breaker opens: no Redis call for ``BREAKER_OPEN_S`` seconds, then one trial call
+decides whether it closes again.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from netcl.core import telemetry
 from netcl.core.log import get_logger
@@ -47,11 +50,31 @@ TTL_S = 30 * 24 * 3600
 _POLL_FIRST_S = 0.02
 _POLL_MAX_S = 0.25
 _PREFIX = f"netcl:cache:v{FORMAT_VERSION}:"
+# Take the lock (1), or take over a stale one (2), or leave it (0). The value is
+# "<token>:<server time in ms>". Stale: no expiry (anyone who can write to Redis could leave
+# one, stalling every machine), an expiry beyond ours, or older than our lock timeout.
+_TAKE = """
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local px = tonumber(ARGV[2])
+local mine = ARGV[1] .. ':' .. now
+if redis.call('set', KEYS[1], mine, 'NX', 'PX', px) then return 1 end
+local ttl = redis.call('pttl', KEYS[1])
+local stamp = tonumber(string.match(redis.call('get', KEYS[1]) or '', ':(%d+)$') or '')
+if ttl == -1 or ttl > px or (stamp and now - stamp > px) then
+  redis.call('set', KEYS[1], mine, 'PX', px)
+  return 2
+end
+return 0
+"""
 # delete the lock only when it is still ours (it may have expired and been taken by another)
-_RELEASE = (
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end "
-    "return 0"
-)
+_RELEASE = """
+local v = redis.call('get', KEYS[1])
+if v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then return redis.call('del', KEYS[1]) end
+return 0
+"""
+_POSITIVE = ("socket_timeout", "socket_connect_timeout")
+_AT_LEAST = {"socket_read_size": 1, "max_connections": 1, "health_check_interval": 0, "db": 0}
 
 
 class RemoteError(Exception):
@@ -87,28 +110,22 @@ class RemoteTier:
         breaker_open_s: float = BREAKER_OPEN_S,
     ) -> None:
         import redis  # only here: with no remote configured redis is never imported
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
+
+        from netcl.runtime.cache._deadline import deadline
 
         self.url = redact(settings.url)
         self.signed = settings.signed
+        self.timeout_s = settings.timeout_s
         self.max_bytes = max_bytes
         self.breaker_failures = breaker_failures
         self.breaker_open_s = breaker_open_s
         self._secret = settings.secret
-        # timeouts given in the URL (?socket_timeout=2) win over these defaults
-        self._r = redis.Redis.from_url(
-            settings.url,
-            socket_connect_timeout=CONNECT_TIMEOUT_S,
-            socket_timeout=TIMEOUT_S,
-            retry=Retry(NoBackoff(), 0),
-            retry_on_timeout=False,
-            health_check_interval=0,
-        )
+        self._r = _client(settings.url)
+        self._deadline = deadline
         self._down_errors: tuple[type[BaseException], ...] = (
             redis.ConnectionError, redis.TimeoutError, OSError,
         )
-        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        self._answered: type[BaseException] = redis.RedisError
         self._mu = threading.Lock()
         self._failures = 0
         self._open_until = 0.0
@@ -145,15 +162,16 @@ class RemoteTier:
             raise RemoteError("breaker open", failed=False, down=True)
         t0 = time.perf_counter()
         try:
-            out = fn(*args, **kw)
-        except self._errors as exc:
+            with self._deadline(self.timeout_s):
+                out = fn(*args, **kw)
+        except Exception as exc:  # redis' errors, and whatever else: never into get_program
             tel.remote_duration.record(time.perf_counter() - t0, {tel.ATTR_REMOTE_OP: op})
             kind = telemetry.error_type(exc)
             tel.remote_errors.add(1, {tel.ATTR_ERROR_TYPE: kind})
             log.warning("cache_remote_error", url=self.url, op=op, error_type=kind,
                         error=str(exc))
             # a server that answers (full, read-only replica, no permission) is not down
-            down = isinstance(exc, self._down_errors)
+            down = isinstance(exc, self._down_errors) or not isinstance(exc, self._answered)
             if down:
                 self._failed()
             raise RemoteError(f"{kind}: {exc}", failed=True, down=down) from exc
@@ -174,8 +192,9 @@ class RemoteTier:
         return open_value(self._secret, key, ident, data, self.max_bytes)
 
     def lock(self, key: str, wait_s: float) -> Lease:
-        """Take the lock of ``key`` (expiring after ``wait_s``, at least 1 s); while another
-        machine holds it, poll (20 ms, doubling to 250 ms) for up to ``wait_s``."""
+        """Take the lock of ``key`` (expiring after ``wait_s``, at least 1 s), taking over a
+        stale one; while another machine holds it, poll (20 ms, doubling to 250 ms) for up to
+        ``wait_s``. Each attempt is one call with its own deadline."""
         token = secrets.token_hex(16)
         px = max(1000, int(wait_s * 1000))
         if self._take(key, token, px):
@@ -190,8 +209,10 @@ class RemoteTier:
         return Lease(key, None, waited=True)
 
     def _take(self, key: str, token: str, px: int) -> bool:
-        return bool(self._call("lock", self._r.set, _PREFIX + "lock:" + key, token, nx=True,
-                               px=px))
+        taken = self._call("lock", self._r.eval, _TAKE, 1, _PREFIX + "lock:" + key, token, px)
+        if taken == 2:
+            log.warning("cache_remote_lock_stale", url=self.url, key=key)
+        return bool(taken)
 
     def unlock(self, lease: Lease) -> None:
         """Release a lock taken by :meth:`lock` (only if it is still ours)."""
@@ -210,15 +231,57 @@ class RemoteTier:
     def ping(self) -> str | None:
         """None when Redis answers (and accepts our credentials), else why not."""
         try:
-            self._r.ping()
-        except self._errors as exc:
+            with self._deadline(self.timeout_s):
+                self._r.ping()
+        except Exception as exc:
             return f"{type(exc).__name__}: {exc}"
         return None
+
+
+def _client(url: str) -> Any:
+    """A redis client for ``url`` with every option checked now (``ValueError`` naming the
+    option otherwise): no retries, our socket timeouts unless the URL gives its own, and
+    connections bounded by the caller's deadline."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.connection import SSLConnection, parse_url
+    from redis.retry import Retry
+
+    from netcl.runtime.cache import _deadline
+
+    kw: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]  # ValueError naming an option whose value has the wrong type
+    for name in parse_qs(urlsplit(url).query):
+        _check_option(name, kw.get(name))
+    tls = kw.pop("connection_class", None) is SSLConnection
+    cls = _deadline.BoundedSSLConnection if tls else _deadline.BoundedConnection
+    pool_kw = {"max_connections": kw.pop("max_connections")} if "max_connections" in kw else {}
+    conn_kw = {
+        "socket_connect_timeout": CONNECT_TIMEOUT_S, "socket_timeout": TIMEOUT_S,
+        "retry": Retry(NoBackoff(), 0), "health_check_interval": 0, **kw,
+    }  # fmt: skip
+    try:
+        cls(**conn_kw)  # redis-py checks the rest (unknown names, TLS options, protocol)
+    except TypeError as exc:  # "... got an unexpected keyword argument 'bogus'"
+        name = str(exc).rsplit(" ", 1)[-1]
+        raise ValueError(f"option {name} is not one redis-py knows") from None
+    except (ValueError, redis.RedisError) as exc:
+        raise ValueError(f"redis-py refuses the URL's options: {exc}") from None
+    pool = redis.ConnectionPool(connection_class=cls, **pool_kw, **conn_kw)
+    return redis.Redis(connection_pool=pool)
+
+
+def _check_option(name: str, value: Any) -> None:
+    if name in _POSITIVE and not (isinstance(value, float) and 0 < value < float("inf")):
+        raise ValueError(f"option {name!r}: expected a number of seconds > 0, got {value!r}")
+    low = _AT_LEAST.get(name)
+    if low is not None and not (isinstance(value, int) and value >= low):
+        raise ValueError(f"option {name!r}: expected an integer >= {low}, got {value!r}")
 
 
 # one tier per configuration ---------------------------------------------------------------------
 
 _TIERS: dict[RemoteSettings, RemoteTier | None] = {}
+_UNUSABLE: dict[RemoteSettings, str] = {}  # why a configuration has no tier
 _TIERS_LOCK = threading.Lock()
 
 
@@ -235,10 +298,11 @@ def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | None:
         try:
             tier = RemoteTier(cfg)
         except ImportError:
-            remote_warning("cache_remote_unusable", cfg.url,
-                           reason="redis-py is not installed: pip install 'netcl-cache[redis]'")
-        except (ValueError, TypeError) as exc:  # a malformed URL or option
-            remote_warning("cache_remote_unusable", cfg.url, reason=str(exc))
+            _UNUSABLE[cfg] = "redis-py is not installed: pip install 'netcl-cache[redis]'"
+        except ValueError as exc:  # a malformed URL or an option redis-py would refuse
+            _UNUSABLE[cfg] = str(exc)
+        if cfg in _UNUSABLE:
+            remote_warning("cache_remote_unusable", cfg.url, reason=_UNUSABLE[cfg])
         _TIERS[cfg] = tier
         return tier
 
@@ -252,6 +316,9 @@ def remote_info(url: str | None = None, secret: str | bytes | None = None) -> di
     tier = tier_for(url, secret)
     if tier is None:
         info.update(usable=False, reachable=False)
+        cfg = remote_settings(url, secret)
+        if cfg is not None and cfg in _UNUSABLE:
+            info["error"] = _UNUSABLE[cfg]
         return info
     error = tier.ping()
     info.update(usable=True, signed=tier.signed, reachable=error is None)

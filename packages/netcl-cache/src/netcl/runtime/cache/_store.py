@@ -29,7 +29,7 @@ import filelock
 from netcl.core.log import get_logger
 from netcl.runtime.cache._entry import EntryError, decode, read_file
 
-__all__ = ["DiskStore", "EntryFile", "TempFile", "check_trusted", "pid_alive"]
+__all__ = ["DiskStore", "EntryFile", "TempFile", "pid_alive", "refusal"]
 
 log = get_logger("netcl.runtime.cache")
 
@@ -113,19 +113,39 @@ def _safe_read(path: str, max_bytes: int) -> bytes:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
-            raise OSError(errno.EINVAL, "not a regular file of at most {max_bytes} bytes", path)
+            raise OSError(errno.EINVAL, f"not a regular file of at most {max_bytes} bytes", path)
         return os.read(fd, max_bytes)
     finally:
         os.close(fd)
 
-def check_trusted(path: Path | str) -> str | None:
-    """Why ``path`` (a folder) must not be trusted, or None when it is ours and private enough:
-    owned by this user and writable by nobody else (a folder others can write lets them plant
-    binaries that this process would run on its device)."""
-    return _untrusted(os.stat(path))
+
+def _why(path: Path | str, st: os.stat_result) -> str | None:
+    why = _untrusted(st)
+    if why is None:
+        return None
+    if why == "not a directory":
+        return f"{path} is not a directory"
+    return f"{path} is not trusted ({why})"
+
+
+def refusal(root: Path) -> str | None:
+    """Why the cache would refuse the folder ``root`` as it is now (it, ``programs/`` or
+    ``locks/`` is not a folder, or not trusted), checked without creating anything; None when
+    it would use it. Raises ``OSError`` when a folder cannot even be examined."""
+    for d in (root, root / "programs", root / "locks"):
+        try:
+            st = os.stat(d)
+        except FileNotFoundError:
+            continue
+        why = _why(d, st)
+        if why is not None:
+            return why
+    return None
 
 
 def _untrusted(st: os.stat_result) -> str | None:
+    # ours and writable by nobody else: a folder others can write lets them plant binaries
+    # that this process would run on its device
     if not stat.S_ISDIR(st.st_mode):
         return "not a directory"
     if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
@@ -180,9 +200,9 @@ class DiskStore:
                 with contextlib.suppress(FileExistsError):
                     os.makedirs(d, mode=0o700)
                 st = os.stat(d)
-            why = _untrusted(st)
+            why = _why(d, st)
             if why is not None:
-                raise PermissionError(f"cache folder {d} is not trusted: {why}")
+                raise PermissionError(why)
         return store
 
     # entries ------------------------------------------------------------------------------------
