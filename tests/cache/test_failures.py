@@ -56,7 +56,8 @@ def test_untrusted_folder_is_not_used(
             pytest.skip("chown to another user needs root")  # CI runs as root
         os.chown(cache_dir, 12345, 12345)
     c = ProgramCache(cache_dir, registry=_Registry())  # as a new process: checked again
-    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
+    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"), \
+            pytest.warns(RuntimeWarning, match="is not used .* is not trusted"):
         check_add(c.get_program(ctx, add_src(1.0, "trust"), device), 1.0)
     assert c.stats.disk_hits == 0 and c.stats.compiles == 1  # the planted entry is not loaded
     (event,) = log_events("cache_dir_untrusted")
@@ -75,7 +76,8 @@ def test_folder_that_cannot_be_created(
     (tmp_path / "file").write_text("a regular file where a folder should be")
     c = ProgramCache(tmp_path / "file" / "cache")
     with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
-        check_add(c.get_program(ctx, add_src(0.0, "nodir"), device), 0.0)
+        with pytest.warns(RuntimeWarning, match="cannot be used .*Not a directory"):
+            check_add(c.get_program(ctx, add_src(0.0, "nodir"), device), 0.0)
         check_add(c.get_program(ctx, add_src(1.0, "nodir"), device), 1.0)
     assert c.stats.compiles == 2
     assert len(log_events("cache_dir_unusable")) == 1  # warned once, not per call
@@ -126,7 +128,8 @@ def test_disk_full_on_write(
     c = ProgramCache(cache_dir)
     c.get_program(ctx, add_src(0.0, "enospc-old"), device)  # an intact older entry
     hits = _inject(monkeypatch, cache_dir, errno.ENOSPC, on="write")
-    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
+    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"), \
+            pytest.warns(RuntimeWarning, match="cannot be written .No space left on device"):
         check_add(c.get_program(ctx, add_src(2.0, "enospc"), device), 2.0)
     monkeypatch.undo()
     assert hits, "the fault was not reached"
@@ -157,7 +160,8 @@ def test_read_only_folder(
     c = ProgramCache(cache_dir)
     with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
         check_add(c.get_program(ctx, add_src(1.0, "ro-old"), device), 1.0)
-        check_add(c.get_program(ctx, add_src(2.0, "ro-new"), device), 2.0)
+        with pytest.warns(RuntimeWarning, match="cannot be written .Read-only file system"):
+            check_add(c.get_program(ctx, add_src(2.0, "ro-new"), device), 2.0)
     monkeypatch.undo()
     assert hits
     assert c.stats.disk_hits == 1 and c.stats.compiles == 1 and c.stats.write_errors == 1

@@ -22,7 +22,7 @@ from netcl.runtime.cache._config import env_enabled, env_max_bytes, parse_size
 from netcl.runtime.cache._entry import EntryError, read_meta
 from netcl.runtime.cache._remote import remote_info
 from netcl.runtime.cache._stats import CacheStats
-from netcl.runtime.cache._store import DiskStore, refusal
+from netcl.runtime.cache._store import DiskStore, probe, refusal
 
 __all__ = ["register"]
 
@@ -108,17 +108,17 @@ def _emit(doc: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
-def _open(root: Path) -> DiskStore | None:
-    """The store at ``root``, None when the folder does not exist yet; refuses (exit 1) what
-    the cache itself would refuse to use, so that no action touches such a folder. Never
-    creates anything."""
+def _open(root: Path, *, write: bool = False) -> DiskStore | None:
+    """The store at ``root``, None when the folder does not exist yet. Refuses (exit 1,
+    "unusable: <reason>") what the cache itself could not use: a folder it would not trust or
+    could not create, and for ``write`` one it could not write in. Never creates anything."""
     try:
-        why = refusal(root)
+        why = refusal(root) or probe(root, write=write)
         exists = root.exists()
     except OSError as exc:
-        raise _CliError(1, f"{root}: {exc.strerror or exc}") from None
+        why = f"{root}: {exc.strerror or exc}"
     if why is not None:
-        raise _CliError(1, f"{why}; not touching it")
+        raise _CliError(1, f"unusable: {why}")
     return DiskStore(root) if exists else None
 
 
@@ -138,7 +138,7 @@ def _enabled() -> bool:
 
 def _stats(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     cap, enabled = _cap(), _enabled()
-    store = _open(root)
+    store = _open(root, write=enabled)
     files = store.entries() if store is not None else []
     temps = store.temp_files() if store is not None else []
     counters = store.load_counters() if store is not None else {}

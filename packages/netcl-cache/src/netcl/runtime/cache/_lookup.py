@@ -8,6 +8,7 @@ faster tiers, and the counters. The tiers themselves only store: :class:`DiskSto
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from netcl.runtime.cache._entry import EntryError, decode, encode
 from netcl.runtime.cache._key import compute_key
 from netcl.runtime.cache._remote import Lease, RemoteError, RemoteTier
 from netcl.runtime.cache._stats import Counters, new_counters
-from netcl.runtime.cache._store import DiskStore
+from netcl.runtime.cache._store import DiskStore, UntrustedFolderError
 
 __all__ = ["Lookup"]
 
@@ -39,6 +40,7 @@ class _Registry:
 
     def __init__(self) -> None:
         self.stores: dict[Path, DiskStore] = {}
+        self.warned: set[Path] = set()  # folders a warning was shown for
         self.identities: dict[tuple[cl.Device, Callable[[cl.Device], str]], str] = {}
         self.names: dict[cl.Device, str] = {}
 
@@ -264,10 +266,10 @@ class Lookup:
             store = stores.get(root)
             if store is None:
                 store = stores[root] = DiskStore.open(root)
-        except PermissionError as exc:
-            log.warning("cache_dir_untrusted", path=str(root), reason=str(exc))
+        except UntrustedFolderError as exc:
+            self._unusable(root, "cache_dir_untrusted", reason=str(exc))
         except OSError as exc:
-            log.warning("cache_dir_unusable", path=str(root), error=str(exc))
+            self._unusable(root, "cache_dir_unusable", error=str(exc))
         else:
             self._store = store
             self._store_state = "open"
@@ -276,6 +278,23 @@ class Lookup:
         self._store = None
         self._store_state = "unusable"
         return None
+
+    def _unusable(self, root: Path, event: str, **why: str) -> None:
+        log.warning(event, path=str(root), **why)
+        what = "is not used" if event == "cache_dir_untrusted" else "cannot be used"
+        self._warn_once(root, f"{what} ({next(iter(why.values()))})")
+
+    def _warn_once(self, root: Path, what: str) -> None:
+        """A Python warning (shown without any logging set up), once per folder and process."""
+        if root in self.registry.warned:
+            return
+        self.registry.warned.add(root)
+        warnings.warn(
+            f"netcl cache: the cache folder {root} {what}; programs compiled now are not kept "
+            "on disk. Set NETCL_CACHE_DIR to a folder of your own that you can write (it is "
+            "created, private to you, when missing).",
+            RuntimeWarning, stacklevel=2,
+        )
 
     def _load(
         self, store: DiskStore, req: _Request, report: bool = True
@@ -314,14 +333,14 @@ class Lookup:
         try:
             store.write(req.key, data)
         except OSError as exc:
+            self.c["write_errors"] += 1
+            log.warning("cache_write_failed", path=str(store.path(req.key)), key=req.key,
+                        errno=exc.errno, error=str(exc))
             if isinstance(exc, FileNotFoundError):  # folder removed meanwhile: check it again
                 self.registry.stores.pop(store.root, None)
                 self._store_state = "unopened"
-            self.c["write_errors"] += 1
-            log.warning(
-                "cache_write_failed", path=str(store.path(req.key)), key=req.key,
-                errno=exc.errno, error=str(exc),
-            )
+            else:  # read-only, full, not allowed
+                self._warn_once(store.root, f"cannot be written ({exc.strerror or exc})")
             return
         self.c["bytes_written"] += len(data)
         max_bytes = self.settings.max_bytes

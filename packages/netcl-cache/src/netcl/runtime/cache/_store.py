@@ -29,7 +29,9 @@ import filelock
 from netcl.core.log import get_logger
 from netcl.runtime.cache._entry import EntryError, decode, read_file
 
-__all__ = ["DiskStore", "EntryFile", "TempFile", "pid_alive", "refusal"]
+__all__ = [
+    "DiskStore", "EntryFile", "TempFile", "UntrustedFolderError", "pid_alive", "probe", "refusal",
+]
 
 log = get_logger("netcl.runtime.cache")
 
@@ -42,6 +44,10 @@ _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEX
 # `.<key or "stats">.<pid>.<mkstemp's random part>.tmp`; `.<key>.<random>.tmp` from older writers
 _TMP_NAME = re.compile(r"^\.(?:[0-9a-f]{64}|stats)\.(?:(\d+)\.)?[A-Za-z0-9_]+\.tmp$")
 _MAX_STATS_BYTES = 1 << 20
+
+
+class UntrustedFolderError(PermissionError):
+    """A cache folder that is not a folder, not ours, or writable by others."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,26 @@ def refusal(root: Path) -> str | None:
     return None
 
 
+def probe(root: Path, *, write: bool) -> str | None:
+    """Why the cache could not create ``root`` (when missing) or, with ``write``, write in it;
+    None when it could. Found out by making and removing an empty folder in it (or in the
+    nearest existing folder above it): the one test that also holds for root and for special
+    file systems such as /proc."""
+    if root.exists():
+        if not write:
+            return None
+        where, verb = root / "programs" if (root / "programs").is_dir() else root, "is not writable"
+    else:
+        where, verb = root.parent, "cannot be created"
+        while not where.exists() and where != where.parent:
+            where = where.parent
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".netcl-probe.", dir=where))
+    except OSError as exc:
+        return f"{root} {verb} ({exc.strerror or exc})"
+    return None
+
+
 def _untrusted(st: os.stat_result) -> str | None:
     # ours and writable by nobody else: a folder others can write lets them plant binaries
     # that this process would run on its device
@@ -189,7 +215,7 @@ class DiskStore:
     @classmethod
     def open(cls, root: Path) -> DiskStore:
         """Create the folders (0700) when missing and check that they can be trusted; raises
-        ``PermissionError`` (untrusted) or ``OSError`` (cannot create)."""
+        :class:`UntrustedFolderError` or ``OSError`` (cannot create)."""
         store = cls(root)
         # plain str paths and one stat per folder: every fresh instance pays this on first use
         for d in (str(root), str(store.programs), str(store.locks)):
@@ -202,7 +228,7 @@ class DiskStore:
                 st = os.stat(d)
             why = _why(d, st)
             if why is not None:
-                raise PermissionError(why)
+                raise UntrustedFolderError(why)
         return store
 
     # entries ------------------------------------------------------------------------------------
