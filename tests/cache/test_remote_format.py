@@ -16,6 +16,7 @@ from netcl.runtime.cache._remote_format import (
     _tag,
     decode_value,
     encode_value,
+    open_value,
 )
 
 SECRET = b"fleet secret"
@@ -113,3 +114,26 @@ def test_any_changed_byte_is_refused(pos: int, xor: int) -> None:
 def test_redact(url: str, shown: str) -> None:
     assert redact(url) == shown
     assert "hunter2" not in redact(url)
+
+
+def test_the_device_identity_check_below_the_redis_client() -> None:
+    """A correctly signed value written for another device (driver, version) is refused, by
+    the check the remote tier applies to what Redis returns; no server needed."""
+    value = encode_value(SECRET, KEY, BINARY, META)
+    assert bytes(open_value(SECRET, KEY, META["identity"], value, BOUND)) == BINARY
+    for other in ("PoCL|cpu|3.1", "", "PoCL|cpu|3.0 "):
+        with pytest.raises(EntryError, match=r"identity: written for 'PoCL\|cpu\|3\.0'"):
+            open_value(SECRET, KEY, other, value, BOUND)
+    no_identity = encode_value(SECRET, KEY, BINARY, {"device": "cpu"})
+    with pytest.raises(EntryError, match="identity"):
+        open_value(SECRET, KEY, META["identity"], no_identity, BOUND)
+    # the tier itself (its client is made, nothing is sent: no server at that address)
+    pytest.importorskip("redis", reason="redis-py missing: pip install 'netcl-cache[redis]'")
+    from netcl.runtime.cache._config import RemoteSettings
+    from netcl.runtime.cache._remote import RemoteTier
+
+    tier = RemoteTier(RemoteSettings("redis://127.0.0.1:1/0", SECRET, True, 1.0))
+    assert bytes(tier.decode(KEY, META["identity"], value)) == BINARY
+    with pytest.raises(EntryError) as err:
+        tier.decode(KEY, "another driver", value)
+    assert err.value.reason == "identity"

@@ -389,6 +389,7 @@ class DiskStore:
         of raising: the caller then compiles without coordination."""
         lock = filelock.FileLock(str(self.locks / f"{key[:2]}.lock"), timeout=timeout, mode=0o600)
         try:
+            self._check_locks()
             lock.acquire()
         except filelock.Timeout:
             log.warning("cache_lock_timeout", key=key, timeout_s=timeout, lock=lock.lock_file)
@@ -402,6 +403,12 @@ class DiskStore:
             yield "held"
         finally:
             lock.release()
+
+    def _check_locks(self) -> None:
+        # filelock would make a missing folder again, readable by all (0755): when the cache
+        # folder was removed meanwhile, fail instead, and let the next open make it (0700)
+        if not os.path.isdir(self.locks):
+            raise FileNotFoundError(errno.ENOENT, "the cache folder was removed", str(self.locks))
 
     # persisted counters -------------------------------------------------------------------------
 
@@ -417,6 +424,7 @@ class DiskStore:
     def add_counters(self, delta: dict[str, int], timeout: float = 5.0) -> None:
         """Add ``delta`` to ``stats.json`` (under a lock, atomic rewrite); raises ``OSError``."""
         lock = filelock.FileLock(str(self.locks / "stats.lock"), timeout=timeout, mode=0o600)
+        self._check_locks()
         with lock:
             total: dict[str, Any] = self.load_counters()
             for k, v in delta.items():
