@@ -2,8 +2,9 @@
 
 Contract for scripts: ``--dir`` and ``--json`` go before or after the action; with ``--json``
 stdout carries exactly one JSON document (an error too: ``{"error": ..., "exit_code": ...}``)
-and every message goes to stderr. Exit codes: 0 done, 1 refused or failed (untrusted or
-read-only folder, a path that is not a folder), 2 usage (bad argument, bad ``NETCL_CACHE_*``).
+and every message goes to stderr. Exit codes: 0 done, 1 refused or failed (a folder the cache
+itself would not use: "unusable: <reason>"; a removal that fails), 2 usage (bad argument, bad
+``NETCL_CACHE_*``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from netcl.core import paths
 from netcl.runtime.cache._config import env_enabled, env_max_bytes, parse_size
 from netcl.runtime.cache._entry import EntryError, read_meta
 from netcl.runtime.cache._remote import remote_info
-from netcl.runtime.cache._stats import CacheStats
+from netcl.runtime.cache._stats import CacheStats, load_totals, reset_totals
 from netcl.runtime.cache._store import DiskStore, probe, refusal
 
 __all__ = ["register"]
@@ -141,7 +142,7 @@ def _stats(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     store = _open(root, write=enabled)
     files = store.entries() if store is not None else []
     temps = store.temp_files() if store is not None else []
-    counters = store.load_counters() if store is not None else {}
+    counters = load_totals(store) if store is not None else {}
     doc: dict[str, Any] = {k: counters.get(k, 0) for k in _COUNTERS}
     entry_bytes = sum(f.size for f in files)
     temp_bytes = sum(t.size for t in temps)
@@ -260,7 +261,7 @@ def _clear(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     if store is None:
         return doc
     doc["removed"] = _writable(root, store.clear)
-    _writable(root, lambda: int(store.reset_counters()))
+    _writable(root, lambda: int(reset_totals(store)))
     doc["kept_temp_files"] = len(store.temp_files())
     return doc
 

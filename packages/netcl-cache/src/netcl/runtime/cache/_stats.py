@@ -1,17 +1,29 @@
 """Counters of a ProgramCache, and their totals written to the folder's ``stats.json`` at exit
-(what ``netcl cache stats`` shows, like ``ccache -s``)."""
+(what ``netcl cache stats`` shows, like ``ccache -s``: under a lock, atomic rewrite)."""
 
 from __future__ import annotations
 
 import atexit
+import errno
+import json
+import os
+import stat
 import weakref
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from netcl.core.log import get_logger
-from netcl.runtime.cache._store import DiskStore
+import filelock
 
-__all__ = ["COUNTERS", "CacheStats", "Counters", "flush", "flush_at_exit"]
+from netcl.core.log import get_logger
+from netcl.runtime.cache._store import DiskStore, write_atomic
+
+__all__ = [
+    "COUNTERS", "CacheStats", "Counters", "add_totals", "flush", "flush_at_exit", "load_totals",
+    "reset_totals",
+]
+
+_MAX_STATS_BYTES = 1 << 20
+_NOFOLLOW = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 log = get_logger("netcl.runtime.cache")
 
@@ -71,7 +83,7 @@ def flush(store: DiskStore | None, counters: Counters, flushed: Counters) -> Non
     if not delta or store is None:
         return
     try:
-        store.add_counters(delta)
+        add_totals(store, delta)
     except Exception as exc:  # never fail an exit over statistics
         log.info("cache_stats_not_saved", path=str(store.root), error=str(exc))
         return
@@ -90,3 +102,44 @@ def flush_at_exit(cache: Any) -> None:
 def _flush_all() -> None:
     for cache in list(_INSTANCES):
         cache.flush_stats()
+
+
+def _safe_read(path: str, max_bytes: int) -> bytes:
+    """A small regular file's bytes, opened without blocking or following links; raises
+    ``OSError`` for anything else (or a file over ``max_bytes``)."""
+    fd = os.open(path, _NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+            raise OSError(errno.EINVAL, f"not a regular file of at most {max_bytes} bytes", path)
+        return os.read(fd, max_bytes)
+    finally:
+        os.close(fd)
+
+
+def load_totals(store: DiskStore) -> Counters:
+    """The folder's totals (``{}`` when there are none or they are unreadable)."""
+    try:
+        data = json.loads(_safe_read(str(store.root / "stats.json"), _MAX_STATS_BYTES))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, int)}
+
+
+def add_totals(store: DiskStore, delta: Counters, timeout: float = 5.0) -> None:
+    """Add ``delta`` to the folder's totals (under a lock, atomic rewrite); raises ``OSError``."""
+    lock = filelock.FileLock(str(store.locks / "stats.lock"), timeout=timeout, mode=0o600)
+    store.check_locks()
+    with lock:
+        total = load_totals(store)
+        for k, v in delta.items():
+            total[k] = total.get(k, 0) + v
+        data = json.dumps(total, sort_keys=True).encode()
+        write_atomic(store.root / "stats.json", data, ".stats.")
+
+
+def reset_totals(store: DiskStore) -> bool:
+    """Forget the folder's totals; False when there were none."""
+    return store.remove(store.root / "stats.json")

@@ -1,5 +1,5 @@
 """The disk tier: one file per key in a private folder, atomic writes, a lock per key stripe,
-LRU eviction by modification time (a hit touches its file), and persisted counters.
+LRU eviction by modification time (a hit touches its file).
 
 Anything may sit at an entry's path (a FIFO, a symbolic link, a folder, a sparse 8 GB file):
 entries are opened without blocking or following links and read only as far as their header
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import shutil
@@ -22,7 +21,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import filelock
 
@@ -43,7 +41,6 @@ STALE_TMP_S = 3600.0
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 # `.<key or "stats">.<pid>.<mkstemp's random part>.tmp`; `.<key>.<random>.tmp` from older writers
 _TMP_NAME = re.compile(r"^\.(?:[0-9a-f]{64}|stats)\.(?:(\d+)\.)?[A-Za-z0-9_]+\.tmp$")
-_MAX_STATS_BYTES = 1 << 20
 
 
 class UntrustedFolderError(PermissionError):
@@ -112,19 +109,6 @@ def _usage(st: os.stat_result) -> int:
     return min(st.st_size, getattr(st, "st_blocks", st.st_size // 512 + 1) * 512)
 
 
-def _safe_read(path: str, max_bytes: int) -> bytes:
-    """A small regular file's bytes, opened without blocking or following links; raises
-    ``OSError`` for anything else (or a file over ``max_bytes``)."""
-    fd = os.open(path, _OPEN_FLAGS)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
-            raise OSError(errno.EINVAL, f"not a regular file of at most {max_bytes} bytes", path)
-        return os.read(fd, max_bytes)
-    finally:
-        os.close(fd)
-
-
 def _why(path: Path | str, st: os.stat_result) -> str | None:
     why = _untrusted(st)
     if why is None:
@@ -181,7 +165,7 @@ def _untrusted(st: os.stat_result) -> str | None:
     return None
 
 
-def _write_atomic(target: Path, data: bytes, prefix: str) -> None:
+def write_atomic(target: Path, data: bytes, prefix: str) -> None:
     """Write ``target`` through a temporary file in its folder, renamed into place, so a reader
     sees the old file or the new one, never a part; nothing is left behind on error."""
     # `<prefix><pid>.<random>.tmp`: prune knows whose it is and whether its writer still runs
@@ -264,10 +248,10 @@ class DiskStore:
         """Write an entry atomically (a reader sees the old file or the new one, never a part);
         a folder in the way is moved aside and removed first. Raises ``OSError``."""
         try:
-            _write_atomic(self.path(key), data, prefix=f".{key}.")
+            write_atomic(self.path(key), data, prefix=f".{key}.")
         except IsADirectoryError:
             self.remove(self.path(key))
-            _write_atomic(self.path(key), data, prefix=f".{key}.")
+            write_atomic(self.path(key), data, prefix=f".{key}.")
 
     def entries(self) -> list[EntryFile]:
         """Every entry file (valid or not), oldest use first."""
@@ -389,7 +373,7 @@ class DiskStore:
         of raising: the caller then compiles without coordination."""
         lock = filelock.FileLock(str(self.locks / f"{key[:2]}.lock"), timeout=timeout, mode=0o600)
         try:
-            self._check_locks()
+            self.check_locks()
             lock.acquire()
         except filelock.Timeout:
             log.warning("cache_lock_timeout", key=key, timeout_s=timeout, lock=lock.lock_file)
@@ -404,36 +388,9 @@ class DiskStore:
         finally:
             lock.release()
 
-    def _check_locks(self) -> None:
+    def check_locks(self) -> None:
+        """``FileNotFoundError`` when ``locks/`` is gone (before a lock file is made there)."""
         # filelock would make a missing folder again, readable by all (0755): when the cache
         # folder was removed meanwhile, fail instead, and let the next open make it (0700)
         if not os.path.isdir(self.locks):
             raise FileNotFoundError(errno.ENOENT, "the cache folder was removed", str(self.locks))
-
-    # persisted counters -------------------------------------------------------------------------
-
-    def load_counters(self) -> dict[str, int]:
-        try:
-            data = json.loads(_safe_read(str(self.root / "stats.json"), _MAX_STATS_BYTES))
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(data, dict):
-            return {}
-        return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, int)}
-
-    def add_counters(self, delta: dict[str, int], timeout: float = 5.0) -> None:
-        """Add ``delta`` to ``stats.json`` (under a lock, atomic rewrite); raises ``OSError``."""
-        lock = filelock.FileLock(str(self.locks / "stats.lock"), timeout=timeout, mode=0o600)
-        self._check_locks()
-        with lock:
-            total: dict[str, Any] = self.load_counters()
-            for k, v in delta.items():
-                total[k] = total.get(k, 0) + v
-            _write_atomic(
-                self.root / "stats.json", json.dumps(total, sort_keys=True).encode(), ".stats."
-            )
-
-    def reset_counters(self) -> bool:
-        """Forget the folder's totals (``stats.json``); False when there were none."""
-        return self.remove(self.root / "stats.json")
-
