@@ -1,15 +1,23 @@
-"""Helpers for the netcl-cache tests: small real kernels, a result check, captured log events."""
+"""Helpers for the netcl-cache tests: small real kernels, a result check, captured log events,
+a real redis-server on loopback (Debian's; skipped with the install command when absent, a
+failure under CI=true)."""
 
 from __future__ import annotations
 
 import logging
 import signal
+import socket
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyopencl as cl
 import pytest
+
+from netcl.runtime.cache import _config, _remote
 
 ADD_SRC = """
 __kernel void add(__global const float *a, __global const float *b, __global float *c) {
@@ -86,3 +94,88 @@ def no_hang() -> Iterator[None]:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+# a real redis-server ------------------------------------------------------------------------
+
+PASSWORD = "test-pass-0123"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """A redis-server process on 127.0.0.1 (password, no persistence) in a private folder."""
+
+    def __init__(self, exe: str, folder: Path) -> None:
+        self.exe = exe
+        self.folder = folder
+        self.port = _free_port()
+        self.password = PASSWORD
+        self.url = f"redis://:{PASSWORD}@127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *extra: str) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--requirepass",
+             PASSWORD, "--save", "", "--appendonly", "no", "--dir", str(self.folder), *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.client().ping()
+                return
+            except Exception:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
+
+    def client(self) -> Any:
+        import redis
+
+        return redis.Redis.from_url(self.url, socket_timeout=5)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+@pytest.fixture(scope="module")
+def redis_exe(service_binary: Callable[[str, str], str]) -> str:
+    exe = service_binary("redis-server", "apt-get install redis-server")
+    pytest.importorskip("redis", reason="redis-py missing: pip install 'netcl-cache[redis]'")
+    return exe
+
+
+@pytest.fixture(scope="module")
+def server(redis_exe: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    srv = RedisServer(redis_exe, tmp_path_factory.mktemp("redis"))
+    srv.start()
+    yield srv
+    srv.kill()
+
+
+@pytest.fixture
+def own_server(redis_exe: str, tmp_path: Path) -> Iterator[RedisServer]:
+    """A server of this test alone (it gets killed or reconfigured)."""
+    srv = RedisServer(redis_exe, tmp_path / "redis")
+    srv.start()
+    yield srv
+    srv.kill()
+
+
+@pytest.fixture
+def fresh_remote(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in a new process: no remote tier or warning remembered, no remote in the environment."""
+    monkeypatch.setattr(_remote, "_TIERS", {})
+    monkeypatch.setattr(_remote, "_UNUSABLE", {})
+    monkeypatch.setattr(_config, "_REMOTE_WARNED", set())
+    for name in ("NETCL_CACHE_REMOTE", "NETCL_CACHE_REMOTE_KEY", "NETCL_CACHE_REMOTE_UNSIGNED"):
+        monkeypatch.delenv(name, raising=False)

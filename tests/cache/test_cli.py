@@ -172,3 +172,20 @@ def test_closed_pipe_ends_quietly(
     )
     assert "Traceback" not in shell.stderr and "BrokenPipe" not in shell.stderr
     assert len(shell.stdout.splitlines()) == 1
+
+
+@pytest.mark.parametrize("sub", ["locks", "programs", "."])
+def test_every_action_refuses_what_the_cache_refuses(
+    sub: str, ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+) -> None:
+    """A folder the library would not use (here: writable by others) is refused by every
+    action with exit 1 and one line naming it, and nothing in it is removed."""
+    ProgramCache(cache_dir).get_program(ctx, add_src(0.0, f"refuse-{sub}"), device)
+    (entry,) = ProgramCache(cache_dir).entries()
+    os.chmod(cache_dir / sub, 0o777)
+    for action in ("stats", "list", "clear", "prune"):
+        proc = _run("cache", action, "--dir", str(cache_dir))
+        assert proc.returncode == 1, (action, proc.stdout, proc.stderr)
+        _one_line_no_traceback(proc.stderr)
+        assert f"{cache_dir / sub} is not trusted" in proc.stderr, proc.stderr
+        assert entry.path.exists(), action

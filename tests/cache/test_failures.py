@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -34,10 +36,18 @@ def test_build_error_carries_log_and_device_and_is_not_cached(
         assert ProgramCache.BuildError is ProgramBuildError  # the old spelling still works
     assert c.stats.compiles == 2
     assert c.entries() == []
-    assert c._key_locks == {}  # the per-program build lock does not outlive a failed build
+    assert c._tier.key_locks == {}  # the per-program build lock does not outlive a failed build
 
 
-@pytest.mark.parametrize("how", ["world-writable", "other-owner"])
+GROUP_OR_WORLD = {  # folder -> mode: writable by others, or only by the group, is not trusted
+    "world-writable": ("programs", 0o777),
+    "group-writable-programs": ("programs", 0o770),
+    "group-writable-locks": ("locks", 0o730),
+    "group-writable-root": (".", 0o720),
+}
+
+
+@pytest.mark.parametrize("how", [*GROUP_OR_WORLD, "other-owner"])
 def test_untrusted_folder_is_not_used(
     how: str,
     ctx: cl.Context,
@@ -49,14 +59,16 @@ def test_untrusted_folder_is_not_used(
     log_events: Callable[[str], list[logging.LogRecord]],
 ) -> None:
     ProgramCache(cache_dir, registry=_Registry()).get_program(ctx, add_src(1.0, "trust"), device)
-    if how == "world-writable":
-        os.chmod(cache_dir / "programs", 0o777)
+    if how in GROUP_OR_WORLD:
+        sub, mode = GROUP_OR_WORLD[how]
+        os.chmod(cache_dir / sub, mode)
     else:
         if os.geteuid() != 0:
             pytest.skip("chown to another user needs root")  # CI runs as root
         os.chown(cache_dir, 12345, 12345)
     c = ProgramCache(cache_dir, registry=_Registry())  # as a new process: checked again
-    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
+    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"), \
+            pytest.warns(RuntimeWarning, match="is not used .* is not trusted"):
         check_add(c.get_program(ctx, add_src(1.0, "trust"), device), 1.0)
     assert c.stats.disk_hits == 0 and c.stats.compiles == 1  # the planted entry is not loaded
     (event,) = log_events("cache_dir_untrusted")
@@ -75,7 +87,8 @@ def test_folder_that_cannot_be_created(
     (tmp_path / "file").write_text("a regular file where a folder should be")
     c = ProgramCache(tmp_path / "file" / "cache")
     with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
-        check_add(c.get_program(ctx, add_src(0.0, "nodir"), device), 0.0)
+        with pytest.warns(RuntimeWarning, match="cannot be used .*Not a directory"):
+            check_add(c.get_program(ctx, add_src(0.0, "nodir"), device), 0.0)
         check_add(c.get_program(ctx, add_src(1.0, "nodir"), device), 1.0)
     assert c.stats.compiles == 2
     assert len(log_events("cache_dir_unusable")) == 1  # warned once, not per call
@@ -126,7 +139,8 @@ def test_disk_full_on_write(
     c = ProgramCache(cache_dir)
     c.get_program(ctx, add_src(0.0, "enospc-old"), device)  # an intact older entry
     hits = _inject(monkeypatch, cache_dir, errno.ENOSPC, on="write")
-    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
+    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"), \
+            pytest.warns(RuntimeWarning, match="cannot be written .No space left on device"):
         check_add(c.get_program(ctx, add_src(2.0, "enospc"), device), 2.0)
     monkeypatch.undo()
     assert hits, "the fault was not reached"
@@ -157,7 +171,8 @@ def test_read_only_folder(
     c = ProgramCache(cache_dir)
     with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
         check_add(c.get_program(ctx, add_src(1.0, "ro-old"), device), 1.0)
-        check_add(c.get_program(ctx, add_src(2.0, "ro-new"), device), 2.0)
+        with pytest.warns(RuntimeWarning, match="cannot be written .Read-only file system"):
+            check_add(c.get_program(ctx, add_src(2.0, "ro-new"), device), 2.0)
     monkeypatch.undo()
     assert hits
     assert c.stats.disk_hits == 1 and c.stats.compiles == 1 and c.stats.write_errors == 1
@@ -202,3 +217,25 @@ def test_lock_timeout_falls_back_to_compiling(
     assert c.stats.lock_timeouts == 1 and c.stats.compiles == 1
     assert log_events("cache_lock_timeout")
     assert len(c.entries()) == 1  # it still stored its result
+
+
+def test_a_folder_removed_while_running_is_made_again(
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+) -> None:
+    """Someone deletes the cache folder under a running process (rm -rf ~/.cache): the write
+    that finds it gone fails, the next lookup makes it again and stores its program."""
+    c = ProgramCache(cache_dir)
+    c.get_program(ctx, add_src(0.0, "gone-a"), device)
+    shutil.rmtree(cache_dir)
+    check_add(c.get_program(ctx, add_src(1.0, "gone-b"), device), 1.0)  # its write fails
+    assert c.stats.write_errors == 1
+    check_add(c.get_program(ctx, add_src(2.0, "gone-c"), device), 2.0)  # made again
+    assert stat.S_IMODE(os.stat(cache_dir).st_mode) == 0o700
+    assert c.stats.write_errors == 1 and len(c.entries()) == 1
+    fresh = ProgramCache(cache_dir)
+    check_add(fresh.get_program(ctx, add_src(2.0, "gone-c"), device), 2.0)
+    assert fresh.stats.disk_hits == 1

@@ -21,9 +21,10 @@ def _flip_payload(p: Path) -> None:
 
 
 def _driver_rejects(p: Path) -> None:
-    # a well-formed entry (right key, right checksum) whose binary is garbage to the driver
+    # a well-formed entry (right key, right checksum) whose binary is garbage to the driver (in
+    # no format whose lengths netcl checks first, so the driver itself refuses it)
     key = p.name.split(".")[0]
-    p.write_bytes(encode(key, b"\x7fELF not really a binary" * 64, {"device": "x"}))
+    p.write_bytes(encode(key, b"not really a binary" * 64, {"device": "x"}))
 
 
 def _wrong_version(p: Path) -> None:
@@ -50,6 +51,8 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
     "empty": lambda p: p.write_bytes(b""),
     "truncated-header": lambda p: p.write_bytes(p.read_bytes()[:40]),
     "truncated-payload": lambda p: p.write_bytes(p.read_bytes()[:-1000]),
+    # bytes after the length the header declares: refused (unread), not cut off and loaded
+    "trailing-bytes": lambda p: p.write_bytes(p.read_bytes() + b"appended"),
     "bit-flip": _flip_payload,
     "garbage": lambda p: p.write_bytes(b"#!/bin/sh\nrm -rf /\n" * 50),
     "wrong-version": _wrong_version,

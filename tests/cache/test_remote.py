@@ -14,7 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,87 +25,17 @@ from netcl.runtime.cache import ProgramCache, _remote
 from netcl.runtime.cache._key import FORMAT_VERSION
 from netcl.runtime.cache._remote_format import decode_value, encode_value
 
-PASSWORD = "test-pass-0123"
 SECRET = "fleet-secret"
 PREFIX = f"netcl:cache:v{FORMAT_VERSION}:"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class RedisServer:
-    """A redis-server process on 127.0.0.1 (password, no persistence) in a private folder."""
-
-    def __init__(self, exe: str, folder: Path) -> None:
-        self.exe = exe
-        self.folder = folder
-        self.port = _free_port()
-        self.url = f"redis://:{PASSWORD}@127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, *extra: str) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [self.exe, "--port", str(self.port), "--bind", "127.0.0.1", "--requirepass",
-             PASSWORD, "--save", "", "--appendonly", "no", "--dir", str(self.folder), *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.client().ping()
-                return
-            except Exception:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise
-                time.sleep(0.05)
-
-    def client(self) -> Any:
-        import redis
-
-        return redis.Redis.from_url(self.url, socket_timeout=5)
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-
-@pytest.fixture(scope="module")
-def redis_exe(service_binary: Callable[[str, str], str]) -> str:
-    exe = service_binary("redis-server", "apt-get install redis-server")
-    pytest.importorskip("redis", reason="redis-py missing: pip install 'netcl-cache[redis]'")
-    return exe
-
-
-@pytest.fixture(scope="module")
-def server(redis_exe: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    srv = RedisServer(redis_exe, tmp_path_factory.mktemp("redis"))
-    srv.start()
-    yield srv
-    srv.kill()
-
-
-@pytest.fixture
-def own_server(redis_exe: str, tmp_path: Path) -> Iterator[RedisServer]:
-    """A server of this test alone (it gets killed or reconfigured)."""
-    srv = RedisServer(redis_exe, tmp_path / "redis")
-    srv.start()
-    yield srv
-    srv.kill()
+# the server and the state reset come from conftest.py
+RedisServer = Any
 
 
 @pytest.fixture(autouse=True)
-def _fresh_remote_state(monkeypatch: pytest.MonkeyPatch) -> None:
+def _fresh(fresh_remote: None) -> None:
     """As in a new process: no tier or warning remembered, no remote in the environment."""
-    monkeypatch.setattr(_remote, "_TIERS", {})
-    monkeypatch.setattr(_remote, "_WARNED", set())
-    for name in ("NETCL_CACHE_REMOTE", "NETCL_CACHE_REMOTE_KEY", "NETCL_CACHE_REMOTE_UNSIGNED"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def _cache(tmp_path: Path, url: str, key: str | None = SECRET, **kw: Any) -> ProgramCache:
@@ -173,7 +103,7 @@ def test_bad_configuration_warns_once_and_compiles(
     for i in range(2):
         c = ProgramCache(tmp_path / f"env-{i}")
         check_add(c.get_program(ctx, add_src(2.0, f"nokey-{i}"), device), 2.0)
-        assert c._remote_tier() is None
+        assert c._lookup.remote_tier() is None
     (unsigned,) = log_events("cache_remote_unsigned")
     assert unsigned.url == "redis://***@127.0.0.1:1/0"  # type: ignore[attr-defined]
     assert "NETCL_CACHE_REMOTE_KEY" in unsigned.reason  # type: ignore[attr-defined]
@@ -252,7 +182,7 @@ def test_unsigned_opt_in(
     src = add_src(4.0, f"unsigned-{time.time_ns()}")
     first = _cache(tmp_path, server.url, key="")
     first.get_program(ctx, src, device)
-    assert first.stats.remote_writes == 1 and first._remote_tier() is not None
+    assert first.stats.remote_writes == 1 and first._lookup.remote_tier() is not None
     second = _cache(tmp_path, server.url, key="")
     check_add(second.get_program(ctx, src, device), 4.0)
     assert second.stats.remote_hits == 1
@@ -327,7 +257,7 @@ def test_oversized_values_are_neither_read_nor_written(
 ) -> None:
     src = add_src(6.0, f"big-{time.time_ns()}")
     small = _cache(tmp_path, server.url)
-    tier = small._remote_tier()
+    tier = small._lookup.remote_tier()
     assert tier is not None
     tier.max_bytes = 1000  # smaller than any PoCL binary
     small.get_program(ctx, src, device)
@@ -357,7 +287,7 @@ def test_redis_killed_in_the_middle_of_a_run(
     for i in range(2):
         check_add(c.get_program(ctx, add_src(float(i), f"kill-{tag}-{i}"), device), float(i))
     assert c.stats.remote_writes == 2
-    tier = c._remote_tier()
+    tier = c._lookup.remote_tier()
     assert tier is not None
     own_server.kill()
     before = metric_points("netcl.cache.remote.duration")
@@ -378,7 +308,7 @@ def test_redis_killed_in_the_middle_of_a_run(
     # bounded: the three failed calls together cost less than one read timeout
     assert sum(p.sum for p in after) - t_before < _remote.TIMEOUT_S
     errors = metric_points("netcl.cache.remote.errors")
-    assert _point_sum(errors, **{"error.type": "ConnectionError"}) >= 3
+    assert _point_sum(errors, **{"error.type": "redis.exceptions.ConnectionError"}) >= 3
     assert c.stats.compiles == 8 and c.stats.write_errors == 0
 
     # Redis comes back: after the breaker's pause one trial call closes it again
@@ -412,7 +342,7 @@ def test_slow_redis_costs_one_timeout_per_lookup_until_the_breaker_opens(
             check_add(c.get_program(ctx, add_src(float(i), f"slow-{tag}-{i}"), device), float(i))
             overhead.append(remote_seconds() - t0)
         assert c.stats.remote_errors == 3 and c.stats.compiles == 5
-        tier = c._remote_tier()
+        tier = c._lookup.remote_tier()
         assert tier is not None and tier.breaker_open
     # each of the first three lookups paid about one read timeout, the last two nothing
     assert all(0.15 < o < 0.2 + 0.4 for o in overhead[:3]), overhead
@@ -426,28 +356,28 @@ def test_full_redis_and_wrong_password_never_fail_get_program(
 ) -> None:
     tag = time.time_ns()
     oom = metric_points("netcl.cache.remote.errors")
-    oom_before = _point_sum(oom, **{"error.type": "OutOfMemoryError"})
+    oom_before = _point_sum(oom, **{"error.type": "redis.exceptions.OutOfMemoryError"})
     own_server.client().config_set("maxmemory", "1")  # every write: OOM command not allowed
     full = _cache(tmp_path, own_server.url)
     for i in range(4):
         check_add(full.get_program(ctx, add_src(float(i), f"full-{tag}-{i}"), device), float(i))
     assert full.stats.compiles == 4 and full.stats.remote_writes == 0
     assert full.stats.remote_errors == 4
-    tier = full._remote_tier()
+    tier = full._lookup.remote_tier()
     assert tier is not None and not tier.breaker_open  # a full server still answers reads
     oom = metric_points("netcl.cache.remote.errors")
-    assert _point_sum(oom, **{"error.type": "OutOfMemoryError"}) == oom_before + 4
+    assert _point_sum(oom, **{"error.type": "redis.exceptions.OutOfMemoryError"}) == oom_before + 4
 
-    bad = own_server.url.replace(PASSWORD, "wrong-password")
+    bad = own_server.url.replace(own_server.password, "wrong-password")
     denied = _cache(tmp_path, bad)
     for i in range(4):
         check_add(denied.get_program(ctx, add_src(float(i), f"auth-{tag}-{i}"), device),
                   float(i))
     assert denied.stats.remote_errors == 3 and denied.stats.compiles == 4
-    tier = denied._remote_tier()
+    tier = denied._lookup.remote_tier()
     assert tier is not None and tier.breaker_open
     auth = metric_points("netcl.cache.remote.errors")
-    assert _point_sum(auth, **{"error.type": "AuthenticationError"}) >= 3
+    assert _point_sum(auth, **{"error.type": "redis.exceptions.AuthenticationError"}) >= 3
 
 
 # one compile for the fleet ----------------------------------------------------------------------
@@ -531,7 +461,7 @@ def test_cli_stats_shows_the_remote(
     assert stats(False) == 0
     text = capsys.readouterr().out
     assert f"redis://***@127.0.0.1:{own_server.port}/0  reachable" in text
-    assert PASSWORD not in text
+    assert own_server.password not in text
     own_server.kill()
     assert stats(True) == 0
     info = json.loads(capsys.readouterr().out)["remote"]

@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from netcl.runtime.cache._entry import EntryError
 from netcl.runtime.cache._remote import redact
-from netcl.runtime.cache._remote_format import HEADER, TAG_BYTES, decode_value, encode_value
+from netcl.runtime.cache._remote_format import (
+    HEADER,
+    TAG_BYTES,
+    _tag,
+    decode_value,
+    encode_value,
+    open_value,
+)
 
 SECRET = b"fleet secret"
 KEY = hashlib.sha256(b"program").hexdigest()
@@ -54,6 +61,37 @@ def test_metadata_is_parsed_only_after_the_tag() -> None:
     assert _reason(head + b"{{{" + bytes(TAG_BYTES)) == "signature"
 
 
+def _signed(meta: bytes, binary: bytes = b"") -> bytes:
+    body = HEADER.pack(b"NETCLRMT", 1, 0, len(meta), len(binary)) + meta + binary
+    return body + _tag(SECRET, KEY, body)
+
+
+@pytest.mark.parametrize(
+    ("meta", "why"),
+    [
+        (b"[" * 30_000 + b"]" * 30_000, "nested 30000 deep"),  # the parser would recurse
+        (b'{"a":' * 9 + b"1" + b"}" * 9, "nested 9 deep"),
+        (b'{"identity": "x", "pad": "' + b"x" * (64 << 10) + b'"}', "metadata of 655"),
+        (b"\xff\xfe", "metadata"),  # not UTF-8
+        (b"[1, 2]", "not a JSON object"),
+        (b"{", "metadata"),
+    ],
+    ids=["30000-deep", "9-deep", "over-64KiB", "not-utf8", "not-an-object", "not-json"],
+)
+def test_any_metadata_parse_failure_is_a_refused_value(meta: bytes, why: str) -> None:
+    """Signed by a key holder (or forged in unsigned mode), yet refused: a value, never an
+    exception out of the lookup."""
+    with pytest.raises(EntryError, match=why) as err:
+        decode_value(SECRET, KEY, _signed(meta), BOUND)
+    assert err.value.reason in ("metadata", "oversized")
+
+
+def test_metadata_nesting_up_to_the_bound_is_read() -> None:
+    # brackets inside strings do not count; eight levels are allowed
+    meta = b'{"o": "-DA=[[[[[[[[[[x]]]]]]]]]]", "n":' + b"[" * 7 + b"]" * 7 + b"}"
+    assert decode_value(SECRET, KEY, _signed(meta), BOUND)[0]["o"].startswith("-DA=")
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(min_value=0), st.integers(min_value=1, max_value=255))
 def test_any_changed_byte_is_refused(pos: int, xor: int) -> None:
@@ -76,3 +114,26 @@ def test_any_changed_byte_is_refused(pos: int, xor: int) -> None:
 def test_redact(url: str, shown: str) -> None:
     assert redact(url) == shown
     assert "hunter2" not in redact(url)
+
+
+def test_the_device_identity_check_below_the_redis_client() -> None:
+    """A correctly signed value written for another device (driver, version) is refused, by
+    the check the remote tier applies to what Redis returns; no server needed."""
+    value = encode_value(SECRET, KEY, BINARY, META)
+    assert bytes(open_value(SECRET, KEY, META["identity"], value, BOUND)) == BINARY
+    for other in ("PoCL|cpu|3.1", "", "PoCL|cpu|3.0 "):
+        with pytest.raises(EntryError, match=r"identity: written for 'PoCL\|cpu\|3\.0'"):
+            open_value(SECRET, KEY, other, value, BOUND)
+    no_identity = encode_value(SECRET, KEY, BINARY, {"device": "cpu"})
+    with pytest.raises(EntryError, match="identity"):
+        open_value(SECRET, KEY, META["identity"], no_identity, BOUND)
+    # the tier itself (its client is made, nothing is sent: no server at that address)
+    pytest.importorskip("redis", reason="redis-py missing: pip install 'netcl-cache[redis]'")
+    from netcl.runtime.cache._config import RemoteSettings
+    from netcl.runtime.cache._remote import RemoteTier
+
+    tier = RemoteTier(RemoteSettings("redis://127.0.0.1:1/0", SECRET, True, 1.0))
+    assert bytes(tier.decode(KEY, META["identity"], value)) == BINARY
+    with pytest.raises(EntryError) as err:
+        tier.decode(KEY, "another driver", value)
+    assert err.value.reason == "identity"

@@ -101,6 +101,34 @@ def test_recovery_and_build_error_telemetry(
     assert {p.attributes["error.type"] for p in failed} == {BUILD_ERROR}
 
 
+def test_get_program_under_a_failing_sdk(
+    hostile_sdk: Callable[[], None],
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+) -> None:
+    """A span processor raising in on_start/on_end and a metric reader raising on record and
+    collect change nothing a caller gets: compile, memory hit, disk hit, recovery, build error."""
+    src = add_src(7.0, "hostile-sdk")
+    c = ProgramCache(cache_dir)
+    prg = c.get_program(ctx, src, device)  # compiled: both spans, the duration histogram
+    check_add(prg, 7.0)
+    assert c.get_program(ctx, src, device) is prg  # memory
+    fresh = ProgramCache(cache_dir)
+    check_add(fresh.get_program(ctx, src, device), 7.0)  # disk
+    assert (c.stats.compiles, c.stats.memory_hits, fresh.stats.disk_hits) == (1, 1, 1)
+    fresh.entries()[0].path.write_bytes(b"")  # damaged: the recoveries counter
+    again = ProgramCache(cache_dir)
+    check_add(again.get_program(ctx, src, device), 7.0)
+    assert again.stats.recoveries == 1
+    with pytest.raises(ProgramBuildError):  # the build error, not the SDK's
+        again.get_program(ctx, "__kernel void f() { nope; }", device)
+    hostile_sdk()  # the reader collects (and fails inside the SDK, never here)
+    check_add(ProgramCache(cache_dir).get_program(ctx, src, device), 7.0)
+
+
 def test_memory_hit_without_sdk_is_cheap(tmp_path: Path) -> None:
     """No SDK configured (a fresh process): an in-process hit costs a few dict lookups (the
     absolute figure is a benchmark: benchmarks/bench_cache.py)."""

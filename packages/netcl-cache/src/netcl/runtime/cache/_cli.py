@@ -2,8 +2,9 @@
 
 Contract for scripts: ``--dir`` and ``--json`` go before or after the action; with ``--json``
 stdout carries exactly one JSON document (an error too: ``{"error": ..., "exit_code": ...}``)
-and every message goes to stderr. Exit codes: 0 done, 1 refused or failed (untrusted or
-read-only folder, a path that is not a folder), 2 usage (bad argument, bad ``NETCL_CACHE_*``).
+and every message goes to stderr. Exit codes: 0 done, 1 refused or failed (a folder the cache
+itself would not use: "unusable: <reason>"; a removal that fails), 2 usage (bad argument, bad
+``NETCL_CACHE_*``).
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from netcl.core import paths
+from netcl.runtime.cache._config import env_enabled, env_max_bytes, parse_size
 from netcl.runtime.cache._entry import EntryError, read_meta
-from netcl.runtime.cache._program_cache import env_enabled, env_max_bytes, parse_size
 from netcl.runtime.cache._remote import remote_info
-from netcl.runtime.cache._stats import CacheStats
-from netcl.runtime.cache._store import DiskStore, check_trusted
+from netcl.runtime.cache._stats import CacheStats, load_totals, reset_totals
+from netcl.runtime.cache._store import DiskStore, probe, refusal
 
 __all__ = ["register"]
 
@@ -108,23 +109,18 @@ def _emit(doc: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
-def _open(root: Path) -> DiskStore | None:
-    """The store at ``root``, None when the folder does not exist yet; refuses (exit 1) a path
-    that is not a folder or a folder it cannot trust. Never creates anything."""
+def _open(root: Path, *, write: bool = False) -> DiskStore | None:
+    """The store at ``root``, None when the folder does not exist yet. Refuses (exit 1,
+    "unusable: <reason>") what the cache itself could not use: a folder it would not trust or
+    could not create, and for ``write`` one it could not write in. Never creates anything."""
     try:
-        if root.exists() and not root.is_dir():
-            raise _CliError(1, f"{root} is not a directory")
-        for d in (root, root / "programs"):
-            if not d.exists():
-                if d == root:
-                    return None
-                continue
-            why = check_trusted(d)
-            if why is not None:
-                raise _CliError(1, f"{d} is not trusted ({why}); not touching it")
+        why = refusal(root) or probe(root, write=write)
+        exists = root.exists()
     except OSError as exc:
-        raise _CliError(1, f"{root}: {exc.strerror or exc}") from None
-    return DiskStore(root)
+        why = f"{root}: {exc.strerror or exc}"
+    if why is not None:
+        raise _CliError(1, f"unusable: {why}")
+    return DiskStore(root) if exists else None
 
 
 def _cap() -> int:
@@ -143,10 +139,10 @@ def _enabled() -> bool:
 
 def _stats(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     cap, enabled = _cap(), _enabled()
-    store = _open(root)
+    store = _open(root, write=enabled)
     files = store.entries() if store is not None else []
     temps = store.temp_files() if store is not None else []
-    counters = store.load_counters() if store is not None else {}
+    counters = load_totals(store) if store is not None else {}
     doc: dict[str, Any] = {k: counters.get(k, 0) for k in _COUNTERS}
     entry_bytes = sum(f.size for f in files)
     temp_bytes = sum(t.size for t in temps)
@@ -265,7 +261,7 @@ def _clear(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     if store is None:
         return doc
     doc["removed"] = _writable(root, store.clear)
-    _writable(root, lambda: int(store.reset_counters()))
+    _writable(root, lambda: int(reset_totals(store)))
     doc["kept_temp_files"] = len(store.temp_files())
     return doc
 

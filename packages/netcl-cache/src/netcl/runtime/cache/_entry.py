@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import struct
 import zlib
@@ -34,8 +35,8 @@ from typing import Any
 from netcl.runtime.cache._key import FORMAT_VERSION
 
 __all__ = [
-    "HEADER", "MAGIC", "MAX_ENTRY_BYTES", "EntryError", "decode", "encode", "read_file",
-    "read_meta",
+    "HEADER", "MAGIC", "MAX_ENTRY_BYTES", "MAX_META_BYTES", "MAX_META_DEPTH", "EntryError",
+    "decode", "encode", "parse_meta", "read_file", "read_meta",
 ]
 
 MAGIC = b"NETCLPRG"
@@ -46,6 +47,11 @@ _NO_CRC = b"\0\0\0\0"
 #: The largest entry a reader accepts (header + metadata + binary): real binaries are kB to a few
 #: MB; a header declaring more is damaged, and nothing larger is ever read into memory.
 MAX_ENTRY_BYTES = 256 << 20
+#: Metadata is a flat JSON object of a few hundred bytes; past these bounds it is not ours.
+MAX_META_BYTES = 64 << 10
+MAX_META_DEPTH = 8
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(rb"[\[\]{}]")
 
 
 class EntryError(Exception):
@@ -103,13 +109,30 @@ def read_meta(data: bytes) -> tuple[str, dict[str, Any]]:
     """(key hex, metadata) of a valid entry, or :class:`EntryError`."""
     meta_len = _check(data, None)
     key = HEADER.unpack_from(data)[7].hex()
+    return key, parse_meta(data[HEADER.size : HEADER.size + meta_len])
+
+
+def parse_meta(raw: bytes) -> dict[str, Any]:
+    """The JSON object of an entry's or a value's metadata; :class:`EntryError` ``metadata``
+    for anything else: more than :data:`MAX_META_BYTES`, nested deeper than
+    :data:`MAX_META_DEPTH` (checked before parsing: deep nesting would exhaust the parser's
+    recursion), not UTF-8, not JSON, not an object."""
+    if len(raw) > MAX_META_BYTES:
+        raise EntryError("metadata", f"{len(raw)} bytes, at most {MAX_META_BYTES}")
+    if raw.count(b"[") + raw.count(b"{") > MAX_META_DEPTH:  # else it cannot nest deeper
+        depth = deepest = 0
+        for m in _BRACKET.finditer(_STRING.sub(b"", raw)):
+            depth += 1 if m.group() in b"[{" else -1
+            deepest = max(deepest, depth)
+        if deepest > MAX_META_DEPTH:
+            raise EntryError("metadata", f"nested {deepest} deep, at most {MAX_META_DEPTH}")
     try:
-        meta = json.loads(data[HEADER.size : HEADER.size + meta_len])
-    except ValueError as exc:
-        raise EntryError("metadata", str(exc)) from exc
+        meta = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise EntryError("metadata", str(exc)[:200]) from exc
     if not isinstance(meta, dict):
         raise EntryError("metadata", "not a JSON object")
-    return key, meta
+    return meta
 
 
 def _kind(mode: int) -> str:

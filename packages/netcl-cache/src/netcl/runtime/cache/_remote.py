@@ -1,11 +1,15 @@
-"""The remote (fleet) tier on Redis: signed values, a lock per key, bounded latency.
+"""The remote (fleet) tier on Redis, shaped like the disk tier: ``get`` a value, ``decode`` it
+(signature, lengths, device), ``lock`` a key while compiling it, ``put`` the result, ``unlock``.
+The lookup decides the order and counts; this module only talks to Redis.
 
-redis-py is imported only when a remote is configured. One :class:`RemoteTier` per (URL, secret)
-per process, shared by every ``ProgramCache`` (one connection pool, one breaker). Every Redis
-call has short socket timeouts and no retries; a failure is logged, counted and the lookup goes
-on without the remote (never an exception out of ``get_program``). After ``BREAKER_FAILURES``
-consecutive failures the breaker opens: no Redis call for ``BREAKER_OPEN_S`` seconds, then one
-trial call decides whether it closes again.
+redis-py is imported only when a remote is configured. One :class:`RemoteTier` per
+configuration per process, shared by every ``ProgramCache`` (one connection pool, one breaker).
+The URL and its options are checked once, when the tier is made: anything redis-py would refuse
+later is a ``ValueError`` naming the option then. Every Redis call has one deadline for all of
+it (connect, transfer, lock), short socket timeouts and no retries; a failed call is logged and
+raises :class:`RemoteError`. After ``BREAKER_FAILURES`` consecutive connection failures or
+timeouts the breaker opens: no Redis call for ``BREAKER_OPEN_S`` seconds, then one trial call
+decides whether it closes again.
 """
 
 from __future__ import annotations
@@ -15,18 +19,23 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit
 
-import pyopencl as cl
-
+from netcl.core import telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.cache import _telemetry as tel
-from netcl.runtime.cache._entry import EntryError
+from netcl.runtime.cache._config import (
+    RemoteSettings,
+    redact,
+    remote_settings,
+    remote_warning,
+)
 from netcl.runtime.cache._key import FORMAT_VERSION
-from netcl.runtime.cache._remote_format import decode_value, encode_value
+from netcl.runtime.cache._remote_format import encode_value, open_value
 
-__all__ = ["RemoteTier", "check_args", "redact", "remote_info", "tier_for"]
+__all__ = ["Lease", "RemoteError", "RemoteTier", "redact", "remote_info", "tier_for"]
 
 log = get_logger("netcl.runtime.cache")
 
@@ -41,45 +50,52 @@ TTL_S = 30 * 24 * 3600
 _POLL_FIRST_S = 0.02
 _POLL_MAX_S = 0.25
 _PREFIX = f"netcl:cache:v{FORMAT_VERSION}:"
+# Take the lock (1), or take over a stale one (2), or leave it (0). The value is
+# "<token>:<server time in ms>". Stale: no expiry (anyone who can write to Redis could leave
+# one, stalling every machine), an expiry beyond ours, or older than our lock timeout.
+_TAKE = """
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local px = tonumber(ARGV[2])
+local mine = ARGV[1] .. ':' .. now
+if redis.call('set', KEYS[1], mine, 'NX', 'PX', px) then return 1 end
+local ttl = redis.call('pttl', KEYS[1])
+local stamp = tonumber(string.match(redis.call('get', KEYS[1]) or '', ':(%d+)$') or '')
+if ttl == -1 or ttl > px or (stamp and now - stamp > px) then
+  redis.call('set', KEYS[1], mine, 'PX', px)
+  return 2
+end
+return 0
+"""
 # delete the lock only when it is still ours (it may have expired and been taken by another)
-_RELEASE = (
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end "
-    "return 0"
-)
-# used when NETCL_CACHE_REMOTE_UNSIGNED=1: the tag is then only a checksum, anyone can forge it
-_UNSIGNED_SECRET = b"netcl-cache unsigned"
-_TRUE = ("1", "true", "yes", "on")
-
-Load = Callable[[memoryview], Any]
-Compile = Callable[[], tuple[Any, bytes]]
+_RELEASE = """
+local v = redis.call('get', KEYS[1])
+if v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then return redis.call('del', KEYS[1]) end
+return 0
+"""
+_POSITIVE = ("socket_timeout", "socket_connect_timeout")
+_AT_LEAST = {"socket_read_size": 1, "max_connections": 1, "health_check_interval": 0, "db": 0}
 
 
-def redact(url: str) -> str:
-    """``url`` with its password (and user name) replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return "<unparsable URL>"
-    if parts.password is None and parts.username is None:
-        return url
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = "***@" + host + (f":{port}" if port is not None else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+class RemoteError(Exception):
+    """A Redis call failed (``failed``: it was tried and counts as an error) or was skipped
+    while the breaker is open. ``down``: the server did not answer (connection or timeout);
+    the lookup then makes no more calls."""
+
+    def __init__(self, message: str, *, failed: bool, down: bool) -> None:
+        super().__init__(message)
+        self.failed = failed
+        self.down = down
 
 
-class _Call:
-    """State of one lookup: after its first failure a lookup makes no more Redis calls, so one
-    ``get_program`` pays at most one timeout."""
+@dataclass
+class Lease:
+    """The outcome of :meth:`RemoteTier.lock`: ``token`` is None when the wait timed out;
+    ``waited``: another machine held the lock first (its value may be there now)."""
 
-    __slots__ = ("c", "ok", "reported")
-
-    def __init__(self, counters: dict[str, int]) -> None:
-        self.c = counters
-        self.ok = True
-        self.reported = False
+    key: str
+    token: str | None
+    waited: bool
 
 
 class RemoteTier:
@@ -87,37 +103,29 @@ class RemoteTier:
 
     def __init__(
         self,
-        url: str,
-        secret: bytes,
+        settings: RemoteSettings,
         *,
-        signed: bool = True,
         max_bytes: int = MAX_VALUE_BYTES,
         breaker_failures: int = BREAKER_FAILURES,
         breaker_open_s: float = BREAKER_OPEN_S,
     ) -> None:
         import redis  # only here: with no remote configured redis is never imported
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
 
-        self.url = redact(url)
-        self.signed = signed
+        from netcl.runtime.cache._deadline import deadline
+
+        self.url = redact(settings.url)
+        self.signed = settings.signed
+        self.timeout_s = settings.timeout_s
         self.max_bytes = max_bytes
         self.breaker_failures = breaker_failures
         self.breaker_open_s = breaker_open_s
-        self._secret = secret
-        # timeouts given in the URL (?socket_timeout=2) win over these defaults
-        self._r = redis.Redis.from_url(
-            url,
-            socket_connect_timeout=CONNECT_TIMEOUT_S,
-            socket_timeout=TIMEOUT_S,
-            retry=Retry(NoBackoff(), 0),
-            retry_on_timeout=False,
-            health_check_interval=0,
-        )
-        self._breaker_errors: tuple[type[BaseException], ...] = (
+        self._secret = settings.secret
+        self._r = _client(settings.url)
+        self._deadline = deadline
+        self._down_errors: tuple[type[BaseException], ...] = (
             redis.ConnectionError, redis.TimeoutError, OSError,
         )
-        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        self._answered: type[BaseException] = redis.RedisError
         self._mu = threading.Lock()
         self._failures = 0
         self._open_until = 0.0
@@ -148,188 +156,139 @@ class RemoteTier:
                     open_s=self.breaker_open_s,
                 )
 
-    def _call(self, call: _Call, op: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        """``fn(*args, **kw)`` timed and guarded; on failure ``call.ok`` turns False, None."""
-        if not call.ok or self.breaker_open:
-            call.ok = False
-            return None
+    def _call(self, op: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """``fn(*args, **kw)``, timed; a failure is logged and raised as :class:`RemoteError`."""
+        if self.breaker_open:
+            raise RemoteError("breaker open", failed=False, down=True)
         t0 = time.perf_counter()
         try:
-            out = fn(*args, **kw)
-        except self._errors as exc:
-            tel.remote_duration.record(time.perf_counter() - t0, {"netcl.cache.remote.op": op})
-            call.ok = False
-            call.c["remote_errors"] += 1
-            kind = type(exc).__name__
-            tel.remote_errors.add(1, {"error.type": kind})
+            with self._deadline(self.timeout_s):
+                out = fn(*args, **kw)
+        except Exception as exc:  # redis' errors, and whatever else: never into get_program
+            tel.remote_duration.record(time.perf_counter() - t0, {tel.ATTR_REMOTE_OP: op})
+            kind = telemetry.error_type(exc)
+            tel.remote_errors.add(1, {tel.ATTR_ERROR_TYPE: kind})
             log.warning("cache_remote_error", url=self.url, op=op, error_type=kind,
                         error=str(exc))
             # a server that answers (full, read-only replica, no permission) is not down
-            if isinstance(exc, self._breaker_errors):
+            down = isinstance(exc, self._down_errors) or not isinstance(exc, self._answered)
+            if down:
                 self._failed()
-            return None
-        tel.remote_duration.record(time.perf_counter() - t0, {"netcl.cache.remote.op": op})
+            raise RemoteError(f"{kind}: {exc}", failed=True, down=down) from exc
+        tel.remote_duration.record(time.perf_counter() - t0, {tel.ATTR_REMOTE_OP: op})
         self._succeeded()
         return out
 
     # operations ---------------------------------------------------------------------------------
 
-    def _fetch(self, call: _Call, key: str, ident: str, load: Load) -> tuple[Any, bytes] | None:
-        data = self._call(call, "get", self._r.getrange, _PREFIX + key, 0, self.max_bytes)
-        if not data:
-            return None
-        try:
-            meta, binary = decode_value(self._secret, key, data, self.max_bytes)
-            if meta.get("identity") != ident:
-                raise EntryError("identity", f"written for {meta.get('identity')!r}")
-            prg = load(binary)
-        except EntryError as exc:
-            reason, detail = exc.reason, str(exc)
-        except cl.Error as exc:
-            reason, detail = "rejected", f"rejected by the driver: {exc}"
-        else:
-            call.c["remote_hits"] += 1
-            return prg, bytes(binary)
-        if not call.reported:  # a waiter polling the same bad value reports it once
-            call.reported = True
-            call.c["remote_rejected"] += 1
-            tel.remote_rejected.add(1, {"netcl.cache.reason": reason})
-            log.warning("cache_remote_rejected", url=self.url, key=key, reason=detail)
-        return None
+    def get(self, key: str) -> bytes | None:
+        """The raw value of ``key`` (at most ``max_bytes`` + 1 bytes), None when absent."""
+        data = self._call("get", self._r.getrange, _PREFIX + key, 0, self.max_bytes)
+        return bytes(data) if data else None
 
-    def _lock_or_wait(
-        self, call: _Call, key: str, ident: str, load: Load, wait_s: float
-    ) -> tuple[str | None, tuple[Any, bytes] | None]:
-        """(token, None) with the lock held, (None, hit) when another machine published the
-        program meanwhile, (None, None) when Redis failed or the wait timed out."""
+    def decode(self, key: str, ident: str, data: bytes) -> memoryview:
+        """The binary of an authentic value of ``key`` written for device ``ident``; raises
+        :class:`~netcl.runtime.cache._entry.EntryError` naming why not."""
+        return open_value(self._secret, key, ident, data, self.max_bytes)
+
+    def lock(self, key: str, wait_s: float) -> Lease:
+        """Take the lock of ``key`` (expiring after ``wait_s``, at least 1 s), taking over a
+        stale one; while another machine holds it, poll (20 ms, doubling to 250 ms) for up to
+        ``wait_s``. Each attempt is one call with its own deadline."""
         token = secrets.token_hex(16)
-        lock_key = _PREFIX + "lock:" + key
         px = max(1000, int(wait_s * 1000))
-        if self._call(call, "lock", self._r.set, lock_key, token, nx=True, px=px):
-            return token, None
-        if not call.ok:
-            return None, None
-        call.c["remote_waits"] += 1
+        if self._take(key, token, px):
+            return Lease(key, token, waited=False)
         deadline = time.monotonic() + wait_s
         delay = _POLL_FIRST_S
         while (left := deadline - time.monotonic()) > 0:
             time.sleep(min(delay, left))
             delay = min(2 * delay, _POLL_MAX_S)
-            hit = self._fetch(call, key, ident, load)
-            if hit is not None:
-                return None, hit
-            # the holder finished without publishing (build error, crash, no binary): take over
-            if self._call(call, "lock", self._r.set, lock_key, token, nx=True, px=px):
-                return token, None
-            if not call.ok:
-                return None, None
-        call.c["remote_lock_timeouts"] += 1
-        log.warning("cache_remote_lock_timeout", url=self.url, key=key, timeout_s=wait_s)
-        return None, None
+            if self._take(key, token, px):
+                return Lease(key, token, waited=True)
+        return Lease(key, None, waited=True)
 
-    def resolve(
-        self,
-        counters: dict[str, int],
-        key: str,
-        ident: str,
-        meta: dict[str, Any],
-        load: Load,
-        compile_: Compile,
-        wait_s: float,
-    ) -> tuple[Any, bytes, bool]:
-        """(program, binary, True) from the remote, else ``compile_()`` and publish it:
-        (program, binary, False). While another machine compiles the same key, wait up to
-        ``wait_s`` for its value, then compile anyway. ``load(binary)`` makes a program of an
-        authenticated binary (raising ``cl.Error`` when the driver rejects it)."""
-        call = _Call(counters)
-        hit = self._fetch(call, key, ident, load)
-        if hit is not None:
-            return hit[0], hit[1], True
-        token, hit = self._lock_or_wait(call, key, ident, load, wait_s)
-        if hit is not None:
-            return hit[0], hit[1], True
-        try:
-            prg, binary = compile_()
-            if binary:
-                self._publish(call, key, binary, meta)
-        finally:  # also after a build error: waiters then take the lock and see it themselves
-            if token is not None:
-                self._call(call, "unlock", self._r.eval, _RELEASE, 1,
-                           _PREFIX + "lock:" + key, token)
-        return prg, binary, False
+    def _take(self, key: str, token: str, px: int) -> bool:
+        taken = self._call("lock", self._r.eval, _TAKE, 1, _PREFIX + "lock:" + key, token, px)
+        if taken == 2:
+            log.warning("cache_remote_lock_stale", url=self.url, key=key)
+        return bool(taken)
 
-    def _publish(self, call: _Call, key: str, binary: bytes, meta: dict[str, Any]) -> None:
+    def unlock(self, lease: Lease) -> None:
+        """Release a lock taken by :meth:`lock` (only if it is still ours)."""
+        if lease.token is not None:
+            self._call("unlock", self._r.eval, _RELEASE, 1, _PREFIX + "lock:" + lease.key,
+                       lease.token)
+
+    def put(self, key: str, binary: bytes, meta: dict[str, Any]) -> bool:
+        """Publish ``binary``; False (not sent) when its value would exceed ``max_bytes``."""
         value = encode_value(self._secret, key, binary, meta)
         if len(value) > self.max_bytes:
             log.info("cache_remote_too_large", key=key, bytes=len(value), max_bytes=self.max_bytes)
-            return
-        if self._call(call, "set", self._r.set, _PREFIX + key, value, ex=TTL_S):
-            call.c["remote_writes"] += 1
+            return False
+        return bool(self._call("set", self._r.set, _PREFIX + key, value, ex=TTL_S))
 
     def ping(self) -> str | None:
         """None when Redis answers (and accepts our credentials), else why not."""
         try:
-            self._r.ping()
-        except self._errors as exc:
+            with self._deadline(self.timeout_s):
+                self._r.ping()
+        except Exception as exc:
             return f"{type(exc).__name__}: {exc}"
         return None
 
 
-# configuration ----------------------------------------------------------------------------------
+def _client(url: str) -> Any:
+    """A redis client for ``url`` with every option checked now (``ValueError`` naming the
+    option otherwise): no retries, our socket timeouts unless the URL gives its own, and
+    connections bounded by the caller's deadline."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.connection import SSLConnection, parse_url
+    from redis.retry import Retry
 
-_TIERS: dict[tuple[str, bytes, bool], RemoteTier | None] = {}
-_WARNED: set[tuple[str, str]] = set()
+    from netcl.runtime.cache import _deadline
+
+    kw: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]  # ValueError naming an option whose value has the wrong type
+    for name in parse_qs(urlsplit(url).query):
+        _check_option(name, kw.get(name))
+    tls = kw.pop("connection_class", None) is SSLConnection
+    cls = _deadline.BoundedSSLConnection if tls else _deadline.BoundedConnection
+    pool_kw = {"max_connections": kw.pop("max_connections")} if "max_connections" in kw else {}
+    conn_kw = {
+        "socket_connect_timeout": CONNECT_TIMEOUT_S, "socket_timeout": TIMEOUT_S,
+        "retry": Retry(NoBackoff(), 0), "health_check_interval": 0, **kw,
+    }  # fmt: skip
+    try:
+        cls(**conn_kw)  # redis-py checks the rest (unknown names, TLS options, protocol)
+    except TypeError as exc:  # "... got an unexpected keyword argument 'bogus'"
+        name = str(exc).rsplit(" ", 1)[-1]
+        raise ValueError(f"option {name} is not one redis-py knows") from None
+    except (ValueError, redis.RedisError) as exc:
+        raise ValueError(f"redis-py refuses the URL's options: {exc}") from None
+    pool = redis.ConnectionPool(connection_class=cls, **pool_kw, **conn_kw)
+    return redis.Redis(connection_pool=pool)
+
+
+def _check_option(name: str, value: Any) -> None:
+    if name in _POSITIVE and not (isinstance(value, float) and 0 < value < float("inf")):
+        raise ValueError(f"option {name!r}: expected a number of seconds > 0, got {value!r}")
+    low = _AT_LEAST.get(name)
+    if low is not None and not (isinstance(value, int) and value >= low):
+        raise ValueError(f"option {name!r}: expected an integer >= {low}, got {value!r}")
+
+
+# one tier per configuration ---------------------------------------------------------------------
+
+_TIERS: dict[RemoteSettings, RemoteTier | None] = {}
+_UNUSABLE: dict[RemoteSettings, str] = {}  # why a configuration has no tier
 _TIERS_LOCK = threading.Lock()
-
-
-def _warn_once(event: str, url: str, **kw: Any) -> None:
-    if (event, url) not in _WARNED:
-        _WARNED.add((event, url))
-        log.warning(event, url=redact(url), **kw)
-
-
-def _settings(url: str | None, secret: str | bytes | None) -> tuple[str, bytes, bool] | None:
-    """(url, secret, signed) of a usable configuration, or None (with one warning)."""
-    if url is None:
-        url = os.environ.get("NETCL_CACHE_REMOTE", "")
-    url = url.strip()
-    if not url:
-        return None
-    if secret is None:
-        secret = os.environ.get("NETCL_CACHE_REMOTE_KEY", "")
-    key = secret.encode() if isinstance(secret, str) else bytes(secret)
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme not in ("redis", "rediss"):
-        _warn_once("cache_remote_unusable", url,
-                   reason=f"expected a redis:// or rediss:// URL, got scheme {scheme!r}")
-        return None
-    if key:
-        return url, key, True
-    if os.environ.get("NETCL_CACHE_REMOTE_UNSIGNED", "").strip().lower() in _TRUE:
-        return url, _UNSIGNED_SECRET, False
-    _warn_once("cache_remote_unsigned", url,
-               reason="no NETCL_CACHE_REMOTE_KEY: a shared store is not trusted without a "
-                      "signing key; remote tier off (NETCL_CACHE_REMOTE_UNSIGNED=1 allows it)")
-    return None
-
-
-def check_args(url: object, secret: object) -> None:
-    """TypeError naming a ``remote``/``remote_key`` argument of the wrong type."""
-    if url is not None and not isinstance(url, str):
-        raise TypeError(
-            f"ProgramCache: remote must be a redis:// or rediss:// URL string or None, got {url!r}"
-        )
-    if secret is not None and not isinstance(secret, (str, bytes)):
-        raise TypeError(
-            f"ProgramCache: remote_key must be a str or bytes secret or None, "
-            f"got {type(secret).__name__}"
-        )
 
 
 def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | None:
     """The process-wide tier for this configuration (``None`` arguments: the environment), or
     None when no remote is configured or it cannot be used (one warning per configuration)."""
-    cfg = _settings(url, secret)
+    cfg = remote_settings(url, secret)
     if cfg is None:
         return None
     with _TIERS_LOCK:
@@ -337,12 +296,13 @@ def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | None:
             return _TIERS[cfg]
         tier: RemoteTier | None = None
         try:
-            tier = RemoteTier(cfg[0], cfg[1], signed=cfg[2])
+            tier = RemoteTier(cfg)
         except ImportError:
-            _warn_once("cache_remote_unusable", cfg[0],
-                       reason="redis-py is not installed: pip install 'netcl-cache[redis]'")
-        except (ValueError, TypeError) as exc:  # a malformed URL or option
-            _warn_once("cache_remote_unusable", cfg[0], reason=str(exc))
+            _UNUSABLE[cfg] = "redis-py is not installed: pip install 'netcl-cache[redis]'"
+        except ValueError as exc:  # a malformed URL or an option redis-py would refuse
+            _UNUSABLE[cfg] = str(exc)
+        if cfg in _UNUSABLE:
+            remote_warning("cache_remote_unusable", cfg.url, reason=_UNUSABLE[cfg])
         _TIERS[cfg] = tier
         return tier
 
@@ -356,6 +316,9 @@ def remote_info(url: str | None = None, secret: str | bytes | None = None) -> di
     tier = tier_for(url, secret)
     if tier is None:
         info.update(usable=False, reachable=False)
+        cfg = remote_settings(url, secret)
+        if cfg is not None and cfg in _UNUSABLE:
+            info["error"] = _UNUSABLE[cfg]
         return info
     error = tier.ping()
     info.update(usable=True, signed=tier.signed, reachable=error is None)

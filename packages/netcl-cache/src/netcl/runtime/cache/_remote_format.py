@@ -25,17 +25,17 @@ import json
 import struct
 from typing import Any
 
-from netcl.runtime.cache._entry import EntryError
+from netcl.runtime.cache._entry import MAX_META_BYTES, EntryError, parse_meta
 
-__all__ = ["HEADER", "MAGIC", "TAG_BYTES", "VERSION", "decode_value", "encode_value"]
+__all__ = [
+    "HEADER", "MAGIC", "TAG_BYTES", "VERSION", "decode_value", "encode_value", "open_value",
+]
 
 MAGIC = b"NETCLRMT"
 VERSION = 1
 HEADER = struct.Struct("<8sHHIQ")
 assert HEADER.size == 24
 TAG_BYTES = 32
-#: Metadata is a few hundred bytes; anything past this is not a value this code wrote.
-MAX_META_BYTES = 64 << 10
 _DOMAIN = b"netcl-cache remote v1\0"
 
 
@@ -78,10 +78,17 @@ def decode_value(
     end = want - TAG_BYTES
     if not hmac.compare_digest(_tag(secret, key_hex, view[:end]), view[end:]):
         raise EntryError("signature", "HMAC tag does not match (tampered, or another key)")
-    try:
-        meta = json.loads(view[HEADER.size : HEADER.size + meta_len].tobytes())
-    except ValueError as exc:
-        raise EntryError("metadata", str(exc)) from exc
-    if not isinstance(meta, dict):
-        raise EntryError("metadata", "not a JSON object")
+    meta = parse_meta(view[HEADER.size : HEADER.size + meta_len].tobytes())
     return meta, view[HEADER.size + meta_len : end]
+
+
+def open_value(
+    secret: bytes, key_hex: str, ident: str, data: bytes, max_bytes: int
+) -> memoryview:
+    """The binary of an authentic value for ``key_hex`` written for the device identity
+    ``ident``; :class:`EntryError` as :func:`decode_value`, or ``identity`` when it was written
+    for another device (a binary of another driver must never reach this one)."""
+    meta, binary = decode_value(secret, key_hex, data, max_bytes)
+    if meta.get("identity") != ident:
+        raise EntryError("identity", f"written for {meta.get('identity')!r}")
+    return binary

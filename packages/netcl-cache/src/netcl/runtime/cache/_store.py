@@ -1,5 +1,5 @@
 """The disk tier: one file per key in a private folder, atomic writes, a lock per key stripe,
-LRU eviction by modification time (a hit touches its file), and persisted counters.
+LRU eviction by modification time (a hit touches its file).
 
 Anything may sit at an entry's path (a FIFO, a symbolic link, a folder, a sparse 8 GB file):
 entries are opened without blocking or following links and read only as far as their header
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import shutil
@@ -22,14 +21,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import filelock
 
 from netcl.core.log import get_logger
 from netcl.runtime.cache._entry import EntryError, decode, read_file
 
-__all__ = ["DiskStore", "EntryFile", "TempFile", "check_trusted", "pid_alive"]
+__all__ = [
+    "DiskStore", "EntryFile", "TempFile", "UntrustedFolderError", "pid_alive", "probe", "refusal",
+]
 
 log = get_logger("netcl.runtime.cache")
 
@@ -41,7 +41,10 @@ STALE_TMP_S = 3600.0
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 # `.<key or "stats">.<pid>.<mkstemp's random part>.tmp`; `.<key>.<random>.tmp` from older writers
 _TMP_NAME = re.compile(r"^\.(?:[0-9a-f]{64}|stats)\.(?:(\d+)\.)?[A-Za-z0-9_]+\.tmp$")
-_MAX_STATS_BYTES = 1 << 20
+
+
+class UntrustedFolderError(PermissionError):
+    """A cache folder that is not a folder, not ours, or writable by others."""
 
 
 @dataclass(frozen=True)
@@ -106,26 +109,53 @@ def _usage(st: os.stat_result) -> int:
     return min(st.st_size, getattr(st, "st_blocks", st.st_size // 512 + 1) * 512)
 
 
-def _safe_read(path: str, max_bytes: int) -> bytes:
-    """A small regular file's bytes, opened without blocking or following links; raises
-    ``OSError`` for anything else (or a file over ``max_bytes``)."""
-    fd = os.open(path, _OPEN_FLAGS)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
-            raise OSError(errno.EINVAL, "not a regular file of at most {max_bytes} bytes", path)
-        return os.read(fd, max_bytes)
-    finally:
-        os.close(fd)
+def _why(path: Path | str, st: os.stat_result) -> str | None:
+    why = _untrusted(st)
+    if why is None:
+        return None
+    if why == "not a directory":
+        return f"{path} is not a directory"
+    return f"{path} is not trusted ({why})"
 
-def check_trusted(path: Path | str) -> str | None:
-    """Why ``path`` (a folder) must not be trusted, or None when it is ours and private enough:
-    owned by this user and writable by nobody else (a folder others can write lets them plant
-    binaries that this process would run on its device)."""
-    return _untrusted(os.stat(path))
+
+def refusal(root: Path) -> str | None:
+    """Why the cache would refuse the folder ``root`` as it is now (it, ``programs/`` or
+    ``locks/`` is not a folder, or not trusted), checked without creating anything; None when
+    it would use it. Raises ``OSError`` when a folder cannot even be examined."""
+    for d in (root, root / "programs", root / "locks"):
+        try:
+            st = os.stat(d)
+        except FileNotFoundError:
+            continue
+        why = _why(d, st)
+        if why is not None:
+            return why
+    return None
+
+
+def probe(root: Path, *, write: bool) -> str | None:
+    """Why the cache could not create ``root`` (when missing) or, with ``write``, write in it;
+    None when it could. Found out by making and removing an empty folder in it (or in the
+    nearest existing folder above it): the one test that also holds for root and for special
+    file systems such as /proc."""
+    if root.exists():
+        if not write:
+            return None
+        where, verb = root / "programs" if (root / "programs").is_dir() else root, "is not writable"
+    else:
+        where, verb = root.parent, "cannot be created"
+        while not where.exists() and where != where.parent:
+            where = where.parent
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".netcl-probe.", dir=where))
+    except OSError as exc:
+        return f"{root} {verb} ({exc.strerror or exc})"
+    return None
 
 
 def _untrusted(st: os.stat_result) -> str | None:
+    # ours and writable by nobody else: a folder others can write lets them plant binaries
+    # that this process would run on its device
     if not stat.S_ISDIR(st.st_mode):
         return "not a directory"
     if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
@@ -135,7 +165,7 @@ def _untrusted(st: os.stat_result) -> str | None:
     return None
 
 
-def _write_atomic(target: Path, data: bytes, prefix: str) -> None:
+def write_atomic(target: Path, data: bytes, prefix: str) -> None:
     """Write ``target`` through a temporary file in its folder, renamed into place, so a reader
     sees the old file or the new one, never a part; nothing is left behind on error."""
     # `<prefix><pid>.<random>.tmp`: prune knows whose it is and whether its writer still runs
@@ -169,7 +199,7 @@ class DiskStore:
     @classmethod
     def open(cls, root: Path) -> DiskStore:
         """Create the folders (0700) when missing and check that they can be trusted; raises
-        ``PermissionError`` (untrusted) or ``OSError`` (cannot create)."""
+        :class:`UntrustedFolderError` or ``OSError`` (cannot create)."""
         store = cls(root)
         # plain str paths and one stat per folder: every fresh instance pays this on first use
         for d in (str(root), str(store.programs), str(store.locks)):
@@ -180,9 +210,9 @@ class DiskStore:
                 with contextlib.suppress(FileExistsError):
                     os.makedirs(d, mode=0o700)
                 st = os.stat(d)
-            why = _untrusted(st)
+            why = _why(d, st)
             if why is not None:
-                raise PermissionError(f"cache folder {d} is not trusted: {why}")
+                raise UntrustedFolderError(why)
         return store
 
     # entries ------------------------------------------------------------------------------------
@@ -218,10 +248,10 @@ class DiskStore:
         """Write an entry atomically (a reader sees the old file or the new one, never a part);
         a folder in the way is moved aside and removed first. Raises ``OSError``."""
         try:
-            _write_atomic(self.path(key), data, prefix=f".{key}.")
+            write_atomic(self.path(key), data, prefix=f".{key}.")
         except IsADirectoryError:
             self.remove(self.path(key))
-            _write_atomic(self.path(key), data, prefix=f".{key}.")
+            write_atomic(self.path(key), data, prefix=f".{key}.")
 
     def entries(self) -> list[EntryFile]:
         """Every entry file (valid or not), oldest use first."""
@@ -343,6 +373,7 @@ class DiskStore:
         of raising: the caller then compiles without coordination."""
         lock = filelock.FileLock(str(self.locks / f"{key[:2]}.lock"), timeout=timeout, mode=0o600)
         try:
+            self.check_locks()
             lock.acquire()
         except filelock.Timeout:
             log.warning("cache_lock_timeout", key=key, timeout_s=timeout, lock=lock.lock_file)
@@ -357,29 +388,9 @@ class DiskStore:
         finally:
             lock.release()
 
-    # persisted counters -------------------------------------------------------------------------
-
-    def load_counters(self) -> dict[str, int]:
-        try:
-            data = json.loads(_safe_read(str(self.root / "stats.json"), _MAX_STATS_BYTES))
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(data, dict):
-            return {}
-        return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, int)}
-
-    def add_counters(self, delta: dict[str, int], timeout: float = 5.0) -> None:
-        """Add ``delta`` to ``stats.json`` (under a lock, atomic rewrite); raises ``OSError``."""
-        lock = filelock.FileLock(str(self.locks / "stats.lock"), timeout=timeout, mode=0o600)
-        with lock:
-            total: dict[str, Any] = self.load_counters()
-            for k, v in delta.items():
-                total[k] = total.get(k, 0) + v
-            _write_atomic(
-                self.root / "stats.json", json.dumps(total, sort_keys=True).encode(), ".stats."
-            )
-
-    def reset_counters(self) -> bool:
-        """Forget the folder's totals (``stats.json``); False when there were none."""
-        return self.remove(self.root / "stats.json")
-
+    def check_locks(self) -> None:
+        """``FileNotFoundError`` when ``locks/`` is gone (before a lock file is made there)."""
+        # filelock would make a missing folder again, readable by all (0755): when the cache
+        # folder was removed meanwhile, fail instead, and let the next open make it (0700)
+        if not os.path.isdir(self.locks):
+            raise FileNotFoundError(errno.ENOENT, "the cache folder was removed", str(self.locks))

@@ -1,0 +1,90 @@
+"""Checks of a driver's program binary before it is handed back to the driver.
+
+A cached binary is authentic (signed, or in a private folder) and intact (checksum), yet it may
+still have been cut before it was stored or signed: PoCL reads the lengths inside its own binary
+without bounds and crashes the process on a truncated one. So the structure of the formats we
+know is walked first: every length they declare must land inside the binary, and the last
+record must end exactly at its end. PoCL binaries (``poclbin``) and ELF files (Intel, AMD) are
+checked; other formats (NVIDIA's PTX text) have no lengths to check and pass.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from netcl.runtime.cache._entry import EntryError
+
+__all__ = ["check_binary"]
+
+_POCL = b"poclbin\0"
+# magic, device id, format version, kernel count, flags, then the build hash (40 hex + NUL)
+_POCL_HEAD = struct.Struct("<8sQIIQ41s")
+_U32 = struct.Struct("<I")
+_POCL_KERNEL = struct.Struct("<QQI")  # record size, size of its files, size of its arg info
+_ELF = b"\x7fELF"
+
+
+def check_binary(binary: bytes | memoryview) -> None:
+    """Raise :class:`EntryError` ``binary`` when ``binary`` is a PoCL or ELF binary whose
+    declared lengths do not match its length (truncated, extended, or garbled)."""
+    head = bytes(binary[:8])
+    try:
+        if head == _POCL:
+            _check_pocl(binary)
+        elif head[:4] == _ELF:
+            _check_elf(binary)
+    except struct.error as exc:  # a length field itself lies past the end
+        raise EntryError("binary", f"cut inside a header ({exc})") from exc
+
+
+def _bad(what: str, at: int, n: int) -> EntryError:
+    return EntryError("binary", f"{what} ends at byte {at}, the binary has {n}")
+
+
+def _file(b: bytes | memoryview, at: int, end: int) -> int:
+    """The offset after one serialized file (u32 name length, name, u32 size, content)."""
+    for _ in range(2):
+        (size,) = _U32.unpack_from(b, at)
+        at += _U32.size + size
+        if at > end:
+            raise _bad("a file record", at, end)
+    return at
+
+
+def _check_pocl(b: bytes | memoryview) -> None:
+    n = len(b)
+    num_kernels = _POCL_HEAD.unpack_from(b)[3]
+    at = _file(b, _POCL_HEAD.size, n)  # the program's bitcode
+    for _ in range(num_kernels):
+        size, files, _ = _POCL_KERNEL.unpack_from(b, at)
+        end = at + size
+        if end > n or files > size:
+            raise _bad("a kernel record", end, n)
+        f = end - files
+        while f < end:  # the kernel's compiled files
+            f = _file(b, f, end)
+        at = end
+    if at != n:
+        raise EntryError("binary", f"{n} bytes, its records end at byte {at}")
+
+
+def _check_elf(b: bytes | memoryview) -> None:
+    n = len(b)
+    wide = b[4] == 2  # ELFCLASS64
+    order = "<" if b[5] == 1 else ">"
+    if wide:
+        phoff, shoff = struct.unpack_from(order + "QQ", b, 32)
+        phsize, phnum, shsize, shnum = struct.unpack_from(order + "HHHH", b, 54)
+        section = struct.Struct(order + "IIQQQQ")  # name, type, flags, addr, offset, size
+    else:
+        phoff, shoff = struct.unpack_from(order + "II", b, 28)
+        phsize, phnum, shsize, shnum = struct.unpack_from(order + "HHHH", b, 42)
+        section = struct.Struct(order + "IIIIII")
+    for what, off, size, count in (("program headers", phoff, phsize, phnum),
+                                   ("section headers", shoff, shsize, shnum)):
+        if count and off + size * count > n:
+            raise _bad(what, off + size * count, n)
+    for i in range(shnum if shsize >= section.size else 0):
+        _, kind, _, _, off, size = section.unpack_from(b, shoff + i * shsize)
+        if kind != 8 and off + size > n:  # SHT_NOBITS (.bss) takes no bytes in the file
+            raise _bad(f"section {i}", off + size, n)

@@ -1,0 +1,357 @@
+"""The lookup across the tiers below the in-process one: disk, then remote, then compile.
+
+It owns the order, the locks that make one process (and one machine of a fleet) compile a
+missing program while the others wait for its binary, the write-back of what it found to the
+faster tiers, and the counters. The tiers themselves only store: :class:`DiskStore` and
+:class:`RemoteTier` offer get, lock and put.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyopencl as cl
+
+from netcl.core.log import get_logger
+from netcl.runtime.cache import _remote
+from netcl.runtime.cache import _telemetry as tel
+from netcl.runtime.cache._build import compile_program, entry_meta, from_binary
+from netcl.runtime.cache._config import Settings
+from netcl.runtime.cache._entry import EntryError, decode, encode
+from netcl.runtime.cache._key import compute_key
+from netcl.runtime.cache._remote import Lease, RemoteError, RemoteTier
+from netcl.runtime.cache._stats import Counters, new_counters
+from netcl.runtime.cache._store import DiskStore, UntrustedFolderError
+
+__all__ = ["Lookup"]
+
+log = get_logger("netcl.runtime.cache")
+
+
+class _Registry:
+    """What caches of one process share: folders found trusted (a fresh instance skips the
+    three stat calls; only this user or root could make them untrusted) and the device
+    identities and names (a few slow driver queries, once per device). Pass your own to
+    ``ProgramCache(registry=...)`` to start as a new process would."""
+
+    def __init__(self) -> None:
+        self.stores: dict[Path, DiskStore] = {}
+        self.warned: set[Path] = set()  # folders a warning was shown for
+        self.identities: dict[tuple[cl.Device, Callable[[cl.Device], str]], str] = {}
+        self.names: dict[cl.Device, str] = {}
+
+    def identity(self, dev: cl.Device, fn: Callable[[cl.Device], str]) -> str:
+        ident = self.identities.get((dev, fn))
+        if ident is None:
+            ident = self.identities[(dev, fn)] = fn(dev)
+        return ident
+
+    def name(self, dev: cl.Device) -> str:
+        name = self.names.get(dev)
+        if name is None:
+            name = self.names[dev] = dev.name
+        return name
+
+
+REGISTRY = _Registry()
+
+
+@dataclass(slots=True)
+class _Request:
+    """One program wanted: the caller's objects and what the tiers key on."""
+
+    ctx: cl.Context
+    src: str
+    dev: cl.Device
+    opts: str
+    key: str
+    ident: str
+    src_len: int
+    name: str
+
+
+class _Session:
+    """One lookup's use of the remote tier: failed calls are counted, and after the first
+    failure no more calls are made (one lookup pays at most one timeout), except releasing a
+    lock it holds while the server still answers."""
+
+    __slots__ = ("c", "ok", "reachable", "reported", "tier")
+
+    def __init__(self, tier: RemoteTier, counters: Counters) -> None:
+        self.tier = tier
+        self.c = counters
+        self.ok = True
+        self.reachable = True
+        self.reported = False
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, or None when it failed or an earlier call did."""
+        if not self.ok:
+            return None
+        return self._guarded(fn, *args)
+
+    def release(self, lease: Lease) -> None:
+        if self.reachable:
+            self._guarded(self.tier.unlock, lease)
+
+    def _guarded(self, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except RemoteError as exc:
+            self.ok = False
+            self.reachable = not exc.down
+            if exc.failed:
+                self.c["remote_errors"] += 1
+            return None
+
+
+class Lookup:
+    """Finds or builds the program of one ``get_program`` that missed in memory."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        device_identity: Callable[[cl.Device], str],
+        registry: _Registry,
+        remote_args: tuple[str | None, str | bytes | None],
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.c: Counters = new_counters()
+        self._device_identity = device_identity
+        self._store: DiskStore | None = None
+        self._store_state = "unopened"  # unopened | open | unusable
+        # remote tier: configured on the first miss (redis is imported only then, if at all)
+        self._remote_args = remote_args
+        self._remote: RemoteTier | None = None
+        self._remote_resolved = False
+
+    def run(self, ctx: cl.Context, src: str, dev: cl.Device, opts: str) -> tuple[Any, str, str]:
+        """(program, key, result) of a program not in memory; the ``get_program`` span."""
+        name = self.registry.name(dev)
+        # a failure leaving the block marks the span (status ERROR, error.type)
+        with tel.TEL.span(tel.SPAN_GET_PROGRAM, {tel.ATTR_DEVICE: name}) as span:
+            req = self._request(ctx, src, dev, opts, name)
+            span.set(tel.ATTR_KEY, req.key)
+            prg, result = self._resolve(req)
+            span.set(tel.ATTR_RESULT, result)
+        return prg, req.key, result
+
+    def _request(
+        self, ctx: cl.Context, src: str, dev: cl.Device, opts: str, name: str
+    ) -> _Request:
+        # the identity: a few slow driver queries (~0.1 ms on PoCL), once per device and process
+        ident = self.registry.identity(dev, self._device_identity)
+        raw = src.encode("utf-8", "surrogateescape")
+        key = compute_key(raw, opts, ident)
+        return _Request(ctx, src, dev, opts, key, ident, len(raw), name)
+
+    # the order ----------------------------------------------------------------------------------
+
+    def _resolve(self, req: _Request) -> tuple[cl.Program, str]:
+        """(program, result) through the disk, remote and compile tiers."""
+        store = self.open_store() if self.settings.enabled else None
+        if store is None:
+            prg, _, result = self._beyond_disk(req)
+            return prg, result
+        prg, damaged = self._load(store, req)
+        if prg is not None:
+            return prg, "disk"
+        with store.lock(req.key, self.settings.lock_timeout) as locked:
+            if locked == "timeout":
+                self.c["lock_timeouts"] += 1
+            if locked == "held":
+                # whoever held the lock may have just written this entry (or repaired it)
+                prg, again = self._load(store, req, report=damaged is None)
+                if prg is not None:
+                    return prg, "disk"
+                damaged = damaged or again
+            prg, binary, result = self._beyond_disk(req)
+            if binary:  # compiled, or a remote hit: written to the local tier either way
+                self._save(store, req, binary)
+        if damaged is not None:
+            self.c["recoveries"] += 1
+            return prg, "recovered" if result == "compiled" else result
+        return prg, result
+
+    def _beyond_disk(self, req: _Request) -> tuple[cl.Program, bytes, str]:
+        """(program, binary, "remote") from the remote tier, else (.., "compiled")."""
+        tier = self.remote_tier()
+        if tier is None:
+            return (*self._compile(req), "compiled")
+        s = _Session(tier, self.c)
+        prg, binary = self._fetch(s, req)
+        if prg is not None:
+            return prg, binary, "remote"
+        lease: Lease | None = s.call(tier.lock, req.key, self.settings.lock_timeout)
+        try:
+            if lease is not None and lease.waited:
+                self._waited(tier, lease)
+                if lease.token is not None:  # the holder is done: its value may be there now
+                    prg, binary = self._fetch(s, req)
+                    if prg is not None:
+                        return prg, binary, "remote"
+            prg, binary = self._compile(req)
+            meta = entry_meta(req.dev, req.ident, req.opts, req.src_len)
+            if binary and s.call(tier.put, req.key, binary, meta):
+                self.c["remote_writes"] += 1
+        finally:  # also after a build error: a waiter then takes the lock and sees it itself
+            if lease is not None and lease.token is not None:
+                s.release(lease)
+        return prg, binary, "compiled"
+
+    def _compile(self, req: _Request) -> tuple[cl.Program, bytes]:
+        self.c["compiles"] += 1
+        out = compile_program(req.ctx, req.src, req.dev, req.opts, req.key, req.name)
+        self.c["misses"] += 1  # found in no tier: a build that failed is no miss
+        return out
+
+    # remote tier --------------------------------------------------------------------------------
+
+    def remote_tier(self) -> RemoteTier | None:
+        if not self._remote_resolved:
+            self._remote = _remote.tier_for(*self._remote_args)
+            self._remote_resolved = True
+        return self._remote
+
+    def _fetch(self, s: _Session, req: _Request) -> tuple[cl.Program | None, bytes]:
+        data = s.call(s.tier.get, req.key)
+        if data is None:
+            return None, b""
+        try:
+            binary = s.tier.decode(req.key, req.ident, data)
+            prg = from_binary(req.ctx, req.dev, req.opts, binary)
+        except EntryError as exc:
+            reason, detail = exc.reason, str(exc)
+        except cl.Error as exc:
+            reason, detail = "rejected", f"rejected by the driver: {exc}"
+        else:
+            self.c["remote_hits"] += 1
+            return prg, bytes(binary)
+        if not s.reported:  # the same bad value seen again after a wait is reported once
+            s.reported = True
+            self.c["remote_rejected"] += 1
+            tel.remote_rejected.add(1, {tel.ATTR_REASON: reason})
+            log.warning("cache_remote_rejected", url=s.tier.url, key=req.key, reason=detail)
+        return None, b""
+
+    def _waited(self, tier: RemoteTier, lease: Lease) -> None:
+        self.c["remote_waits"] += 1
+        if lease.token is None:
+            self.c["remote_lock_timeouts"] += 1
+            log.warning("cache_remote_lock_timeout", url=tier.url, key=lease.key,
+                        timeout_s=self.settings.lock_timeout)
+
+    # disk tier ----------------------------------------------------------------------------------
+
+    @property
+    def store(self) -> DiskStore | None:
+        """The disk tier when it was opened and found usable, without opening it."""
+        return self._store if self._store_state == "open" else None
+
+    def open_store(self) -> DiskStore | None:
+        if self._store_state == "open":
+            return self._store
+        if self._store_state == "unusable":
+            return None
+        root = self.settings.cache_dir
+        try:
+            # A folder found trusted stays trusted for this process (only this user or root
+            # could change that): a fresh instance then skips the three stat calls.
+            stores = self.registry.stores
+            store = stores.get(root)
+            if store is None:
+                store = stores[root] = DiskStore.open(root)
+        except UntrustedFolderError as exc:
+            self._unusable(root, "cache_dir_untrusted", reason=str(exc))
+        except OSError as exc:
+            self._unusable(root, "cache_dir_unusable", error=str(exc))
+        else:
+            self._store = store
+            self._store_state = "open"
+            return store
+        # not the store of an earlier open, which _save gave up on when its folder vanished
+        self._store = None
+        self._store_state = "unusable"
+        return None
+
+    def _unusable(self, root: Path, event: str, **why: str) -> None:
+        log.warning(event, path=str(root), **why)
+        what = "is not used" if event == "cache_dir_untrusted" else "cannot be used"
+        self._warn_once(root, f"{what} ({next(iter(why.values()))})")
+
+    def _warn_once(self, root: Path, what: str) -> None:
+        """A Python warning (shown without any logging set up), once per folder and process."""
+        if root in self.registry.warned:
+            return
+        self.registry.warned.add(root)
+        warnings.warn(
+            f"netcl cache: the cache folder {root} {what}; programs compiled now are not kept "
+            "on disk. Set NETCL_CACHE_DIR to a folder of your own that you can write (it is "
+            "created, private to you, when missing).",
+            RuntimeWarning, stacklevel=2,
+        )
+
+    def _load(
+        self, store: DiskStore, req: _Request, report: bool = True
+    ) -> tuple[cl.Program | None, str | None]:
+        """(program, None) on a hit, (None, None) when absent, (None, reason) when damaged."""
+        try:
+            data = store.read(req.key)  # a FIFO, link, folder or huge file: EntryError, no wait
+        except EntryError as exc:
+            reason = str(exc)
+        except OSError as exc:
+            reason = f"unreadable: {exc}"
+        else:
+            if data is None:
+                return None, None
+            try:
+                prg = from_binary(req.ctx, req.dev, req.opts, decode(data, req.key))
+            except EntryError as exc:
+                reason = str(exc)
+            except cl.Error as exc:
+                reason = f"rejected by the driver: {exc}"
+            else:
+                store.touch(req.key)
+                self.c["disk_hits"] += 1
+                self.c["bytes_read"] += len(data)
+                return prg, None
+        if report:
+            self.c["corrupt"] += 1
+            log.warning(
+                "cache_entry_corrupt", path=str(store.path(req.key)), key=req.key, reason=reason
+            )
+            tel.recoveries.add(1, {tel.ATTR_REASON: reason.split(":", 1)[0]})
+        return None, reason
+
+    def _save(self, store: DiskStore, req: _Request, binary: bytes) -> None:
+        data = encode(req.key, binary, entry_meta(req.dev, req.ident, req.opts, req.src_len))
+        try:
+            store.write(req.key, data)
+        except OSError as exc:
+            self.c["write_errors"] += 1
+            log.warning("cache_write_failed", path=str(store.path(req.key)), key=req.key,
+                        errno=exc.errno, error=str(exc))
+            if isinstance(exc, FileNotFoundError):  # folder removed meanwhile: check it again
+                self.registry.stores.pop(store.root, None)
+                self._store_state = "unopened"
+            else:  # read-only, full, not allowed
+                self._warn_once(store.root, f"cannot be written ({exc.strerror or exc})")
+            return
+        self.c["bytes_written"] += len(data)
+        max_bytes = self.settings.max_bytes
+        try:
+            removed = store.evict(max_bytes, keep=req.key)
+        except OSError as exc:
+            log.warning("cache_evict_failed", path=str(store.programs), error=str(exc))
+            return
+        if removed:
+            self.c["evictions"] += len(removed)
+            log.info(
+                "cache_evicted", entries=len(removed), bytes=sum(f.size for f in removed),
+                max_bytes=max_bytes,
+            )

@@ -1,0 +1,94 @@
+"""The in-process tier: built programs keyed on the caller's own objects, bounded, holding
+contexts weakly, with one builder per key."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+import pyopencl as cl
+
+__all__ = ["MemoryTier"]
+
+_ref = weakref.ref
+
+
+def _purge_dead(tier_ref: weakref.ref[MemoryTier]) -> None:
+    # a context the tier keyed on was collected: its entries go (keys of dead weakrefs never
+    # match a lookup again; this frees the programs)
+    tier = tier_ref()
+    if tier is not None:
+        tier.drop_dead_contexts()
+
+
+class MemoryTier:
+    """``entries`` maps (weakref to ctx, device, source, options) to [program, key, device
+    name, used], in insertion order. Keyed on the caller's own objects: a hit hashes a tuple
+    whose source string caches its hash, no sha256. The context is held weakly (a weakref
+    without callback is shared, so making one per lookup costs ~0.1 µs). The bound evicts by
+    CLOCK (second chance), an LRU approximation whose hit only sets the ``used`` flag."""
+
+    __slots__ = ("__weakref__", "_dead_pending", "_lock", "_watched", "entries", "key_locks",
+                 "max_programs")  # fmt: skip
+
+    def __init__(self, max_programs: int) -> None:
+        self.entries: OrderedDict[tuple[Any, ...], list[Any]] = OrderedDict()
+        self.max_programs = max_programs
+        self.key_locks: dict[tuple[Any, ...], threading.Lock] = {}
+        self._watched: weakref.WeakSet[cl.Context] = weakref.WeakSet()
+        self._dead_pending = False
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def builder(self, mkey: tuple[Any, ...]) -> Iterator[None]:
+        """Held while this thread builds ``mkey``: threads wanting the same program wait, then
+        find it in ``entries``. The lock is dropped after the build, also a failed one (never
+        cached), so no lock stays behind per source."""
+        with self._lock:
+            key_lock = self.key_locks.setdefault(mkey, threading.Lock())
+        try:
+            with key_lock:
+                yield
+        finally:
+            with self._lock:
+                if self.key_locks.get(mkey) is key_lock:  # not a newer one of a later caller
+                    del self.key_locks[mkey]
+
+    def remember(self, mkey: tuple[Any, ...], ctx: cl.Context, entry: list[Any]) -> None:
+        with self._lock:
+            if self._dead_pending:
+                self._purge_locked()
+            entries = self.entries
+            entries[mkey] = entry
+            while len(entries) > self.max_programs:
+                k, old = entries.popitem(last=False)
+                if old[3] and k != mkey:  # used since last passed: a second chance
+                    old[3] = False
+                    entries[k] = old
+            if ctx not in self._watched:
+                self._watched.add(ctx)
+                weakref.finalize(ctx, _purge_dead, _ref(self))
+
+    def clear(self) -> None:
+        with self._lock:
+            self.entries.clear()
+
+    def drop_dead_contexts(self) -> None:
+        # runs from the garbage collector, possibly in this very thread while it holds the lock
+        # (inside remember): never block, leave the purge to the next insertion then
+        if not self._lock.acquire(blocking=False):
+            self._dead_pending = True
+            return
+        try:
+            self._purge_locked()
+        finally:
+            self._lock.release()
+
+    def _purge_locked(self) -> None:
+        self._dead_pending = False
+        for k in [k for k in self.entries if k[0]() is None]:
+            del self.entries[k]
