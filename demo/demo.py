@@ -359,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
 
         soaked = soak.run(model, lambda n, s: scheduled_step(model, cap, n, s), args.soak)
 
-    telemetry.flush()  # span lines before the table, not after
+    if args.console_spans and not args.no_console:
+        telemetry.flush()  # span lines before the table, not after
     print("\n".join(summary))
     if soaked is not None:
         print("\n".join(["", *soaked]))

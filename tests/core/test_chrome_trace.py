@@ -117,3 +117,29 @@ def test_chosen_by_the_standard_variable(tmp_path: Path) -> None:
     assert any(n.startswith("device: ") for n in _tracks(doc).values())
     names = {e["name"] for e in doc["traceEvents"] if e["ph"] == "X"}
     assert {"netcl.test.step", "twice", "netcl.device.replay"} <= names
+
+
+def test_an_envelope_around_one_kernel_nests_above_it(
+    ctx: cl.Context, spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    """A device span and its only child cover the same interval: the parent must come first in
+    the file (the viewers nest equal slices in file order)."""
+    q = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    kernel = cl.Kernel(cl.Program(ctx, SOURCE).build(), "twice")
+    buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4096)  # set_args keeps no reference
+    kernel.set_args(buf)
+    collector = profiling.Collector()
+    with T.span("netcl.test.node") as host:
+        collector.watch(profiling.GRAPH_NODE, [cl.enqueue_nd_range_kernel(q, kernel, (1024,), None)],
+                        labels=["twice"], name="n0", parent=host)  # fmt: skip
+        q.finish()
+    collector.flush()
+    finished = list(spans.get_finished_spans())
+    exporter = ChromeTraceExporter(tmp_path / "trace.json")
+    exporter.export(finished[::-1])  # children first, as a batch may deliver them
+    exporter.shutdown()
+    slices = [e for e in _load(tmp_path / "trace.json")["traceEvents"] if e["ph"] == "X"]
+    node = next(i for i, s in enumerate(slices) if s["name"] == "netcl.device.node")
+    twice = next(i for i, s in enumerate(slices) if s["name"] == "twice")
+    assert (slices[node]["ts"], slices[node]["dur"]) == (slices[twice]["ts"], slices[twice]["dur"])
+    assert node < twice and slices[node]["tid"] == slices[twice]["tid"]

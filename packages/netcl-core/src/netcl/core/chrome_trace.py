@@ -117,13 +117,34 @@ def _slice(span: ReadableSpan) -> _Slice:
     return _Slice(track, title, start, end, span_id, parent, args)
 
 
+def _tree_depths(slices: list[_Slice]) -> list[int]:
+    """How many ancestors each slice has in the file (a parent before its child when both
+    cover the same interval, e.g. a device envelope around its only kernel)."""
+    parent = {s.span_id: s.parent_id for s in slices}
+    depths = []
+    for s in slices:
+        depth, up, seen = 0, s.parent_id, set()
+        while up in parent and up not in seen:
+            seen.add(up)
+            depth, up = depth + 1, parent[up]
+        depths.append(depth)
+    return depths
+
+
+def _ordered(slices: list[_Slice]) -> list[_Slice]:
+    """By start, longest first, parents before children: the order that nests."""
+    depth = _tree_depths(slices)
+    order = sorted(range(len(slices)),
+                   key=lambda i: (slices[i].start_ns, -slices[i].end_ns, depth[i]))  # fmt: skip
+    return [slices[i] for i in order]
+
+
 def _lanes(slices: list[_Slice]) -> list[int]:
-    """A row per slice such that the slices of a row nest properly (what the viewers draw)."""
-    order = sorted(range(len(slices)), key=lambda i: (slices[i].start_ns, -slices[i].end_ns))
+    """A row per slice (in :func:`_ordered` order) such that the slices of a row nest properly
+    (what the viewers draw)."""
     rows: list[list[int]] = []  # per row, the end times of the open (enclosing) slices
     lane = [0] * len(slices)
-    for i in order:
-        s = slices[i]
+    for i, s in enumerate(slices):
         for r, stack in enumerate(rows):
             while stack and stack[-1] <= s.start_ns:
                 stack.pop()
@@ -148,7 +169,7 @@ def _document(slices: list[_Slice], left_out: int) -> dict[str, Any]:
                        "args": {"sort_index": pid[t]}})  # fmt: skip
     where: dict[int, tuple[int, int, float]] = {}  # span id -> pid, tid, ts
     for t in tracks:
-        mine = [s for s in slices if s.track == t]
+        mine = _ordered([s for s in slices if s.track == t])
         for s, tid in zip(mine, _lanes(mine), strict=True):
             ts = (s.start_ns - epoch) / 1e3
             where[s.span_id] = (pid[t], tid, ts)
