@@ -130,8 +130,8 @@ def test_an_envelope_around_one_kernel_nests_above_it(
     kernel.set_args(buf)
     collector = profiling.Collector()
     with T.span("netcl.test.node") as host:
-        collector.watch(profiling.GRAPH_NODE, [cl.enqueue_nd_range_kernel(q, kernel, (1024,), None)],
-                        labels=["twice"], name="n0", parent=host)  # fmt: skip
+        event = cl.enqueue_nd_range_kernel(q, kernel, (1024,), None)
+        collector.watch(profiling.GRAPH_NODE, [event], labels=["twice"], name="n0", parent=host)
         q.finish()
     collector.flush()
     finished = list(spans.get_finished_spans())
