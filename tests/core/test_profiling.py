@@ -246,9 +246,19 @@ def test_bad_input_is_refused(pq: cl.CommandQueue, collector: profiling.Collecto
     pq.finish()
 
 
+@pytest.fixture
+def fresh_failure_log() -> Iterator[None]:
+    """telemetry logs each kind of SDK failure once per process: leave that record as it was,
+    so that tests of the log itself still see their first failures."""
+    saved = set(telemetry._reported)
+    yield
+    telemetry._reported.clear()
+    telemetry._reported.update(saved)
+
+
 def test_a_failing_sdk_changes_nothing(
     pq: cl.CommandQueue, kernels: Any, collector: profiling.Collector,
-    hostile_sdk: Callable[[], None],
+    fresh_failure_log: None, hostile_sdk: Callable[[], None],
 ) -> None:  # fmt: skip
     with T.span("netcl.test.hostile") as host:
         unit = collector.watch(profiling.REPLAY, [_scale(pq, kernels)], labels=["scale"],
@@ -257,3 +267,28 @@ def test_a_failing_sdk_changes_nothing(
     assert collector.flush() == 0
     hostile_sdk()
     assert unit.done and unit.duration is not None and unit.duration > 0
+
+
+def test_span_budget_keeps_metrics_and_drops_only_command_spans(
+    pq: cl.CommandQueue, kernels: Any, spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+) -> None:  # fmt: skip
+    """Past its CPU budget the collector still records every unit's envelope span and every
+    metric point, but no per-command spans (a budget of 0: none at all)."""
+    collector = profiling.Collector(span_budget=0.0)
+
+    def scale_points() -> int:
+        return sum(p.count for p in metric_points("netcl.kernel.duration")
+                   if p.attributes["netcl.kernel.name"] == "scale")  # fmt: skip
+
+    before = scale_points()
+    for _ in range(3):
+        collector.watch(profiling.REPLAY, [_scale(pq, kernels)], labels=["scale"])
+    pq.finish()
+    collector.flush()
+    finished = list(spans.get_finished_spans())
+    envelopes = _by_name(finished, "netcl.device.replay")
+    assert len(envelopes) == 3 and not _by_name(finished, "netcl.device.kernel")
+    assert all((e.attributes or {}).get("netcl.device.commands_skipped") == 1 for e in envelopes)
+    assert scale_points() - before == 3
+    assert collector.stats().spans_skipped == 3

@@ -79,13 +79,15 @@ class DeviceTime:
 
 class Stats(NamedTuple):
     """What a collector has seen: units of work watched, collected, dropped (a failed command,
-    a queue without profiling, or more than ``max_pending`` waiting), and still pending; device
-    seconds and counts per kind and per kernel label."""
+    a queue without profiling, or more than ``max_pending`` waiting), still pending, and
+    recorded without per-command spans (over the span budget); device seconds and counts per
+    kind and per kernel label."""
 
     watched: int
     collected: int
     dropped: int
     pending: int
+    spans_skipped: int
     by_kind: dict[str, tuple[int, float]]
     by_kernel: dict[str, tuple[int, float]]
 
@@ -95,6 +97,7 @@ class _Totals:
     watched: int = 0
     collected: int = 0
     dropped: int = 0
+    spans_skipped: int = 0
     by_kind: dict[str, list[float]] = field(default_factory=dict)
     by_kernel: dict[str, list[float]] = field(default_factory=dict)
 
@@ -105,18 +108,25 @@ class Collector:
     ``interval`` (s) is how often the daemon thread looks at pending events, ``recalibrate``
     (s) how old a device clock calibration may get, ``busy_window`` (s) the window of
     ``netcl.device.busy``, ``max_pending`` how many units may wait before the oldest is dropped.
+    ``span_budget`` is the share of one CPU core that recording spans may take, averaged over a
+    second: an SDK span costs 10-30 µs, so a replay of 64 kernels would cost a millisecond of
+    the application's interpreter; past the budget a unit gets its envelope span and all its
+    metric points but not its per-command spans (the envelope says how many were skipped).
     """
 
     def __init__(
         self,
         *,
         interval: float = 0.05,
-        recalibrate: float = 60.0,
+        recalibrate: float = 10.0,
         busy_window: float = 5.0,
         max_pending: int = 100_000,
+        span_budget: float = 0.05,
     ) -> None:
         self.interval, self.recalibrate, self.busy_window = interval, recalibrate, busy_window
-        self.max_pending = max_pending
+        self.max_pending, self.span_budget = max_pending, span_budget
+        self._credit = span_budget  # seconds of span work allowed now (refills at span_budget/s)
+        self._credit_at = time.monotonic()
         self._pending: deque[DeviceTime] = deque()
         self._lock = threading.RLock()  # one collection at a time; guards the fields below
         self._clocks: dict[int, DeviceClock] = {}
@@ -238,7 +248,7 @@ class Collector:
             def freeze(d: dict[str, list[float]]) -> dict[str, tuple[int, float]]:
                 return {k: (int(v[0]), v[1]) for k, v in d.items()}
 
-            return Stats(t.watched, t.collected, t.dropped, len(self._pending),
+            return Stats(t.watched, t.collected, t.dropped, len(self._pending), t.spans_skipped,
                          freeze(t.by_kind), freeze(t.by_kernel))  # fmt: skip
 
     def busy(self, now_ns: int | None = None) -> dict[str, float]:
@@ -280,7 +290,20 @@ class Collector:
             )
         unit.duration = busy_ns / 1e9
         self._account(unit, info)
-        emit(unit, info)
+        self._emit(unit, info)
+
+    def _emit(self, unit: DeviceTime, info: DeviceInfo) -> None:
+        """Record the unit, its per-command spans only while the span budget has credit."""
+        now = time.monotonic()
+        budget = self.span_budget
+        self._credit = min(budget, self._credit + (now - self._credit_at) * budget)
+        self._credit_at = now
+        command_spans = self._credit > 0 or not unit.commands
+        if not command_spans:
+            self._totals.spans_skipped += 1
+        emit(unit, info, command_spans)
+        if unit.commands and telemetry.tracing():
+            self._credit -= time.monotonic() - now
 
     def _account(self, unit: DeviceTime, info: DeviceInfo) -> None:
         t = self._totals

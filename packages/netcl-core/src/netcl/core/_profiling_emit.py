@@ -65,8 +65,10 @@ KINDS: dict[str, _Kind] = {
     COMMANDS: _Kind("netcl.device.commands", None, "netcl.device.label"),
 }  # fmt: skip
 
-def emit(unit: DeviceTime, info: DeviceInfo) -> None:
-    """The unit's histogram points and (when tracing) its spans."""
+
+def emit(unit: DeviceTime, info: DeviceInfo, command_spans: bool) -> None:
+    """The unit's histogram points and (when tracing) its spans: the envelope, and one span per
+    command when ``command_spans``."""
     kind = KINDS[unit.kind]
     dev = {"netcl.device.name": info.name}
     named = {**dev, kind.name_attribute: unit.name} if unit.name is not None else dev
@@ -79,11 +81,13 @@ def emit(unit: DeviceTime, info: DeviceInfo) -> None:
     if not telemetry.tracing():
         return
     attrs: dict[str, AttributeValue] = {**named, "netcl.device.duration": unit.duration or 0.0}
+    if unit.commands and not command_spans:
+        attrs["netcl.device.commands_skipped"] = len(unit.commands)
     if unit.attributes:
         attrs.update(unit.attributes)
     envelope = TEL.span(kind.span, attrs, start_time=unit.start_ns, current=False,
                         parent=unit.parent)  # fmt: skip
-    for c in unit.commands:
+    for c in unit.commands if command_spans else ():
         TEL.record_span(c.span_name, c.start_ns, c.end_ns, {**c.attributes, **dev},
                         parent=envelope)  # fmt: skip
     envelope.end(end_time=unit.end_ns)

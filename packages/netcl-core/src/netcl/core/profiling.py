@@ -7,7 +7,7 @@ with :func:`watch` (the commands themselves: one device span per command) or
 running user code). The collector reads the timestamps only once the events are complete, on a
 daemon thread (every 50 ms), at :func:`flush`, or when :meth:`DeviceTime.poll` is asked: it never
 waits for the caller's commands. Device timestamps are mapped onto the host clock
-(``time.time_ns()``) by a per-device calibration (see :class:`DeviceClock`), redone every 60 s.
+(``time.time_ns()``) by a per-device calibration (see :class:`DeviceClock`), redone every 10 s.
 
 What it records, per watched unit of work:
 
