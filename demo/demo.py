@@ -25,9 +25,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 import pyopencl as cl
@@ -66,8 +65,7 @@ def cache_tour(ctx: cl.Context, dev: cl.Device) -> dict[str, float]:
     return t
 
 
-@dataclass
-class Model:
+class Model(NamedTuple):
     """The MLP on the device: weights, input tensor, graph, its executor and pool."""
 
     queue: cl.CommandQueue
@@ -163,8 +161,7 @@ def graph_steps(model: Model, n: int) -> list[float]:
     return times
 
 
-@dataclass
-class Captured:
+class Captured(NamedTuple):
     """A capture of one graph run, replayed with new inputs through Scheduler plans."""
 
     cap: KernelCapture
