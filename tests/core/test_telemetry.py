@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -146,15 +147,74 @@ def test_unknown_exporter_is_a_clear_error() -> None:
         from netcl.core import telemetry
         try:
             telemetry.configure()
-        except RuntimeError as exc:
+        except telemetry.ConfigError as exc:
             print(exc)
+            assert isinstance(exc, ValueError) and exc.variable == "OTEL_TRACES_EXPORTER"
         assert telemetry.tracing() is False  # nothing half-installed
         """,
         OTEL_TRACES_EXPORTER="zipkin_json_typo",
     )
     assert proc.returncode == 0, proc.stderr
-    assert "'traces': ['zipkin_json_typo']" in proc.stdout
-    assert "zipkin_json_typo' not found" in proc.stdout and "netcl-core[otel]" in proc.stdout
+    assert proc.stdout.count("\n") == 1, proc.stdout  # one line
+    assert proc.stdout.startswith("OTEL_TRACES_EXPORTER='zipkin_json_typo' is not valid: ")
+    for name in ("otlp", "console", "chrome_trace", "none"):
+        assert name in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "accepts"),
+    [
+        ("OTEL_TRACES_EXPORTER", "consol", "a comma-separated list of otlp, chrome_trace, console"),
+        ("OTEL_METRICS_EXPORTER", "console,prometheos", "prometheus"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpcc", "grpc or http/protobuf"),
+        ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json", "grpc or http/protobuf"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "10s", "a number > 0 (seconds)"),
+        ("OTEL_BSP_EXPORT_TIMEOUT", "1.5", "an integer > 0 (milliseconds)"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "-1", "a number > 0 (milliseconds)"),
+        ("OTEL_SDK_DISABLED", "yes", "true or false"),
+        ("OTEL_TRACES_SAMPLER", "always_of", "one of always_off, always_on"),
+        ("OTEL_TRACES_SAMPLER_ARG", "2", "a ratio from 0 to 1"),
+    ],
+)
+def test_bad_otel_value_is_one_line(variable: str, value: str, accepts: str) -> None:
+    """A value the SDK would reject with a traceback, or silently replace with its default,
+    is one line naming the variable and what it accepts; nothing is installed."""
+    env = {variable: value}
+    if variable == "OTEL_TRACES_SAMPLER_ARG":
+        env["OTEL_TRACES_SAMPLER"] = "traceidratio"
+    proc = _run(
+        """
+        from netcl.core import telemetry
+        try:
+            telemetry.configure()
+        except telemetry.ConfigError as exc:
+            print(exc)
+        assert telemetry.tracing() is False
+        """,
+        **env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.splitlines()
+    assert line.startswith(f"{variable}={value!r} is not valid: expected "), line
+    assert accepts in line, line
+
+
+def test_sdk_disabled_installs_nothing() -> None:
+    proc = _run(
+        """
+        from netcl.core import telemetry
+        p = telemetry.configure(console=True, prometheus_port=1)
+        assert p["disabled"] is True and p["exporters"] == {"traces": [], "metrics": [], "logs": []}
+        assert telemetry.tracing() is False
+        with telemetry.Scope("netcl.test", "0").span("netcl.test.s") as s:
+            assert not s.recording
+        assert telemetry.shutdown() is True
+        print("ok")
+        """,
+        OTEL_SDK_DISABLED="True",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n" and proc.stderr == ""
 
 
 def test_console_exporter_chosen_by_variable_uses_one_line_format() -> None:
@@ -315,3 +375,84 @@ def test_record_span_with_explicit_times_under_a_parent(spans: InMemorySpanExpor
     device, parent = spans.get_finished_spans()
     assert (device.start_time, device.end_time) == (1_000, 5_000)
     assert device.parent is not None and device.parent.span_id == parent.context.span_id
+
+
+@pytest.fixture
+def silent_endpoint() -> Iterator[int]:
+    """A TCP port that accepts connections and never answers (a hung collector)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+_EXPORTING_APP = """
+    import time
+    from netcl.core import telemetry
+    telemetry.configure()
+    t = telemetry.Scope("netcl.test", "0")
+    for _ in range(2000):
+        with t.span("netcl.test.s"):
+            pass
+    t.counter("netcl.test.count", "1", "a test counter").add(1)
+    t0 = time.monotonic()
+    done = telemetry.shutdown()
+    print(f"shutdown {time.monotonic() - t0:.2f} s done={done}")
+    for line in telemetry.export_failures():
+        print("failure", line)
+"""
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+@pytest.mark.parametrize("endpoint", ["refusing", "silent"])
+def test_shutdown_is_bounded_when_the_collector_is_dead(
+    silent_endpoint: int, protocol: str, endpoint: str
+) -> None:
+    port = silent_endpoint if endpoint == "silent" else _closed_port()
+    proc = _run(
+        _EXPORTING_APP,
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+        OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+    )
+    assert proc.returncode == 0, proc.stderr
+    seconds = float(proc.stdout.split("shutdown ")[1].split()[0])
+    assert seconds <= 2.5, proc.stdout  # the 2 s default per signal, side by side
+    assert "failure " in proc.stdout, proc.stdout  # the application can tell
+    assert "Traceback" not in proc.stderr, proc.stderr  # kept, not printed retry by retry
+
+
+def test_user_timeouts_win_over_netcl_defaults(silent_endpoint: int) -> None:
+    proc = _run(
+        _EXPORTING_APP,
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{silent_endpoint}",
+        OTEL_EXPORTER_OTLP_TIMEOUT="0.3",
+        OTEL_BSP_EXPORT_TIMEOUT="500",
+        OTEL_METRIC_EXPORT_TIMEOUT="500",
+    )
+    assert proc.returncode == 0, proc.stderr
+    seconds = float(proc.stdout.split("shutdown ")[1].split()[0])
+    assert seconds <= 0.9, proc.stdout

@@ -1,6 +1,6 @@
 """How netcl configures the OpenTelemetry SDK for an application (:func:`configure`,
-:func:`shutdown`) and prints spans and metric points as one line each. Re-exported by
-:mod:`netcl.core.telemetry`; libraries never call it."""
+:func:`flush`, :func:`shutdown`, :func:`export_failures`) and prints spans and metric points as one
+line each. Re-exported by :mod:`netcl.core.telemetry`; libraries never call it."""
 
 from __future__ import annotations
 
@@ -8,17 +8,33 @@ import json
 import logging
 import os
 import sys
+import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from opentelemetry import metrics, trace
 from opentelemetry.util.types import AttributeValue
 
+from netcl.core._otel_env import (
+    ConfigError,
+    ExportFailures,
+    check_environment,
+    netcl_defaults,
+    sdk_disabled,
+    shutdown_budget_s,
+)
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricsData
     from opentelemetry.sdk.trace import ReadableSpan
 
+__all__ = ["ConfigError", "configure", "export_failures", "flush", "shutdown"]
+
 _configured: dict[str, Any] = {}
 _log = logging.getLogger(__name__)
+_failures = ExportFailures()
+_unfinished: list[str] = []  # flushes and shutdowns that ran past their deadline
 
 _OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_{}_ENDPOINT")
 
@@ -35,23 +51,36 @@ def configure(
     This is the SDK's own environment-driven configuration (the one ``opentelemetry-instrument``
     runs), so every standard ``OTEL_*`` variable applies: ``OTEL_TRACES_EXPORTER`` /
     ``OTEL_METRICS_EXPORTER`` / ``OTEL_LOGS_EXPORTER`` (``otlp``, ``console``, ``prometheus``,
-    ``none``, comma-separated lists), ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``grpc``, the SDK's default,
-    or ``http/protobuf``), endpoints, headers, ``OTEL_RESOURCE_ATTRIBUTES``,
-    ``OTEL_SERVICE_NAME``, samplers, export intervals. netcl adds three defaults: with no
-    ``OTEL_{SIGNAL}_EXPORTER`` but an OTLP endpoint set, that signal goes over OTLP (with neither,
-    nothing is exported); ``service.name`` is ``service_name`` unless the environment names one;
-    console lines are one line per span or metric point. ``console=True`` also prints spans and
-    metrics to ``console_out`` (stderr); ``prometheus_port`` serves metrics for Prometheus on that
-    port (host ``OTEL_EXPORTER_PROMETHEUS_HOST``, default 127.0.0.1).
+    ``chrome_trace``, ``none``, comma-separated lists), ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``grpc``,
+    the SDK's default, or ``http/protobuf``), endpoints, headers, ``OTEL_RESOURCE_ATTRIBUTES``,
+    ``OTEL_SERVICE_NAME``, samplers, export intervals and timeouts, ``OTEL_SDK_DISABLED``.
 
-    When an SDK is already installed (by ``opentelemetry-instrument`` or the application), it is
-    left alone. Returns the providers (``tracer_provider``, ``meter_provider``) and ``exporters``,
-    the exporter names per signal as the SDK resolved them (``{"traces": ["otlp_proto_grpc"],
-    ...}``; empty when the SDK was already installed); call :func:`shutdown` before exiting.
+    netcl adds defaults where a variable is unset: with no ``OTEL_{SIGNAL}_EXPORTER`` but an OTLP
+    endpoint set, that signal goes over OTLP (with neither, nothing is exported); an OTLP request
+    gives up after 2 s (``OTEL_EXPORTER_OTLP_TIMEOUT``, seconds in this SDK) and each signal's
+    export at :func:`shutdown` after 2 s (``OTEL_BSP_EXPORT_TIMEOUT``,
+    ``OTEL_METRIC_EXPORT_TIMEOUT``, milliseconds), so a dead collector costs an application
+    seconds, not half a minute; ``service.name`` is ``service_name`` unless the environment names
+    one; console lines are one line per span or metric point. ``console=True`` also prints spans
+    and metrics to ``console_out`` (stderr); ``prometheus_port`` serves metrics for Prometheus on
+    that port (host ``OTEL_EXPORTER_PROMETHEUS_HOST``, default 127.0.0.1).
+
+    A value the SDK would reject or silently replace raises :class:`ConfigError` (one line
+    naming the variable and what it accepts) before anything is installed. With
+    ``OTEL_SDK_DISABLED=true`` nothing is installed. When an SDK is already installed (by
+    ``opentelemetry-instrument`` or the application), it is left alone.
+
+    Returns the providers (``tracer_provider``, ``meter_provider``), ``exporters``, the exporter
+    names per signal as the SDK resolved them (``{"traces": ["otlp_proto_grpc"], ...}``; empty
+    when the SDK was already installed, empty lists when disabled), and ``disabled``. Export
+    errors are kept (:func:`export_failures`) instead of printed by Python's last-resort log
+    handler; call :func:`shutdown` before exiting.
     """
     if _configured:
         return _configured
+    check_environment()
     exporters: dict[str, list[str]] = {}
+    disabled = False
     from netcl.core.telemetry import _recheck  # the module that re-exports this one
 
     if _recheck():
@@ -61,12 +90,16 @@ def configure(
                 "(set OTEL_METRICS_EXPORTER=prometheus and OTEL_EXPORTER_PROMETHEUS_PORT instead)",
                 prometheus_port,
             )
+    elif sdk_disabled():
+        disabled = True
+        exporters = {"traces": [], "metrics": [], "logs": []}
     else:
         exporters = _install(service_name, console, console_out or sys.stderr, prometheus_port)
     _configured.update(
         tracer_provider=trace.get_tracer_provider(),
         meter_provider=metrics.get_meter_provider(),
         exporters=exporters,
+        disabled=disabled,
     )
     return _configured
 
@@ -86,7 +119,7 @@ def _install(
         resource[SERVICE_NAME] = service_name
     # Like opentelemetry-distro, netcl's defaults are environment defaults, set only for the
     # duration of the configuration so that the SDK resolves them as it resolves the user's.
-    env: dict[str, str] = {}
+    env = netcl_defaults()
     for signal in ("TRACES", "METRICS"):
         endpoint = any(os.environ.get(v.format(signal)) for v in _OTLP_ENDPOINTS)
         if f"OTEL_{signal}_EXPORTER" not in os.environ and endpoint:
@@ -119,9 +152,8 @@ def _install(
             )
         except RuntimeError as exc:  # raised before any provider is installed
             raise RuntimeError(
-                f"telemetry.configure(): exporters {exporters} as resolved from the OTEL_* "
-                f"variables: {exc}. OTLP needs netcl-core[otel] (gRPC and HTTP exporters); "
-                "known names: otlp, console, prometheus, none"
+                f"telemetry.configure(): {exc} (exporters {exporters} as resolved from the "
+                "OTEL_* variables; OTLP needs netcl-core[otel])"
             ) from exc
     finally:
         for v, value in saved.items():
@@ -129,18 +161,68 @@ def _install(
                 del os.environ[v]
             else:
                 os.environ[v] = value
+    _failures.attach()
     from netcl.core.telemetry import _recheck
 
     _recheck()
     return {signal: list(dict.fromkeys(names)) for signal, names in exporters.items()}
 
 
-def shutdown() -> None:
-    """Flush and stop what :func:`configure` installed (no-op when it did nothing)."""
-    for provider in (_configured.get("tracer_provider"), _configured.get("meter_provider")):
-        stop = getattr(provider, "shutdown", None)
-        if stop is not None:
-            stop()
+def flush(timeout: float | None = None) -> bool:
+    """Export what the providers :func:`configure` installed hold now, waiting at most
+    ``timeout`` seconds (default as :func:`shutdown`); False when it ran past that (the rest
+    goes on in the background)."""
+    return _bounded("force_flush", timeout)
+
+
+def shutdown(timeout: float | None = None) -> bool:
+    """Flush and stop what :func:`configure` installed (no-op when it did nothing), in at most
+    ``timeout`` seconds: by default the larger of ``OTEL_BSP_EXPORT_TIMEOUT`` and
+    ``OTEL_METRIC_EXPORT_TIMEOUT`` (2 s each unless set), traces and metrics side by side. Device
+    time still pending in :mod:`netcl.core.profiling` is collected first (up to 1 s). Returns
+    False when an exporter was still busy at the deadline: it is left behind on a daemon thread
+    (recorded in :func:`export_failures`), so the application exits on time."""
+    profiling = sys.modules.get("netcl.core.profiling")
+    if profiling is not None and _configured:
+        profiling.flush(1.0)
+    return _bounded("shutdown", timeout)
+
+
+def export_failures() -> list[str]:
+    """One line per exporter that failed to export since :func:`configure` (its error count and
+    first message), and per flush or shutdown that ran past its deadline; empty when all went
+    well."""
+    return _failures.lines() + list(_unfinished)
+
+
+def _bounded(method: str, timeout: float | None) -> bool:
+    budget = shutdown_budget_s() if timeout is None else timeout
+    calls: list[tuple[str, Callable[[], object]]] = []
+    for signal, provider in (("traces", "tracer_provider"), ("metrics", "meter_provider")):
+        call = getattr(_configured.get(provider), method, None)
+        if call is not None:
+            calls.append((signal, call))
+    deadline = time.monotonic() + budget
+    threads = []
+    for what, call in calls:
+        thread = threading.Thread(target=_quietly, args=(call,), daemon=True,
+                                  name=f"netcl-otel-{method}-{what}")  # fmt: skip
+        thread.start()
+        threads.append((what, thread))
+    done = True
+    for what, thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            done = False
+            _unfinished.append(f"{what}: {method} still exporting after {budget:g} s, abandoned")
+    return done
+
+
+def _quietly(call: Callable[[], object]) -> None:
+    try:
+        call()
+    except Exception as exc:  # an SDK that raises never reaches the application
+        _log.warning("telemetry %s failed: %r", getattr(call, "__name__", call), exc)
 
 
 def _value(v: object) -> str:

@@ -375,3 +375,27 @@ def meter(scope: str, version: str) -> metrics.Meter:
 
 # The application side lives in its own module; imported last because it reads _recheck above.
 from netcl.core._otel_setup import configure, shutdown  # noqa: E402
+
+
+# -- added for device time (netcl.core.profiling) and polite export ---------------------------
+def current_span() -> Span:
+    """The span current in this thread as a :class:`Span`, to pass as ``parent=`` to spans
+    recorded later or from another thread; the do-nothing span when nothing records or no span
+    is current. It still belongs to whoever opened it: never end it."""
+    if not tracing():
+        return NO_SPAN
+    try:
+        span = trace.get_current_span()
+        if not span.get_span_context().is_valid:
+            return NO_SPAN
+    except Exception as exc:
+        _sdk_failed("current_span", exc)
+        return NO_SPAN
+    return Span(span, None)
+
+
+__all__ += ["current_span"]
+
+from netcl.core._otel_setup import ConfigError, export_failures, flush  # noqa: E402
+
+__all__ += ["ConfigError", "export_failures", "flush"]

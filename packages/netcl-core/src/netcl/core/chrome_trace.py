@@ -1,0 +1,198 @@
+"""A span exporter that writes a timeline file: Chrome trace-event JSON, which Perfetto UI
+(ui.perfetto.dev, "Open trace file") and ``chrome://tracing`` open.
+
+Select it with the SDK's standard variable, ``OTEL_TRACES_EXPORTER=chrome_trace`` (an entry point
+of netcl-core in the ``opentelemetry_traces_exporter`` group), or add it to a provider by hand.
+The file is ``NETCL_TRACE_FILE`` (default ``netcl-trace.json`` in the working directory), written
+whole at ``force_flush()`` and at shutdown (a temporary file renamed over it, so a reader never
+sees half a file).
+
+Host spans go to one process track ("host: <service.name>"), device spans (names starting with
+``netcl.device.``, recorded by :mod:`netcl.core.profiling`) to one process track per device
+("device: <netcl.device.name>"). Within a track, spans are laid out on as few rows as keeps every
+row properly nested; a kernel's slice is titled with its ``netcl.kernel.name``. An arrow (a flow
+event) leads from each host span to the device spans recorded under it. Times are microseconds
+from the first span; ``otherData.epoch_ns`` gives that instant on the host clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+__all__ = ["DEVICE_PREFIX", "TRACE_FILE_VARIABLE", "ChromeTraceExporter"]
+
+#: Spans whose name starts with this go on a device track.
+DEVICE_PREFIX = "netcl.device."
+#: The variable naming the output file.
+TRACE_FILE_VARIABLE = "NETCL_TRACE_FILE"
+_DEFAULT_FILE = "netcl-trace.json"
+
+
+class _Slice(NamedTuple):
+    track: str  # "host: name" or "device: name"
+    title: str
+    start_ns: int
+    end_ns: int
+    span_id: int
+    parent_id: int
+    args: dict[str, Any]
+
+
+class ChromeTraceExporter(SpanExporter):
+    """Collects finished spans and writes them to ``path`` (default: ``NETCL_TRACE_FILE`` or
+    ``netcl-trace.json``) as Chrome trace-event JSON. Keeps at most ``max_spans`` spans (the
+    first ones); the file says how many were left out."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *,
+                 max_spans: int = 1_000_000) -> None:  # fmt: skip
+        self.path = Path(path or os.environ.get(TRACE_FILE_VARIABLE) or _DEFAULT_FILE)
+        self.max_spans = max_spans
+        self._slices: list[_Slice] = []
+        self._left_out = 0
+        self._lock = threading.Lock()
+        self._written = -1
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        converted = [_slice(s) for s in spans]
+        with self._lock:
+            room = self.max_spans - len(self._slices)
+            self._slices.extend(converted[: max(room, 0)])
+            self._left_out += max(len(converted) - max(room, 0), 0)
+        return SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.write()
+        return True
+
+    def shutdown(self) -> None:
+        self.write()
+
+    def write(self) -> Path:
+        """Write the file now (skipped when nothing changed since the last write)."""
+        with self._lock:
+            slices, left_out = list(self._slices), self._left_out
+            if len(slices) + left_out == self._written:
+                return self.path
+            self._written = len(slices) + left_out
+        document = _document(slices, left_out)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w") as out:
+                json.dump(document, out, separators=(",", ":"))
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return self.path
+
+
+def _slice(span: ReadableSpan) -> _Slice:
+    attrs = dict(span.attributes or {})
+    start = span.start_time or 0
+    end = max(span.end_time or start, start)
+    if span.name.startswith(DEVICE_PREFIX):
+        track = f"device: {attrs.get('netcl.device.name', 'unknown')}"
+        title = str(attrs.get("netcl.kernel.name") or span.name)
+    else:
+        service = span.resource.attributes.get("service.name", "unknown") if span.resource else ""
+        track, title = f"host: {service}", span.name
+    args: dict[str, Any] = {k: v if isinstance(v, (str, int, float, bool)) else list(v)  # type: ignore[arg-type]
+                            for k, v in attrs.items()}  # fmt: skip
+    args["span"] = span.name
+    args["trace_id"] = format(span.context.trace_id, "032x") if span.context else ""
+    if span.status.status_code.name == "ERROR":
+        args["status"] = f"ERROR: {span.status.description or ''}"
+    parent = span.parent.span_id if span.parent else 0
+    span_id = span.context.span_id if span.context else 0
+    return _Slice(track, title, start, end, span_id, parent, args)
+
+
+def _tree_depths(slices: list[_Slice]) -> list[int]:
+    """How many ancestors each slice has in the file (a parent before its child when both
+    cover the same interval, e.g. a device envelope around its only kernel)."""
+    parent = {s.span_id: s.parent_id for s in slices}
+    depths = []
+    for s in slices:
+        depth, up, seen = 0, s.parent_id, set()
+        while up in parent and up not in seen:
+            seen.add(up)
+            depth, up = depth + 1, parent[up]
+        depths.append(depth)
+    return depths
+
+
+def _ordered(slices: list[_Slice]) -> list[_Slice]:
+    """By start, longest first, parents before children: the order that nests."""
+    depth = _tree_depths(slices)
+    order = sorted(range(len(slices)),
+                   key=lambda i: (slices[i].start_ns, -slices[i].end_ns, depth[i]))  # fmt: skip
+    return [slices[i] for i in order]
+
+
+def _lanes(slices: list[_Slice]) -> list[int]:
+    """A row per slice (in :func:`_ordered` order) such that the slices of a row nest properly
+    (what the viewers draw)."""
+    rows: list[list[int]] = []  # per row, the end times of the open (enclosing) slices
+    lane = [0] * len(slices)
+    for i, s in enumerate(slices):
+        for r, stack in enumerate(rows):
+            while stack and stack[-1] <= s.start_ns:
+                stack.pop()
+            if not stack or stack[-1] >= s.end_ns:
+                stack.append(s.end_ns)
+                lane[i] = r + 1
+                break
+        else:
+            rows.append([s.end_ns])
+            lane[i] = len(rows)
+    return lane
+
+
+def _document(slices: list[_Slice], left_out: int) -> dict[str, Any]:
+    epoch = min((s.start_ns for s in slices), default=0)
+    tracks = sorted({s.track for s in slices}, key=lambda t: (not t.startswith("host"), t))
+    pid = {t: n + 1 for n, t in enumerate(tracks)}
+    events: list[dict[str, Any]] = []
+    for t in tracks:
+        events.append({"ph": "M", "name": "process_name", "pid": pid[t], "args": {"name": t}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": pid[t],
+                       "args": {"sort_index": pid[t]}})  # fmt: skip
+    where: dict[int, tuple[int, int, float]] = {}  # span id -> pid, tid, ts
+    for t in tracks:
+        mine = _ordered([s for s in slices if s.track == t])
+        for s, tid in zip(mine, _lanes(mine), strict=True):
+            ts = (s.start_ns - epoch) / 1e3
+            where[s.span_id] = (pid[t], tid, ts)
+            events.append({"ph": "X", "name": s.title, "cat": t.split(":")[0], "pid": pid[t],
+                           "tid": tid, "ts": ts, "dur": (s.end_ns - s.start_ns) / 1e3,
+                           "args": s.args})  # fmt: skip
+    events += _flows(slices, where)
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"epoch_ns": epoch, "spans": len(slices), "spans_left_out": left_out},
+    }
+
+
+def _flows(slices: list[_Slice], where: dict[int, tuple[int, int, float]]) -> list[dict[str, Any]]:
+    """Arrows from a host span to the top device span recorded under it."""
+    flows: list[dict[str, Any]] = []
+    host = {s.span_id for s in slices if s.track.startswith("host")}
+    for n, s in enumerate(slices):
+        if s.track.startswith("device") and s.parent_id in host and s.span_id in where:
+            src, dst = where[s.parent_id], where[s.span_id]
+            common = {"name": "device work", "cat": "flow", "id": n + 1}
+            flows.append({**common, "ph": "s", "pid": src[0], "tid": src[1], "ts": src[2]})
+            flows.append({**common, "ph": "f", "bp": "e", "pid": dst[0], "tid": dst[1],
+                          "ts": dst[2]})  # fmt: skip
+    return flows
