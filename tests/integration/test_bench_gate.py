@@ -259,6 +259,7 @@ def test_record_keeps_the_final_verdicts_in_the_run(
     assert json.loads(path.read_text())["benchmarks"]  # the run itself is kept
 
 
+@pytest.mark.timeout(660)  # its gate run may take 600 s
 def test_real_run_catches_an_injected_replay_slowdown(tmp_path: Path) -> None:
     """The capture benchmarks run for real with replay slowed 50%: the gate fails after
     re-measuring and names the check."""
