@@ -120,8 +120,9 @@ def _value(figure: Figure, results: Results, limit: Limit | None) -> float:
     whose numerator and floor belong to one run: the best run's figure counts."""
     runs = min(len(results[n]) for n in figure.needs)
     if not figure.per_run or runs == 1:
-        return figure.compute(results)
-    values = [figure.compute({n: [results[n][i]] for n in figure.needs}) for i in range(runs)]
+        return float(figure.compute(results))
+    values = [float(figure.compute({n: [results[n][i]] for n in figure.needs}))
+              for i in range(runs)]
     return max(values) if limit is not None and not limit.upper else min(values)
 
 

@@ -143,7 +143,7 @@ def _check(entry: dict[str, Any], index: int) -> Check:
     unknown = sorted(set(entry) - _KEYS)
     if unknown:
         raise _bad(where, f"keys among {sorted(_KEYS)}", unknown)
-    kind = entry.get("figure")
+    kind = str(entry.get("figure"))
     if kind not in KINDS:
         raise _bad(where, f"figure one of {sorted(KINDS)}", kind)
     count, extra = KINDS[kind]

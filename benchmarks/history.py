@@ -72,13 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps(comparison_doc(result, note), indent=2))
             return 0
-        return history_text.print_comparison(result, runs, note)
+        return int(history_text.print_comparison(result, runs, note))
     runs = saved_runs(args.storage)
     if not runs:
         print(f"report: no saved runs under {args.storage}; run `hatch run bench:run` first",
               file=sys.stderr)
         return 2
-    return history_report.write(runs, args.out)
+    return int(history_report.write(runs, args.out))
 
 
 if __name__ == "__main__":

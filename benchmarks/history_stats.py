@@ -139,7 +139,7 @@ def step_start(series: Sequence[float | None], band: float) -> int | None:
     if len(index) < 2:
         return None
     logs = [math.log(float(series[i])) for i in index]  # type: ignore[arg-type]
-    right = solve_potts(logs, [1.0] * len(logs), gamma=band)[0]
+    right: list[int] = solve_potts(logs, [1.0] * len(logs), gamma=band)[0]
     if len(right) < 2:
         return None
     return index[right[-2]]  # the newest segment starts where the one before it ends
