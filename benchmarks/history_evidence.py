@@ -64,6 +64,17 @@ def _line(doc: dict[str, Any]) -> str:
             f"{len(doc['history_too_short'])}")
 
 
+def _runs(args: argparse.Namespace, extra: list[str]) -> None:
+    busy = None if args.no_busy else subprocess.Popen([sys.executable, "-c", "while 1: pass"])
+    try:
+        for slowdown in [None] * args.clean + [args.slowdown]:
+            _bench_run(args.storage, slowdown, extra, not args.no_gate)
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -77,15 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--storage", type=Path, default=Path(".benchmarks/history-evidence"))
     parser.add_argument("--no-busy", action="store_true", help="no process keeping a core busy")
     parser.add_argument("--no-gate", action="store_true", help="runs without the gate")
+    parser.add_argument("--judge-only", action="store_true",
+                        help="no new runs: compare and report the runs in --storage")
     args = parser.parse_args(argv)
-    busy = None if args.no_busy else subprocess.Popen([sys.executable, "-c", "while 1: pass"])
-    try:
-        for slowdown in [None] * args.clean + [args.slowdown]:
-            _bench_run(args.storage, slowdown, extra, not args.no_gate)
-    finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
+    if not args.judge_only:
+        _runs(args, extra)
     ids = sorted(p.name[:4] for p in args.storage.glob("*/[0-9][0-9][0-9][0-9]_*.json"))
     docs = [_compare(args.storage, i) for i in ids[-args.clean:]]
     ok = True

@@ -137,12 +137,11 @@ def compare_runs(old: Run, new: Run, saved: list[Run]) -> Comparison:
     names = [n for n in new.benchmarks if n in old.benchmarks]
     histories = {n: [t for r in history if (t := r.fastest(n)) is not None] for n in names}
     machine = hs.machine_spread(histories)
-    z = hs.z_quantile(len(names))
     changes, began = [], {}
     for n in names:
         noise = hs.noise(histories[n], machine,
                          hs.rounds_precision(old.benchmarks[n]["stats"]),
-                         hs.rounds_precision(new.benchmarks[n]["stats"]), z)
+                         hs.rounds_precision(new.benchmarks[n]["stats"]), len(names))
         change = hs.classify(n, float(old.fastest(n) or 0), float(new.fastest(n) or 0), noise)
         changes.append(change)
         if change.verdict in ("regression", "improvement") and noise.band is not None:

@@ -20,8 +20,10 @@ The noise band of a benchmark, as a log-ratio half-width::
   round away from the fastest (for fewer than 8 rounds the third quartile, as the median of a
   handful says little). A fastest round that rests on a few undisturbed rounds among many slow
   ones moves more from run to run; with tight rounds it is stable.
-- ``z``: the normal quantile for a 5% chance of one false alarm over all benchmarks compared
-  (Bonferroni), so a clean pair of runs flags nothing nineteen times in twenty.
+- ``z``: the quantile for a 5% chance of one false alarm over all benchmarks compared
+  (Bonferroni), so a clean pair of runs flags nothing nineteen times in twenty: Student's t with
+  ``PRIOR_RUNS + runs - 2`` degrees of freedom, as the spread is itself estimated from few runs
+  (the band narrows towards the normal's as the history grows).
 
 Where a change began: as asv does, a piecewise-constant fit (L1, one penalty per step) over the
 log fastest rounds of all the machine's saved runs (asv's own solver, ``asv.step_detect``), with
@@ -101,13 +103,15 @@ def machine_spread(histories: Mapping[str, Sequence[float]]) -> float | None:
     return float(np.median(spreads)) if spreads else None
 
 
-def z_quantile(compared: int) -> float:
-    """Two-sided normal quantile for FAMILY_ALPHA shared by ``compared`` benchmarks."""
-    return float(stats.norm.isf(FAMILY_ALPHA / (2 * max(compared, 1))))
+def z_quantile(compared: int, dof: float = math.inf) -> float:
+    """Two-sided quantile for FAMILY_ALPHA shared by ``compared`` benchmarks: Student's t with
+    ``dof`` degrees of freedom (the normal's when the spread is known exactly)."""
+    tail = FAMILY_ALPHA / (2 * max(compared, 1))
+    return float(stats.norm.isf(tail) if math.isinf(dof) else stats.t.isf(tail, dof))
 
 
 def noise(history: Sequence[float], machine: float | None, u_old: float, u_new: float,
-          z: float) -> Noise:
+          compared: int) -> Noise:
     """A benchmark's noise band from its history (earlier clean runs' fastest rounds, oldest
     first), the machine's spread, and the two runs' own precision."""
     rounds = math.hypot(u_old, u_new)
@@ -116,6 +120,9 @@ def noise(history: Sequence[float], machine: float | None, u_old: float, u_new: 
         return Noise(None, len(history), own, machine, rounds)
     dof = len(history) - 1
     shrunk = math.sqrt((PRIOR_RUNS * machine**2 + dof * own**2) / (PRIOR_RUNS + dof))
+    # a spread known from few runs is uncertain itself: Student's t with the runs (and the
+    # prior's weight) as degrees of freedom widens the band while the history is short
+    z = z_quantile(compared, PRIOR_RUNS + dof)
     band = max(FLOOR, math.hypot(z * math.sqrt(2) * shrunk, rounds))
     return Noise(band, len(history), own, machine, rounds)
 
