@@ -406,6 +406,7 @@ RACER = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(420)  # six processes, each allowed 300 s
 def test_six_processes_compile_a_new_kernel_once(tmp_path: Path, server: RedisServer) -> None:
     n = 6
     # a big enough program that the compile takes a while on any device

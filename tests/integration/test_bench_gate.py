@@ -1,7 +1,8 @@
-"""The benchmark gate (benchmarks/gate.py) and its history tool (benchmarks/history.py).
+"""The benchmark gate (benchmarks/gate.py, its table benchmarks/gate_checks.toml).
 
 The gate's logic is checked on synthetic pytest-benchmark JSON; one real short run shows a
-slowdown injected through ``NETCL_BENCH_SLOWDOWN`` caught, re-measured and named."""
+slowdown injected through ``NETCL_BENCH_SLOWDOWN`` caught, re-measured and named. The history
+tools have their own tests (test_bench_history.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import gate  # noqa: E402
-import history  # noqa: E402
+import gate_table  # noqa: E402
 
 POCL = {"platform": "Portable Computing Language", "vendor": "GenuineIntel",
         "device": "cpu-haswell-Intel(R) Xeon(R) CPU"}
@@ -30,20 +31,20 @@ PAIRED = {
     "graph run vs same fns by hand": "test_graph_overhead_executor_run[noop]",
     "pool allocate+release vs pyopencl MemoryPool": "test_pool_allocate_release",
 }
-CHECKED = [*PAIRED, "cache in-process hit", "graph peak vs lower bound, chain"]
+CHECKED = [*PAIRED, "cache in-process hit", "graph pool vs true lower bound, chain"]
 
 
 def _limit(check: str, cls: str = "pocl") -> float:
     limit = next(c for c in gate.CHECKS if c.name == check).limit(cls)
-    assert limit is not None and limit.startswith("<=")
-    return float(limit.split()[-1])
+    assert limit is not None and limit.upper
+    return limit.bound
 
 
 def _clean() -> dict[str, tuple[float, dict[str, Any]]]:
     """Fastest rounds (s) and extra_info of a clean PoCL run: every paired figure 10% under its
     limit, so a 20% slowdown crosses it whatever the limits are tuned to."""
     runs: dict[str, tuple[float, dict[str, Any]]] = {
-        "test_graph_memory_chain": (800e-6, {"peak_over_lower_bound": 1.0})}
+        "test_graph_memory_chain": (800e-6, {"worst_pool_over_lower_bound": 1.0})}
     for check, bench in PAIRED.items():
         extra: dict[str, Any] = {"paired_floor_s": 100e-6 / (_limit(check) / 1.1)}
         if bench == "test_netcl_memory_hit":
@@ -105,17 +106,18 @@ def test_a_20_percent_slowdown_fails_and_is_named(
 
 
 def test_limits_follow_the_device_class(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    check = "graph run vs same fns by hand"
+    # the limits differ per class (the table's data): a figure between them passes on one only
+    check = "cache in-process hit vs dict lookup"
     pocl, nvidia = _limit(check), _limit(check, "nvidia")
-    assert nvidia < pocl  # the executor's overhead over 64 no-op calls: Python is slower there
+    assert pocl < nvidia
     runs = _clean()
-    t, _ = runs[PAIRED[check]]
-    runs[PAIRED[check]] = (t, {"paired_floor_s": t / ((pocl + nvidia) / 2)})
-    rc, out = _gate(capsys, str(_write(tmp_path / "p.json", _doc(runs, POCL))))
-    assert rc == 0 and "(device class pocl)" in out, out
+    t, extra = runs[PAIRED[check]]
+    runs[PAIRED[check]] = (t, {**extra, "paired_floor_s": t / ((pocl + nvidia) / 2)})
     rc, out = _gate(capsys, str(_write(tmp_path / "n.json", _doc(runs, NVIDIA))))
-    assert rc == 1 and "(device class nvidia)" in out and f"FAIL {check}" in out, out
-    rc, out = _gate(capsys, str(tmp_path / "n.json"), "--device-class", "pocl")
+    assert rc == 0 and "(device class nvidia)" in out, out
+    rc, out = _gate(capsys, str(_write(tmp_path / "p.json", _doc(runs, POCL))))
+    assert rc == 1 and "(device class pocl)" in out and f"FAIL {check}" in out, out
+    rc, out = _gate(capsys, str(tmp_path / "p.json"), "--device-class", "nvidia")
     assert rc == 0, out
 
 
@@ -153,54 +155,111 @@ def test_a_paired_figure_is_judged_within_each_run(tmp_path: Path) -> None:
     assert verdict.value == pytest.approx(236.4 / 46.8)
 
 
-def test_every_check_declares_its_limits_and_parses() -> None:
+def test_the_table_is_parsed_once_into_typed_limits() -> None:
     for check in gate.CHECKS:
+        assert check.figure.kind in gate_table.KINDS
         for cls in gate.DEVICE_CLASSES:
             limit = check.limit(cls)
-            if limit is not None:
-                gate._within(1.0, limit)  # raises on a malformed limit
+            assert limit is None or (isinstance(limit, gate.Limit) and limit.bound >= 0)
+    replay = next(c for c in gate.CHECKS if c.name == "capture replay vs bare enqueue loop")
+    assert str(replay.limit("pocl")) == "<= 1.1" and replay.limit("pocl").ok(1.1)  # type: ignore[union-attr]
+    speedup = next(c for c in gate.CHECKS if c.name == "capture step speed-up, pyopencl.array")
+    assert str(speedup.limit("pocl")) == ">= 5" and not speedup.limit("pocl").ok(4.9)  # type: ignore[union-attr]
 
 
-def _storage(tmp_path: Path) -> Path:
-    store = tmp_path / "store" / "Linux-CPython-3.11-64bit"
-    store.mkdir(parents=True)
-    _write(store / "0001_aaaa_20261130_100000.json", _doc(_clean(), POCL, "a" * 40))
-    slow = _slowed("test_launch_replay", 1.3)
-    _write(store / "0002_bbbb_20261130_110000.json", _doc(slow, POCL, "b" * 41))
-    return tmp_path / "store"
+@pytest.mark.parametrize(("entry", "expected"), [
+    ('figure = "ratio"\nof = ["a"]', "of = a list of 2 benchmark name(s)"),
+    ('figure = "speed"\nof = ["a"]', "figure one of"),
+    ('figure = "info"\nof = ["a"]', "'key' for figure 'info'"),
+    ('figure = "paired"\nof = ["a"]\npocl = "<= 2"', "pocl = a number >= 0 (the limit)"),
+    ('figure = "paired"\nof = ["a"]\nbetter = "faster"', "better = 'lower' or 'higher'"),
+    ('figure = "paired"\nof = ["a"]\nlimit = 2', "keys among"),
+])
+def test_a_malformed_table_entry_is_named(tmp_path: Path, entry: str, expected: str) -> None:
+    table = tmp_path / "checks.toml"
+    table.write_text(f'[[check]]\nname = "ok"\nfigure = "time_us"\nof = ["x"]\n\n'
+                     f'[[check]]\nname = "broken one"\n{entry}\n')
+    with pytest.raises(ValueError, match="check 2 \\('broken one'\\)") as exc:
+        gate_table.load_checks(table)
+    assert expected in str(exc.value)
 
 
-def test_compare_fails_on_an_unknown_run_id(
+def test_the_readme_limits_table_is_the_gates() -> None:
+    """benchmarks/results/README.md shows the limits `gate.py --limits` prints: regenerate it
+    with `python3 benchmarks/gate.py --limits --update benchmarks/results/README.md`."""
+    readme = (ROOT / "benchmarks/results/README.md").read_text()
+    assert gate.readme_table(readme) == gate.limits_table(gate.CHECKS)
+
+
+def test_the_readme_update_rewrites_only_the_table(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    store = _storage(tmp_path)
-    with pytest.raises(SystemExit) as exc:
-        history.main(["compare", "0001", "0003", "--storage", str(store)])
-    assert exc.value.code == 2
-    assert "no saved run '0003'" in capsys.readouterr().err
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# before\n{gate.BEGIN}\n| stale | table |\n{gate.END}\nafter\n")
+    assert gate.main(["--limits", "--update", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("# before\n") and text.endswith(f"{gate.END}\nafter\n")
+    assert gate.readme_table(text) == gate.limits_table(gate.CHECKS)
+    assert "updated" in capsys.readouterr().out
 
 
-def test_compare_table_fits_120_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert history.main(["compare", "--storage", str(_storage(tmp_path)), "0001", "0002"]) == 0
+def _noop_pair(graph_s: float, hand_s: float) -> dict[str, tuple[float, dict[str, Any]]]:
+    return {"test_graph_overhead_executor_run[noop]":
+            (graph_s, {"paired_floor_s": hand_s, "nodes": 64})}
+
+
+def test_graph_overhead_per_node_comes_from_the_noop_pair(tmp_path: Path) -> None:
+    # executor and by-hand timed in the same rounds: (fastest run - fastest floor) per node
+    check = next(c for c in gate.CHECKS if c.name == "graph overhead per node")
+    assert check.figure.needs == ("test_graph_overhead_executor_run[noop]",)
+    results, _ = gate.load([_write(tmp_path / "a.json", _doc(_noop_pair(36e-6, 4.4e-6), POCL))])
+    (verdict,) = gate.judge(results, [check], "pocl")
+    assert verdict.ok and verdict.value == pytest.approx((36 - 4.4) / 64)
+
+
+@pytest.mark.parametrize("name", ["graph overhead per node", "scheduler overhead per op"])
+def test_a_negative_figure_fails_whatever_its_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    # an overhead can only be negative when its two halves were measured apart: it must fail,
+    # never pass as "far under the limit"
+    runs = {**_noop_pair(4.0e-6, 4.4e-6),
+            "test_scheduler_host_callables_plan_per_op": (20e-6, {}),
+            "test_hand_host_callables": (22e-6, {})}
+    path = _write(tmp_path / "neg.json", _doc(runs, POCL))
+    rc = gate.main([str(path), "--only", name])
     out = capsys.readouterr().out
-    lines = out.splitlines()
-    assert max(len(line) for line in lines[1:]) <= 120, out
-    row = next(line for line in lines if line.startswith("test_launch_replay "))
-    assert "100.000 µs" in row and "130.000 µs" in row and "+30.0% !" in row, row
-    row = next(line for line in lines if line.startswith("test_netcl_memory_hit "))
-    assert " 1x100 " in row, row  # loops per round: pytest-benchmark's x the benchmark's own
+    assert rc == 1, out
+    assert f"FAIL {name}: -" in out and "impossible: a gated figure is never negative" in out
 
 
-def test_report_plots_history(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib", reason="matplotlib is not installed: pip install matplotlib "
-                        "(the bench and hatch-test envs have it)")
-    out = tmp_path / "report.html"
-    assert history.main(["report", "--storage", str(_storage(tmp_path)), "--out", str(out)]) == 0
-    page = out.read_text()
-    assert page.count("<img ") == len(gate.CHECKS) + len(_clean())
-    assert "REGRESSION" in page and "0002 bbbbbbbb" in page
+def test_every_gated_figure_is_checked_for_sign(tmp_path: Path) -> None:
+    """Whatever the kind, a figure below zero fails: the engine checks the sign, not the table."""
+    for check in gate.CHECKS:
+        fake = gate_table.Figure(check.figure.kind, check.figure.needs, lambda _r: -0.5,
+                                 check.figure.timed)
+        bent = gate.Check(check.name, fake, check.limits)
+        results = {n: [{"stats": {"min": 1.0}, "extra_info": {}}] for n in fake.needs}
+        (verdict,) = gate.judge(results, [bent], "pocl")
+        assert not verdict.ok, check.name
 
 
+def test_record_keeps_the_final_verdicts_in_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path / "0001_run.json", _doc(_clean(), POCL))
+    rc = gate.main([str(path), "--record", "--out", str(tmp_path / "gate"),
+                    "--only", "capture replay vs bare enqueue loop"])
+    assert rc == 0, capsys.readouterr().out
+    record = json.loads(path.read_text())["netcl_gate"]
+    fig = record["checks"]["capture replay vs bare enqueue loop"]
+    assert record["device_class"] == "pocl" and record["remeasured"] == 0
+    assert fig["ok"] and fig["limit"] == "<= 1.1"
+    assert fig["value"] == pytest.approx(_limit("capture replay vs bare enqueue loop") / 1.1)
+    assert json.loads(path.read_text())["benchmarks"]  # the run itself is kept
+
+
+@pytest.mark.timeout(660)  # its gate run may take 600 s
 def test_real_run_catches_an_injected_replay_slowdown(tmp_path: Path) -> None:
     """The capture benchmarks run for real with replay slowed 50%: the gate fails after
     re-measuring and names the check."""

@@ -21,7 +21,8 @@ PUBLIC = {
     "scheduler": ["Scheduler", "ExecutionPlan"],
 }
 
-pytestmark = pytest.mark.slow
+# building five wheels and a virtual environment (module fixtures) counts against the first test
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def _run(*cmd: str | Path) -> str:

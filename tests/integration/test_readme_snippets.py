@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _SKIP_DIRS = {".git", ".venv", "venv", "node_modules", ".benchmarks", "build", "dist"}
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(660)]  # a README block may run 600 s
 
 
 class Block(NamedTuple):
