@@ -18,7 +18,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from netcl.core import paths
+from netcl.core import _table, paths
 from netcl.runtime.cache._config import env_enabled, env_max_bytes, parse_size
 from netcl.runtime.cache._entry import EntryError, read_meta
 from netcl.runtime.cache._remote import remote_info
@@ -159,45 +159,39 @@ def _stats(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 
 def _stats_text(doc: dict[str, Any]) -> str:
-    lines = [
-        f"cache dir          {doc['cache_dir']}"
-        + ("" if doc["exists"] else " (not created yet)")
-        + ("" if doc["enabled"] else " (disabled by NETCL_CACHE_DISABLE)"),
-        f"entries            {doc['entries']}"
-        + (f" (+{doc['other_files']} not regular files)" if doc["other_files"] else ""),
-    ]
+    state = ("" if doc["exists"] else " (not created yet)") + (
+        "" if doc["enabled"] else " (disabled by NETCL_CACHE_DISABLE)"
+    )
+    other = doc["other_files"]
     cap, used = doc["max_bytes"], doc["bytes"]
     pct = 100.0 * used / cap if cap else 0.0
-    lines.append(f"cache size         {_human(used)} of {_human(cap)} ({pct:.1f} %)")
-    lines.append(
-        f"temporary files    {doc['temp_files']} ({_human(doc['temp_bytes'])}, "
-        f"{doc['live_temp_files']} of running writers)"
-    )
     hits, lookups = doc["hits"], doc["lookups"]
-    lines.append(
-        f"hits               {hits}"
-        + (f" ({100.0 * hits / lookups:.1f} % of {lookups} lookups)" if lookups else "")
-    )
-    for name in _COUNTERS:
-        if not name.startswith("bytes_"):
-            lines.append(f"  {name:<17}{doc[name]}")
-    lines.append(
-        f"bytes read/written {_human(doc['bytes_read'])} / {_human(doc['bytes_written'])}"
-    )
-    lines.append(_remote_line(doc["remote"]))
-    return "\n".join(lines) + "\n"
+    rows: list[tuple[str, object]] = [
+        ("cache dir", f"{doc['cache_dir']}{state}"),
+        ("entries", f"{doc['entries']}" + (f" (+{other} not regular files)" if other else "")),
+        ("cache size", f"{_human(used)} of {_human(cap)} ({pct:.1f} %)"),
+        ("temporary files", f"{doc['temp_files']} ({_human(doc['temp_bytes'])}, "
+                            f"{doc['live_temp_files']} of running writers)"),
+        ("hits", f"{hits}" + (f" ({100.0 * hits / lookups:.1f} % of {lookups} lookups)"
+                              if lookups else "")),
+    ]  # fmt: skip
+    rows += [(f"  {name}", doc[name]) for name in _COUNTERS if not name.startswith("bytes_")]
+    rows.append(("bytes read/written",
+                 f"{_human(doc['bytes_read'])} / {_human(doc['bytes_written'])}"))  # fmt: skip
+    rows.append(("remote", _remote_state(doc["remote"])))
+    return "\n".join(_table.pairs(rows)) + "\n"
 
 
-def _remote_line(remote: dict[str, Any]) -> str:
+def _remote_state(remote: dict[str, Any]) -> str:
     if not remote["configured"]:
-        return "remote             not configured (NETCL_CACHE_REMOTE)"
+        return "not configured (NETCL_CACHE_REMOTE)"
     if not remote["usable"]:
         state = "not used (see the cache_remote_* warning)"
     elif remote["reachable"]:
         state = "reachable" + ("" if remote["signed"] else ", UNSIGNED")
     else:
         state = f"unreachable ({remote['error']})"
-    return f"remote             {remote['url']}  {state}"
+    return f"{remote['url']}  {state}"
 
 
 def _list(args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -233,15 +227,23 @@ def _list(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 
 def _list_text(doc: dict[str, Any]) -> str:
-    out = []
-    for r in doc["entries"]:
-        used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["last_used"]))
-        extra = f"{r['device']}  {r['options'] or '-'}" if r["status"] == "ok" else r["status"]
-        out.append(f"{r['key'][:16]}  {_human(r['bytes']):>9}  {used}  {extra}")
-    for t in doc["temp_files"]:
-        who = "running" if t["writer_running"] else "gone"
-        out.append(f"temp  {t['name'][:40]}  {_human(t['bytes']):>9}  writer {t['pid']} {who}")
-    out.append(f"{len(doc['entries'])} entries, {len(doc['temp_files'])} temporary files")
+    out: list[str] = []
+    if doc["entries"]:
+        rows = []
+        for r in doc["entries"]:
+            used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["last_used"]))
+            ok = r["status"] == "ok"
+            rows.append((r["key"][:16], _human(r["bytes"]), used,
+                         r["device"] if ok else r["status"], (r["options"] or "-") if ok else ""))
+        out += _table.table(rows, ("KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"), right=(1,))
+    if doc["temp_files"]:
+        if out:
+            out.append("")
+        temps = [(t["name"], _human(t["bytes"]), t["pid"],
+                  "running" if t["writer_running"] else "gone") for t in doc["temp_files"]]
+        out += _table.table(temps, ("TEMPORARY FILE", "SIZE", "WRITER", "STATE"), right=(1, 2))
+    out.append(f"{_table.plural(len(doc['entries']), 'entry', 'entries')}, "
+               f"{_table.plural(len(doc['temp_files']), 'temporary file')}")  # fmt: skip
     if not doc["exists"]:
         out.append(f"cache dir: {doc['cache_dir']} (not created yet)")
     return "\n".join(out) + "\n"
@@ -268,8 +270,8 @@ def _clear(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 def _clear_text(doc: dict[str, Any]) -> str:
     kept = doc["kept_temp_files"]
-    note = f" (kept {kept} temporary files of running writers)" if kept else ""
-    return f"removed {doc['removed']} files from {doc['cache_dir']}{note}\n"
+    note = f" (kept {_table.plural(kept, 'temporary file')} of running writers)" if kept else ""
+    return f"removed {_table.plural(doc['removed'], 'file')} from {doc['cache_dir']}{note}\n"
 
 
 def _prune(args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -283,9 +285,11 @@ def _prune(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 
 def _prune_text(doc: dict[str, Any]) -> str:
+    p = _table.plural
     return (
-        f"removed {doc['damaged']} damaged entries, {doc['temp']} temporary files of writers "
-        f"that are gone, evicted {doc['evicted']} entries\n"
+        f"removed {p(doc['damaged'], 'damaged entry', 'damaged entries')}, "
+        f"{p(doc['temp'], 'temporary file')} of writers that are gone, "
+        f"evicted {p(doc['evicted'], 'entry', 'entries')}\n"
     )
 
 
