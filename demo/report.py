@@ -29,7 +29,7 @@ class SpanStats(SpanProcessor):
             ns.sort()
             p50, p99 = ns[len(ns) // 2], ns[min(len(ns) - 1, len(ns) * 99 // 100)]
             rows.append((name, len(ns), us(p50), us(p99)))
-        head = (f"span ({_table.plural(total, 'span')} in all)", "count", "p50", "p99")
+        head = (f"span ({total} in all)", "count", "p50", "p99")
         return _table.table(rows, head, right=(1, 2, 3))
 
 
@@ -96,14 +96,34 @@ def _places(names: list[str], prometheus_port: int | None) -> list[str]:
 
 
 class Progress:
-    """A one-line progress report on stderr for loops longer than a second."""
+    """Progress of a loop longer than a second on stderr: on a terminal one line rewritten in
+    place every 10 %; otherwise (a log file, a pipe) a plain line every few seconds, no ``\\r``."""
+
+    EVERY_S = 5.0  #: seconds between plain lines when stderr is not a terminal
 
     def __init__(self, what: str, total: int) -> None:
         self.what, self.total, self.t0, self.shown = what, total, time.perf_counter(), -1
+        self.tty = _isatty(sys.stderr)
+        self.last = self.t0
 
     def update(self, done: int) -> None:
+        now = time.perf_counter()
         pct = 100 * done // self.total
-        if time.perf_counter() - self.t0 > 1.0 and pct // 10 != self.shown // 10:
-            self.shown = pct
-            end = "\n" if done == self.total else ""
-            print(f"\r{self.what}: {done}/{self.total} ({pct}%)", end=end, file=sys.stderr)
+        if now - self.t0 <= 1.0:
+            return
+        text = f"{self.what}: {done}/{self.total} ({pct}%)"
+        if self.tty:
+            if pct // 10 != self.shown // 10:
+                self.shown = pct
+                end = "\n" if done == self.total else ""
+                print(f"\r{text}", end=end, file=sys.stderr, flush=True)
+        elif now - self.last >= self.EVERY_S or (done == self.total and self.shown >= 0):
+            self.last, self.shown = now, pct
+            print(text, file=sys.stderr, flush=True)
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False

@@ -4,6 +4,7 @@ command shows only what is installed: each entry point is ``register(subparsers)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -18,6 +19,8 @@ __all__ = ["main", "register_info"]
 
 #: Subcommands that other netcl distributions provide: named in a hint when not installed.
 _PROVIDERS = {"cache": "netcl-cache"}
+#: Where the distributions come from (they are not on PyPI).
+_REPO_URL = "https://github.com/OWNER/netcl-runtime"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return 1
     except KeyboardInterrupt:
+        _interrupted()
         return 130
     except device.NoDeviceError as exc:  # any subcommand that needs a device: one line
         sys.stdout.flush()
@@ -71,17 +75,54 @@ def _main(argv: list[str]) -> int:
                 sys.stderr.write(f"netcl: the {ep.name!r} command failed to load: {exc}\n")
     missing = {n: d for n, d in _PROVIDERS.items() if n not in sub.choices}
     for name, dist in missing.items():
-        sub.add_parser(name, help=f"(not installed: pip install {dist})")
+        sub.add_parser(name, help=f"(not installed: the {dist} distribution)")
     command = next((a for a in argv if not a.startswith("-")), None)
     if command in missing:
         dist = missing[command]
-        sys.stderr.write(
-            f"netcl {command}: not installed; it comes with the {dist} distribution: "
-            f"pip install {dist} (from a source checkout: pip install ./packages/{dist})\n"
-        )
+        sys.stderr.write(f"netcl {command}: not installed; {_install_hint(dist)}\n")
         return 2
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported by the subcommand that was given them: "netcl cache stats: error: ..."
+        _deepest(parser, argv).error(f"unrecognized arguments: {' '.join(extra)}")
     return int(args.func(args) or 0)
+
+
+def _deepest(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The innermost subcommand parser that ``argv`` names."""
+    for token in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and token in subs[0].choices:
+            parser = subs[0].choices[token]
+    return parser
+
+
+def _interrupted() -> None:
+    # Ctrl-C: one line, no traceback; a reader that went away must not turn it into another error
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    try:
+        # on a terminal, start a fresh line after the ^C the terminal echoed
+        sys.stderr.write(("\n" if _isatty(sys.stderr) else "") + "netcl: interrupted\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _isatty(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):
+        return False
+
+
+def _install_hint(dist: str) -> str:
+    """How to install ``dist``: the distributions are not on PyPI, so from a clone of the
+    repository or pip's git URL form."""
+    return (
+        f"it comes with the {dist} distribution, which is not on PyPI: from a clone of the "
+        f"repository, python3 -m pip install ./packages/{dist}; or python3 -m pip install "
+        f'"{dist} @ git+{_REPO_URL}#subdirectory=packages/{dist}"'
+    )
 
 
 def _silence_stdout() -> None:

@@ -298,7 +298,10 @@ def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | None:
         try:
             tier = RemoteTier(cfg)
         except ImportError:
-            _UNUSABLE[cfg] = "redis-py is not installed: pip install 'netcl-cache[redis]'"
+            _UNUSABLE[cfg] = (
+                "redis-py is not installed: python3 -m pip install redis "
+                "(what netcl-cache's redis extra adds)"
+            )
         except ValueError as exc:  # a malformed URL or an option redis-py would refuse
             _UNUSABLE[cfg] = str(exc)
         if cfg in _UNUSABLE:
