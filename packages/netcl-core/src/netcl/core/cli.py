@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 import pyopencl as cl
 
 from netcl.core import device, paths
+from netcl.core._config_cli import register_config
 
 __all__ = ["main", "register_info"]
 
@@ -67,8 +68,9 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     register_info(sub)  # built in: works even from a source tree with no entry points installed
+    register_config(sub)
     for ep in sorted(entry_points(group="netcl.cli"), key=lambda e: e.name):
-        if ep.name != "info":
+        if ep.name not in ("info", "config"):
             try:
                 ep.load()(sub)
             except Exception as exc:  # one broken plugin must not take `netcl info` down

@@ -1,4 +1,4 @@
-"""``netcl cache stats | list | clear | prune``: the disk tier from the shell, like ccache -s.
+"""``netcl cache stats | list | clear | zero | prune``: the disk tier from the shell (ccache -s).
 
 Contract for scripts: ``--dir`` and ``--json`` go before or after the action; with ``--json``
 stdout carries exactly one JSON document (an error too: ``{"error": ..., "exit_code": ...}``)
@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from netcl.core import _table, paths
-from netcl.runtime.cache._config import env_enabled, env_max_bytes, parse_size
+from netcl.runtime.cache._config import SETTINGS, env_enabled, env_max_bytes, parse_size
 from netcl.runtime.cache._entry import EntryError, read_meta
 from netcl.runtime.cache._remote import remote_info
 from netcl.runtime.cache._stats import CacheStats, load_totals, reset_totals
 from netcl.runtime.cache._store import DiskStore, probe, refusal
 
-__all__ = ["register"]
+__all__ = ["SETTINGS", "register"]  # SETTINGS: what `netcl config` lists for this package
 
 _COUNTERS = tuple(f.name for f in fields(CacheStats))
 
@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="print exactly one JSON document on stdout (messages go to stderr)",
     )
     p = sub.add_parser(
-        "cache", parents=[common], help="the OpenCL program cache: stats, list, clear, prune",
+        "cache", parents=[common], help="the OpenCL program cache: stats, list, clear, zero, prune",
         description="Exit codes: 0 done, 1 refused or failed, 2 usage.",
     )
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
@@ -69,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         ("list", _list, "one line per entry (least recently used first) and temporary file"),
         ("clear", _clear, "delete every entry and the hit/miss totals (a running writer's "
          "temporary file stays)"),
+        ("zero", _zero, "reset the hit/miss statistics to zero (entries stay)"),
         ("prune", _prune, "delete damaged entries and temporary files of writers that are "
          "gone, then evict least recently used entries down to the size cap"),
     ]
@@ -274,6 +275,22 @@ def _clear_text(doc: dict[str, Any]) -> str:
     return f"removed {_table.plural(doc['removed'], 'file')} from {doc['cache_dir']}{note}\n"
 
 
+def _zero(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    store = _open(root)
+    doc: dict[str, Any] = {"cache_dir": str(root), "exists": store is not None, "zeroed": False}
+    if store is not None:
+        doc["zeroed"] = bool(_writable(root, lambda: int(reset_totals(store))))
+        doc["entries"] = len(store.entries())
+    return doc
+
+
+def _zero_text(doc: dict[str, Any]) -> str:
+    if not doc["exists"]:
+        return f"nothing to zero: {doc['cache_dir']} (not created yet)\n"
+    kept = _table.plural(doc["entries"], "entry", "entries")
+    return f"statistics zeroed in {doc['cache_dir']} ({kept} kept)\n"
+
+
 def _prune(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     cap = args.max_bytes if args.max_bytes is not None else _cap()
     store = _open(root)
@@ -294,7 +311,8 @@ def _prune_text(doc: dict[str, Any]) -> str:
 
 
 _TEXT: dict[str, Callable[[dict[str, Any]], str]] = {
-    "stats": _stats_text, "list": _list_text, "clear": _clear_text, "prune": _prune_text,
+    "stats": _stats_text, "list": _list_text, "clear": _clear_text, "zero": _zero_text,
+    "prune": _prune_text,
 }
 
 
