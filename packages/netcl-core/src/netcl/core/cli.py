@@ -11,9 +11,6 @@ from collections.abc import Sequence
 from importlib.metadata import distributions, entry_points
 from typing import Any, NoReturn
 
-import pyopencl as cl
-
-from netcl.core import device, paths
 from netcl.core._config_cli import register_config
 
 __all__ = ["main", "register_info"]
@@ -47,20 +44,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     2 usage. A closed stdout (``netcl info | head -1``) ends the command quietly."""
     args = sys.argv[1:] if argv is None else list(argv)
     try:
-        code = _main(args)
+        code = _guarded(args)
         sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at exit
     except BrokenPipeError:
         _silence_stdout()
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # also while pyopencl loads: imported inside, not at the top
         _interrupted()
         return 130
+    return code
+
+
+def _guarded(args: list[str]) -> int:
+    from netcl.core import device
+
+    try:
+        return _main(args)
     except device.NoDeviceError as exc:  # any subcommand that needs a device: one line
         sys.stdout.flush()
         command = next((a for a in args if not a.startswith("-")), None)
         sys.stderr.write(f"{'netcl ' + command if command else 'netcl'}: {exc}\n")
         return 1
-    return code
 
 
 def _main(argv: list[str]) -> int:
@@ -145,6 +149,10 @@ def register_info(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
 def _info(_: argparse.Namespace) -> int:
     """Everything that can be listed, then the default device; without one, the reason on
     stderr in one line and exit code 1."""
+    import pyopencl as cl
+
+    from netcl.core import device, paths
+
     out = sys.stdout
     out.write("netcl packages:\n")
     for name, ver in sorted(_netcl_distributions().items()):
