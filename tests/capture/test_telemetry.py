@@ -52,7 +52,7 @@ def test_no_sdk_replay_works_and_skips_telemetry() -> None:
         """
         import numpy as np, pyopencl as cl
         from opentelemetry import trace
-        from netcl.core import device
+        from netcl.core import device, telemetry
         from netcl.runtime.capture import KernelCapture, _telemetry
         q = device.default_queue()
         prg = cl.Program(q.context, "__kernel void inc(__global float *x) "
@@ -63,12 +63,14 @@ def test_no_sdk_replay_works_and_skips_telemetry() -> None:
         cap = KernelCapture()
         cap.begin(); k(q, (16,), None, x); cap.end()
         started = []
-        _telemetry.tracer.start_span = lambda *a, **k: started.append(a)
+        telemetry.Scope.span = lambda *a, **k: started.append(a)
+        _telemetry.TEL.tracer.start_span = lambda *a, **k: started.append(a)
         for _ in range(4): cap.replay()
         out = np.empty(16, np.float32); cl.enqueue_copy(q, out, x)
         assert trace._TRACER_PROVIDER is None
         assert started == [], started
-        assert _telemetry._totals[:2] == [4, 4], _telemetry._totals
+        totals = _telemetry.TOTALS
+        assert (totals.replays, totals.replayed_launches) == (4, 4), totals
         assert (out == 5).all(), out
         print("ok", cap.replay_count)
         """
