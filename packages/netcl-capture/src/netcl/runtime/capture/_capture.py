@@ -14,7 +14,7 @@ import pyopencl as cl
 from netcl.core import telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.capture import _intercept
-from netcl.runtime.capture._ops import FinishOp
+from netcl.runtime.capture._ops import TransferOp
 from netcl.runtime.capture._program import ReplayProgram, build
 from netcl.runtime.capture._recording import RawLaunch, RawTransfer, Recording
 from netcl.runtime.capture._records import (
@@ -269,7 +269,10 @@ class KernelCapture:
             )
         if program is None:
             return ()
-        return tuple(op.record for op in program.ops if not isinstance(op, FinishOp))
+        return tuple(
+            launch_record(op) if isinstance(op, RawLaunch) else op.record
+            for op in program.ops if isinstance(op, (RawLaunch, TransferOp))
+        )
 
     @property
     def replay_count(self) -> int:

@@ -19,8 +19,9 @@ from typing import Any
 import pyopencl as cl
 
 from netcl.runtime.capture import _contract
-from netcl.runtime.capture._ops import LaunchOp, Op, TransferOp, substituted
+from netcl.runtime.capture._ops import Binds, Op, TransferOp, substituted
 from netcl.runtime.capture._ordering import Schedule
+from netcl.runtime.capture._recording import RawLaunch
 
 __all__ = ["Segment", "run_scheduled", "run_segments", "segments"]
 
@@ -43,23 +44,26 @@ def run_segments(segments: Sequence[Segment]) -> cl.Event | None:
 
 
 def segments(
-    ops: Sequence[Op], subst: Mapping[int, cl.MemoryObjectHolder] | None = None
+    ops: Sequence[Op], binds: Binds, subst: Mapping[int, cl.MemoryObjectHolder] | None = None
 ) -> list[Segment]:
     """The segments of a capture on one in-order queue (a finish there orders nothing the
     queue does not: left out)."""
     found: list[Segment] = []
     run: list[tuple[Any, ...]] | None = None  # the current run of plain launches
+    shape: Any = None
+    bound: Any = None
     for op in ops:
-        if type(op) is LaunchOp:
-            bound = op.bound
-            call = (op.raw.queue, bound.kernel, *bound.sizes)
+        if type(op) is RawLaunch:
+            if op[0] is not shape:  # consecutive launches mostly share their shape
+                shape = op[0]
+                bound = binds[id(shape)]
             if not bound.flags:
                 if run is None:
                     run = []
                     found.append((_enqueue, run))
-                run.append(call)
+                run.append(bound.call)
                 continue
-            found.append((partial(_enqueue, *call, **bound.flags), [()]))
+            found.append((partial(_enqueue, *bound.call, **bound.flags), [()]))
         elif type(op) is TransferOp:
             args, kwargs = substituted(op, subst or {})
             found.append((partial(op.fn, *args, **kwargs), [()]))
@@ -70,8 +74,9 @@ def segments(
 
 
 def run_scheduled(
-    ops: Sequence[Op], plan: Schedule, subst: Mapping[int, cl.MemoryObjectHolder]
-) -> cl.Event | None:
+    ops: Sequence[Op], binds: Binds, plan: Schedule,
+    subst: Mapping[int, cl.MemoryObjectHolder],
+) -> cl.Event | None:  # fmt: skip
     """Enqueue every command with its step of ``plan``; an event that completes when all of
     them have (None if there are none)."""
     events: list[Any] = []
@@ -81,10 +86,9 @@ def run_scheduled(
         for group in step.host:  # another context's commands this one comes after
             _wait([events[d] for d in group])
         wait = [events[d] for d in step.deps] or None
-        if type(op) is LaunchOp:
-            bound = op.bound
-            event = _enqueue(op.raw.queue, bound.kernel, *bound.sizes, wait, False,
-                             bool(bound.flags))  # fmt: skip
+        if type(op) is RawLaunch:
+            bound = binds[id(op.shape)]
+            event = _enqueue(*bound.call, wait, False, bool(bound.flags))
         elif type(op) is TransferOp:
             event = _transfer(op, subst, wait)
         else:

@@ -18,8 +18,8 @@ hooks between "the function may have run" and "noted": if anything (a KeyboardIn
 escapes in between, it stays non-zero and ``end()`` refuses to freeze a recording that may have
 missed a command. An ``Exception`` from the function itself means the command was not issued,
 so it is not counted. The three hooks every launch goes through (``Kernel.__call__``, the
-pair-wise argument setters, the driver's enqueue) are written out for speed; the rest share
-``_make_hook``.
+pair-wise argument setters, the driver's enqueue) are written out, notes inlined, in
+``_recording``; the rest share ``_make_hook``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from netcl.runtime.capture._contract import BOUND, ORIGINALS, EntryPoint, original
-from netcl.runtime.capture._recording import Recording
+from netcl.runtime.capture._recording import Recording, call_hook, launch_hook, pairs_hook
 
 __all__ = ["capture_disabled", "install", "is_patched", "reconcile", "uninstall"]
 
@@ -74,71 +74,6 @@ def _named(hook: Callable[..., Any], orig: Any) -> Callable[..., Any]:
     hook.__name__ = hook.__qualname__ = getattr(orig, "__name__", "hook")
     hook.__wrapped__ = orig  # type: ignore[attr-defined]
     return hook
-
-
-def _launch_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """The driver's ``enqueue_nd_range_kernel`` (pyopencl's parameters and defaults)."""
-
-    def hook(
-        queue: Any, kernel: Any, global_work_size: Any, local_work_size: Any,
-        global_work_offset: Any = None, wait_for: Any = None, g_times_l: bool = False,
-        allow_empty_ndrange: bool = False,
-    ) -> Any:  # fmt: skip
-        rec = _tls.rec
-        if rec is None or not rec.live:
-            return orig(queue, kernel, global_work_size, local_work_size, global_work_offset,
-                        wait_for, g_times_l, allow_empty_ndrange)  # fmt: skip
-        rec.busy += 1
-        try:
-            event = orig(queue, kernel, global_work_size, local_work_size, global_work_offset,
-                         wait_for, g_times_l, allow_empty_ndrange)  # fmt: skip
-        except Exception:
-            rec.busy -= 1
-            raise
-        rec.note_launch(queue, kernel, global_work_size, local_work_size, global_work_offset,
-                        wait_for, g_times_l, allow_empty_ndrange, event)  # fmt: skip
-        rec.busy -= 1
-        return event
-
-    return _named(hook, orig)
-
-
-def _pairs_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """``Kernel._set_arg_multi`` / ``_set_arg_buf_multi(flat)``: what the invokers call."""
-
-    def hook(kernel: Any, flat: tuple[Any, ...]) -> None:
-        rec = _tls.rec
-        if rec is None or not rec.live:
-            return orig(kernel, flat)  # type: ignore[no-any-return]
-        rec.busy += 1
-        try:
-            orig(kernel, flat)
-        except Exception:
-            rec.busy -= 1
-            raise
-        rec.note_multi(orig, kernel, flat)
-        rec.busy -= 1
-        return None
-
-    return _named(hook, orig)
-
-
-def _call_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """``Kernel.__call__``: lends its arguments to the launch the invoker then enqueues
-    (recorded by the launch hook, which also sees the wait list the invoker adds for array
-    arguments)."""
-
-    def hook(kernel: Any, *args: Any, **kwargs: Any) -> Any:
-        rec = _tls.rec
-        if rec is None or not rec.live:
-            return orig(kernel, *args, **kwargs)
-        outer, rec.call_args = rec.call_args, (kernel, args)
-        try:
-            return orig(kernel, *args, **kwargs)
-        finally:
-            rec.call_args = outer
-
-    return _named(hook, orig)
 
 
 def _handle_hook(prop: property, reached: str) -> property:
@@ -228,11 +163,11 @@ def _hook_for(entry: EntryPoint, orig: Any) -> Any:
     kind = entry.kind
     what = f"{entry.owner.removeprefix('pyopencl.')}.{entry.name}"
     if kind == "call":
-        return _call_hook(orig)
+        return _named(call_hook(orig, _tls), orig)
     if kind == "launch":
-        return _launch_hook(orig)
+        return _named(launch_hook(orig, _tls), orig)
     if kind == "setter_pairs":
-        return _pairs_hook(orig)
+        return _named(pairs_hook(orig, _tls), orig)
     if kind == "setter_triples":
         return _make_hook(orig, _triples_note(orig))
     if kind == "setter":

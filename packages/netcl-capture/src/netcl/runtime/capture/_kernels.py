@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
-from netcl.runtime.capture._recording import ArgSet, RawLaunch
+from netcl.runtime.capture._recording import ArgSet, LaunchShape
 from netcl.runtime.capture._records import Sizes, launch_sizes
 
 __all__ = ["Binder", "BoundLaunch"]
@@ -24,15 +24,16 @@ _EMPTY_NDRANGE: dict[str, Any] = {"allow_empty_ndrange": True}
 
 
 class BoundLaunch:
-    """What the launches of one kernel with one argument set and one shape share: the replay
-    kernel, the enqueue keywords, the buffers among its arguments and the sizes."""
+    """What the launches of one ``LaunchShape`` share: the replay kernel, the enqueue call and
+    keywords, the buffers among its arguments."""
 
-    __slots__ = ("buffers", "flags", "kernel", "known_args", "name", "sizes")
+    __slots__ = ("buffers", "call", "flags", "kernel", "known_args", "name", "queue", "sizes")
 
     def __init__(
-        self, kernel: cl.Kernel, name: str, flags: dict[str, Any],
+        self, queue: cl.CommandQueue, kernel: cl.Kernel, name: str, flags: dict[str, Any],
         buffers: tuple[tuple[int, cl.MemoryObjectHolder], ...], known_args: bool, sizes: Sizes,
     ) -> None:  # fmt: skip
+        self.queue = queue
         self.kernel = kernel
         self.name = name
         # {"allow_empty_ndrange": True} for a launch recorded with it, else empty
@@ -41,12 +42,10 @@ class BoundLaunch:
         # every argument was set inside the capture (else some were preset: not rebindable)
         self.known_args = known_args
         self.sizes = sizes  # (global size, local size, offset)
+        # enqueue_nd_range_kernel's leading arguments
+        self.call: tuple[Any, ...] = (queue, kernel, *sizes)
 
 
-# launches of one kernel with the same argument snapshot and the same size objects share a
-# BoundLaunch: (id(kernel), id(snapshot), id(global size), id(local size), id(offset),
-# g_times_l, allow_empty_ndrange); the recording keeps every one of these objects alive
-_ShapeKey = tuple[int, int, int, int, int, bool, bool]
 # one replay kernel per kernel and argument values
 _ArgsKey = tuple[int, tuple[Any, ...]]
 
@@ -56,7 +55,7 @@ class Binder:
 
     def __init__(self, clones: dict[int, cl.Kernel | None]) -> None:
         self._clones = clones  # id(kernel) -> its clone from the first launch
-        self._by_shape: dict[_ShapeKey, BoundLaunch] = {}
+        self.by_shape: dict[int, BoundLaunch] = {}  # id(shape): the recording holds them
         self._replicas: dict[_ArgsKey, cl.Kernel] = {}
         self._buffers: dict[int, tuple[tuple[int, cl.MemoryObjectHolder], ...]] = {}
         self._num_args: dict[int, int] = {}
@@ -66,16 +65,14 @@ class Binder:
         """Names of the kernels some launch of which used arguments set before begin()."""
         return tuple(self._opaque)
 
-    def bind(self, raw: RawLaunch) -> BoundLaunch:
-        key = (id(raw.kernel), id(raw.args), id(raw.global_size), id(raw.local_size),
-               id(raw.offset), raw.g_times_l, raw.allow_empty)  # fmt: skip
-        found = self._by_shape.get(key)
+    def bind(self, shape: LaunchShape) -> BoundLaunch:
+        found = self.by_shape.get(id(shape))
         if found is None:
-            found = self._by_shape[key] = self._bind(raw)
+            found = self.by_shape[id(shape)] = self._bind(shape)
         return found
 
-    def _bind(self, raw: RawLaunch) -> BoundLaunch:
-        kernel, snap = raw.kernel, raw.args
+    def _bind(self, shape: LaunchShape) -> BoundLaunch:
+        kernel, snap = shape.kernel, shape.args
         n = self._num_args.get(id(kernel))
         if n is None:
             n = self._num_args[id(kernel)] = kernel.num_args
@@ -96,9 +93,9 @@ class Binder:
                 for value in _flat_values(arg.payload)
                 if isinstance(value, cl.MemoryObjectHolder)
             )
-        flags = _EMPTY_NDRANGE if raw.allow_empty else _NO_FLAGS
-        return BoundLaunch(replica, kernel.function_name, flags, buffers, known,
-                           launch_sizes(raw))  # fmt: skip
+        flags = _EMPTY_NDRANGE if shape.allow_empty else _NO_FLAGS
+        return BoundLaunch(shape.queue, replica, kernel.function_name, flags, buffers, known,
+                           launch_sizes(shape))  # fmt: skip
 
 
 def _flat_values(payload: tuple[Any, ...]) -> Iterator[Any]:

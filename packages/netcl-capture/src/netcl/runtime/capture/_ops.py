@@ -1,49 +1,28 @@
-"""The commands of a replay: a launch, a transfer (copy, fill, marker, barrier) or a finish."""
+"""The commands of a replay: a launch, a transfer (copy, fill, marker, barrier) or a finish.
+
+A launch is replayed from its record (``RawLaunch``) and the ``BoundLaunch`` of its shape (one
+per shape, looked up by ``id(shape)``: ``Binds``); a finish from its record (``RawFinish``); a
+transfer from a ``TransferOp``, which knows where the memory objects sit among its arguments.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import pyopencl as cl
 
 from netcl.runtime.capture._contract import EntryPoint, mem_ptr
 from netcl.runtime.capture._kernels import BoundLaunch
-from netcl.runtime.capture._recording import RawLaunch, RawTransfer
-from netcl.runtime.capture._records import (
-    CapturedLaunch,
-    CapturedTransfer,
-    launch_record,
-    transfer_record,
-)
+from netcl.runtime.capture._recording import RawFinish, RawLaunch, RawTransfer
+from netcl.runtime.capture._records import CapturedTransfer, transfer_record
 
-__all__ = ["FinishOp", "LaunchOp", "Op", "TransferOp", "substituted"]
+__all__ = ["Binds", "Op", "TransferOp", "substituted"]
 
 # (position or keyword, buffer) of a memory object among a command's arguments
 Where = tuple[int | str, cl.MemoryObjectHolder]
-
-
-class LaunchOp(NamedTuple):
-    """A recorded launch and the replay kernel bound for it (one per launch: a tuple)."""
-
-    raw: RawLaunch
-    bound: BoundLaunch
-
-    @property
-    def queue(self) -> cl.CommandQueue:
-        return self.raw.queue
-
-    @property
-    def buffers(self) -> tuple[tuple[int, cl.MemoryObjectHolder], ...]:
-        return self.bound.buffers
-
-    @property
-    def record(self) -> CapturedLaunch:
-        return launch_record(self.raw)
-
-    def call(self) -> tuple[Any, ...]:
-        """(queue, kernel, global size, local size, offset) for enqueue_nd_range_kernel."""
-        return (self.raw.queue, self.bound.kernel, *self.bound.sizes)
+# id(LaunchShape) -> what its launches replay with
+Binds = Mapping[int, BoundLaunch]
 
 
 class TransferOp:
@@ -83,18 +62,7 @@ class TransferOp:
         return found
 
 
-class FinishOp(NamedTuple):
-    """A recorded ``queue.finish()`` (replayed only when the capture spans queues or is out of
-    order: on one in-order queue it orders nothing the queue does not)."""
-
-    queue: cl.CommandQueue
-
-    @property
-    def buffers(self) -> tuple[Where, ...]:
-        return ()
-
-
-Op = LaunchOp | TransferOp | FinishOp
+Op = RawLaunch | TransferOp | RawFinish
 
 
 def substituted(

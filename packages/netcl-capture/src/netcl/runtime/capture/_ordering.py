@@ -26,7 +26,8 @@ from typing import Any, NamedTuple
 import pyopencl as cl
 
 from netcl.runtime.capture._contract import queue_ptr
-from netcl.runtime.capture._ops import FinishOp, Op
+from netcl.runtime.capture._ops import Op
+from netcl.runtime.capture._recording import RawFinish
 
 __all__ = ["Schedule", "Step", "schedule"]
 
@@ -93,7 +94,7 @@ def schedule(
             at, seen = pending.popleft()
             fences += [d for d in (producer.get(e.int_ptr, -1) for e in seen) if 0 <= d < at]
         key = keys[i]
-        if isinstance(op, FinishOp):  # replayed as a host-side finish: it flushes its queue
+        if isinstance(op, RawFinish):  # replayed as a host-side finish: it flushes its queue
             dirty.pop(key, None)
             steps.append(Step((), (), ()))
             continue

@@ -15,16 +15,15 @@ import pyopencl as cl
 
 from netcl.runtime.capture import _contract
 from netcl.runtime.capture._execute import run_scheduled, run_segments, segments
-from netcl.runtime.capture._kernels import Binder
-from netcl.runtime.capture._ops import FinishOp, LaunchOp, Op, TransferOp
+from netcl.runtime.capture._kernels import Binder, BoundLaunch
+from netcl.runtime.capture._ops import Op, TransferOp
 from netcl.runtime.capture._ordering import Schedule, schedule
 from netcl.runtime.capture._rebind import BufferIndex, BufferUse
-from netcl.runtime.capture._recording import RawHostWait, RawLaunch, RawTransfer, Recording
+from netcl.runtime.capture._recording import RawFinish, RawHostWait, RawLaunch, Recording
 
 __all__ = ["ReplayProgram", "build"]
 
 _set_arg = _contract.set_arg
-_new = tuple.__new__
 _OUT_OF_ORDER = int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
 
 
@@ -35,22 +34,26 @@ class ReplayProgram:
     as long as it exists.
     """
 
-    def __init__(self, ops: list[Op], plan: Schedule | None, opaque: tuple[str, ...]) -> None:
+    def __init__(
+        self, ops: list[Op], binds: dict[int, BoundLaunch], launches: int,
+        plan: Schedule | None, opaque: tuple[str, ...],
+    ) -> None:  # fmt: skip
         self.ops = tuple(ops)
+        self.binds = binds  # id(LaunchShape) -> BoundLaunch
         # None: one in-order queue, where queue order is every dependency there is
         self.plan = plan
         self.ordered = plan is None
-        self.num_launches = sum(type(op) is LaunchOp for op in ops)
-        self.num_commands = sum(type(op) is not FinishOp for op in ops)
+        self.num_launches = launches
+        self.num_commands = len(ops) - sum(1 for op in ops if type(op) is RawFinish)
         self.opaque_launches = opaque  # kernels launched with arguments set before begin()
-        self._segments = segments(self.ops) if plan is None else []
+        self._segments = segments(self.ops, binds) if plan is None else []
         self._index: BufferIndex | None = None
 
     @property
     def index(self) -> BufferIndex:
         """Every recorded buffer with its uses (made on first use)."""
         if self._index is None:
-            self._index = BufferIndex(self.ops)
+            self._index = BufferIndex(self.ops, self.binds)
         return self._index
 
     @property
@@ -62,7 +65,7 @@ class ReplayProgram:
         """Enqueue the recorded commands; an event that completes when all of them have."""
         if self.plan is None:
             return run_segments(self._segments)
-        return run_scheduled(self.ops, self.plan, {})
+        return run_scheduled(self.ops, self.binds, self.plan, {})
 
     def validate(self, buffer_map: Mapping[int, Any]) -> dict[int, cl.MemoryObjectHolder]:
         """Check a substitution map (see ``BufferIndex.validate``) before anything runs."""
@@ -87,8 +90,10 @@ class ReplayProgram:
             for kernel, index, _, new in touched:
                 _set_arg(kernel, index, new)
             if self.plan is not None:
-                return run_scheduled(self.ops, self.plan, subst)
-            return run_segments(segments(self.ops, subst) if transfers else self._segments)
+                return run_scheduled(self.ops, self.binds, self.plan, subst)
+            if transfers:
+                return run_segments(segments(self.ops, self.binds, subst))
+            return run_segments(self._segments)
         finally:
             for kernel, index, old, _ in touched:
                 _set_arg(kernel, index, old)
@@ -97,29 +102,34 @@ class ReplayProgram:
 def build(rec: Recording) -> ReplayProgram:
     """The replay form of a finished recording."""
     binder = Binder(rec.clones())
-    bind = binder.bind
+    binds = binder.by_shape
     ops: list[Op] = []
     host_waits: list[tuple[int, tuple[cl.Event, ...]]] = []
     queues: dict[int, cl.CommandQueue] = {}
-    for raw in rec.raw:
-        kind = type(raw)
-        if kind is RawLaunch:
-            ops.append(_new(LaunchOp, (raw, bind(raw))))  # type: ignore[arg-type]
-            queues[id(raw.queue)] = raw.queue  # type: ignore[union-attr]
-            continue
-        if kind is RawHostWait:
-            host_waits.append((len(ops), raw.events))  # type: ignore[union-attr]
-            continue
-        op = TransferOp(raw) if kind is RawTransfer else FinishOp(raw.queue)  # type: ignore
-        queues[id(op.queue)] = op.queue
-        ops.append(op)
+    launches = 0
+    shape: Any = None
+    for raw in rec.raw:  # once per launch: kept to a few operations for a launch
+        if type(raw) is RawLaunch:
+            ops.append(raw)
+            launches += 1
+            if raw[0] is not shape:
+                shape = raw[0]
+                if id(shape) not in binds:
+                    queues[id(shape.queue)] = binder.bind(shape).queue
+        elif isinstance(raw, RawHostWait):
+            host_waits.append((len(ops), raw.events))
+        else:
+            op = raw if isinstance(raw, RawFinish) else TransferOp(raw)  # type: ignore[arg-type]
+            queues[id(op.queue)] = op.queue
+            ops.append(op)
     distinct = {_contract.queue_ptr(q): q for q in queues.values()}
     ordered = len(distinct) <= 1 and not any(
         int(q.properties) & _OUT_OF_ORDER for q in distinct.values()
     )
     plan = None
     if not ordered:
-        waits = [() if isinstance(op, FinishOp) else op.raw.wait_for for op in ops]
-        events = [None if isinstance(op, FinishOp) else op.raw.event for op in ops]
+        recorded = [op.raw if isinstance(op, TransferOp) else op for op in ops]
+        waits = [() if isinstance(r, RawFinish) else r.wait_for for r in recorded]
+        events = [None if isinstance(r, RawFinish) else r.event for r in recorded]
         plan = schedule(ops, waits, events, host_waits)
-    return ReplayProgram(ops, plan, binder.opaque())
+    return ReplayProgram(ops, binds, launches, plan, binder.opaque())

@@ -17,7 +17,8 @@ import pyopencl as cl
 
 from netcl.core.tensor import Tensor
 from netcl.runtime.capture._contract import mem_ptr
-from netcl.runtime.capture._ops import LaunchOp, Op, TransferOp
+from netcl.runtime.capture._ops import Binds, Op, TransferOp
+from netcl.runtime.capture._recording import RawLaunch
 
 __all__ = ["BufferIndex", "BufferUse"]
 
@@ -48,27 +49,32 @@ class BufferUse:
 class BufferIndex:
     """Every recorded buffer (by ``int_ptr``) with its uses."""
 
-    def __init__(self, ops: Sequence[Op]) -> None:
+    def __init__(self, ops: Sequence[Op], binds: Binds) -> None:
         self.ops = ops
+        self.binds = binds
         self.uses: dict[int, BufferUse] = {}
         seen: set[int] = set()
         for i, op in enumerate(ops):
-            if type(op) is LaunchOp:
-                # launches sharing a bound kernel use the same buffers the same way: the first
-                # stands for all of them
-                if id(op.bound) in seen:
+            if isinstance(op, RawLaunch):
+                # launches of one shape use the same buffers the same way: the first stands
+                # for all of them
+                if id(op.shape) in seen:
                     continue
-                seen.add(id(op.bound))
-            for where, buf in op.buffers:
-                ptr = mem_ptr(buf)
-                use = self.uses.get(ptr)
-                if use is None:
-                    use = self.uses[ptr] = BufferUse(buf)
-                use.ops[i] = None
-                if type(op) is LaunchOp:
-                    use.kernel_args[(op.bound.kernel, where)] = None  # type: ignore[index]
-                else:
-                    use.transfers = True
+                seen.add(id(op.shape))
+                bound = binds[id(op.shape)]
+                for index, buf in bound.buffers:
+                    self._use(buf, i).kernel_args[(bound.kernel, index)] = None
+            elif isinstance(op, TransferOp):
+                for _, buf in op.buffers:
+                    self._use(buf, i).transfers = True
+
+    def _use(self, buf: cl.MemoryObjectHolder, op: int) -> BufferUse:
+        ptr = mem_ptr(buf)
+        use = self.uses.get(ptr)
+        if use is None:
+            use = self.uses[ptr] = BufferUse(buf)
+        use.ops[op] = None
+        return use
 
     def validate(self, buffer_map: Mapping[int, Any]) -> dict[int, cl.MemoryObjectHolder]:
         """Check a substitution map against every recorded command using each buffer; raise
@@ -148,9 +154,9 @@ class BufferIndex:
 
 def _extent(op: Op, key: int, recorded: int) -> tuple[int, str]:
     """Bytes of buffer ``key`` that recorded command ``op`` touches, and what it is."""
-    if type(op) is LaunchOp:
-        return recorded, f"kernel {op.bound.name!r}"
-    if type(op) is not TransferOp:
+    if isinstance(op, RawLaunch):
+        return recorded, f"kernel {op.shape.kernel.function_name!r}"
+    if not isinstance(op, TransferOp):
         return 0, "finish"
     entry = op.entry
     if not entry.operands:  # rectangles and images: the whole recorded object

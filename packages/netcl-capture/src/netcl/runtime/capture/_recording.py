@@ -23,8 +23,8 @@ import pyopencl as cl
 from netcl.runtime.capture import _contract
 from netcl.runtime.capture._contract import EntryPoint
 
-__all__ = ["ArgSet", "NativeAccess", "RawFinish", "RawHostWait", "RawLaunch", "RawTransfer",
-           "Recording"]  # fmt: skip
+__all__ = ["ArgSet", "LaunchShape", "NativeAccess", "RawFinish", "RawHostWait", "RawLaunch",
+           "RawTransfer", "Recording"]  # fmt: skip
 
 _MemoryObject = cl.MemoryObjectHolder
 _retain = _contract.retain
@@ -43,8 +43,9 @@ class ArgSet(NamedTuple):
     payload: tuple[Any, ...]
 
 
-class RawLaunch(NamedTuple):
-    """A recorded launch, as the driver entry point saw it."""
+class LaunchShape(NamedTuple):
+    """What consecutive launches of one kernel share while nothing about them changes: one
+    object for all of them (the replay binds a kernel object once per shape)."""
 
     kernel: cl.Kernel
     queue: cl.CommandQueue
@@ -53,14 +54,23 @@ class RawLaunch(NamedTuple):
     offset: Any
     g_times_l: bool
     allow_empty: bool
+    # the kernel's argument table when it launched
+    args: tuple[ArgSet, ...]
+
+
+class RawLaunch(NamedTuple):
+    """A recorded launch, as the driver entry point saw it."""
+
+    shape: LaunchShape
     wait_for: tuple[Any, ...]
     event: Any
-    # the kernel's argument table when it launched (launches with unchanged arguments share
-    # one snapshot object)
-    args: tuple[ArgSet, ...]
     # what Kernel.__call__ got after the kernel: (queue, global size, local size, *arguments),
     # None for a launch through enqueue_nd_range_kernel
     call: tuple[Any, ...] | None
+
+    @property
+    def queue(self) -> cl.CommandQueue:
+        return self.shape.queue
 
 
 class RawTransfer(NamedTuple):
@@ -105,12 +115,13 @@ Raw = RawLaunch | RawTransfer | RawFinish | RawHostWait
 class _KernelState:
     """What the recording knows of one kernel object (held alive by it)."""
 
-    __slots__ = ("clone", "kernel", "last", "snapshot", "table")
+    __slots__ = ("clone", "kernel", "last", "shape", "snapshot", "table")
 
     def __init__(self, kernel: cl.Kernel) -> None:
         self.kernel = kernel
         self.table: dict[int, ArgSet] = {}  # argument index -> as last set
         self.snapshot: tuple[ArgSet, ...] | None = None  # the table as a tuple while unchanged
+        self.shape: LaunchShape | None = None  # of the last launch
         # the last (setter, argument tuple) of a _set_arg*_multi call, when it held no copies
         self.last: tuple[Callable[..., Any], tuple[Any, ...]] | None = None
         # a clone taken at the first launch (None where the driver cannot clone)
@@ -136,8 +147,9 @@ class Recording:
         # hooks between "the command may have run" and "noted" (see _intercept)
         self.busy = 0
         self.raw: list[Raw] = []  # commands and host waits, in issue order
-        # (kernel, Kernel.__call__ arguments after it) of the call in progress
-        self.call_args: tuple[cl.Kernel, tuple[Any, ...]] | None = None
+        # the kernel and Kernel.__call__ arguments after it, of the call in progress
+        self.call_kernel: cl.Kernel | None = None
+        self.call_args: tuple[Any, ...] = ()
         self.kernels: dict[int, _KernelState] = {}  # id(kernel) -> state
         self.mems: dict[int, cl.MemoryObjectHolder] = {}  # int_ptr -> our own reference
         self.native: dict[NativeAccess, None] = {}  # raw-handle accesses, in order
@@ -151,7 +163,8 @@ class Recording:
         self.raw = []
         self.kernels = {}
         self.mems = {}
-        self.call_args = None
+        self.call_kernel = None
+        self.call_args = ()
 
     def clones(self) -> dict[int, cl.Kernel | None]:
         """id(kernel) -> its clone from the first launch (None: the driver cannot clone)."""
@@ -182,12 +195,11 @@ class Recording:
 
     # -- notes: what the hooks call after pyopencl's own function returned ----------------
 
-    def note_launch(
-        self, queue: Any, kernel: Any, gws: Any, lws: Any, offset: Any, wait_for: Any,
-        g_times_l: bool, allow_empty: bool, event: Any,
-    ) -> None:  # fmt: skip
-        """Record a launch (the ``enqueue_nd_range_kernel`` hook's note)."""
-        state = self.kernels.get(id(kernel)) or self._state(kernel)
+    def new_shape(
+        self, state: _KernelState, kernel: Any, queue: Any, gws: Any, lws: Any, offset: Any,
+        g_times_l: bool, allow_empty: bool,
+    ) -> LaunchShape:  # fmt: skip
+        """The shape of a launch that is not the same objects as the kernel's last one."""
         if state.clone is _UNSET:
             # a copy of the kernel as this launch left it (arguments set before begin()
             # included): the replay kernels are clones of it, so nothing set on (or freed
@@ -196,25 +208,15 @@ class Recording:
         snap = state.snapshot
         if snap is None:
             snap = state.snapshot = tuple(state.table.values())
-        call = self.call_args
-        self.raw.append(_new(RawLaunch, (
-            kernel, queue, gws, lws, offset, g_times_l, allow_empty,
-            tuple(wait_for) if wait_for else (), event, snap,
-            call[1] if call is not None and call[0] is kernel else None,
-        )))  # fmt: skip
+        shape = _shape(state.shape, (kernel, queue, gws, lws, offset, g_times_l, allow_empty,
+                                     snap))  # fmt: skip
+        state.shape = shape
+        return shape
 
-    def note_multi(self, setter: Callable[..., Any], kernel: Any, flat: tuple[Any, ...]) -> None:
-        """Record ``_set_arg_multi`` / ``_set_arg_buf_multi``: (index, value) pairs, flat."""
+    def note_pairs(self, setter: Callable[..., Any], kernel: Any, flat: tuple[Any, ...]) -> None:
+        """Record ``_set_arg_multi`` / ``_set_arg_buf_multi``: (index, value) pairs, flat
+        (unless the same as the last call: see ``pairs_hook``)."""
         state = self.kernels.get(id(kernel)) or self._state(kernel)
-        last = state.last
-        # the same call as last time (same objects, equal scalars; a memory object compares
-        # by address, and a retained one keeps its address): nothing to note
-        if last is not None and last[0] is setter:
-            try:
-                if last[1] == flat:
-                    return
-            except ValueError:  # an array argument: compared the long way below
-                pass
         state.last = None
         table, mems = state.table, self.mems
         plain = True
@@ -294,6 +296,111 @@ class Recording:
         code = None if frame is None else frame.f_code
         function = "?" if code is None else getattr(code, "co_qualname", code.co_name)
         self.native.setdefault(NativeAccess(module, function, reached))
+
+
+# -- the hooks every recorded launch goes through, written out (see _intercept) -------------
+
+
+def launch_hook(orig: Callable[..., Any], tls: Any) -> Callable[..., Any]:
+    """The driver's ``enqueue_nd_range_kernel`` (pyopencl's parameters and defaults): records
+    the launch on a recording thread."""
+
+    def enqueue_nd_range_kernel(
+        queue: Any, kernel: Any, global_work_size: Any, local_work_size: Any,
+        global_work_offset: Any = None, wait_for: Any = None, g_times_l: bool = False,
+        allow_empty_ndrange: bool = False,
+    ) -> Any:  # fmt: skip
+        rec = tls.rec
+        if rec is None or not rec.live:
+            return orig(queue, kernel, global_work_size, local_work_size, global_work_offset,
+                        wait_for, g_times_l, allow_empty_ndrange)  # fmt: skip
+        rec.busy += 1
+        try:
+            event = orig(queue, kernel, global_work_size, local_work_size, global_work_offset,
+                         wait_for, g_times_l, allow_empty_ndrange)  # fmt: skip
+        except Exception:
+            rec.busy -= 1
+            raise
+        state = rec.kernels.get(id(kernel)) or rec._state(kernel)
+        s = state.shape
+        # the last launch's shape when the same objects come again (the common loop)
+        if not (s is not None and s[7] is state.snapshot and s[1] is queue
+                and s[2] is global_work_size and s[3] is local_work_size
+                and s[4] is global_work_offset and s[5] is g_times_l
+                and s[6] is allow_empty_ndrange):  # fmt: skip
+            s = rec.new_shape(state, kernel, queue, global_work_size, local_work_size,
+                              global_work_offset, g_times_l, allow_empty_ndrange)  # fmt: skip
+        call = None
+        if rec.call_kernel is kernel:
+            call, rec.call_kernel = rec.call_args, None
+        rec.raw.append(_new(RawLaunch, (s, tuple(wait_for) if wait_for else (), event, call)))
+        rec.busy -= 1
+        return event
+
+    return enqueue_nd_range_kernel
+
+
+def pairs_hook(orig: Callable[..., Any], tls: Any) -> Callable[..., Any]:
+    """``Kernel._set_arg_multi`` / ``_set_arg_buf_multi(flat)`` (what the invokers call):
+    records the arguments on a recording thread, unless they are the same call as last time
+    (same objects, equal scalars; a memory object compares by address, and a retained one
+    keeps its address)."""
+
+    def hook(kernel: Any, flat: tuple[Any, ...]) -> None:
+        rec = tls.rec
+        if rec is None or not rec.live:
+            return orig(kernel, flat)  # type: ignore[no-any-return]
+        rec.busy += 1
+        try:
+            orig(kernel, flat)
+        except Exception:
+            rec.busy -= 1
+            raise
+        state = rec.kernels.get(id(kernel))
+        last = None if state is None else state.last
+        try:
+            same = last is not None and last[0] is orig and last[1] == flat
+        except ValueError:  # an array argument: noted the long way
+            same = False
+        if not same:
+            rec.note_pairs(orig, kernel, flat)
+        rec.busy -= 1
+        return None
+
+    return hook
+
+
+def call_hook(orig: Callable[..., Any], tls: Any) -> Callable[..., Any]:
+    """``Kernel.__call__``: lends its arguments to the launch the invoker then enqueues (taken
+    by ``launch_hook``, which also sees the wait list the invoker adds for array
+    arguments)."""
+
+    def hook(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+        rec = tls.rec
+        if rec is None or not rec.live:
+            return orig(kernel, *args, **kwargs)
+        rec.call_kernel = kernel
+        rec.call_args = args
+        try:
+            return orig(kernel, *args, **kwargs)
+        except BaseException:
+            rec.call_kernel = None  # no launch took them
+            raise
+
+    return hook
+
+
+def _shape(last: LaunchShape | None, fields: tuple[Any, ...]) -> LaunchShape:
+    """``last`` if ``fields`` equal it (sizes compared by value: a loop may pass a new but
+    equal tuple each time), else a new shape."""
+    if last is not None and last[7] is fields[7] and last[0] is fields[0] \
+            and last[1] is fields[1]:
+        try:
+            if last[2:7] == fields[2:7]:
+                return last
+        except ValueError:  # sizes given as NumPy arrays: a new shape
+            pass
+    return _new(LaunchShape, fields)  # type: ignore[no-any-return]
 
 
 def _clone(kernel: cl.Kernel) -> cl.Kernel | None:

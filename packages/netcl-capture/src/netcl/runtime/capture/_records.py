@@ -9,7 +9,7 @@ from typing import Any
 
 import pyopencl as cl
 
-from netcl.runtime.capture._recording import RawLaunch, RawTransfer
+from netcl.runtime.capture._recording import LaunchShape, RawLaunch, RawTransfer
 
 __all__ = ["CapturedLaunch", "CapturedTransfer", "launch_record", "launch_sizes",
            "transfer_record"]  # fmt: skip
@@ -56,21 +56,21 @@ def _dims(size: Any) -> tuple[int, ...]:
     return tuple(int(s) for s in size)
 
 
-def launch_sizes(raw: RawLaunch) -> Sizes:
+def launch_sizes(shape: LaunchShape) -> Sizes:
     """(global size, local size, offset) of a launch as tuples, ``g_times_l`` folded in."""
-    gsize = _dims(raw.global_size)
-    lsize = None if raw.local_size is None else _dims(raw.local_size)
-    if raw.g_times_l and lsize is not None:
+    gsize = _dims(shape.global_size)
+    lsize = None if shape.local_size is None else _dims(shape.local_size)
+    if shape.g_times_l and lsize is not None:
         gsize = tuple(g * ls for g, ls in zip(gsize, lsize, strict=True))
-    return gsize, lsize, None if raw.offset is None else _dims(raw.offset)
+    return gsize, lsize, None if shape.offset is None else _dims(shape.offset)
 
 
 def launch_record(raw: RawLaunch) -> CapturedLaunch:
     """The read-only record of a recorded launch."""
-    gsize, lsize, offset = launch_sizes(raw)
+    gsize, lsize, offset = launch_sizes(raw.shape)
     return CapturedLaunch(
-        kernel_name=raw.kernel.function_name,
-        queue=raw.queue,
+        kernel_name=raw.shape.kernel.function_name,
+        queue=raw.shape.queue,
         global_size=gsize,
         local_size=lsize,
         offset=offset,
