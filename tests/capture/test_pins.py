@@ -162,7 +162,7 @@ def _import_capture_after(patch: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, check=False)
 
 
-@pytest.mark.parametrize("owner, name", [
+@pytest.mark.parametrize(("owner", "name"), [
     ("pyopencl._cl", "_enqueue_copy_buffer"),
     ("pyopencl.invoker", "generate_enqueue_and_set_args"),
     ("pyopencl", "wait_for_events"),
