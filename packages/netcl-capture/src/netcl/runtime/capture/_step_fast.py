@@ -1,0 +1,121 @@
+"""The call path of a captured step's most recently used capture, written out for its
+arguments.
+
+A generic call path (build the guard key, hash it, look it up, loop over the substitution
+plan) costs a microsecond or more of Python, which is 10-30 % of replaying a short step. So
+each capture also gets a function of its own, generated once when the capture is made, that
+checks the arguments against what the capture recorded attribute by attribute (a mismatch
+answers ``MISS`` and the generic path decides), builds the buffer map, replays and returns the
+recorded outputs: about what a hand-written ``replay_with_new_buffers`` call costs. It accepts
+exactly what the guard key accepts, or less (the exact recorded types, and the recorded dtype
+and queue objects), never more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyopencl.array as cla
+
+from netcl.core.tensor import Tensor
+from netcl.runtime.capture._step_plan import Capture
+
+__all__ = ["MISS", "compile_fast"]
+
+MISS: Any = object()  # "not this capture's arguments": take the generic path
+
+
+def compile_fast(
+    entry: Capture,
+    flat: tuple[Any, ...],
+    bufs: list[Any],
+    recording: list[int],
+    finish: Callable[[Capture, tuple[Any, ...], list[Any], Any], Any] | None,
+) -> Callable[[tuple[Any, ...]], Any] | None:
+    """The fast call path of ``entry`` (recorded with positional arguments ``flat`` holding
+    buffers ``bufs``), or None where it has none (a call with keyword arguments, an empty
+    array). ``finish(entry, args, bufs, event)`` builds results the recorded objects cannot
+    be (None: return the recorded result)."""
+    if any(k[0] == "keywords" for k in entry.key if isinstance(k[0], str)):
+        return None
+    ns: dict[str, Any] = {
+        "MISS": MISS, "REC": recording, "ENTRY": entry,
+        "replay": entry.capture.replay, "rwnb": entry.capture.replay_with_new_buffers,
+        "stage": entry.stage, "small": _small, "finish": finish, "RESULT": entry.result,
+        "HAZ": entry.hazard, "ARRAYS": entry.arrays,
+    }  # fmt: skip
+    lines = [f"if REC[0] or len(args) != {len(flat)}:", "    return MISS"]
+    if flat:
+        lines.append(f"{', '.join(f'a{i}' for i in range(len(flat)))}, = args")
+    names: list[str] = []  # b<i> of each buffer argument, in order
+    for i, a in enumerate(flat):
+        ns[f"T{i}"] = type(a)
+        if isinstance(a, (Tensor, cla.Array)):
+            checks = _buffer_checks(i, a, ns)
+            if checks is None:
+                return None
+            lines += [f"if type(a{i}) is not T{i} or {checks}:", "    return MISS"]
+            lines.append(f"b{i} = a{i}.{'buffer' if isinstance(a, Tensor) else 'base_data'}")
+            lines.append(f"p{i} = b{i}.int_ptr")
+            names.append(f"{i}")
+        else:
+            ns[f"V{i}"] = a
+            lines += [f"if type(a{i}) is not T{i} or (a{i} is not V{i} and a{i} != V{i}):",
+                      "    return MISS"]
+    ptrs = [b.int_ptr for b in bufs]
+    if len(names) > 1:  # the aliasing between buffer arguments must be the recorded one
+        ns["PATTERN"] = tuple(ptrs.index(p) for p in ptrs)
+        tup = f"({', '.join(f'p{i}' for i in names)},)"
+        lines += [f"ptrs = {tup}", "if tuple(map(ptrs.index, ptrs)) != PATTERN:",
+                  "    return MISS"]
+    buffers = f"[{', '.join(f'b{i}' for i in names)}]"
+    replay = ["    try:", "        event = rwnb(subst)", "    except ValueError:",
+              f"        event = small(ENTRY, {buffers}, subst)", "else:", "    event = replay()"]
+    if len(entry.slots) == 1:  # the common case, written without a loop or an empty dict
+        (j, recorded), = entry.slots
+        n = names[j]
+        ns["R0"] = recorded
+        value = f"stage({j}, b{n}) if p{n} in HAZ else b{n}" if entry.hazard else f"b{n}"
+        lines += [f"if p{n} != R0:", f"    subst = {{R0: {value}}}", *replay]
+    else:
+        lines.append("subst = {}")
+        for j, recorded in entry.slots:
+            n = names[j]
+            ns[f"R{j}"] = recorded
+            value = f"stage({j}, b{n}) if p{n} in HAZ else b{n}" if entry.hazard else f"b{n}"
+            lines += [f"if p{n} != R{j}:", f"    subst[R{j}] = {value}"]
+        lines += ["if subst:", *replay]
+    if finish is not None:
+        lines.append(f"return finish(ENTRY, args, {buffers}, event)")
+    else:
+        if entry.arrays:  # pyopencl arrays learn the replay's event
+            lines += ["if event is not None:", "    for arr in ARRAYS:", "        evs = arr.events",
+                      "        evs.clear()", "        evs.append(event)"]
+        lines.append("return RESULT")
+    source = "def fast(args):\n" + "".join(f"    {line}\n" for line in lines)
+    exec(compile(source, "<captured step fast path>", "exec"), ns)
+    fast: Callable[[tuple[Any, ...]], Any] = ns["fast"]
+    fast.__doc__ = source  # what it does, for whoever debugs it
+    return fast
+
+
+def _buffer_checks(i: int, a: Any, ns: dict[str, Any]) -> str | None:
+    """The attribute checks of buffer argument ``i`` (None: an empty array, no fast path)."""
+    ns[f"S{i}"], ns[f"D{i}"], ns[f"Q{i}"] = a.shape, a.dtype, a.queue
+    checks = [f"a{i}.shape != S{i}", f"a{i}.dtype is not D{i}", f"a{i}.queue is not Q{i}"]
+    if isinstance(a, cla.Array):
+        if a.base_data is None:
+            return None
+        ns[f"ST{i}"], ns[f"O{i}"] = a.strides, a.offset
+        checks += [f"a{i}.strides != ST{i}", f"a{i}.offset != O{i}"]
+    return " or ".join(checks)
+
+
+def _small(entry: Capture, bufs: list[Any], subst: dict[int, Any]) -> Any:
+    """The replay refused the map: stage arguments smaller than their recorded buffers."""
+    ptrs = [b.int_ptr for b in bufs]
+    small = entry.small_substitution(bufs, ptrs)
+    if small is None:
+        return entry.capture.replay_with_new_buffers(subst)  # raises its error again
+    return entry.capture.replay_with_new_buffers(small)
