@@ -244,8 +244,12 @@ class CapturedStep(Generic[P, R]):
             cap = KernelCapture()
             try:
                 cap.begin()
-            except RuntimeError:  # this thread records into a KernelCapture of the caller's:
-                span.set("netcl.step.nested", True)  # run as plain code, that capture records
+            except RuntimeError as exc:
+                if "already recording" not in str(exc):
+                    raise
+                # this thread records into a KernelCapture of the caller's: run as plain code,
+                # that capture records the launches
+                span.set("netcl.step.nested", True)
                 return self._run(args, kwargs)
             _enter_recording()
             try:

@@ -39,8 +39,8 @@ def check_error(step: str, reason: str, result: Any, index: int, diff: float,
     """The error of a failed check: which output of ``result`` differs, and by how much."""
     what = "the output" if not isinstance(result, (tuple, list)) else f"output {index}"
     return StepCheckError(
-        f"captured step {step}: check failed on the first replay of the capture recorded for "
-        f"{reason}: {what} differs from running the step normally (max abs diff {diff:.6g}, "
+        f"captured step {step}: check failed on the first replay of a capture ({reason}): "
+        f"{what} differs from running the step normally (max abs diff {diff:.6g}, "
         f"tolerance {atol:g}). The step depends on something its guards do not see (a global "
         "or closure value that changed, a host-side decision): pass it as an argument. The "
         "capture was dropped; the next call with these arguments records again.",
