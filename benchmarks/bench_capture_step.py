@@ -1,7 +1,8 @@
 """capture_step against the hand-written replay of the same step.
 
-The step: a two-layer MLP (matmul, bias + ReLU, twice: 4 launches) on Tensors, and the same as
-pyopencl.array operations. The hand-written contender records the step once with a
+The step: a two-layer MLP (matmul, bias + ReLU, twice: 4 launches) on Tensors, the same as
+pyopencl.array operations (6 launches), and an eight-layer one on Tensors (16 launches: the
+size of bench_capture's MLP step). The hand-written contender records the step once with a
 KernelCapture and, per call, builds ``{recorded_input.int_ptr: new_input.buffer}`` and calls
 ``replay_with_new_buffers``, returning the recorded output: what a user writes without
 ``capture_step``. Both are called with a different input each time (two inputs alternating).
@@ -61,13 +62,14 @@ class _Held:
 class _Workload:
     """A step function, its decorated form and its hand-written replay, and two inputs."""
 
-    def __init__(self, queue: cl.CommandQueue, kind: str) -> None:
+    def __init__(self, queue: cl.CommandQueue, kind: str, layers: int) -> None:
         self.queue = queue
         self.kind = kind
+        self.tensors = kind == "tensor"
         rng = np.random.default_rng(0)
         self.w_host = [(rng.standard_normal((WIDTH, WIDTH)) / 8).astype(np.float32)
-                       for _ in range(2)]
-        self.b_host = [rng.standard_normal(WIDTH).astype(np.float32) for _ in range(2)]
+                       for _ in range(layers)]
+        self.b_host = [rng.standard_normal(WIDTH).astype(np.float32) for _ in range(layers)]
         # inputs 0 and 1 alternate in the timed calls; 2 and 3 are the recorded ones, so that
         # every timed call substitutes its input in both contenders
         self.x_host = [rng.standard_normal((BATCH, WIDTH)).astype(np.float32) for _ in range(4)]
@@ -137,7 +139,10 @@ class _Workload:
         """The hand-written replay: rebind the input, replay, return the recorded output."""
         x = self.inputs[self.calls & 1]
         self.calls += 1
-        self.cap.replay_with_new_buffers({self.recorded_ptr: self._buffer(x)})
+        if self.tensors:
+            self.cap.replay_with_new_buffers({self.recorded_ptr: x.buffer})
+        else:
+            self.cap.replay_with_new_buffers({self.recorded_ptr: x.base_data})
         return self.out
 
     def step(self) -> Any:
@@ -157,9 +162,10 @@ class _Workload:
                 np.testing.assert_allclose(got, h, rtol=1e-4, atol=1e-4)
 
 
-@pytest.fixture(scope="module", params=["tensor", "pyopencl_array"])
+@pytest.fixture(scope="module", params=["tensor-2", "pyopencl_array-2", "tensor-8"])
 def workload(request: pytest.FixtureRequest, queue: cl.CommandQueue) -> _Workload:
-    return _Workload(queue, request.param)
+    kind, layers = request.param.split("-")
+    return _Workload(queue, kind, int(layers))
 
 
 def _rounds(benchmark: Any, full: int) -> int:
@@ -186,6 +192,7 @@ def test_step_decorated_vs_hand(benchmark: Any, workload: _Workload) -> None:
     med = {k: statistics.median(v) for k, v in host.items()}
     benchmark.extra_info.update(
         kind=workload.kind,
+        layers=len(workload.w_host),
         hand_us=med["hand"] * 1e6,
         decorated_us=med["decorated"] * 1e6,
         decorated_over_hand=med["decorated"] / med["hand"],

@@ -2,13 +2,14 @@
 arguments.
 
 A generic call path (build the guard key, hash it, look it up, loop over the substitution
-plan) costs a microsecond or more of Python, which is 10-30 % of replaying a short step. So
-each capture also gets a function of its own, generated once when the capture is made, that
-checks the arguments against what the capture recorded attribute by attribute (a mismatch
-answers ``MISS`` and the generic path decides), builds the buffer map, replays and returns the
-recorded outputs: about what a hand-written ``replay_with_new_buffers`` call costs. It accepts
-exactly what the guard key accepts, or less (the exact recorded types, and the recorded dtype
-and queue objects), never more.
+plan) costs a microsecond or more of Python, 10-30 % of replaying a short step. So each capture
+also gets a ``__call__`` of its own, generated once when the capture is made, which the step
+uses while that capture is its most recently used one. It checks the arguments against what
+the capture recorded, attribute by attribute (on a mismatch the generic path ``self._call``
+decides), builds the buffer map, replays and returns the recorded outputs: about what a
+hand-written ``replay_with_new_buffers`` call costs. It accepts exactly what the guard key
+accepts, or less (the exact recorded types, and the recorded dtype and queue objects), never
+more.
 """
 
 from __future__ import annotations
@@ -21,9 +22,7 @@ import pyopencl.array as cla
 from netcl.core.tensor import Tensor
 from netcl.runtime.capture._step_plan import Capture
 
-__all__ = ["MISS", "compile_fast"]
-
-MISS: Any = object()  # "not this capture's arguments": take the generic path
+__all__ = ["compile_fast"]
 
 
 def compile_fast(
@@ -32,22 +31,26 @@ def compile_fast(
     bufs: list[Any],
     recording: list[int],
     finish: Callable[[Capture, tuple[Any, ...], list[Any], Any], Any] | None,
-) -> Callable[[tuple[Any, ...]], Any] | None:
-    """The fast call path of ``entry`` (recorded with positional arguments ``flat`` holding
-    buffers ``bufs``), or None where it has none (a call with keyword arguments, an empty
-    array). ``finish(entry, args, bufs, event)`` builds results the recorded objects cannot
-    be (None: return the recorded result)."""
+) -> Callable[..., Any] | None:
+    """The ``__call__`` of a step whose most recently used capture is ``entry`` (recorded with
+    positional arguments ``flat`` holding buffers ``bufs``), or None where there is none (a
+    call with keyword arguments, an empty array). ``finish(entry, args, bufs, event)`` builds
+    results the recorded objects cannot be (None: return the recorded result)."""
     if any(k[0] == "keywords" for k in entry.key if isinstance(k[0], str)):
         return None
     ns: dict[str, Any] = {
-        "MISS": MISS, "REC": recording, "ENTRY": entry,
+        "REC": recording, "ENTRY": entry,
         "replay": entry.capture.replay, "rwnb": entry.capture.replay_with_new_buffers,
         "stage": entry.stage, "small": _small, "finish": finish, "RESULT": entry.result,
         "HAZ": entry.hazard, "ARRAYS": entry.arrays,
     }  # fmt: skip
-    lines = [f"if REC[0] or len(args) != {len(flat)}:", "    return MISS"]
-    if flat:
-        lines.append(f"{', '.join(f'a{i}' for i in range(len(flat)))}, = args")
+    miss = "    return self._call(args, kwargs)"
+    if flat:  # unpacking checks the number of arguments (a ValueError costs only on a miss)
+        lines = ["if REC[0] or kwargs:", miss, "try:",
+                 f"    {', '.join(f'a{i}' for i in range(len(flat)))}, = args",
+                 "except ValueError:", miss]
+    else:
+        lines = ["if REC[0] or kwargs or args:", miss]
     names: list[str] = []  # b<i> of each buffer argument, in order
     for i, a in enumerate(flat):
         ns[f"T{i}"] = type(a)
@@ -55,20 +58,19 @@ def compile_fast(
             checks = _buffer_checks(i, a, ns)
             if checks is None:
                 return None
-            lines += [f"if type(a{i}) is not T{i} or {checks}:", "    return MISS"]
+            lines += [f"if type(a{i}) is not T{i} or {checks}:", miss]
             lines.append(f"b{i} = a{i}.{'buffer' if isinstance(a, Tensor) else 'base_data'}")
             lines.append(f"p{i} = b{i}.int_ptr")
             names.append(f"{i}")
         else:
             ns[f"V{i}"] = a
             lines += [f"if type(a{i}) is not T{i} or (a{i} is not V{i} and a{i} != V{i}):",
-                      "    return MISS"]
+                      miss]
     ptrs = [b.int_ptr for b in bufs]
     if len(names) > 1:  # the aliasing between buffer arguments must be the recorded one
         ns["PATTERN"] = tuple(ptrs.index(p) for p in ptrs)
         tup = f"({', '.join(f'p{i}' for i in names)},)"
-        lines += [f"ptrs = {tup}", "if tuple(map(ptrs.index, ptrs)) != PATTERN:",
-                  "    return MISS"]
+        lines += [f"ptrs = {tup}", "if tuple(map(ptrs.index, ptrs)) != PATTERN:", miss]
     buffers = f"[{', '.join(f'b{i}' for i in names)}]"
     replay = ["    try:", "        event = rwnb(subst)", "    except ValueError:",
               f"        event = small(ENTRY, {buffers}, subst)", "else:", "    event = replay()"]
@@ -93,11 +95,11 @@ def compile_fast(
             lines += ["if event is not None:", "    for arr in ARRAYS:", "        evs = arr.events",
                       "        evs.clear()", "        evs.append(event)"]
         lines.append("return RESULT")
-    source = "def fast(args):\n" + "".join(f"    {line}\n" for line in lines)
-    exec(compile(source, "<captured step fast path>", "exec"), ns)
-    fast: Callable[[tuple[Any, ...]], Any] = ns["fast"]
-    fast.__doc__ = source  # what it does, for whoever debugs it
-    return fast
+    source = "def __call__(self, *args, **kwargs):\n" + "".join(f"    {x}\n" for x in lines)
+    exec(compile(source, "<captured step call path>", "exec"), ns)
+    call: Callable[..., Any] = ns["__call__"]
+    call.__doc__ = source  # what it does, for whoever debugs it
+    return call
 
 
 def _buffer_checks(i: int, a: Any, ns: dict[str, Any]) -> str | None:
