@@ -338,6 +338,11 @@ def test_in_place_step_returning_none_and_one_returning_its_argument(
         k.axpy(queue, (w.size,), None, w.buffer, w.buffer, 1.0)
         return w
 
+    @capture_step
+    def as_matrix(w: Tensor) -> Tensor:
+        k.axpy(queue, (w.size,), None, w.buffer, w.buffer, 1.0)
+        return Tensor(w.buffer, (2, 2), F32, queue)  # a view of the argument's buffer
+
     for i in range(4):
         w = Tensor.from_numpy(np.full(4, i, F32), queue)
         assert update(w, Tensor.from_numpy(np.full(4, 2, F32), queue)) is None
@@ -345,7 +350,11 @@ def test_in_place_step_returning_none_and_one_returning_its_argument(
         v = Tensor.from_numpy(np.full(4, i, F32), queue)
         assert doubled(v) is v  # the output was the argument: this call's argument
         np.testing.assert_allclose(v.to_numpy(), 2 * i)
-    assert update.stats.replays == doubled.stats.replays == 2
+        u = Tensor.from_numpy(np.full(4, i, F32), queue)
+        m = as_matrix(u)
+        assert m.buffer is u.buffer and m.shape == (2, 2)
+        np.testing.assert_allclose(m.to_numpy(), np.full((2, 2), 2 * i))
+    assert update.stats.replays == doubled.stats.replays == as_matrix.stats.replays == 2
 
 
 def test_host_side_effects_run_only_when_the_step_runs(k: K, queue: cl.CommandQueue) -> None:
