@@ -269,7 +269,8 @@ def test_check_mode_names_the_differing_output_of_a_tuple(k: K, queue: cl.Comman
     x = Tensor.from_numpy(np.ones(4, F32), queue)
     two(x)
     factor[0] = 1.5
-    with pytest.raises(StepCheckError, match=r"\(first capture\): output 1 differs .*max abs diff 0\.5") as info:
+    message = r"\(first capture\): output 1 differs .*max abs diff 0\.5"
+    with pytest.raises(StepCheckError, match=message) as info:
         two(x)
     assert info.value.output == 1
 
