@@ -531,3 +531,27 @@ def test_results_are_correct_under_a_failing_sdk(
         np.testing.assert_allclose(step(Tensor.from_numpy(x, queue), 2.0).to_numpy(), 2 * x)
         hostile_sdk()
     assert step.stats.replays == 4
+
+
+def test_out_of_order_queue(k: K, ctx: cl.Context) -> None:
+    """On an out-of-order queue the replay keeps the recorded dependencies, and the copy of an
+    output passed back in is complete before the replay reads it."""
+    props = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+    queue = cl.CommandQueue(ctx, properties=props)
+    n = 64
+
+    @capture_step
+    def smooth_twice(x: Tensor) -> Tensor:
+        mid, out = Tensor.empty(x.shape, F32, queue), Tensor.empty(x.shape, F32, queue)
+        first = k.neighbours(queue, (n,), None, mid.buffer, x.buffer, n)
+        k.neighbours(queue, (n,), None, out.buffer, mid.buffer, n, wait_for=[first])
+        return out
+
+    host = np.random.default_rng(6).standard_normal(n).astype(F32)
+    h = Tensor.from_numpy(host, queue)
+    for i in range(6):
+        h = smooth_twice(h)
+        queue.finish()  # Tensors carry no events
+        for _ in range(2):
+            host = host + 0.5 * np.roll(host, -1)
+        np.testing.assert_allclose(h.to_numpy(), host, rtol=1e-5, err_msg=f"call {i}")

@@ -276,7 +276,10 @@ class Capture:
         scratch = self.scratch.get(j)
         if scratch is None or int(scratch.size) < need:
             scratch = self.scratch[j] = cl.Buffer(buf.context, cl.mem_flags.READ_WRITE, need)
-        cl.enqueue_copy(self.queues[j], scratch, buf, byte_count=int(buf.size))
+        queue: cl.CommandQueue = self.queues[j]
+        event = cl.enqueue_copy(queue, scratch, buf, byte_count=int(buf.size))
+        if int(queue.properties) & int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE):
+            event.wait()  # the replay's first command does not wait for this copy otherwise
         return scratch
 
     def substitution(self, bufs: list[Any], ptrs: list[int]) -> dict[int, Any] | None:
