@@ -132,6 +132,7 @@ def test_mlp_step_gives_numpys_answer_on_every_call(k: K, queue: cl.CommandQueue
         outs.append(out)
     assert step.stats == StepStats(runs=1, captures=1, replays=6, evictions=0)
     assert step.num_captures == 1 and step.last_reason == "first capture"
+    assert step.num_launches == 4
     # replays return the capture's own output: the recorded call's Tensor, every time
     assert outs[0] is not outs[1]
     assert all(o is outs[1] for o in outs[2:])

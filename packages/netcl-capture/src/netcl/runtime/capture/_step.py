@@ -361,6 +361,11 @@ class CapturedStep(Generic[P, R]):
         return len(self._captures)
 
     @property
+    def num_launches(self) -> int:
+        """Kernel launches of the most recently used capture (0 before the first one)."""
+        return self._mru.launches if self._mru is not None else 0
+
+    @property
     def max_captures(self) -> int:
         """How many captures the step keeps; the least recently used is dropped beyond it."""
         return self._max
