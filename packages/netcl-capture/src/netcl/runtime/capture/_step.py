@@ -2,8 +2,9 @@
 
 A :class:`CapturedStep` keeps one :class:`KernelCapture` per guard key (what the arguments look
 like: see ``_step_plan``), at most ``max_captures`` of them, least recently used dropped first.
-Its call path is what a hand-written ``replay_with_new_buffers`` loop does, plus the key: one
-pass over the arguments, one dict lookup, a precomputed list of buffers to substitute.
+While a capture is the most recently used one, the step's ``__call__`` is a function generated
+for that capture's arguments (``_step_fast``): attribute checks, the buffer map, the replay.
+Any other call builds the guard key and looks it up.
 """
 
 from __future__ import annotations
@@ -15,12 +16,18 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from types import MethodType
-from typing import Any, Generic, NamedTuple, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from netcl.core import telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.capture import KernelCapture
-from netcl.runtime.capture._step_fast import compile_fast
+from netcl.runtime.capture._step_fast import (
+    NESTING,
+    RECORDING,
+    compile_fast,
+    enter_recording,
+    leave_recording,
+)
 from netcl.runtime.capture._step_outputs import (
     StepCheckError,
     check_error,
@@ -45,6 +52,7 @@ from netcl.runtime.capture._step_tally import (
     REPLAYS,
     RUNS,
     STEP_NAME,
+    StepStats,
     by_name,
     counter,
     counts,
@@ -63,8 +71,8 @@ log = get_logger("netcl.runtime.capture")
 _TEL = telemetry.Scope("netcl.runtime.capture", __version__)
 STEP_REASON = "netcl.step.reason"
 
-# Observable: a call adds to a list item of its step (tens of nanoseconds); the SDK reads the
-# totals when a metric reader collects.
+# Observable, read when a metric reader collects: a replay adds nothing (each KernelCapture counts
+# its own replays), the other calls add to a list item of their step.
 _TEL.observable_counter(
     "netcl.step.replays", counter(REPLAYS), "{replay}", "Replays made by captured steps")
 _TEL.observable_counter(
@@ -80,24 +88,7 @@ _TEL.observable_gauge(
     "netcl.step.captures_kept", lambda: by_name(lambda s: len(s._captures), None),
     "{capture}", "Captures a captured step keeps now (at most its max_captures)")
 
-# -- nesting: a step called while another step records in the same thread runs normally ----
-_nesting = threading.local()
-_recording = [0]  # steps recording now, in any thread: the fast path's one check
-_nesting_lock = threading.Lock()
 _DROPPED = sys.maxsize  # warm-up count of a key whose capture was dropped: record at once
-
-
-class StepStats(NamedTuple):
-    """Counts of one captured step's calls since it was made."""
-
-    runs: int
-    """calls that ran the function normally (warm-up, check mode, nested in a recording)"""
-    captures: int
-    """captures recorded"""
-    replays: int
-    """calls answered by a replay"""
-    evictions: int
-    """captures dropped to stay within ``max_captures``"""
 
 
 class CapturedStep(Generic[P, R]):
@@ -117,7 +108,18 @@ class CapturedStep(Generic[P, R]):
     keep (or pass ``copy_outputs=True``). Passing an output back as an argument is recognised
     (the replay works on a copy of it), never aliased. **Host-side effects** (a ``print``, a
     Python counter, a value read on the host) happen only when the function really runs: not
-    on replays.
+    on replays. For example::
+
+        calls = []
+
+        @capture_step
+        def step(x):
+            calls.append(1)  # runs on the warm-up and the recording call only
+            return x * 2
+
+        for _ in range(10):
+            step(x)
+        assert len(calls) == 2 and step.stats.replays == 8
     """
 
     def __init__(
@@ -175,7 +177,7 @@ class CapturedStep(Generic[P, R]):
             entry = self._captures.get(key)
         except TypeError:
             raise unhashable_error(self.name, key, self._labels(len(args), names)) from None
-        if entry is None or entry.pending_check or _recording[0]:
+        if entry is None or entry.pending_check or RECORDING[0]:
             return self._slow(key, args, kwargs, flat, bufs, ptrs)
         return finish(entry, flat, bufs, self._replay(entry, key, bufs, ptrs), self._copy)
 
@@ -207,7 +209,7 @@ class CapturedStep(Generic[P, R]):
 
     def _slow(self, key: GuardKey, args: tuple[Any, ...], kwargs: dict[str, Any],
               flat: tuple[Any, ...], bufs: list[Any], ptrs: list[int]) -> Any:
-        if getattr(_nesting, "depth", 0):  # inside another step's recording: plain code (and
+        if getattr(NESTING, "depth", 0):  # inside another step's recording: plain code (and
             return self._run(args, kwargs)  # no lock: two threads nesting steps crosswise)
         with self._lock:
             entry = self._captures.get(key)
@@ -254,14 +256,14 @@ class CapturedStep(Generic[P, R]):
                 # that capture records the launches
                 span.set("netcl.step.nested", True)
                 return self._run(args, kwargs)
-            _enter_recording()
+            enter_recording()
             try:
                 result = self._fn(*args, **kwargs)
             except BaseException:
                 cap.reset()
                 raise
             finally:
-                _leave_recording()
+                leave_recording()
             try:
                 cap.end()
                 entry = Capture(cap, key, labels, flat, bufs, ptrs, result,
@@ -273,7 +275,7 @@ class CapturedStep(Generic[P, R]):
             entry.pending_check = self._check
             copy = self._copy
             entry.fast = compile_fast(
-                entry, flat, bufs, _recording,
+                entry, flat, bufs,
                 None if entry.plain and not copy else functools.partial(finish, copy=copy),
             )
             evicted = self._insert(key, entry)
@@ -387,18 +389,6 @@ class CapturedStep(Generic[P, R]):
     def __repr__(self) -> str:
         return (f"CapturedStep({self.name}, captures={len(self._captures)}/{self._max}, "
                 f"replays={self.stats.replays})")
-
-
-def _enter_recording() -> None:
-    with _nesting_lock:
-        _recording[0] += 1
-    _nesting.depth = getattr(_nesting, "depth", 0) + 1
-
-
-def _leave_recording() -> None:
-    _nesting.depth -= 1
-    with _nesting_lock:
-        _recording[0] -= 1
 
 
 @overload

@@ -14,6 +14,7 @@ more.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -22,14 +23,33 @@ import pyopencl.array as cla
 from netcl.core.tensor import Tensor
 from netcl.runtime.capture._step_plan import Capture
 
-__all__ = ["compile_fast"]
+__all__ = ["NESTING", "RECORDING", "compile_fast", "enter_recording", "leave_recording"]
+
+# A step called while another step records in the same thread runs as plain code (the outer
+# recording takes its launches): a replay there would not be recorded.
+NESTING = threading.local()
+RECORDING = [0]  # steps recording now, in any thread: the fast path's one check
+_nesting_lock = threading.Lock()
+
+
+def enter_recording() -> None:
+    """A step starts recording in this thread: every step's call takes the generic path."""
+    with _nesting_lock:
+        RECORDING[0] += 1
+    NESTING.depth = getattr(NESTING, "depth", 0) + 1
+
+
+def leave_recording() -> None:
+    """The recording of a step in this thread ended."""
+    NESTING.depth -= 1
+    with _nesting_lock:
+        RECORDING[0] -= 1
 
 
 def compile_fast(
     entry: Capture,
     flat: tuple[Any, ...],
     bufs: list[Any],
-    recording: list[int],
     finish: Callable[[Capture, tuple[Any, ...], list[Any], Any], Any] | None,
 ) -> Callable[..., Any] | None:
     """The ``__call__`` of a step whose most recently used capture is ``entry`` (recorded with
@@ -39,7 +59,7 @@ def compile_fast(
     if any(k[0] == "keywords" for k in entry.key if isinstance(k[0], str)):
         return None
     ns: dict[str, Any] = {
-        "REC": recording, "ENTRY": entry,
+        "REC": RECORDING, "ENTRY": entry,
         "replay": entry.capture.replay, "rwnb": entry.capture.replay_with_new_buffers,
         "stage": entry.stage, "small": _small, "finish": finish, "RESULT": entry.result,
         "HAZ": entry.hazard, "ARRAYS": entry.arrays,

@@ -6,18 +6,31 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from opentelemetry.util.types import AttributeValue
 
 from netcl.runtime.capture._step_plan import Capture
 
-__all__ = ["RUNS", "CAPTURES", "REPLAYS", "EVICTIONS", "by_name", "counter", "counts",
+__all__ = ["StepStats", "RUNS", "CAPTURES", "REPLAYS", "EVICTIONS", "by_name", "counter", "counts",
            "register"]
 
 STEP_NAME = "netcl.step.name"
 RUNS, CAPTURES, REPLAYS, EVICTIONS = range(4)
 Points = Iterable[tuple[float, Mapping[str, AttributeValue]]]
+
+
+class StepStats(NamedTuple):
+    """Counts of one captured step's calls since it was made."""
+
+    runs: int
+    """calls that ran the function normally (warm-up, check mode, nested in a recording)"""
+    captures: int
+    """captures recorded"""
+    replays: int
+    """calls answered by a replay"""
+    evictions: int
+    """captures dropped to stay within ``max_captures``"""
 
 
 class _Step(Protocol):
