@@ -1,0 +1,558 @@
+"""capture_step on real kernels: a step runs normally, records on its second call, replays with
+new argument buffers after; guards, the bound on captures, outputs, check mode, telemetry."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import weakref
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+import pytest
+
+from netcl.core.tensor import Tensor
+from netcl.runtime.capture import (
+    CapturedStep,
+    KernelCapture,
+    StepCheckError,
+    StepStats,
+    capture_step,
+)
+
+SOURCE = """
+__kernel void matmul(__global float *out, __global const float *x, __global const float *w,
+                     const int k, const int m) {
+    int i = get_global_id(0);
+    int row = i / m, col = i % m;
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j) acc += x[row * k + j] * w[j * m + col];
+    out[i] = acc;
+}
+__kernel void bias_relu(__global float *out, __global const float *h, __global const float *b,
+                        const int m) {
+    int i = get_global_id(0);
+    out[i] = fmax(h[i] + b[i % m], 0.0f);
+}
+__kernel void scale(__global float *out, __global const float *x, const float s) {
+    int i = get_global_id(0);
+    out[i] = x[i] * s;
+}
+__kernel void neighbours(__global float *out, __global const float *x, const int n) {
+    int i = get_global_id(0);
+    out[i] = x[i] + 0.5f * x[(i + 1) % n];
+}
+__kernel void axpy(__global float *y, __global const float *x, const float a) {
+    int i = get_global_id(0);
+    y[i] += a * x[i];
+}
+"""
+
+F32 = np.float32
+Host = np.ndarray[Any, Any]
+
+
+class K:
+    """The test kernels, with their scalar argument types set."""
+
+    def __init__(self, ctx: cl.Context) -> None:
+        prg = cl.Program(ctx, SOURCE).build()
+        self.matmul = cl.Kernel(prg, "matmul")
+        self.matmul.set_scalar_arg_dtypes([None, None, None, np.int32, np.int32])
+        self.bias_relu = cl.Kernel(prg, "bias_relu")
+        self.bias_relu.set_scalar_arg_dtypes([None, None, None, np.int32])
+        self.scale = cl.Kernel(prg, "scale")
+        self.scale.set_scalar_arg_dtypes([None, None, F32])
+        self.neighbours = cl.Kernel(prg, "neighbours")
+        self.neighbours.set_scalar_arg_dtypes([None, None, np.int32])
+        self.axpy = cl.Kernel(prg, "axpy")
+        self.axpy.set_scalar_arg_dtypes([None, None, F32])
+
+
+@pytest.fixture(scope="module")
+def k(ctx: cl.Context) -> K:
+    return K(ctx)
+
+
+def _host(rng: np.random.Generator, *shape: int) -> Host:
+    return rng.standard_normal(shape).astype(F32)
+
+
+def _scale_step(k: K, queue: cl.CommandQueue, **options: Any) -> CapturedStep[Any, Any]:
+    @capture_step(**options)
+    def scale(x: Tensor, s: float) -> Tensor:
+        out = Tensor.empty(x.shape, F32, queue)
+        k.scale(queue, (x.size,), None, out.buffer, x.buffer, s)
+        return out
+
+    return scale
+
+
+# -- done-when: real steps against numpy on every call --------------------------------------
+
+
+class MLP:
+    """A two-layer MLP (matmul, bias + ReLU, twice) as a step of netcl Tensors."""
+
+    def __init__(self, k: K, queue: cl.CommandQueue, rng: np.random.Generator) -> None:
+        self.w = [_host(rng, 8, 16) / 4, _host(rng, 16, 4) / 4]
+        self.b = [_host(rng, 16), _host(rng, 4)]
+        self.dev = [(Tensor.from_numpy(w, queue), Tensor.from_numpy(b, queue))
+                    for w, b in zip(self.w, self.b, strict=True)]
+        self.k, self.queue = k, queue
+
+    def step(self, x: Tensor) -> Tensor:
+        queue, h = self.queue, x
+        for w, b in self.dev:
+            rows, (kk, m) = h.shape[0], w.shape
+            z = Tensor.empty((rows, m), F32, queue)
+            self.k.matmul(queue, (z.size,), None, z.buffer, h.buffer, w.buffer, kk, m)
+            h = Tensor.empty((rows, m), F32, queue)
+            self.k.bias_relu(queue, (h.size,), None, h.buffer, z.buffer, b.buffer, m)
+        return h
+
+    def reference(self, x: Host) -> Host:
+        for w, b in zip(self.w, self.b, strict=True):
+            x = np.maximum(x @ w + b, 0)
+        return x
+
+
+def test_mlp_step_gives_numpys_answer_on_every_call(k: K, queue: cl.CommandQueue) -> None:
+    rng = np.random.default_rng(1)
+    mlp = MLP(k, queue, rng)
+    step = capture_step(mlp.step)
+    outs = []
+    for i in range(8):
+        x = _host(rng, 5, 8)
+        out = step(Tensor.from_numpy(x, queue))  # a new input tensor every call
+        np.testing.assert_allclose(out.to_numpy(), mlp.reference(x), rtol=1e-5, atol=1e-5,
+                                   err_msg=f"call {i}")
+        outs.append(out)
+    assert step.stats == StepStats(runs=1, captures=1, replays=6, evictions=0)
+    assert step.num_captures == 1 and step.last_reason == "first capture"
+    assert step.num_launches == 4
+    # replays return the capture's own output: the recorded call's Tensor, every time
+    assert outs[0] is not outs[1]
+    assert all(o is outs[1] for o in outs[2:])
+
+
+def test_pyopencl_array_step_gives_numpys_answer(queue: cl.CommandQueue) -> None:
+    rng = np.random.default_rng(2)
+    w = _host(rng, 32)
+    dev_w = cla.to_device(queue, w)
+    zeros = cla.zeros(queue, 32, F32)
+
+    @capture_step
+    def step(a: cla.Array, b: cla.Array) -> tuple[cla.Array, cla.Array]:
+        s = a * dev_w + b
+        return cla.maximum(s, zeros), (a - b) * 2
+
+    recorded_events: list[Any] = []
+    for i in range(6):
+        a, b = _host(rng, 32), _host(rng, 32)
+        relu, diff = step(cla.to_device(queue, a), cla.to_device(queue, b))
+        if i == 1:
+            recorded_events = [*relu.events, *diff.events]
+        elif i > 1:  # an output array waits for the replay that wrote it, not the recording
+            assert len(relu.events) == 1 and relu.events[0] not in recorded_events
+            assert diff.events == relu.events
+        np.testing.assert_allclose(relu.get(), np.maximum(a * w + b, 0), rtol=1e-6,
+                                   err_msg=f"call {i}")
+        np.testing.assert_allclose(diff.get(), (a - b) * 2, rtol=1e-6, err_msg=f"call {i}")
+    assert step.stats.replays == 4 and step.stats.captures == 1
+
+
+def test_shape_change_records_again_and_both_shapes_keep_replaying(
+    k: K, queue: cl.CommandQueue
+) -> None:
+    rng = np.random.default_rng(3)
+    mlp = MLP(k, queue, rng)
+    step = capture_step(mlp.step)
+    for i, rows in enumerate([4, 4, 4, 9, 9, 9, 4, 9, 4, 9]):
+        x = _host(rng, rows, 8)
+        got = step(Tensor.from_numpy(x, queue)).to_numpy()
+        assert got.shape == (rows, 4)
+        np.testing.assert_allclose(got, mlp.reference(x), rtol=1e-5, atol=1e-5,
+                                   err_msg=f"call {i}, {rows} rows")
+    assert step.num_captures == 2
+    assert step.stats == StepStats(runs=2, captures=2, replays=6, evictions=0)
+    assert step.last_reason == "shape of x changed (4, 8) -> (9, 8)"
+
+
+def test_bound_on_captures_holds_drops_the_least_recently_used_and_frees_its_buffers(
+    k: K, queue: cl.CommandQueue
+) -> None:
+    step = _scale_step(k, queue, max_captures=2, warmup=0)
+    refcount = cl.mem_info.REFERENCE_COUNT
+
+    def call(n: int) -> Tensor:
+        x = np.arange(n, dtype=F32)
+        out: Tensor = step(Tensor.from_numpy(x, queue), 2.0)
+        np.testing.assert_allclose(out.to_numpy(), 2 * x)
+        return out
+
+    a = call(4)
+    a_buffer = a.buffer
+    held = a_buffer.get_info(refcount)  # the Tensor's own and the capture's reference
+    a_ref = weakref.ref(a)
+    call(8)
+    call(4)  # A used last: B is now the least recently used
+    assert step.num_captures == 2
+    b_again = call(16)  # a third shape drops B, not A
+    assert step.num_captures == 2 and step.stats.evictions == 1
+    assert call(4) is a  # A still replays
+    call(8)  # B records again (dropping C, the least recently used now)
+    assert step.stats.captures == 4 and step.num_captures == 2
+    assert step.last_reason is not None and "dropped" in step.last_reason
+    del b_again
+    # dropping a capture frees its buffers: A's capture goes with the fourth shape
+    call(32)
+    assert step.num_captures == 2
+    del a
+    gc.collect()
+    assert a_ref() is None, "the dropped capture's output Tensor is still alive"
+    assert a_buffer.get_info(refcount) == held - 1, "the dropped capture kept its reference"
+
+
+def test_reset_drops_every_capture_and_its_buffers(k: K, queue: cl.CommandQueue) -> None:
+    step = _scale_step(k, queue, warmup=0)
+    out = step(Tensor.from_numpy(np.ones(4, F32), queue), 3.0)
+    ref = weakref.ref(out)
+    del out
+    step.reset()
+    gc.collect()
+    assert step.num_captures == 0 and ref() is None
+    np.testing.assert_allclose(step(Tensor.from_numpy(np.ones(4, F32), queue), 3.0).to_numpy(), 3)
+
+
+# -- check mode --------------------------------------------------------------------------------
+
+SCALE = 2.0
+
+
+def test_check_mode_catches_a_step_that_reads_a_changing_global(
+    k: K, queue: cl.CommandQueue
+) -> None:
+    global SCALE
+    SCALE = 2.0
+
+    @capture_step(check=True)
+    def scaled(x: Tensor) -> Tensor:
+        out = Tensor.empty(x.shape, F32, queue)
+        k.scale(queue, (x.size,), None, out.buffer, x.buffer, SCALE)  # not a guarded argument
+        return out
+
+    x = Tensor.from_numpy(np.arange(6, dtype=F32), queue)
+    scaled(x)
+    scaled(x)  # recorded with SCALE = 2
+    SCALE = 3.0
+    with pytest.raises(StepCheckError, match=r"the output differs .*max abs diff 5\b") as info:
+        scaled(x)
+    assert info.value.output == 0 and info.value.max_abs_diff == pytest.approx(5.0)
+    assert scaled.num_captures == 0  # the wrong capture is gone
+    # the next call records again, with the current value, and then replays correctly
+    scaled(x)
+    np.testing.assert_allclose(scaled(x).to_numpy(), 3 * np.arange(6))
+
+
+def test_check_mode_names_the_differing_output_of_a_tuple(k: K, queue: cl.CommandQueue) -> None:
+    factor = [1.0]
+
+    @capture_step(check=True, warmup=0)
+    def two(x: Tensor) -> tuple[Tensor, Tensor]:
+        same, changing = Tensor.empty(x.shape, F32, queue), Tensor.empty(x.shape, F32, queue)
+        k.scale(queue, (x.size,), None, same.buffer, x.buffer, 1.0)
+        k.scale(queue, (x.size,), None, changing.buffer, x.buffer, factor[0])
+        return same, changing
+
+    x = Tensor.from_numpy(np.ones(4, F32), queue)
+    two(x)
+    factor[0] = 1.5
+    message = r"\(first capture\): output 1 differs .*max abs diff 0\.5"
+    with pytest.raises(StepCheckError, match=message) as info:
+        two(x)
+    assert info.value.output == 1
+
+
+def test_check_mode_passes_a_faithful_step_and_stops_checking(
+    k: K, queue: cl.CommandQueue
+) -> None:
+    rng = np.random.default_rng(4)
+    mlp = MLP(k, queue, rng)
+    runs = [0]
+
+    def counted(x: Tensor) -> Tensor:
+        runs[0] += 1
+        return mlp.step(x)
+
+    step = capture_step(counted, check=True)
+    for _ in range(5):
+        x = _host(rng, 3, 8)
+        np.testing.assert_allclose(step(Tensor.from_numpy(x, queue)).to_numpy(),
+                                   mlp.reference(x), rtol=1e-5, atol=1e-5)
+    assert runs[0] == 3  # warm-up, recording, and the checked first replay; then replays only
+    assert step.stats.replays == 3
+
+
+# -- outputs --------------------------------------------------------------------------------
+
+
+def test_an_output_passed_back_as_input_is_not_aliased(k: K, queue: cl.CommandQueue) -> None:
+    """``h = step(h)``: from the third call on the input is the capture's own output buffer,
+    which the replay writes while reading the input; the step must work on a copy."""
+    n = 16
+
+    @capture_step
+    def smooth(x: Tensor) -> Tensor:
+        out = Tensor.empty(x.shape, F32, queue)
+        k.neighbours(queue, (n,), None, out.buffer, x.buffer, n)
+        return out
+
+    host = np.random.default_rng(5).standard_normal(n).astype(F32)
+    h = Tensor.from_numpy(host, queue)
+    for i in range(6):
+        h = smooth(h)
+        host = host + 0.5 * np.roll(host, -1)
+        np.testing.assert_allclose(h.to_numpy(), host, rtol=1e-5, err_msg=f"call {i}")
+
+
+def test_copy_outputs_returns_tensors_the_next_call_does_not_overwrite(
+    k: K, queue: cl.CommandQueue
+) -> None:
+    step = _scale_step(k, queue, copy_outputs=True)
+    outs = [step(Tensor.from_numpy(np.full(4, i, F32), queue), 2.0) for i in range(5)]
+    assert len({id(o) for o in outs}) == 5
+    for i, out in enumerate(outs):
+        np.testing.assert_allclose(out.to_numpy(), 2 * i)
+
+
+def test_in_place_step_returning_none_and_one_returning_its_argument(
+    k: K, queue: cl.CommandQueue
+) -> None:
+    @capture_step
+    def update(w: Tensor, g: Tensor) -> None:
+        k.axpy(queue, (w.size,), None, w.buffer, g.buffer, -0.5)
+
+    @capture_step
+    def doubled(w: Tensor) -> Tensor:
+        k.axpy(queue, (w.size,), None, w.buffer, w.buffer, 1.0)
+        return w
+
+    @capture_step
+    def as_matrix(w: Tensor) -> Tensor:
+        k.axpy(queue, (w.size,), None, w.buffer, w.buffer, 1.0)
+        return Tensor(w.buffer, (2, 2), F32, queue)  # a view of the argument's buffer
+
+    for i in range(4):
+        w = Tensor.from_numpy(np.full(4, i, F32), queue)
+        assert update(w, Tensor.from_numpy(np.full(4, 2, F32), queue)) is None
+        np.testing.assert_allclose(w.to_numpy(), i - 1)
+        v = Tensor.from_numpy(np.full(4, i, F32), queue)
+        assert doubled(v) is v  # the output was the argument: this call's argument
+        np.testing.assert_allclose(v.to_numpy(), 2 * i)
+        u = Tensor.from_numpy(np.full(4, i, F32), queue)
+        m = as_matrix(u)
+        assert m.buffer is u.buffer and m.shape == (2, 2)
+        np.testing.assert_allclose(m.to_numpy(), np.full((2, 2), 2 * i))
+    assert update.stats.replays == doubled.stats.replays == as_matrix.stats.replays == 2
+
+
+def test_host_side_effects_run_only_when_the_step_runs(k: K, queue: cl.CommandQueue) -> None:
+    calls = []
+
+    @capture_step
+    def step(x: Tensor) -> Tensor:
+        calls.append(x.shape)  # a Python side effect: not part of a replay
+        out = Tensor.empty(x.shape, F32, queue)
+        k.scale(queue, (x.size,), None, out.buffer, x.buffer, 2.0)
+        return out
+
+    for _ in range(5):
+        step(Tensor.from_numpy(np.ones(3, F32), queue))
+    assert len(calls) == 2  # the warm-up call and the recording call
+
+
+# -- guards and bad input -------------------------------------------------------------------
+
+
+def test_a_non_tensor_argument_is_part_of_the_key(k: K, queue: cl.CommandQueue) -> None:
+    step = _scale_step(k, queue)
+    x = np.arange(4, dtype=F32)
+    for s in [2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 2.0, 3.0]:
+        np.testing.assert_allclose(step(Tensor.from_numpy(x, queue), s).to_numpy(), s * x)
+    assert step.num_captures == 2
+    assert step.last_reason == "value of s changed 2.0 -> 3.0"
+    # keyword arguments are guarded the same way (the generic call path)
+    for s in [4.0, 4.0, 4.0]:
+        np.testing.assert_allclose(step(Tensor.from_numpy(x, queue), s=s).to_numpy(), s * x)
+    assert step.last_reason is not None and "keyword arguments changed" in step.last_reason
+
+
+def test_an_unhashable_argument_is_a_type_error_naming_it(k: K, queue: cl.CommandQueue) -> None:
+    step = _scale_step(k, queue)
+    x = Tensor.from_numpy(np.ones(4, F32), queue)
+    with pytest.raises(TypeError, match=r"argument s is an unhashable list"):
+        step(x, [2.0])  # type: ignore[arg-type]
+    assert step.stats == StepStats(0, 0, 0, 0)  # nothing ran
+    np.testing.assert_allclose(step(x, 2.0).to_numpy(), 2)
+
+
+def test_a_step_returning_a_host_value_is_refused_at_its_first_call(
+    queue: cl.CommandQueue,
+) -> None:
+    @capture_step
+    def total(a: cla.Array) -> float:
+        return float(cla.sum(a).get())
+
+    with pytest.raises(TypeError, match=r"returned float; a captured step must return None"):
+        total(cla.to_device(queue, np.ones(4, F32)))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_captures": 0}, "max_captures must be an int >= 1, got 0"),
+        ({"warmup": -1}, "warmup must be an int >= 0, got -1"),
+        ({"warmup": True}, "warmup must be an int >= 0, got True"),
+        ({"check_atol": float("nan")}, "check_atol must be a finite number >= 0"),
+        ({"name": ""}, "name must be a non-empty str"),
+    ],
+)
+def test_bad_options_are_refused(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        capture_step(**options)(lambda: None)
+
+
+def test_aliased_arguments_get_a_capture_of_their_own(k: K, queue: cl.CommandQueue) -> None:
+    @capture_step(warmup=0)
+    def add_scaled(y: Tensor, x: Tensor) -> Tensor:
+        k.axpy(queue, (y.size,), None, y.buffer, x.buffer, 1.0)
+        return y
+
+    for i in range(3):
+        a, b = (Tensor.from_numpy(np.full(4, v, F32), queue) for v in (i, 10))
+        np.testing.assert_allclose(add_scaled(a, b).to_numpy(), i + 10)
+        c = Tensor.from_numpy(np.full(4, i, F32), queue)
+        np.testing.assert_allclose(add_scaled(c, c).to_numpy(), 2 * i)
+    assert add_scaled.num_captures == 2
+
+
+def test_an_input_smaller_than_the_recorded_buffer_is_staged(k: K, queue: cl.CommandQueue) -> None:
+    step = _scale_step(k, queue, warmup=0)
+    big = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 4096)  # e.g. a pool's size class
+    recorded = Tensor(big, (4,), F32, queue)
+    recorded.write(np.ones(4, F32))
+    step(recorded, 2.0)
+    for i in range(3):  # exact-size buffers: the replay needs the recorded size
+        np.testing.assert_allclose(step(Tensor.from_numpy(np.full(4, i, F32), queue), 2.0)
+                                   .to_numpy(), 2 * i)
+
+
+def test_nested_steps_and_methods(k: K, queue: cl.CommandQueue) -> None:
+    class Model:
+        def __init__(self, s: float) -> None:
+            self.s = s
+
+        @capture_step
+        def inner(self, x: Tensor) -> Tensor:
+            out = Tensor.empty(x.shape, F32, queue)
+            k.scale(queue, (x.size,), None, out.buffer, x.buffer, self.s)
+            return out
+
+    model = Model(3.0)
+
+    @capture_step
+    def outer(x: Tensor) -> Tensor:
+        return model.inner(model.inner(x))  # runs normally while outer records
+
+    for i in range(5):
+        x = np.full(4, i, F32)
+        np.testing.assert_allclose(outer(Tensor.from_numpy(x, queue)).to_numpy(), 9 * x)
+        np.testing.assert_allclose(model.inner(Tensor.from_numpy(x, queue)).to_numpy(), 3 * x)
+    assert outer.stats.replays == 3
+    assert Model.inner.stats.replays >= 2  # type: ignore[attr-defined]
+
+
+def test_a_step_inside_a_users_recording_runs_as_plain_code(
+    k: K, queue: cl.CommandQueue
+) -> None:
+    step = _scale_step(k, queue, warmup=0)
+    x = Tensor.from_numpy(np.ones(4, F32), queue)
+    cap = KernelCapture()
+    with cap:
+        out = step(x, 5.0)  # would record: the user's capture records it instead
+    assert cap.num_launches == 1 and step.num_captures == 0
+    x.write(np.full(4, 2, F32))
+    cap.replay()
+    np.testing.assert_allclose(out.to_numpy(), 10)
+
+
+# -- telemetry ------------------------------------------------------------------------------
+
+
+def _points(metric_points: Any, name: str, step: str) -> float:
+    return sum(p.value for p in metric_points(name) if p.attributes.get("netcl.step.name") == step)
+
+
+def test_spans_and_metrics(
+    k: K, queue: cl.CommandQueue, spans: Any, metric_points: Any
+) -> None:
+    step = _scale_step(k, queue, name="test-step-telemetry", max_captures=1)
+    for n in (4, 4, 4, 4, 8, 8, 8):
+        step(Tensor.from_numpy(np.ones(n, F32), queue), 2.0)
+    captures = [s for s in spans.get_finished_spans() if s.name == "netcl.step.capture"]
+    assert [s.attributes["netcl.step.reason"] for s in captures] == [
+        "first capture", "shape of x changed (4,) -> (8,)"]
+    assert all(s.attributes["netcl.step.name"] == "test-step-telemetry" for s in captures)
+    assert captures[1].attributes["netcl.step.evicted"] == 1
+    assert captures[1].attributes["netcl.capture.launches"] == 1
+    # the KernelCapture's own recording span is a child of the step's
+    records = [s for s in spans.get_finished_spans() if s.name == "netcl.capture.record"]
+    assert {s.parent.span_id for s in records} == {s.context.span_id for s in captures}
+    assert _points(metric_points, "netcl.step.replays", "test-step-telemetry") == 3
+    assert _points(metric_points, "netcl.step.captures", "test-step-telemetry") == 2
+    assert _points(metric_points, "netcl.step.runs", "test-step-telemetry") == 2
+    assert _points(metric_points, "netcl.step.evictions", "test-step-telemetry") == 1
+    assert _points(metric_points, "netcl.step.captures_kept", "test-step-telemetry") == 1
+
+
+@pytest.mark.xfail(
+    strict=True, raises=RuntimeError,
+    reason="KernelCapture's own begin()/replay spans still raise a failing SDK's errors",
+)
+def test_results_are_correct_under_a_failing_sdk(
+    k: K, queue: cl.CommandQueue, hostile_sdk: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    step = _scale_step(k, queue, check=True, max_captures=1)
+    for n in (4, 4, 4, 4, 8, 8, 8):
+        x = np.arange(n, dtype=F32)
+        np.testing.assert_allclose(step(Tensor.from_numpy(x, queue), 2.0).to_numpy(), 2 * x)
+        hostile_sdk()
+    assert step.stats.replays == 4
+
+
+def test_out_of_order_queue(k: K, ctx: cl.Context) -> None:
+    """On an out-of-order queue the replay keeps the recorded dependencies, and the copy of an
+    output passed back in is complete before the replay reads it."""
+    props = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+    queue = cl.CommandQueue(ctx, properties=props)
+    n = 64
+
+    @capture_step
+    def smooth_twice(x: Tensor) -> Tensor:
+        mid, out = Tensor.empty(x.shape, F32, queue), Tensor.empty(x.shape, F32, queue)
+        first = k.neighbours(queue, (n,), None, mid.buffer, x.buffer, n)
+        k.neighbours(queue, (n,), None, out.buffer, mid.buffer, n, wait_for=[first])
+        return out
+
+    host = np.random.default_rng(6).standard_normal(n).astype(F32)
+    h = Tensor.from_numpy(host, queue)
+    for i in range(6):
+        h = smooth_twice(h)
+        queue.finish()  # Tensors carry no events
+        for _ in range(2):
+            host = host + 0.5 * np.roll(host, -1)
+        np.testing.assert_allclose(h.to_numpy(), host, rtol=1e-5, err_msg=f"call {i}")
