@@ -18,9 +18,9 @@ from collections.abc import Callable
 from types import MethodType
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from netcl.core import telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.capture import KernelCapture
+from netcl.runtime.capture import _telemetry as tm
 from netcl.runtime.capture._step_fast import (
     NESTING,
     RECORDING,
@@ -51,14 +51,10 @@ from netcl.runtime.capture._step_tally import (
     EVICTIONS,
     REPLAYS,
     RUNS,
-    STEP_NAME,
     StepStats,
-    by_name,
-    counter,
     counts,
     register,
 )
-from netcl.runtime.capture.version import __version__
 
 __all__ = ["CapturedStep", "StepCheckError", "StepStats", "capture_step"]
 
@@ -66,27 +62,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 log = get_logger("netcl.runtime.capture")
-
-# -- telemetry (names are API) --------------------------------------------------------------
-_TEL = telemetry.Scope("netcl.runtime.capture", __version__)
-STEP_REASON = "netcl.step.reason"
-
-# Observable, read when a metric reader collects: a replay adds nothing (each KernelCapture counts
-# its own replays), the other calls add to a list item of their step.
-_TEL.observable_counter(
-    "netcl.step.replays", counter(REPLAYS), "{replay}", "Replays made by captured steps")
-_TEL.observable_counter(
-    "netcl.step.captures", counter(CAPTURES), "{capture}",
-    "Captures recorded by captured steps (one per new guard key, again after one was dropped)")
-_TEL.observable_counter(
-    "netcl.step.runs", counter(RUNS), "{call}",
-    "Calls of captured steps that ran the function normally (warm-up, check mode, nested)")
-_TEL.observable_counter(
-    "netcl.step.evictions", counter(EVICTIONS), "{capture}",
-    "Captures dropped to keep a captured step within max_captures")
-_TEL.observable_gauge(
-    "netcl.step.captures_kept", lambda: by_name(lambda s: len(s._captures), None),
-    "{capture}", "Captures a captured step keeps now (at most its max_captures)")
 
 _DROPPED = sys.maxsize  # warm-up count of a key whose capture was dropped: record at once
 
@@ -245,7 +220,8 @@ class CapturedStep(Generic[P, R]):
         reason = change_reason(next(reversed(self._captures), None), key, labels)
         if dropped and not reason.startswith("recorded again"):
             reason += f" (recorded before, dropped to keep {self._max} captures)"
-        with _TEL.span("netcl.step.capture", {STEP_NAME: self.name, STEP_REASON: reason}) as span:
+        attributes = {tm.STEP_NAME: self.name, tm.STEP_REASON: reason}
+        with tm.TEL.span(tm.STEP_CAPTURE_SPAN, attributes) as span:
             cap = KernelCapture()
             try:
                 cap.begin()
@@ -313,7 +289,7 @@ class CapturedStep(Generic[P, R]):
     def _checked_replay(self, entry: Capture, key: GuardKey, args: tuple[Any, ...],
                         kwargs: dict[str, Any], flat: tuple[Any, ...], bufs: list[Any],
                         ptrs: list[int]) -> Any:
-        with _TEL.span("netcl.step.check", {STEP_NAME: self.name}) as span:
+        with tm.TEL.span(tm.STEP_CHECK_SPAN, {tm.STEP_NAME: self.name}) as span:
             event = self._replay(entry, key, bufs, ptrs)
             replayed = entry.outputs(flat, bufs, event)
             if event is not None:

@@ -11,11 +11,11 @@ from typing import Any, NamedTuple, Protocol
 from opentelemetry.util.types import AttributeValue
 
 from netcl.runtime.capture._step_plan import Capture
+from netcl.runtime.capture._telemetry import STEP_NAME, TEL
 
 __all__ = ["StepStats", "RUNS", "CAPTURES", "REPLAYS", "EVICTIONS", "by_name", "counter", "counts",
            "register"]
 
-STEP_NAME = "netcl.step.name"
 RUNS, CAPTURES, REPLAYS, EVICTIONS = range(4)
 Points = Iterable[tuple[float, Mapping[str, AttributeValue]]]
 
@@ -80,3 +80,21 @@ def by_name(value: Callable[[_Step], int], retired: int | None) -> Points:
 def counter(i: int) -> Callable[[], Points]:
     """The observe function of count ``i`` (RUNS, CAPTURES, REPLAYS, EVICTIONS)."""
     return lambda: by_name(lambda s: counts(s._counts, s._captures)[i], i)
+
+
+# Observable, read when a metric reader collects: a replay adds nothing (each KernelCapture counts
+# its own replays), the other calls add to a list item of their step.
+TEL.observable_counter(
+    "netcl.step.replays", counter(REPLAYS), "{replay}", "Replays made by captured steps")
+TEL.observable_counter(
+    "netcl.step.captures", counter(CAPTURES), "{capture}",
+    "Captures recorded by captured steps (one per new guard key, again after one was dropped)")
+TEL.observable_counter(
+    "netcl.step.runs", counter(RUNS), "{call}",
+    "Calls of captured steps that ran the function normally (warm-up, check mode, nested)")
+TEL.observable_counter(
+    "netcl.step.evictions", counter(EVICTIONS), "{capture}",
+    "Captures dropped to keep a captured step within max_captures")
+TEL.observable_gauge(
+    "netcl.step.captures_kept", lambda: by_name(lambda s: len(s._captures), None),
+    "{capture}", "Captures a captured step keeps now (at most its max_captures)")

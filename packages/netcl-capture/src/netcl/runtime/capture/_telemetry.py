@@ -14,7 +14,8 @@ from opentelemetry.util.types import AttributeValue
 from netcl.core import telemetry
 from netcl.runtime.capture.version import __version__
 
-__all__ = ["COMMANDS", "LAUNCHES", "REBOUND", "RECORD_SPAN", "REPLAY_SPAN", "TEL", "TOTALS"]
+__all__ = ["COMMANDS", "LAUNCHES", "REBOUND", "RECORD_SPAN", "REPLAY_SPAN", "STEP_CAPTURE_SPAN",
+           "STEP_CHECK_SPAN", "STEP_NAME", "STEP_REASON", "TEL", "TOTALS"]
 
 TEL = telemetry.Scope("netcl.runtime.capture", __version__)
 
@@ -22,6 +23,11 @@ RECORD_SPAN = "netcl.capture.record"  # begin() .. end()
 REPLAY_SPAN = "netcl.capture.replay"  # every replay / replay_with_new_buffers
 LAUNCHES = "netcl.capture.launches"
 COMMANDS = "netcl.capture.commands"
+# captured steps (capture_step)
+STEP_CAPTURE_SPAN = "netcl.step.capture"  # a call that records
+STEP_CHECK_SPAN = "netcl.step.check"  # check mode's normal run beside a first replay
+STEP_NAME = "netcl.step.name"
+STEP_REASON = "netcl.step.reason"  # why the guard key was new
 REBOUND = "netcl.capture.rebound"  # substituted buffers of a replay
 
 
