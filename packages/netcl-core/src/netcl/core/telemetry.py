@@ -364,15 +364,6 @@ def _callback(observe: Observe) -> Callable[[CallbackOptions], Iterable[Observat
     return callback
 
 
-# Transitional: the packages not yet on Scope. Removed once every package opens spans through it.
-def tracer(scope: str, version: str) -> trace.Tracer:
-    return trace.get_tracer(scope, version)
-
-
-def meter(scope: str, version: str) -> metrics.Meter:
-    return metrics.get_meter(scope, version)
-
-
 # The application side lives in its own module; imported last because it reads _recheck above.
 from netcl.core._otel_setup import configure, shutdown  # noqa: E402
 
