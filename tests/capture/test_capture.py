@@ -239,3 +239,26 @@ def test_without_clone_preset_arguments_cannot_be_recorded(
     with pytest.raises(RuntimeError, match=r"cannot record kernel 'add'.*0 of its 3"):
         cap.end()
     assert not cap.is_recording and cap.num_launches == 0
+
+
+def test_two_kernels_with_preset_arguments_and_one_size_object_replay_apart(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
+) -> None:
+    """Launches through ``enqueue_nd_range_kernel`` with arguments set before begin() share
+    an empty argument table; with the same size tuple they still replay their own kernels
+    (the replay once took the second for the first)."""
+    a, out1, out2 = buf(np.arange(N)), buf(np.zeros(N)), buf(np.zeros(N))
+    k1 = cl.Kernel(kernels.program, "add")
+    k1.set_args(out1, a, a)
+    k2 = cl.Kernel(kernels.program, "scale_shift")
+    k2.set_args(out2, a, np.float32(3), np.int32(1))
+    size = (N,)
+    with KernelCapture() as cap:
+        cl.enqueue_nd_range_kernel(queue, k1, size, None)
+        cl.enqueue_nd_range_kernel(queue, k2, size, None)
+    for out in (out1, out2):
+        cl._cl._enqueue_fill_buffer(queue, out, np.float32(-1), 0, 4 * N)
+    cap.replay()
+    x = np.arange(N, dtype=np.float32)
+    np.testing.assert_allclose(host_read(out1, N), 2 * x)
+    np.testing.assert_allclose(host_read(out2, N), 3 * x + 1)

@@ -1,16 +1,21 @@
-"""Pin the pyopencl internals capture intercepts: an upgrade that moves an argument (above all
-``wait_for``) fails here instead of recording wrongly."""
+"""Pin the pyopencl internals capture intercepts (the table in ``_contract``): an upgrade that
+moves an argument (above all ``wait_for``) fails here instead of recording wrongly, and a pyopencl
+that lacks an entry point, or lies outside the supported versions, fails at import."""
 
 from __future__ import annotations
 
 import inspect
 import re
+import subprocess
+import sys
+import textwrap
 
 import pyopencl as cl
 import pyopencl._cl as _cl
 import pyopencl.invoker as invoker
+import pytest
 
-from netcl.runtime.capture import _intercept
+from netcl.runtime.capture import _contract, _intercept
 
 
 def _params(fn: object) -> list[str]:
@@ -36,9 +41,16 @@ def _params(fn: object) -> list[str]:
 
 
 def test_transfer_primitives_keep_wait_for_where_capture_expects_it() -> None:
-    for name, wait_pos in _intercept.TRANSFERS.items():
-        params = _params(getattr(_cl, name))
-        assert params.index("wait_for") == wait_pos, (name, params)
+    transfers = [e for e in _contract.ENTRY_POINTS if e.kind in ("transfer", "order")]
+    assert len(transfers) == 14
+    for entry in transfers:
+        params = _params(getattr(_cl, entry.name))
+        assert params.index("wait_for") == entry.wait_for, (entry.name, params)
+        # the parameters capture binds arguments to, by name and position
+        assert params[: len(entry.params)] == list(entry.params), (entry.name, params)
+        for operand in entry.operands:
+            for name in (operand.mem, operand.offset, operand.count, operand.host):
+                assert not name or name in params, (entry.name, name)
 
 
 def test_transfer_argument_names_used_by_capture() -> None:
@@ -47,6 +59,8 @@ def test_transfer_argument_names_used_by_capture() -> None:
     assert _params(_cl._enqueue_fill_buffer)[:5] == ["queue", "mem", "pattern", "offset", "size"]
     assert _params(_cl._enqueue_read_buffer)[:4] == ["queue", "mem", "hostbuf", "src_offset"]
     assert _params(_cl._enqueue_write_buffer)[:4] == ["queue", "mem", "hostbuf", "dst_offset"]
+    assert _contract.TRANSFERS["_enqueue_copy_buffer"].params == (
+        "queue", "src", "dst", "byte_count", "src_offset", "dst_offset")
 
 
 def test_enqueue_nd_range_kernel_signature() -> None:
@@ -54,6 +68,21 @@ def test_enqueue_nd_range_kernel_signature() -> None:
     assert _params(_cl.enqueue_nd_range_kernel) == [
         "queue", "kernel", "global_work_size", "local_work_size", "global_work_offset",
         "wait_for", "g_times_l", "allow_empty_ndrange"]
+    launch = next(e for e in _contract.ENTRY_POINTS if e.kind == "launch")
+    assert list(launch.params) == _params(_cl.enqueue_nd_range_kernel)
+    assert launch.params.index("wait_for") == launch.wait_for
+    # the hook takes the same parameters with pyopencl's defaults
+    hook = _intercept.HOOKS[(_cl, "enqueue_nd_range_kernel")]
+    assert hook is _intercept.HOOKS[(cl, "enqueue_nd_range_kernel")]
+    sig = inspect.signature(hook, follow_wrapped=False)
+    assert list(sig.parameters) == list(launch.params)
+    defaults = {k: p.default for k, p in sig.parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    first = (_cl.enqueue_nd_range_kernel.__doc__ or "").splitlines()[0]
+    assert defaults == {"global_work_offset": None, "wait_for": None, "g_times_l": False,
+                        "allow_empty_ndrange": False}
+    for name, value in defaults.items():
+        assert f"{name}: " in first and f"= {value}" in first.split(f"{name}:")[1].split(",")[0]
 
 
 def test_argument_setters_signatures() -> None:
@@ -66,9 +95,11 @@ def test_argument_setters_signatures() -> None:
         "_set_arg_buf": ["self", "arg0", "arg1"],
         "_set_arg_svm": ["self", "arg0", "arg1"],
     }
-    assert set(expected) == set(_intercept.ARG_SETTERS)
+    setters = {e.name: e for e in _contract.ENTRY_POINTS if e.kind.startswith("setter")}
+    assert set(expected) == set(setters)
     for name, params in expected.items():
         assert _params(getattr(cl.Kernel, name)) == params, name
+        assert list(setters[name].params) == params[1:], name
     assert _params(cl.CommandQueue.finish) == ["self"]
 
 
@@ -111,3 +142,65 @@ def test_installed_pyopencl_is_in_the_supported_range() -> None:
                if r.startswith("pyopencl"))
     assert req.specifier.contains(version("pyopencl")), (str(req), version("pyopencl"))
     assert any(s.operator == "<" for s in req.specifier)  # an upper bound
+
+
+def _import_capture_after(patch: str) -> subprocess.CompletedProcess[str]:
+    """Import netcl.runtime.capture in a fresh interpreter whose pyopencl ``patch`` changed."""
+    code = textwrap.dedent(
+        f"""
+        import pyopencl, pyopencl._cl, pyopencl.invoker
+        {patch}
+        try:
+            import netcl.runtime.capture
+        except ImportError as exc:
+            print("ImportError:", exc)
+        else:
+            print("imported")
+        """
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+@pytest.mark.parametrize(("owner", "name"), [
+    ("pyopencl._cl", "_enqueue_copy_buffer"),
+    ("pyopencl.invoker", "generate_enqueue_and_set_args"),
+    ("pyopencl", "wait_for_events"),
+])  # fmt: skip
+def test_a_missing_entry_point_fails_the_import_naming_it(owner: str, name: str) -> None:
+    res = _import_capture_after(f"del {owner}.{name}")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.strip()
+    assert out.startswith("ImportError:"), out
+    assert f"{owner}.{name}" in out and _contract.SUPPORTED in out, out
+
+
+def test_a_missing_method_fails_the_import_naming_it() -> None:
+    res = _import_capture_after(
+        "orig = pyopencl.Kernel.__dict__['_set_arg_buf_multi']; "
+        "delattr(pyopencl.Kernel, '_set_arg_buf_multi')"
+    )
+    out = res.stdout.strip()
+    assert "ImportError:" in out and "pyopencl.Kernel._set_arg_buf_multi" in out, (out, res.stderr)
+
+
+@pytest.mark.parametrize("version", [(2025, 3, 1), (2027, 1)])
+def test_a_pyopencl_outside_the_supported_range_fails_the_import(
+    version: tuple[int, ...],
+) -> None:
+    text = ".".join(map(str, version))
+    res = _import_capture_after(f"pyopencl.VERSION = {version!r}; pyopencl.VERSION_TEXT = {text!r}")
+    out = res.stdout.strip()
+    assert out.startswith("ImportError:"), (out, res.stderr)
+    assert f"pyopencl {text} is outside the supported versions" in out, out
+    assert _contract.SUPPORTED in out
+
+
+def test_the_supported_range_is_the_package_pin() -> None:
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    pin = next(Requirement(r) for r in requires("netcl-capture") or []
+               if r.startswith("pyopencl"))
+    assert pin.specifier == Requirement(_contract.SUPPORTED).specifier, (pin, _contract.SUPPORTED)

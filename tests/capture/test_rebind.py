@@ -127,3 +127,102 @@ def test_arguments_are_restored_after_a_failing_enqueue(
     cl._cl._enqueue_fill_buffer(queue, out, np.float32(0), 0, 4 * N)
     cap.replay()
     np.testing.assert_allclose(host_read(out, N), 2.0)
+
+
+# -- a substitution must fit every recorded transfer, offsets included ---------------------
+
+OFF = 4 * 16  # bytes: a recorded transfer at an offset into its buffer
+
+
+def _offset_capture(queue: cl.CommandQueue, kernels: Any, buf: Any, kind: str) -> Any:
+    """A launch (the canary: it must not run when the rebinding is refused), then one transfer
+    of ``kind`` touching bytes [OFF, OFF + 4 * N) of ``dev``. Returns (capture, dev, canary)."""
+    dev, other, canary, ones = buf(np.zeros(N + 16)), buf(np.zeros(N + 16)), buf(np.zeros(N)), \
+        buf(np.ones(N))
+    host = np.arange(N, dtype=np.float32)
+    cap = KernelCapture()
+    with cap:
+        kernels.add(queue, (N,), None, canary, ones, ones)
+        if kind == "write":
+            cl.enqueue_copy(queue, dev, host, dst_offset=OFF)
+        elif kind == "read":
+            cl.enqueue_copy(queue, host, dev, src_offset=OFF)
+        elif kind == "copy_src":
+            cl.enqueue_copy(queue, other, dev, src_offset=OFF, byte_count=4 * N)
+        elif kind == "copy_dst":
+            cl.enqueue_copy(queue, dev, other, dst_offset=OFF, byte_count=4 * N)
+        else:
+            cl.enqueue_fill_buffer(queue, dev, np.float32(1), OFF, 4 * N)
+    return cap, dev, canary
+
+
+@pytest.mark.parametrize("kind", ["write", "read", "copy_src", "copy_dst", "fill"])
+def test_a_replacement_must_hold_a_transfers_offset_plus_its_bytes(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, kind: str
+) -> None:
+    cap, dev, canary = _offset_capture(queue, kernels, buf, kind)
+    cl._cl._enqueue_fill_buffer(queue, canary, np.float32(-1), 0, 4 * N)
+    # large enough for the bytes moved, not for offset + bytes
+    small = buf(np.zeros(N))
+    with pytest.raises(ValueError, match=rf"holds {4 * N} bytes, but recorded command 1 "
+                       rf"\(\w+\) uses {OFF + 4 * N} bytes"):
+        cap.replay_with_new_buffers({dev.int_ptr: small})
+    _assert_nothing_enqueued(cap, canary, host_read, np.full(N, -1, np.float32))
+    exact = buf(np.zeros(N + 16))  # offset + bytes: accepted, and the replay runs whole
+    done = cap.replay_with_new_buffers({dev.int_ptr: exact})
+    assert done is not None
+    done.wait()
+    np.testing.assert_allclose(host_read(canary, N), 2.0)
+
+
+# -- two keys onto one buffer: no recorded copy may then overlap itself ---------------------
+
+
+@pytest.fixture
+def copy_chain(queue: cl.CommandQueue, kernels: Any, buf: Any) -> Any:
+    """out = copy of src into dst, doubled (``copy_buffer`` src -> dst, then a launch)."""
+    src, dst, out = buf(np.arange(N)), buf(np.zeros(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+    with cap:
+        kernels.add(queue, (N,), None, out, out, out)  # the canary: first command
+        cl.enqueue_copy(queue, dst, src)
+        kernels.add(queue, (N,), None, out, dst, dst)
+    return cap, src, dst, out
+
+
+def test_two_keys_onto_one_buffer_under_one_copy_are_refused_naming_both(
+    copy_chain: Any, buf: Any, host_read: Any
+) -> None:
+    cap, src, dst, out = copy_chain
+    before = host_read(out, N)
+    shared = buf(np.ones(N))
+    with pytest.raises(ValueError, match=rf"key {src.int_ptr:#x} and key {dst.int_ptr:#x} would "
+                       rf"both be buffer {shared.int_ptr:#x}.*command 1 \(copy_buffer\)"):
+        cap.replay_with_new_buffers({src.int_ptr: shared, dst.int_ptr: shared})
+    _assert_nothing_enqueued(cap, out, host_read, before)
+
+
+def test_a_key_onto_the_other_end_of_a_recorded_copy_is_refused(
+    copy_chain: Any, host_read: Any
+) -> None:
+    cap, src, dst, out = copy_chain
+    before = host_read(out, N)
+    with pytest.raises(ValueError, match=rf"key {src.int_ptr:#x} and the recorded buffer "
+                       rf"{dst.int_ptr:#x} would both be buffer {dst.int_ptr:#x}"):
+        cap.replay_with_new_buffers({src.int_ptr: dst})
+    _assert_nothing_enqueued(cap, out, host_read, before)
+
+
+def test_a_copy_between_disjoint_ranges_of_one_buffer_is_allowed(
+    queue: cl.CommandQueue, buf: Any, host_read: Any
+) -> None:
+    half = 4 * (N // 2)
+    src, dst = buf(np.arange(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+    with cap:  # the first half of src into the second half of dst
+        cl.enqueue_copy(queue, dst, src, byte_count=half, dst_offset=half)
+    shared = buf(np.arange(N) * 10)
+    done: Any = cap.replay_with_new_buffers({src.int_ptr: shared, dst.int_ptr: shared})
+    done.wait()
+    got = host_read(shared, N)
+    np.testing.assert_allclose(got[N // 2 :], np.arange(N // 2) * 10)

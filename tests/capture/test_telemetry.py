@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pyopencl as cl
+import pytest
 
 from netcl.runtime.capture import KernelCapture
 
@@ -52,7 +53,7 @@ def test_no_sdk_replay_works_and_skips_telemetry() -> None:
         """
         import numpy as np, pyopencl as cl
         from opentelemetry import trace
-        from netcl.core import device
+        from netcl.core import device, telemetry
         from netcl.runtime.capture import KernelCapture, _telemetry
         q = device.default_queue()
         prg = cl.Program(q.context, "__kernel void inc(__global float *x) "
@@ -63,12 +64,14 @@ def test_no_sdk_replay_works_and_skips_telemetry() -> None:
         cap = KernelCapture()
         cap.begin(); k(q, (16,), None, x); cap.end()
         started = []
-        _telemetry.tracer.start_span = lambda *a, **k: started.append(a)
+        telemetry.Scope.span = lambda *a, **k: started.append(a)
+        _telemetry.TEL.tracer.start_span = lambda *a, **k: started.append(a)
         for _ in range(4): cap.replay()
         out = np.empty(16, np.float32); cl.enqueue_copy(q, out, x)
         assert trace._TRACER_PROVIDER is None
         assert started == [], started
-        assert _telemetry._totals[:2] == [4, 4], _telemetry._totals
+        totals = _telemetry.TOTALS
+        assert (totals.replays, totals.replayed_launches) == (4, 4), totals
         assert (out == 5).all(), out
         print("ok", cap.replay_count)
         """
@@ -78,3 +81,36 @@ def test_no_sdk_replay_works_and_skips_telemetry() -> None:
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ok 4"
+
+
+def test_a_failing_sdk_changes_no_result(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, hostile_sdk: Any
+) -> None:
+    """Span processors raising in on_start and on_end, a metric reader raising on record and
+    collect: begin/end/replay/replay_with_new_buffers return what they would without them."""
+    a, out = buf(np.ones(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+    cap.begin()
+    assert cap.is_recording
+    for _ in range(3):
+        kernels.add(queue, (N,), None, out, a, a)
+    assert cap.end() == 3
+    hostile_sdk()
+    cl._cl._enqueue_fill_buffer(queue, out, np.float32(0), 0, 4 * N)
+    done = cap.replay()
+    assert isinstance(done, cl.Event)
+    done.wait()
+    np.testing.assert_allclose(host_read(out, N), 2.0)
+    a2 = buf(np.full(N, 4.0))
+    done = cap.replay_with_new_buffers({a.int_ptr: a2})
+    assert isinstance(done, cl.Event)
+    done.wait()
+    np.testing.assert_allclose(host_read(out, N), 8.0)
+    hostile_sdk()
+    with pytest.raises(ValueError, match="matches no buffer"):  # errors still reach the caller
+        cap.replay_with_new_buffers({buf(np.zeros(N)).int_ptr: a2})
+    assert cap.replay_count == 2
+    with cap:  # and as a context manager
+        kernels.add(queue, (N,), None, out, a, a)
+    assert cap.num_launches == 1
+    hostile_sdk()

@@ -72,8 +72,9 @@ def test_a_plan_on_a_profiling_queue_records_its_device_time(
         assert d.attributes["netcl.device.duration"] > 0
     # the plan of three kernels: three device spans under its device span
     three = device[f"{tag} three"]
+    under = three.context.span_id
     kernels_under = [s for s in finished if s.name == "netcl.device.kernel"
-                     and s.parent is not None and s.parent.span_id == three.context.span_id]  # fmt: skip
+                     and s.parent is not None and s.parent.span_id == under]  # fmt: skip
     assert len(kernels_under) == 3
 
 

@@ -1,0 +1,152 @@
+"""Work the capture cannot see: native code enqueuing on the recorded queue through its raw
+handle. A real native enqueue (``clEnqueueNDRangeKernel`` through ctypes on the queue's
+``int_ptr``, as pyvkfft or CLBlast do from C) is noticed, and ``end()`` refuses the recording
+unless told to accept it."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import os
+import threading
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+import pytest
+
+from netcl.runtime.capture import KernelCapture, _intercept, capture_disabled
+
+N = 256
+DOUBLE_SRC = "__kernel void twice(__global float *x) { x[get_global_id(0)] *= 2.0f; }"
+
+
+def _opencl_library() -> ctypes.CDLL:
+    """The OpenCL ICD loader: the system's, else the one pyopencl's wheel bundles."""
+    name = ctypes.util.find_library("OpenCL")
+    if name is None:
+        bundled = glob.glob(os.path.join(os.path.dirname(cl.__file__), ".libs", "libOpenCL*"))
+        name = bundled[0] if bundled else None
+    if name is None:  # pragma: no cover - every pyopencl install has a loader
+        pytest.skip("no OpenCL ICD loader found for ctypes")
+    lib = ctypes.CDLL(name)
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    lib.clEnqueueNDRangeKernel.argtypes = [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, size_p, size_p, size_p, ctypes.c_uint,
+        ctypes.c_void_p, ctypes.c_void_p,
+    ]  # fmt: skip
+    lib.clEnqueueNDRangeKernel.restype = ctypes.c_int
+    return lib
+
+
+@pytest.fixture(scope="module")
+def opencl() -> ctypes.CDLL:
+    return _opencl_library()
+
+
+@pytest.fixture
+def twice(queue: cl.CommandQueue) -> cl.Kernel:
+    return cl.Kernel(cl.Program(queue.context, DOUBLE_SRC).build(), "twice")
+
+
+def native_double(lib: ctypes.CDLL, queue: cl.CommandQueue, kernel: cl.Kernel, n: int) -> None:
+    """A stand-in for a native library: enqueues a launch from C on the caller's queue."""
+    size = (ctypes.c_size_t * 1)(n)
+    err = lib.clEnqueueNDRangeKernel(queue.int_ptr, kernel.int_ptr, 1, None, size, None, 0,
+                                     None, None)  # fmt: skip
+    assert err == 0, err
+
+
+def _step(lib: ctypes.CDLL, queue: cl.CommandQueue, kernel: cl.Kernel, x: cla.Array) -> Any:
+    y = x + 1  # pyopencl: recorded
+    kernel.set_args(y.base_data)
+    native_double(lib, queue, kernel, N)  # native: invisible to the capture
+    return y * 3  # pyopencl: recorded
+
+
+def test_end_refuses_a_capture_with_a_native_enqueue(
+    queue: cl.CommandQueue, opencl: ctypes.CDLL, twice: cl.Kernel
+) -> None:
+    x = cla.to_device(queue, np.arange(N, dtype=np.float32))
+    cap = KernelCapture()
+    cap.begin()
+    z = _step(opencl, queue, twice, x)
+    with pytest.raises(RuntimeError, match=rf"{__name__}\.native_double \(CommandQueue\.int_ptr\)"
+                       r".*allow_native=True") as info:
+        cap.end()
+    assert "invisible to the capture" in str(info.value)
+    # the native launch ran (the code ran normally), and the capture is gone
+    np.testing.assert_allclose(z.get(), (np.arange(N) + 1) * 2 * 3)
+    assert not cap.is_recording and not _intercept.is_patched()
+    with pytest.raises(RuntimeError, match="nothing captured"):
+        cap.replay()
+
+
+def test_allow_native_keeps_the_capture_without_the_native_work(
+    queue: cl.CommandQueue, opencl: ctypes.CDLL, twice: cl.Kernel
+) -> None:
+    """The documented limitation: a capture accepted with native work replays only what went
+    through pyopencl."""
+    x = cla.to_device(queue, np.arange(N, dtype=np.float32))
+    cap = KernelCapture()
+    cap.begin()
+    z = _step(opencl, queue, twice, x)
+    assert cap.end(allow_native=True) == 2
+    x.set(np.full(N, 5.0, np.float32))
+    done: Any = cap.replay()
+    done.wait()
+    np.testing.assert_allclose(z.get(), (5 + 1) * 3)  # no doubling: the native launch is gone
+
+
+def test_native_work_under_capture_disabled_is_accepted(
+    queue: cl.CommandQueue, opencl: ctypes.CDLL, twice: cl.Kernel
+) -> None:
+    x = cla.to_device(queue, np.arange(N, dtype=np.float32))
+    with KernelCapture() as cap:
+        y = x + 1
+        with capture_disabled():  # the way around: the native call outside the recording
+            twice.set_args(y.base_data)
+            native_double(opencl, queue, twice, N)
+        y.finish()
+    assert cap.num_launches == 1
+
+
+def test_from_int_ptr_and_buffer_handles_are_noticed(queue: cl.CommandQueue) -> None:
+    x = cla.to_device(queue, np.arange(N, dtype=np.float32))
+    cap = KernelCapture()
+    cap.begin()
+    y = x * 2
+    ptr = y.base_data.int_ptr  # what a native library passes on
+    cl.MemoryObject.from_int_ptr(ptr, retain=True)
+    cl.CommandQueue.from_int_ptr(queue.int_ptr, retain=True)
+    with pytest.raises(RuntimeError) as info:
+        cap.end()
+    message = str(info.value)
+    for reached in ("MemoryObjectHolder.int_ptr", "MemoryObject.from_int_ptr",
+                    "CommandQueue.from_int_ptr", "CommandQueue.int_ptr"):  # fmt: skip
+        assert f"{__name__}.test_from_int_ptr_and_buffer_handles_are_noticed ({reached})" \
+            in message, message
+
+
+def test_handles_read_by_other_threads_or_by_pyopencl_are_not_native(
+    queue: cl.CommandQueue,
+) -> None:
+    from netcl.core.memory import BufferPool
+
+    pool = BufferPool(queue)
+    x = cla.to_device(queue, np.arange(N, dtype=np.float32))
+    cap = KernelCapture()
+    cap.begin()
+    seen: list[int] = []
+    other = threading.Thread(target=lambda: seen.append(queue.int_ptr))
+    other.start()
+    other.join()
+    t = pool.allocate((N,), np.float32)  # netcl's own code may read handles
+    y = (x + 1).with_queue(queue)
+    z = cla.sum(y)  # pyopencl's internals too
+    assert cap.end() >= 2
+    assert seen == [queue.int_ptr]
+    pool.release(t)
+    assert float(z.get()) == pytest.approx(float((np.arange(N) + 1).sum()))
