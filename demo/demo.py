@@ -33,7 +33,7 @@ import pyopencl as cl
 import report
 from kernels import SOURCE, Array, mlp_reference
 
-from netcl.core import device, profiling, telemetry
+from netcl.core import _table, device, profiling, telemetry
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
 from netcl.runtime.cache import ProgramCache, cacher
@@ -308,6 +308,15 @@ def _queue(profile: bool) -> cl.CommandQueue:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the demo; Ctrl-C anywhere ends it with one line on stderr and exit status 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(f"{Path(sys.argv[0]).name}: interrupted", file=sys.stderr, flush=True)
+        return 130
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     providers = _configure(args)
     spans = report.SpanStats()
@@ -346,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(["", *report.device_time()]))
     print("\n".join(["", *spans.table()]))
     if args.linger > 0:
-        print(f"serving metrics for {args.linger:g} s more", file=sys.stderr)
+        sys.stderr.write(f"serving metrics for {args.linger:g} s more\n")  # one write: whole line
         time.sleep(args.linger)
     telemetry.shutdown()
     print("\n".join(["", *report.where(providers, args.prometheus_port)]))
@@ -363,7 +372,8 @@ def _summary(model: Model, c: Captured, t: dict[str, float], normal: list[float]
         ("program cache: disk hit (new instance)", ms(t["disk"])),
         ("program cache: in-process hit", f"{t['mem'] * 1e6:9.3f} µs"),
         ("program cache: damaged entry recompiled", ms(t["rec"])),
-        ("global cacher this run", f"{stats.hits} hit(s), {stats.compiles} compile(s)"),
+        ("global cacher this run",
+         f"{_table.plural(stats.hits, 'hit')}, {_table.plural(stats.compiles, 'compile')}"),
         (f"graph: {len(plan.order)} nodes, normal step (median)", ms(med_normal)),
         (f"capture: {c.launches} launches, replay step (median)", ms(med_replay)),
         ("replay speed-up over normal step", f"{med_normal / med_replay:9.2f} x"),

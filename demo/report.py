@@ -9,7 +9,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from netcl.core import profiling, telemetry
+from netcl.core import _table, profiling, telemetry
 
 
 class SpanStats(SpanProcessor):
@@ -24,12 +24,13 @@ class SpanStats(SpanProcessor):
 
     def table(self) -> list[str]:
         total = sum(len(d) for d in self.durations.values())
-        lines = [f"{'span (' + str(total) + ' in all)':<32}{'count':>7}{'p50':>13}{'p99':>13}"]
+        rows = []
         for name, ns in sorted(self.durations.items()):
             ns.sort()
             p50, p99 = ns[len(ns) // 2], ns[min(len(ns) - 1, len(ns) * 99 // 100)]
-            lines.append(f"{name:<32}{len(ns):>7}{us(p50):>13}{us(p99):>13}")
-        return lines
+            rows.append((name, len(ns), us(p50), us(p99)))
+        head = (f"span ({total} in all)", "count", "p50", "p99")
+        return _table.table(rows, head, right=(1, 2, 3))
 
 
 def us(ns: int) -> str:
@@ -41,22 +42,20 @@ def ms(seconds: float) -> str:
 
 
 def rows(pairs: list[tuple[str, str]]) -> list[str]:
-    width = max(len(r[0]) for r in pairs)
-    return [f"{name:<{width}}  {value}" for name, value in pairs]
+    return _table.pairs(pairs)
 
 
 def device_time(top: int = 3) -> list[str]:
     """Device time the profiling collector saw: per kind of work and the top kernels (only
     what netcl or this demo watched)."""
     stats = profiling.collector().stats()
-    lines = [f"{'device time (profiled)':<32}{'count':>7}{'total':>13}{'mean':>13}"]
-    for name, (count, seconds) in sorted(stats.by_kind.items()):
-        lines.append(f"{name:<32}{count:>7}{ms(seconds):>13}{us(int(seconds / count * 1e9)):>13}")
+    rows = [(name, count, ms(seconds).strip(), us(int(seconds / count * 1e9)))
+            for name, (count, seconds) in sorted(stats.by_kind.items())]  # fmt: skip
     kernels = sorted(stats.by_kernel.items(), key=lambda kv: -kv[1][1])[:top]
-    for name, (count, seconds) in kernels:
-        lines.append(f"{'kernel ' + name:<32}{count:>7}{ms(seconds):>13}"
-                     f"{us(int(seconds / count * 1e9)):>13}")  # fmt: skip
-    return lines
+    rows += [("kernel " + name, count, ms(seconds).strip(), us(int(seconds / count * 1e9)))
+             for name, (count, seconds) in kernels]  # fmt: skip
+    head = ("device time (profiled)", "count", "total", "mean")
+    return _table.table(rows, head, right=(1, 2, 3))
 
 
 def where(providers: dict[str, Any], prometheus_port: int | None) -> list[str]:
@@ -97,14 +96,34 @@ def _places(names: list[str], prometheus_port: int | None) -> list[str]:
 
 
 class Progress:
-    """A one-line progress report on stderr for loops longer than a second."""
+    """Progress of a loop longer than a second on stderr: on a terminal one line rewritten in
+    place every 10 %; otherwise (a log file, a pipe) a plain line every few seconds, no ``\\r``."""
+
+    EVERY_S = 5.0  #: seconds between plain lines when stderr is not a terminal
 
     def __init__(self, what: str, total: int) -> None:
         self.what, self.total, self.t0, self.shown = what, total, time.perf_counter(), -1
+        self.tty = _isatty(sys.stderr)
+        self.last = self.t0
 
     def update(self, done: int) -> None:
+        now = time.perf_counter()
         pct = 100 * done // self.total
-        if time.perf_counter() - self.t0 > 1.0 and pct // 10 != self.shown // 10:
-            self.shown = pct
-            end = "\n" if done == self.total else ""
-            print(f"\r{self.what}: {done}/{self.total} ({pct}%)", end=end, file=sys.stderr)
+        if now - self.t0 <= 1.0:
+            return
+        text = f"{self.what}: {done}/{self.total} ({pct}%)"
+        if self.tty:
+            if pct // 10 != self.shown // 10:
+                self.shown = pct
+                end = "\n" if done == self.total else ""
+                print(f"\r{text}", end=end, file=sys.stderr, flush=True)
+        elif now - self.last >= self.EVERY_S or (done == self.total and self.shown >= 0):
+            self.last, self.shown = now, pct
+            print(text, file=sys.stderr, flush=True)
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False

@@ -70,7 +70,10 @@ def test_cache_command_without_netcl_cache_names_the_package(
     monkeypatch.setattr(cli, "entry_points", lambda group: [])
     assert cli.main(["cache", "--dir", "/tmp/x", "stats", "--json"]) == 2
     err = capsys.readouterr().err
-    assert "pip install netcl-cache" in err and "./packages/netcl-cache" in err
+    # the distributions are not on PyPI: the hint names the clone and git URL forms that work
+    assert "pip install netcl-cache" not in err, err
+    assert "python3 -m pip install ./packages/netcl-cache" in err
+    assert "netcl-cache @ git+https://" in err and "#subdirectory=packages/netcl-cache" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert cli.main(["info"]) == 0  # the rest still works
 

@@ -27,7 +27,7 @@ def test_demo_runs_and_prints_its_table(tmp_path: Path) -> None:
     ):
         assert row in out, out
     # the global cacher compiled into the private cache dir: a first run misses
-    assert "global cacher this run                       0 hit(s), 1 compile(s)" in out, out
+    assert "global cacher this run                       0 hits, 1 compile" in out, out
     peak, bound = out.split("pool peak (plan) / lower bound")[1].split("\n")[0].split("/")
     assert int(peak.split()[0]) == int(bound.split()[0])
     # a short report: the table, a per-span-name summary, where telemetry went; no span lines

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 
 #: Environment variable with the default pool limit: bytes (``1000000000``) or a percentage of
 #: the device's global memory (``50%``). ``0`` or unset: no limit.
@@ -22,17 +21,31 @@ def resolve_limit(limit: int | None, global_mem: int) -> int:
                 f"BufferPool: limit={limit!r} must be an int >= 0 (bytes; 0 means no limit)"
             )
         return limit
-    raw = os.environ.get(LIMIT_ENV, "")
+    from netcl.core._settings import POOL_LIMIT  # the declaration netcl config lists
+
+    raw = POOL_LIMIT.raw()
     text = raw.strip()
     if not text:
         return 0
     value = _parse(text, global_mem)
     if value is None:
-        raise ValueError(
-            f"{LIMIT_ENV}={raw!r}: expected a number of bytes (a whole number >= 0, 0 for no "
-            "limit) or a percentage of the device's global memory from 0% to 100%, such as '50%'"
-        )
+        raise _invalid(raw)
     return value
+
+
+def check_text(raw: str) -> str:
+    """``raw`` when it is a valid ``NETCL_POOL_LIMIT`` (for ``netcl config``), else the same
+    ValueError the pool raises."""
+    if raw.strip() and _parse(raw.strip(), 0) is None:
+        raise _invalid(raw)
+    return raw
+
+
+def _invalid(raw: str) -> ValueError:
+    return ValueError(
+        f"{LIMIT_ENV}={raw!r}: expected a number of bytes (a whole number >= 0, 0 for no "
+        "limit) or a percentage of the device's global memory from 0% to 100%, such as '50%'"
+    )
 
 
 def _parse(text: str, global_mem: int) -> int | None:

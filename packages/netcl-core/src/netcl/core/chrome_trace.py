@@ -28,6 +28,8 @@ from typing import Any, NamedTuple
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from netcl.core import _settings
+
 __all__ = ["DEVICE_PREFIX", "TRACE_FILE_VARIABLE", "ChromeTraceExporter"]
 
 #: Spans whose name starts with this go on a device track.
@@ -54,7 +56,7 @@ class ChromeTraceExporter(SpanExporter):
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
                  max_spans: int = 1_000_000) -> None:  # fmt: skip
-        self.path = Path(path or os.environ.get(TRACE_FILE_VARIABLE) or _DEFAULT_FILE)
+        self.path = Path(path or _settings.TRACE_FILE.raw() or _DEFAULT_FILE)
         self.max_spans = max_spans
         self._slices: list[_Slice] = []
         self._left_out = 0

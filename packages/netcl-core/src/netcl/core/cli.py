@@ -4,20 +4,21 @@ command shows only what is installed: each entry point is ``register(subparsers)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import distributions, entry_points
 from typing import Any, NoReturn
 
-import pyopencl as cl
-
-from netcl.core import device, paths
+from netcl.core._config_cli import register_config
 
 __all__ = ["main", "register_info"]
 
 #: Subcommands that other netcl distributions provide: named in a hint when not installed.
 _PROVIDERS = {"cache": "netcl-cache"}
+#: Where the distributions come from (they are not on PyPI).
+_REPO_URL = "https://github.com/OWNER/netcl-runtime"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,19 +44,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     2 usage. A closed stdout (``netcl info | head -1``) ends the command quietly."""
     args = sys.argv[1:] if argv is None else list(argv)
     try:
-        code = _main(args)
+        code = _guarded(args)
         sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at exit
     except BrokenPipeError:
         _silence_stdout()
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # also while pyopencl loads: imported inside, not at the top
+        _interrupted()
         return 130
+    return code
+
+
+def _guarded(args: list[str]) -> int:
+    from netcl.core import device
+
+    try:
+        return _main(args)
     except device.NoDeviceError as exc:  # any subcommand that needs a device: one line
         sys.stdout.flush()
         command = next((a for a in args if not a.startswith("-")), None)
         sys.stderr.write(f"{'netcl ' + command if command else 'netcl'}: {exc}\n")
         return 1
-    return code
 
 
 def _main(argv: list[str]) -> int:
@@ -63,25 +72,63 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     register_info(sub)  # built in: works even from a source tree with no entry points installed
+    register_config(sub)
     for ep in sorted(entry_points(group="netcl.cli"), key=lambda e: e.name):
-        if ep.name != "info":
+        if ep.name not in ("info", "config"):
             try:
                 ep.load()(sub)
             except Exception as exc:  # one broken plugin must not take `netcl info` down
                 sys.stderr.write(f"netcl: the {ep.name!r} command failed to load: {exc}\n")
     missing = {n: d for n, d in _PROVIDERS.items() if n not in sub.choices}
     for name, dist in missing.items():
-        sub.add_parser(name, help=f"(not installed: pip install {dist})")
+        sub.add_parser(name, help=f"(not installed: the {dist} distribution)")
     command = next((a for a in argv if not a.startswith("-")), None)
     if command in missing:
         dist = missing[command]
-        sys.stderr.write(
-            f"netcl {command}: not installed; it comes with the {dist} distribution: "
-            f"pip install {dist} (from a source checkout: pip install ./packages/{dist})\n"
-        )
+        sys.stderr.write(f"netcl {command}: not installed; {_install_hint(dist)}\n")
         return 2
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported by the subcommand that was given them: "netcl cache stats: error: ..."
+        _deepest(parser, argv).error(f"unrecognized arguments: {' '.join(extra)}")
     return int(args.func(args) or 0)
+
+
+def _deepest(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The innermost subcommand parser that ``argv`` names."""
+    for token in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and token in subs[0].choices:
+            parser = subs[0].choices[token]
+    return parser
+
+
+def _interrupted() -> None:
+    # Ctrl-C: one line, no traceback; a reader that went away must not turn it into another error
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    try:
+        # on a terminal, start a fresh line after the ^C the terminal echoed
+        sys.stderr.write(("\n" if _isatty(sys.stderr) else "") + "netcl: interrupted\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _isatty(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):
+        return False
+
+
+def _install_hint(dist: str) -> str:
+    """How to install ``dist``: the distributions are not on PyPI, so from a clone of the
+    repository or pip's git URL form."""
+    return (
+        f"it comes with the {dist} distribution, which is not on PyPI: from a clone of the "
+        f"repository, python3 -m pip install ./packages/{dist}; or python3 -m pip install "
+        f'"{dist} @ git+{_REPO_URL}#subdirectory=packages/{dist}"'
+    )
 
 
 def _silence_stdout() -> None:
@@ -102,6 +149,10 @@ def register_info(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
 def _info(_: argparse.Namespace) -> int:
     """Everything that can be listed, then the default device; without one, the reason on
     stderr in one line and exit code 1."""
+    import pyopencl as cl
+
+    from netcl.core import device, paths
+
     out = sys.stdout
     out.write("netcl packages:\n")
     for name, ver in sorted(_netcl_distributions().items()):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import threading
 
 import pyopencl as cl
+
+from netcl.core import _settings
 
 __all__ = ["NoDeviceError", "default_context", "default_queue", "device_identity", "pick_device"]
 
@@ -33,7 +34,7 @@ def pick_device() -> cl.Device:
     first GPU of any platform, else the first device of any kind (PoCL's CPU device on a machine
     without a GPU driver). Raises :class:`NoDeviceError` when there is none to choose.
     """
-    if os.environ.get(CTX_ENV):
+    if _settings.PYOPENCL_CTX.raw():
         return _context_from_env().devices[0]
     try:
         platforms = cl.get_platforms()
@@ -56,7 +57,7 @@ def _context_from_env() -> cl.Context:
 def _no_device(why: str) -> NoDeviceError:
     """The one error for every way of finding no device, on one line: what went wrong, the
     variable and its value, every platform and device, and what to do."""
-    value = os.environ.get(CTX_ENV)
+    value = _settings.PYOPENCL_CTX.raw()
     setting = f"{CTX_ENV}={value!r}" if value else f"{CTX_ENV} is not set"
     listed, devices = _inventory()
     if devices:
@@ -103,7 +104,7 @@ def default_context() -> cl.Context:
     global _context
     with _lock:
         if _context is None:
-            if os.environ.get(CTX_ENV):
+            if _settings.PYOPENCL_CTX.raw():
                 _context = _context_from_env()
             else:
                 _context = cl.Context([pick_device()])
@@ -132,21 +133,9 @@ def default_queue(
         return queue
 
 
-_ON = frozenset({"1", "true", "yes", "on"})
-_OFF = frozenset({"", "0", "false", "no", "off"})
-
-
 def _profiling_from_env() -> bool:
-    raw = os.environ.get(PROFILE_ENV, "")
-    value = raw.strip().lower()
-    if value in _ON:
-        return True
-    if value in _OFF:
-        return False
-    raise ValueError(
-        f"{PROFILE_ENV}={raw!r}: expected 1 to turn profiling on for the default queue or 0 for "
-        "off (true/false, yes/no and on/off work too)"
-    )
+    # the declaration's parser: the same answer and error netcl config shows
+    return bool(_settings.PROFILE.check(_settings.PROFILE.raw()))  # type: ignore[misc]
 
 
 def device_identity(device: cl.Device) -> str:

@@ -1,4 +1,4 @@
-"""``netcl cache stats | list | clear | prune``: the disk tier from the shell, like ccache -s.
+"""``netcl cache stats | list | clear | zero | prune``: the disk tier from the shell (ccache -s).
 
 Contract for scripts: ``--dir`` and ``--json`` go before or after the action; with ``--json``
 stdout carries exactly one JSON document (an error too: ``{"error": ..., "exit_code": ...}``)
@@ -18,14 +18,14 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from netcl.core import paths
-from netcl.runtime.cache._config import env_enabled, env_max_bytes, parse_size
+from netcl.core import _table, paths
+from netcl.runtime.cache._config import SETTINGS, env_enabled, env_max_bytes, parse_size
 from netcl.runtime.cache._entry import EntryError, read_meta
 from netcl.runtime.cache._remote import remote_info
 from netcl.runtime.cache._stats import CacheStats, load_totals, reset_totals
 from netcl.runtime.cache._store import DiskStore, probe, refusal
 
-__all__ = ["register"]
+__all__ = ["SETTINGS", "register"]  # SETTINGS: what `netcl config` lists for this package
 
 _COUNTERS = tuple(f.name for f in fields(CacheStats))
 
@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="print exactly one JSON document on stdout (messages go to stderr)",
     )
     p = sub.add_parser(
-        "cache", parents=[common], help="the OpenCL program cache: stats, list, clear, prune",
+        "cache", parents=[common], help="the OpenCL program cache: stats, list, clear, zero, prune",
         description="Exit codes: 0 done, 1 refused or failed, 2 usage.",
     )
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
@@ -69,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         ("list", _list, "one line per entry (least recently used first) and temporary file"),
         ("clear", _clear, "delete every entry and the hit/miss totals (a running writer's "
          "temporary file stays)"),
+        ("zero", _zero, "reset the hit/miss statistics to zero (entries stay)"),
         ("prune", _prune, "delete damaged entries and temporary files of writers that are "
          "gone, then evict least recently used entries down to the size cap"),
     ]
@@ -159,45 +160,39 @@ def _stats(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 
 def _stats_text(doc: dict[str, Any]) -> str:
-    lines = [
-        f"cache dir          {doc['cache_dir']}"
-        + ("" if doc["exists"] else " (not created yet)")
-        + ("" if doc["enabled"] else " (disabled by NETCL_CACHE_DISABLE)"),
-        f"entries            {doc['entries']}"
-        + (f" (+{doc['other_files']} not regular files)" if doc["other_files"] else ""),
-    ]
+    state = ("" if doc["exists"] else " (not created yet)") + (
+        "" if doc["enabled"] else " (disabled by NETCL_CACHE_DISABLE)"
+    )
+    other = doc["other_files"]
     cap, used = doc["max_bytes"], doc["bytes"]
     pct = 100.0 * used / cap if cap else 0.0
-    lines.append(f"cache size         {_human(used)} of {_human(cap)} ({pct:.1f} %)")
-    lines.append(
-        f"temporary files    {doc['temp_files']} ({_human(doc['temp_bytes'])}, "
-        f"{doc['live_temp_files']} of running writers)"
-    )
     hits, lookups = doc["hits"], doc["lookups"]
-    lines.append(
-        f"hits               {hits}"
-        + (f" ({100.0 * hits / lookups:.1f} % of {lookups} lookups)" if lookups else "")
-    )
-    for name in _COUNTERS:
-        if not name.startswith("bytes_"):
-            lines.append(f"  {name:<17}{doc[name]}")
-    lines.append(
-        f"bytes read/written {_human(doc['bytes_read'])} / {_human(doc['bytes_written'])}"
-    )
-    lines.append(_remote_line(doc["remote"]))
-    return "\n".join(lines) + "\n"
+    rows: list[tuple[str, object]] = [
+        ("cache dir", f"{doc['cache_dir']}{state}"),
+        ("entries", f"{doc['entries']}" + (f" (+{other} not regular files)" if other else "")),
+        ("cache size", f"{_human(used)} of {_human(cap)} ({pct:.1f} %)"),
+        ("temporary files", f"{doc['temp_files']} ({_human(doc['temp_bytes'])}, "
+                            f"{doc['live_temp_files']} of running writers)"),
+        ("hits", f"{hits}" + (f" ({100.0 * hits / lookups:.1f} % of {lookups} lookups)"
+                              if lookups else "")),
+    ]  # fmt: skip
+    rows += [(f"  {name}", doc[name]) for name in _COUNTERS if not name.startswith("bytes_")]
+    rows.append(("bytes read/written",
+                 f"{_human(doc['bytes_read'])} / {_human(doc['bytes_written'])}"))  # fmt: skip
+    rows.append(("remote", _remote_state(doc["remote"])))
+    return "\n".join(_table.pairs(rows)) + "\n"
 
 
-def _remote_line(remote: dict[str, Any]) -> str:
+def _remote_state(remote: dict[str, Any]) -> str:
     if not remote["configured"]:
-        return "remote             not configured (NETCL_CACHE_REMOTE)"
+        return "not configured (NETCL_CACHE_REMOTE)"
     if not remote["usable"]:
         state = "not used (see the cache_remote_* warning)"
     elif remote["reachable"]:
         state = "reachable" + ("" if remote["signed"] else ", UNSIGNED")
     else:
         state = f"unreachable ({remote['error']})"
-    return f"remote             {remote['url']}  {state}"
+    return f"{remote['url']}  {state}"
 
 
 def _list(args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -233,15 +228,23 @@ def _list(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 
 def _list_text(doc: dict[str, Any]) -> str:
-    out = []
-    for r in doc["entries"]:
-        used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["last_used"]))
-        extra = f"{r['device']}  {r['options'] or '-'}" if r["status"] == "ok" else r["status"]
-        out.append(f"{r['key'][:16]}  {_human(r['bytes']):>9}  {used}  {extra}")
-    for t in doc["temp_files"]:
-        who = "running" if t["writer_running"] else "gone"
-        out.append(f"temp  {t['name'][:40]}  {_human(t['bytes']):>9}  writer {t['pid']} {who}")
-    out.append(f"{len(doc['entries'])} entries, {len(doc['temp_files'])} temporary files")
+    out: list[str] = []
+    if doc["entries"]:
+        rows = []
+        for r in doc["entries"]:
+            used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["last_used"]))
+            ok = r["status"] == "ok"
+            rows.append((r["key"][:16], _human(r["bytes"]), used,
+                         r["device"] if ok else r["status"], (r["options"] or "-") if ok else ""))
+        out += _table.table(rows, ("KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"), right=(1,))
+    if doc["temp_files"]:
+        if out:
+            out.append("")
+        temps = [(t["name"], _human(t["bytes"]), t["pid"],
+                  "running" if t["writer_running"] else "gone") for t in doc["temp_files"]]
+        out += _table.table(temps, ("TEMPORARY FILE", "SIZE", "WRITER", "STATE"), right=(1, 2))
+    out.append(f"{_table.plural(len(doc['entries']), 'entry', 'entries')}, "
+               f"{_table.plural(len(doc['temp_files']), 'temporary file')}")  # fmt: skip
     if not doc["exists"]:
         out.append(f"cache dir: {doc['cache_dir']} (not created yet)")
     return "\n".join(out) + "\n"
@@ -268,8 +271,24 @@ def _clear(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 def _clear_text(doc: dict[str, Any]) -> str:
     kept = doc["kept_temp_files"]
-    note = f" (kept {kept} temporary files of running writers)" if kept else ""
-    return f"removed {doc['removed']} files from {doc['cache_dir']}{note}\n"
+    note = f" (kept {_table.plural(kept, 'temporary file')} of running writers)" if kept else ""
+    return f"removed {_table.plural(doc['removed'], 'file')} from {doc['cache_dir']}{note}\n"
+
+
+def _zero(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    store = _open(root)
+    doc: dict[str, Any] = {"cache_dir": str(root), "exists": store is not None, "zeroed": False}
+    if store is not None:
+        doc["zeroed"] = bool(_writable(root, lambda: int(reset_totals(store))))
+        doc["entries"] = len(store.entries())
+    return doc
+
+
+def _zero_text(doc: dict[str, Any]) -> str:
+    if not doc["exists"]:
+        return f"nothing to zero: {doc['cache_dir']} (not created yet)\n"
+    kept = _table.plural(doc["entries"], "entry", "entries")
+    return f"statistics zeroed in {doc['cache_dir']} ({kept} kept)\n"
 
 
 def _prune(args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -283,14 +302,17 @@ def _prune(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
 
 def _prune_text(doc: dict[str, Any]) -> str:
+    p = _table.plural
     return (
-        f"removed {doc['damaged']} damaged entries, {doc['temp']} temporary files of writers "
-        f"that are gone, evicted {doc['evicted']} entries\n"
+        f"removed {p(doc['damaged'], 'damaged entry', 'damaged entries')}, "
+        f"{p(doc['temp'], 'temporary file')} of writers that are gone, "
+        f"evicted {p(doc['evicted'], 'entry', 'entries')}\n"
     )
 
 
 _TEXT: dict[str, Callable[[dict[str, Any]], str]] = {
-    "stats": _stats_text, "list": _list_text, "clear": _clear_text, "prune": _prune_text,
+    "stats": _stats_text, "list": _list_text, "clear": _clear_text, "zero": _zero_text,
+    "prune": _prune_text,
 }
 
 

@@ -4,19 +4,19 @@ one warning ``cache_config_invalid`` per value and process, then the default."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from netcl.core import paths
+from netcl.core._settings import Setting
 from netcl.core.log import get_logger
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S", "DEFAULT_MAX_BYTES", "DEFAULT_MAX_PROGRAMS",
     "DEFAULT_REMOTE_TIMEOUT_S", "RemoteSettings", "Settings", "check_remote_args",
     "env_enabled", "env_max_bytes", "env_remote_timeout", "parse_size", "redact",
-    "remote_settings",
+    "remote_settings", "SETTINGS",
 ]
 
 log = get_logger("netcl.runtime.cache")
@@ -63,13 +63,13 @@ def parse_size(text: str, what: str) -> int:
 
 def env_max_bytes() -> int:
     """``NETCL_CACHE_MAX_BYTES`` in bytes (the default when unset); ValueError when invalid."""
-    env = os.environ.get("NETCL_CACHE_MAX_BYTES", "").strip()
+    env = MAX_BYTES.raw().strip()
     return parse_size(env, "NETCL_CACHE_MAX_BYTES") if env else DEFAULT_MAX_BYTES
 
 
 def env_enabled() -> bool:
     """Whether ``NETCL_CACHE_DISABLE`` leaves the disk tier on; ValueError when invalid."""
-    flag = os.environ.get("NETCL_CACHE_DISABLE", "").strip().lower()
+    flag = DISABLE.raw().strip().lower()
     if flag in _OFF:
         return True
     if flag in _ON:
@@ -82,7 +82,7 @@ def env_enabled() -> bool:
 def env_remote_timeout() -> float:
     """``NETCL_CACHE_REMOTE_TIMEOUT``: seconds one remote call may take in all (connect,
     transfer, lock); the default when unset, ValueError when invalid."""
-    env = os.environ.get("NETCL_CACHE_REMOTE_TIMEOUT", "").strip()
+    env = REMOTE_TIMEOUT.raw().strip()
     if not env:
         return DEFAULT_REMOTE_TIMEOUT_S
     try:
@@ -97,11 +97,49 @@ def env_remote_timeout() -> float:
     return value
 
 
+def _remote_url(raw: str) -> str:
+    url = raw.strip()
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if url and scheme not in ("redis", "rediss"):
+        raise ValueError(
+            f"NETCL_CACHE_REMOTE: expected a redis:// or rediss:// URL, got scheme {scheme!r}"
+        )
+    return redact(url)
+
+
+MAX_BYTES = Setting(
+    "NETCL_CACHE_MAX_BYTES", "1 GiB", "size cap of the disk tier, e.g. 500M or 2G",
+    lambda raw: parse_size(raw, "NETCL_CACHE_MAX_BYTES"),
+)  # fmt: skip
+DISABLE = Setting(
+    "NETCL_CACHE_DISABLE", "0", "1 turns the disk tier off (memory tier only)",
+    lambda _raw: env_enabled(),
+)  # fmt: skip
+REMOTE = Setting(
+    "NETCL_CACHE_REMOTE", "(none)", "redis:// or rediss:// URL of a shared remote tier",
+    _remote_url, shown=lambda raw: redact(raw.strip()),
+)  # fmt: skip
+REMOTE_KEY = Setting(
+    "NETCL_CACHE_REMOTE_KEY", "(none)", "secret signing remote entries (required unless "
+    "NETCL_CACHE_REMOTE_UNSIGNED=1)", secret=True,
+)  # fmt: skip
+REMOTE_TIMEOUT = Setting(
+    "NETCL_CACHE_REMOTE_TIMEOUT", f"{DEFAULT_REMOTE_TIMEOUT_S:g} s",
+    "seconds one remote call may take in all", lambda _raw: env_remote_timeout(),
+)  # fmt: skip
+REMOTE_UNSIGNED = Setting(
+    "NETCL_CACHE_REMOTE_UNSIGNED", "0",
+    "1 uses a remote without a key (entries then carry only a checksum)",
+)  # fmt: skip
+#: netcl-cache's settings, in the order ``netcl config`` lists them.
+SETTINGS = (MAX_BYTES, DISABLE, REMOTE, REMOTE_KEY, REMOTE_TIMEOUT, REMOTE_UNSIGNED)
+
+
 def _remote_timeout() -> float:
     try:
         return env_remote_timeout()
     except ValueError as exc:
-        env = os.environ.get("NETCL_CACHE_REMOTE_TIMEOUT", "")
+        env = REMOTE_TIMEOUT.raw()
         config_warning("NETCL_CACHE_REMOTE_TIMEOUT", env, str(exc), DEFAULT_REMOTE_TIMEOUT_S)
         return DEFAULT_REMOTE_TIMEOUT_S
 
@@ -130,7 +168,7 @@ class Settings:
         try:
             return env_max_bytes()
         except ValueError as exc:
-            env = os.environ.get("NETCL_CACHE_MAX_BYTES", "")
+            env = MAX_BYTES.raw()
             config_warning("NETCL_CACHE_MAX_BYTES", env, str(exc), DEFAULT_MAX_BYTES)
             return DEFAULT_MAX_BYTES
 
@@ -139,7 +177,7 @@ class Settings:
         try:
             return env_enabled()
         except ValueError as exc:
-            env = os.environ.get("NETCL_CACHE_DISABLE", "")
+            env = DISABLE.raw()
             config_warning("NETCL_CACHE_DISABLE", env, str(exc), "enabled")
             return True
 
@@ -196,12 +234,12 @@ def remote_settings(url: str | None, secret: str | bytes | None) -> RemoteSettin
     """The remote configuration (``None`` arguments: the environment), or None when there is
     none or it cannot be used (one warning per configuration)."""
     if url is None:
-        url = os.environ.get("NETCL_CACHE_REMOTE", "")
+        url = REMOTE.raw()
     url = url.strip()
     if not url:
         return None
     if secret is None:
-        secret = os.environ.get("NETCL_CACHE_REMOTE_KEY", "")
+        secret = REMOTE_KEY.raw()
     key = secret.encode() if isinstance(secret, str) else bytes(secret)
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme not in ("redis", "rediss"):
@@ -210,7 +248,7 @@ def remote_settings(url: str | None, secret: str | bytes | None) -> RemoteSettin
         return None
     if key:
         return RemoteSettings(url, key, True, _remote_timeout())
-    if os.environ.get("NETCL_CACHE_REMOTE_UNSIGNED", "").strip().lower() in _ON:
+    if REMOTE_UNSIGNED.raw().strip().lower() in _ON:
         return RemoteSettings(url, UNSIGNED_SECRET, False, _remote_timeout())
     remote_warning("cache_remote_unsigned", url,
                    reason="no NETCL_CACHE_REMOTE_KEY: a shared store is not trusted without a "

@@ -14,7 +14,6 @@ decides whether it closes again.
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 import time
@@ -27,6 +26,7 @@ from netcl.core import telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.cache import _telemetry as tel
 from netcl.runtime.cache._config import (
+    REMOTE,
     RemoteSettings,
     redact,
     remote_settings,
@@ -298,7 +298,10 @@ def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | None:
         try:
             tier = RemoteTier(cfg)
         except ImportError:
-            _UNUSABLE[cfg] = "redis-py is not installed: pip install 'netcl-cache[redis]'"
+            _UNUSABLE[cfg] = (
+                "redis-py is not installed: python3 -m pip install redis "
+                "(what netcl-cache's redis extra adds)"
+            )
         except ValueError as exc:  # a malformed URL or an option redis-py would refuse
             _UNUSABLE[cfg] = str(exc)
         if cfg in _UNUSABLE:
@@ -309,7 +312,7 @@ def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | None:
 
 def remote_info(url: str | None = None, secret: str | bytes | None = None) -> dict[str, Any]:
     """What ``netcl cache stats`` shows about the remote tier (asks Redis for a PING)."""
-    raw = os.environ.get("NETCL_CACHE_REMOTE", "") if url is None else url
+    raw = REMOTE.raw() if url is None else url
     if not raw.strip():
         return {"configured": False}
     info: dict[str, Any] = {"configured": True, "url": redact(raw.strip())}

@@ -10,20 +10,27 @@ from types import TracebackType
 from typing import Any
 
 import pyopencl as cl
-from opentelemetry.trace import Span, Status, StatusCode
 
 from netcl.core import telemetry
 from netcl.core.log import get_logger
-from netcl.runtime.capture import _intercept, _telemetry
-from netcl.runtime.capture._recording import COMMANDS, Recording
-from netcl.runtime.capture._records import CapturedLaunch, CapturedTransfer
-from netcl.runtime.capture._replay import (
-    KernelOp,
-    ReplayProgram,
-    TransferOp,
-    build,
+from netcl.runtime.capture import _intercept
+from netcl.runtime.capture._ops import TransferOp
+from netcl.runtime.capture._program import ReplayProgram, build
+from netcl.runtime.capture._recording import RawLaunch, RawTransfer, Recording
+from netcl.runtime.capture._records import (
+    CapturedLaunch,
+    CapturedTransfer,
     launch_record,
     transfer_record,
+)
+from netcl.runtime.capture._telemetry import (
+    COMMANDS,
+    LAUNCHES,
+    REBOUND,
+    RECORD_SPAN,
+    REPLAY_SPAN,
+    TEL,
+    TOTALS,
 )
 
 __all__ = ["KernelCapture", "get_capture"]
@@ -47,7 +54,7 @@ class KernelCapture:
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._program: ReplayProgram | None = None
         self._replays = 0
-        self._span: Span | None = None
+        self._span = telemetry.NO_SPAN  # the record span, begin() .. end()
 
     # -- recording -------------------------------------------------------------------------
 
@@ -64,9 +71,8 @@ class KernelCapture:
             self._discard("replaced by begin()")
             self._program = None
             self._replays = 0
-            # the span first: a raising span processor leaves nothing installed
-            span = _telemetry.tracer.start_span("netcl.capture.record") if telemetry.tracing() \
-                else None
+            # open from begin() to end(), so never the current span
+            span = TEL.span(RECORD_SPAN, current=False)
             rec = Recording()
             self._recording = rec  # before install: whatever happens next, reset() finds it
             try:
@@ -76,16 +82,19 @@ class KernelCapture:
             except BaseException as exc:
                 self._recording = None
                 _intercept.uninstall(rec)
-                _fail_span(span, exc)
+                span.end(exc)
                 raise
             self._span = span
 
-    def end(self) -> int:
+    def end(self, *, allow_native: bool = False) -> int:
         """Stop recording and freeze it for replay; returns the number of kernel launches.
 
         Raises ``RuntimeError`` (and discards the recording) if a recorded command was
         interrupted (e.g. by KeyboardInterrupt) between being issued and being recorded, since
-        the recording may then miss it.
+        the recording may then miss it; and, unless ``allow_native`` is True, if code outside
+        pyopencl and netcl reached a queue or memory object through its raw handle while
+        recording (``int_ptr``, ``from_int_ptr``): a native library enqueuing through it does
+        work the capture cannot see, which no replay would repeat.
         """
         with self._lock:
             rec = self._recording
@@ -101,6 +110,8 @@ class KernelCapture:
                         "exception such as KeyboardInterrupt interrupted a recorded launch, "
                         "copy, host wait or argument setter); it was discarded: record again"
                     )
+                if rec.native and not allow_native:
+                    raise RuntimeError(_native_refusal(rec))
                 program = build(rec)
             except BaseException as exc:
                 self._discard(exc)
@@ -113,7 +124,9 @@ class KernelCapture:
                     kernels=sorted(set(program.opaque_launches)),
                     detail="arguments set before begin() are replayed but cannot be rebound",
                 )
-            _telemetry.count_recorded(program.num_launches)
+            if rec.native:
+                log.info("capture_native_access_accepted", callers=[str(a) for a in rec.native])
+            TOTALS.recorded(program.num_launches)
             return program.num_launches
 
     def _discard(self, why: BaseException | str | ReplayProgram | None) -> None:
@@ -129,15 +142,15 @@ class KernelCapture:
             finalizer.detach()
         self._recording = None
         _intercept.reconcile()
-        span, self._span = self._span, None
-        if span is None:
-            return
+        span, self._span = self._span, telemetry.NO_SPAN
         if isinstance(why, ReplayProgram):
-            span.set_attribute("netcl.capture.launches", why.num_launches)
-            span.set_attribute("netcl.capture.commands", why.num_commands)
+            span.set_many({LAUNCHES: why.num_launches, COMMANDS: why.num_commands})
             span.end()
+        elif isinstance(why, BaseException):
+            span.end(why)
         else:
-            _fail_span(span, why or "discarded")
+            span.fail("discarded", f"capture {why or 'discarded'}")
+            span.end()
 
     def reset(self) -> None:
         """Forget the recording (and stop one in progress); releases the recorded buffers."""
@@ -173,7 +186,7 @@ class KernelCapture:
         with self._lock:
             event = program.run()
             self._replays += 1
-        _telemetry.count_replay(program.num_launches)
+        TOTALS.replay(program.num_launches)
         return event
 
     def replay_with_new_buffers(self, buffer_map: Mapping[int, Any]) -> cl.Event | None:
@@ -193,11 +206,11 @@ class KernelCapture:
         with self._lock:
             event = program.run_rebound(subst)
             self._replays += 1
-        _telemetry.count_replay(program.num_launches)
+        TOTALS.replay(program.num_launches)
         return event
 
     def _traced(
-        self, program: ReplayProgram, subst: dict[int, Any] | None
+        self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
     ) -> cl.Event | None:
         # The span is made after the launches are enqueued, with the start time taken before:
         # the same span, but its ~10 µs of SDK work overlaps the device's work instead of
@@ -212,19 +225,9 @@ class KernelCapture:
             error = exc
             raise
         finally:
-            span = _telemetry.tracer.start_span(
-                "netcl.capture.replay",
-                attributes={
-                    "netcl.capture.launches": program.num_launches,
-                    "netcl.capture.rebound": 0 if subst is None else len(subst),
-                },
-                start_time=start,
-            )
-            if error is not None:
-                _fail_span(span, error)
-            else:
-                span.end()
-        _telemetry.count_replay(program.num_launches)
+            attributes = {LAUNCHES: program.num_launches, REBOUND: len(subst or ())}
+            TEL.span(REPLAY_SPAN, attributes, start_time=start, current=False).end(error)
+        TOTALS.replay(program.num_launches)
         return event
 
     def _cannot(self, what: str) -> RuntimeError:
@@ -261,12 +264,15 @@ class KernelCapture:
         rec, program = self._recording, self._program
         if rec is not None:
             return tuple(
-                launch_record(item) if kind == "k" else transfer_record(item)
-                for kind, item in list(rec.raw) if kind in COMMANDS
+                launch_record(raw) if isinstance(raw, RawLaunch) else transfer_record(raw)
+                for raw in list(rec.raw) if isinstance(raw, (RawLaunch, RawTransfer))
             )
         if program is None:
             return ()
-        return tuple(op.record for op in program.ops if isinstance(op, (KernelOp, TransferOp)))
+        return tuple(
+            launch_record(op) if isinstance(op, RawLaunch) else op.record
+            for op in program.ops if isinstance(op, (RawLaunch, TransferOp))
+        )
 
     @property
     def replay_count(self) -> int:
@@ -281,18 +287,18 @@ class KernelCapture:
         )
 
 
-def _fail_span(span: Span | None, why: BaseException | str) -> None:
-    """End ``span`` as failed, with ``error.type`` naming the failure."""
-    if span is None:
-        return
-    if isinstance(why, BaseException):
-        span.record_exception(why)
-        span.set_attribute(_telemetry.ERROR_TYPE, type(why).__qualname__)
-        span.set_status(Status(StatusCode.ERROR, str(why) or type(why).__qualname__))
-    else:
-        span.set_attribute(_telemetry.ERROR_TYPE, "discarded")
-        span.set_status(Status(StatusCode.ERROR, f"capture {why}"))
-    span.end()
+def _native_refusal(rec: Recording) -> str:
+    reached = "; ".join(str(a) for a in list(rec.native)[:5])
+    more = f" and {len(rec.native) - 5} more" if len(rec.native) > 5 else ""
+    return (
+        "KernelCapture.end: while recording, code outside pyopencl and netcl reached a queue or "
+        f"memory object through its raw handle: {reached}{more}. Work a native library "
+        "enqueues through such a handle is invisible to the capture and would be missing from "
+        "every replay. The recording was discarded: keep native calls outside the captured "
+        "region (run them under capture_disabled(), or record one capture before and one "
+        "after them), or call end(allow_native=True) to keep a capture that replays only what "
+        "went through pyopencl"
+    )
 
 
 _singleton: KernelCapture | None = None

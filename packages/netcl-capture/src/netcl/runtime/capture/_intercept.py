@@ -1,4 +1,4 @@
-"""Interception of pyopencl's launch, argument, transfer and sync entry points during a capture.
+"""Interception of pyopencl's entry points (``_contract.ENTRY_POINTS``) during a capture.
 
 The hooks are installed while at least one capture records and removed (the exact original
 objects put back) when the last one ends, so launches outside a capture pay nothing.
@@ -12,98 +12,49 @@ any of them repairs it. Hooks never stack: a hook is only ever replaced by an or
 A hook finds the recording of its thread in a ``threading.local``: a thread that exits takes
 its slot with it, so a capture begun in a dead thread never records another thread (thread
 ids are reused by the OS, ``threading.local`` slots are not).
+
+Each hook calls pyopencl's function, then the recording's note for it. ``rec.busy`` counts
+hooks between "the function may have run" and "noted": if anything (a KeyboardInterrupt)
+escapes in between, it stays non-zero and ``end()`` refuses to freeze a recording that may have
+missed a command. An ``Exception`` from the function itself means the command was not issued,
+so it is not counted. The three hooks every launch goes through (``Kernel.__call__``, the
+pair-wise argument setters, the driver's enqueue) are written out, notes inlined, in
+``_recording``; the rest share ``_make_hook``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Callable, Iterator
-from functools import partial
 from typing import Any
 
-import pyopencl as cl
-import pyopencl._cl as _cl
-import pyopencl.invoker as _invoker
-
-from netcl.runtime.capture._recording import Recording, note_setter
+from netcl.runtime.capture._contract import BOUND, ORIGINALS, EntryPoint, original
+from netcl.runtime.capture._recording import Recording, call_hook, launch_hook, pairs_hook
 
 __all__ = ["capture_disabled", "install", "is_patched", "reconcile", "uninstall"]
 
-# pyopencl's buffer/image transfer primitives and the position of their ``wait_for`` argument
-# (checked against pyopencl's own signatures by the tests).
-# ``cl.enqueue_copy``, ``cl.enqueue_fill_buffer`` and pyopencl.array's get/set all end here.
-TRANSFERS: dict[str, int] = {
-    "_enqueue_read_buffer": 4,
-    "_enqueue_write_buffer": 4,
-    "_enqueue_copy_buffer": 6,
-    "_enqueue_read_buffer_rect": 8,
-    "_enqueue_write_buffer_rect": 8,
-    "_enqueue_copy_buffer_rect": 8,
-    "_enqueue_fill_buffer": 5,
-    "_enqueue_read_image": 7,
-    "_enqueue_write_image": 7,
-    "_enqueue_copy_image": 6,
-    "_enqueue_copy_image_to_buffer": 6,
-    "_enqueue_copy_buffer_to_image": 6,
-    # ordering only: recorded so that replay keeps the dependencies they express
-    "_enqueue_marker_with_wait_list": 1,
-    "_enqueue_barrier_with_wait_list": 1,
-}
 
-# Every kernel argument setter: the public ones and those pyopencl's generated invokers call
-# (``self._set_arg_multi(...)`` etc.).
-ARG_SETTERS = (
-    "set_arg", "_set_arg_multi", "_set_arg_buf_multi", "_set_arg_buf_pack_multi",
-    "_set_arg_null", "_set_arg_buf", "_set_arg_svm",
-)
+class _Local(threading.local):
+    rec: Recording | None = None  # what the hooks read: the owner, unless capture_disabled()
+    owner: Recording | None = None  # the recording this thread feeds
+    depth = 0  # capture_disabled() nesting
 
-_tls = threading.local()
+
+_tls = _Local()
 _lock = threading.RLock()
 # every recording begun and not yet stopped (its thread may have exited)
 _live: set[Recording] = set()
+Note = Callable[[Recording, tuple[Any, ...], dict[str, Any], Any], None]
 
 
-def _originals() -> dict[tuple[Any, str], Any]:
-    found: dict[tuple[Any, str], Any] = {
-        (cl.Kernel, "__call__"): cl.Kernel.__dict__["__call__"],
-        # one object under two names: ``cl.`` for applications, ``_cl.`` for the invokers
-        (cl, "enqueue_nd_range_kernel"): cl.__dict__["enqueue_nd_range_kernel"],
-        (_cl, "enqueue_nd_range_kernel"): _cl.__dict__["enqueue_nd_range_kernel"],
-        (cl.CommandQueue, "finish"): cl.CommandQueue.__dict__["finish"],
-        # host-side waits: they order the commands issued after them (see Recording.add_wait)
-        (cl, "wait_for_events"): cl.__dict__["wait_for_events"],
-        (_cl, "wait_for_events"): _cl.__dict__["wait_for_events"],
-        (cl.Event, "wait"): cl.Event.__dict__["wait"],
-        (_invoker, "generate_enqueue_and_set_args"):
-            _invoker.__dict__["generate_enqueue_and_set_args"],
-    }
-    for name in ARG_SETTERS:
-        found[(cl.Kernel, name)] = cl.Kernel.__dict__[name]
-    for name in TRANSFERS:
-        if name in _cl.__dict__:  # images may be missing from some builds
-            found[(_cl, name)] = _cl.__dict__[name]
-    return found
-
-
-# (owner, attribute) -> pyopencl's own object, read once at import
-ORIGINALS: dict[tuple[Any, str], Any] = _originals()
-
-
-def _make_hook(
-    orig: Callable[..., Any], note: Callable[[Recording, tuple[Any, ...], Any, Any], None]
-) -> Callable[..., Any]:
+def _make_hook(orig: Callable[..., Any], note: Note) -> Callable[..., Any]:
     """A stand-in for ``orig`` that, on a recording thread, calls it and then
-    ``note(recording, args, kwargs, result)``; other threads go straight to ``orig``.
-
-    ``rec.busy`` counts hooks between "orig may have run" and "noted": if anything (a
-    KeyboardInterrupt) escapes in between, it stays non-zero and ``end()`` refuses to freeze a
-    recording that may have missed a command. An ``Exception`` from ``orig`` itself means the
-    command was not issued, so it is not counted.
-    """
+    ``note(recording, args, kwargs, result)``; other threads go straight to ``orig``."""
 
     def hook(*args: Any, **kwargs: Any) -> Any:
-        rec = getattr(_tls, "rec", None)
+        rec = _tls.rec
         if rec is None or not rec.live:
             return orig(*args, **kwargs)
         rec.busy += 1
@@ -116,29 +67,39 @@ def _make_hook(
         rec.busy -= 1
         return result
 
+    return _named(hook, orig)
+
+
+def _named(hook: Callable[..., Any], orig: Any) -> Callable[..., Any]:
     hook.__name__ = hook.__qualname__ = getattr(orig, "__name__", "hook")
     hook.__wrapped__ = orig  # type: ignore[attr-defined]
     return hook
 
 
-def _call_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """``Kernel.__call__``: lends its arguments to the launch the invoker then enqueues
-    (recorded by the ``enqueue_nd_range_kernel`` hook, which also sees the wait list the
-    invoker adds for array arguments)."""
+def _handle_hook(prop: property, reached: str) -> property:
+    """An ``int_ptr`` property noting who reads it on a recording thread."""
+    fget = prop.fget
+    assert fget is not None
 
-    def hook(*args: Any, **kwargs: Any) -> Any:
-        rec = getattr(_tls, "rec", None)
-        if rec is None or not rec.live:
-            return orig(*args, **kwargs)
-        outer, rec.call_args = rec.call_args, args
-        try:
-            return orig(*args, **kwargs)
-        finally:
-            rec.call_args = outer
+    def get(obj: Any) -> Any:
+        rec = _tls.rec
+        if rec is not None and rec.live:
+            rec.note_native(reached, sys._getframe(1))
+        return fget(obj)
 
-    hook.__name__ = hook.__qualname__ = "__call__"
-    hook.__wrapped__ = orig  # type: ignore[attr-defined]
-    return hook
+    return property(_named(get, fget), doc=prop.__doc__)
+
+
+def _wrap_hook(orig: Callable[..., Any], reached: str) -> staticmethod[..., Any]:
+    """A ``from_int_ptr`` noting who calls it on a recording thread."""
+
+    def from_int_ptr(*args: Any, **kwargs: Any) -> Any:
+        rec = _tls.rec
+        if rec is not None and rec.live:
+            rec.note_native(reached, sys._getframe(1))
+        return orig(*args, **kwargs)
+
+    return staticmethod(_named(from_int_ptr, orig))
 
 
 _invoker_memo: dict[Any, Any] = {}
@@ -148,11 +109,11 @@ def _memo_invoker(*args: Any, **kwargs: Any) -> Any:
     """pyopencl builds an invoker for every new Kernel object (a hash and an sqlite query,
     ~1 ms); while a capture records, identical requests get the first answer (the generated
     functions are pure code), so cloning kernels for replay costs microseconds."""
-    orig = ORIGINALS[(_invoker, "generate_enqueue_and_set_args")]
+    orig = original("pyopencl.invoker", "generate_enqueue_and_set_args")
     try:
         key = (args, tuple(sorted(
             (k, tuple(d.int_ptr for d in v) if k == "devs" else v) for k, v in kwargs.items()
-        )))
+        )))  # fmt: skip
         found = _invoker_memo.get(key)
     except TypeError:  # an unhashable argument type: no memo
         return orig(*args, **kwargs)
@@ -161,62 +122,95 @@ def _memo_invoker(*args: Any, **kwargs: Any) -> Any:
     return found
 
 
-def _note_finish(rec: Recording, args: tuple[Any, ...], kwargs: Any, _: Any) -> None:
-    rec.add_finish(args[0])
-
-
-def _note_event_wait(rec: Recording, args: tuple[Any, ...], kwargs: Any, _: Any) -> None:
-    rec.add_wait((args[0],))
-
-
-def _note_events_wait(rec: Recording, args: tuple[Any, ...], kwargs: Any, _: Any) -> None:
-    rec.add_wait(args[0])  # its one parameter (a sequence) is positional-only
-
-
-def _setter_note(name: str) -> Callable[[Recording, tuple[Any, ...], Any, Any], None]:
-    return partial(note_setter, name, ORIGINALS[(cl.Kernel, name)])
-
-
-def _transfer_note(
-    name: str, wait_pos: int
-) -> Callable[[Recording, tuple[Any, ...], Any, Any], None]:
-    fn = ORIGINALS[(_cl, name)]
-
-    def note(rec: Recording, args: tuple[Any, ...], kwargs: Any, event: Any) -> None:
-        rec.add_transfer(name, fn, wait_pos, args, kwargs, event)
+def _transfer_note(entry: EntryPoint, fn: Callable[..., Any]) -> Note:
+    def note(rec: Recording, args: tuple[Any, ...], kwargs: dict[str, Any], event: Any) -> None:
+        rec.note_transfer(entry, fn, args, kwargs, event)
 
     return note
 
 
-def _hooks() -> dict[tuple[Any, str], Callable[..., Any]]:
-    notes: dict[tuple[Any, str], Callable[[Recording, tuple[Any, ...], Any, Any], None]] = {
-        (cl.CommandQueue, "finish"): _note_finish,
-        (cl.Event, "wait"): _note_event_wait,
-    }
-    for name in ARG_SETTERS:
-        notes[(cl.Kernel, name)] = _setter_note(name)
-    for name, wait_pos in TRANSFERS.items():
-        if (_cl, name) in ORIGINALS:
-            notes[(_cl, name)] = _transfer_note(name, wait_pos)
-    hooks = {key: _make_hook(ORIGINALS[key], note) for key, note in notes.items()}
-    enqueue = _make_hook(ORIGINALS[(_cl, "enqueue_nd_range_kernel")], Recording.add_enqueue)
-    hooks[(cl, "enqueue_nd_range_kernel")] = hooks[(_cl, "enqueue_nd_range_kernel")] = enqueue
-    # one object under two names, like enqueue_nd_range_kernel
-    waits = _make_hook(ORIGINALS[(_cl, "wait_for_events")], _note_events_wait)
-    hooks[(cl, "wait_for_events")] = hooks[(_cl, "wait_for_events")] = waits
-    hooks[(cl.Kernel, "__call__")] = _call_hook(ORIGINALS[(cl.Kernel, "__call__")])
-    hooks[(_invoker, "generate_enqueue_and_set_args")] = _memo_invoker
+def _triples_note(fn: Callable[..., Any]) -> Note:
+    def note(rec: Recording, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> None:
+        rec.note_pack(fn, args[0], args[1])  # positional-only
+
+    return note
+
+
+def _setter_note(entry: EntryPoint, fn: Callable[..., Any]) -> Note:
+    def note(rec: Recording, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> None:
+        values = args[1:]
+        if kwargs:  # set_arg(arg_index=..., arg=...): in parameter order
+            values += tuple(kwargs[n] for n in entry.params[len(values):] if n in kwargs)
+        rec.note_one(fn, args[0], values)
+
+    return note
+
+
+def _note_finish(rec: Recording, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> None:
+    rec.note_finish(args[0])
+
+
+def _note_event_wait(rec: Recording, args: tuple[Any, ...], kwargs: Any, _: Any) -> None:
+    rec.note_wait((args[0],))
+
+
+def _note_events_wait(rec: Recording, args: tuple[Any, ...], kwargs: Any, _: Any) -> None:
+    rec.note_wait(args[0])  # its one parameter (a sequence) is positional-only
+
+
+def _hook_for(entry: EntryPoint, orig: Any) -> Any:
+    """The stand-in for one table entry (None: never replaced)."""
+    kind = entry.kind
+    what = f"{entry.owner.removeprefix('pyopencl.')}.{entry.name}"
+    if kind == "call":
+        return _named(call_hook(orig, _tls), orig)
+    if kind == "launch":
+        return _named(launch_hook(orig, _tls), orig)
+    if kind == "setter_pairs":
+        return _named(pairs_hook(orig, _tls), orig)
+    if kind == "setter_triples":
+        return _make_hook(orig, _triples_note(orig))
+    if kind == "setter":
+        return _make_hook(orig, _setter_note(entry, orig))
+    if kind in ("transfer", "order"):
+        return _make_hook(orig, _transfer_note(entry, orig))
+    if kind == "finish":
+        return _make_hook(orig, _note_finish)
+    if kind == "host_wait":
+        return _make_hook(orig, _note_events_wait)
+    if kind == "event_wait":
+        return _make_hook(orig, _note_event_wait)
+    if kind == "invoker":
+        return _memo_invoker
+    if kind == "handle":
+        return _handle_hook(orig, what)
+    if kind == "wrap":
+        return _wrap_hook(orig, what)
+    return None
+
+
+def _hooks() -> dict[tuple[Any, str], Any]:
+    made: dict[int, Any] = {}  # one object under two names gets one hook
+    hooks: dict[tuple[Any, str], Any] = {}
+    for entry, owner, orig in BOUND:
+        hook = made.get(id(orig))
+        if hook is None:
+            hook = made[id(orig)] = _hook_for(entry, orig)
+        if hook is not None:
+            hooks[(owner, entry.name)] = hook
     return hooks
 
 
-# made once: installing is assigning these, removing is assigning ORIGINALS
-HOOKS: dict[tuple[Any, str], Callable[..., Any]] = _hooks()
+# made once: installing is assigning these, removing is assigning the originals
+HOOKS: dict[tuple[Any, str], Any] = _hooks()
+# what reconcile() puts back: the originals of every hooked attribute
+_RESTORE: dict[tuple[Any, str], Any] = {key: ORIGINALS[key] for key in HOOKS}
 
 
 def install(rec: Recording) -> None:
     """Start feeding ``rec`` with the commands of the calling thread (patching pyopencl)."""
     with _lock:
-        other = getattr(_tls, "owner", None)
+        other = _tls.owner
         if other is not None and other.live and other is not rec:
             raise RuntimeError(
                 "KernelCapture.begin: this thread is already recording into another "
@@ -225,8 +219,7 @@ def install(rec: Recording) -> None:
         rec.live = True
         _live.add(rec)
         _tls.owner = rec
-        # what the hooks read: the owner, unless inside capture_disabled()
-        _tls.rec = None if getattr(_tls, "depth", 0) else rec
+        _tls.rec = None if _tls.depth else rec
         reconcile()
         rec.started = True
 
@@ -248,7 +241,7 @@ def reconcile() -> None:
     with _lock:
         for rec in [r for r in _live if not (r.live or r.pinned)]:
             _live.discard(rec)
-        table = HOOKS if _live else ORIGINALS
+        table = HOOKS if _live else _RESTORE
         for (owner, name), obj in table.items():
             if owner.__dict__.get(name) is not obj:
                 setattr(owner, name, obj)
@@ -264,11 +257,11 @@ def capture_disabled() -> Iterator[None]:
     """Run the block without recording: launches, copies and fills in it execute but are not
     captured. Nestable; affects only the calling thread; also usable as a decorator."""
     # the hooks read one attribute: the thread's recording, or None inside this block
-    _tls.depth = getattr(_tls, "depth", 0) + 1
+    _tls.depth += 1
     _tls.rec = None
     try:
         yield
     finally:
         _tls.depth -= 1
         if not _tls.depth:
-            _tls.rec = getattr(_tls, "owner", None)
+            _tls.rec = _tls.owner

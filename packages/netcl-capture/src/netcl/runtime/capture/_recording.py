@@ -1,8 +1,8 @@
 """What one begin()..end() sees: commands in order, with what replay needs.
 
-Recording is cheap on purpose: a launch appends one tuple (the kernel, its sizes, a snapshot of
-its argument table, its wait list and event). The replay form is built once, in ``end()``
-(see ``_replay.build``).
+Recording is cheap on purpose: a launch appends one ``RawLaunch`` (the kernel, its sizes, a
+snapshot of its argument table, its wait list and event). The replay form is built once, in
+``end()`` (see ``_program.build``).
 
 Retention: the first time a memory object shows up (a kernel argument or a transfer operand) the
 recording takes an OpenCL reference of its own (``cl.MemoryObject.from_int_ptr(...,
@@ -14,27 +14,123 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from types import FrameType
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyopencl as cl
 
-__all__ = ["COMMANDS", "Recording", "note_setter"]
+from netcl.runtime.capture import _contract
+from netcl.runtime.capture._contract import EntryPoint
+
+__all__ = ["ArgSet", "LaunchShape", "NativeAccess", "RawFinish", "RawHostWait", "RawLaunch",
+           "RawTransfer", "Recording"]  # fmt: skip
 
 _MemoryObject = cl.MemoryObjectHolder
-_retain = cl.MemoryObject.from_int_ptr
+_retain = _contract.retain
+_mem_ptr = _contract.mem_ptr
+# a NamedTuple from a tuple in one C call (its generated __new__ costs twice as much): records
+# are made once per recorded command
+_new = tuple.__new__
 
-# One argument index as last set: (index, the original setter, its arguments after self).
-ArgSet = tuple[int, Callable[..., Any], tuple[Any, ...]]
-# A recorded launch: (kernel, queue, global size, local size, offset, g_times_l,
-# allow_empty_ndrange, wait list, event, argument snapshot, Kernel.__call__ arguments or None)
-RawLaunch = tuple[Any, ...]
 
-_ENQUEUE_NAMES = (
-    "queue", "kernel", "global_work_size", "local_work_size", "global_work_offset", "wait_for",
-    "g_times_l", "allow_empty_ndrange",
-)
-_ENQUEUE_DEFAULTS = (None, None, None, None, None, None, False, False)
+class ArgSet(NamedTuple):
+    """One kernel argument index as last set: pyopencl's setter and its arguments after the
+    kernel (memory objects replaced by the recording's own references)."""
+
+    arg_index: int
+    setter: Callable[..., Any]
+    payload: tuple[Any, ...]
+
+
+class LaunchShape(NamedTuple):
+    """What consecutive launches of one kernel share while nothing about them changes: one
+    object for all of them (the replay binds a kernel object once per shape)."""
+
+    kernel: cl.Kernel
+    queue: cl.CommandQueue
+    global_size: Any
+    local_size: Any
+    offset: Any
+    g_times_l: bool
+    allow_empty: bool
+    # the kernel's argument table when it launched
+    args: tuple[ArgSet, ...]
+
+
+class RawLaunch(NamedTuple):
+    """A recorded launch, as the driver entry point saw it."""
+
+    shape: LaunchShape
+    wait_for: tuple[Any, ...]
+    event: Any
+    # what Kernel.__call__ got after the kernel: (queue, global size, local size, *arguments),
+    # None for a launch through enqueue_nd_range_kernel
+    call: tuple[Any, ...] | None
+
+    @property
+    def queue(self) -> cl.CommandQueue:
+        return self.shape.queue
+
+
+class RawTransfer(NamedTuple):
+    """A recorded copy, fill, marker or barrier: pyopencl's primitive and its arguments, with
+    ``wait_for`` taken out (``None`` at its position, absent from the keywords)."""
+
+    entry: EntryPoint
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    wait_for: tuple[Any, ...]
+    event: Any
+
+
+class RawFinish(NamedTuple):
+    """A recorded ``queue.finish()``."""
+
+    queue: cl.CommandQueue
+
+
+class RawHostWait(NamedTuple):
+    """A recorded host-side wait (``Event.wait()``, ``cl.wait_for_events``)."""
+
+    events: tuple[cl.Event, ...]
+
+
+class NativeAccess(NamedTuple):
+    """Code outside pyopencl and netcl that reached a queue or memory object's raw handle
+    while recording: its module and function, and what it reached."""
+
+    module: str
+    function: str
+    reached: str
+
+    def __str__(self) -> str:
+        return f"{self.module}.{self.function} ({self.reached})"
+
+
+Raw = RawLaunch | RawTransfer | RawFinish | RawHostWait
+
+
+class _KernelState:
+    """What the recording knows of one kernel object (held alive by it)."""
+
+    __slots__ = ("clone", "kernel", "last", "shape", "snapshot", "table")
+
+    def __init__(self, kernel: cl.Kernel) -> None:
+        self.kernel = kernel
+        self.table: dict[int, ArgSet] = {}  # argument index -> as last set
+        self.snapshot: tuple[ArgSet, ...] | None = None  # the table as a tuple while unchanged
+        self.shape: LaunchShape | None = None  # of the last launch
+        # the last (setter, argument tuple) of a _set_arg*_multi call, when it held no copies
+        self.last: tuple[Callable[..., Any], tuple[Any, ...]] | None = None
+        # a clone taken at the first launch (None where the driver cannot clone)
+        self.clone: cl.Kernel | object | None = _UNSET
+
+
+_UNSET: Any = object()
+# modules whose raw-handle accesses are not native work: pyopencl's own and netcl's
+_OWN_MODULES = ("pyopencl.", "netcl.")
 
 
 class Recording:
@@ -48,39 +144,35 @@ class Recording:
         self.started = False
         # keeps pyopencl hooked (the invoker memo) while end() builds the replay form
         self.pinned = False
-        # hooks between "the command may have run" and "noted" (see _intercept._make_hook)
+        # hooks between "the command may have run" and "noted" (see _intercept)
         self.busy = 0
-        # ("k", RawLaunch) / ("t", transfer tuple) / ("f", queue) / ("w", events the host
-        # waited for), in issue order
-        self.raw: list[tuple[str, Any]] = []
-        # the Kernel.__call__ arguments of the launch in progress (for CapturedLaunch.args)
-        self.call_args: tuple[Any, ...] | None = None
-        # id(kernel) -> [kernel, its argument table (index -> ArgSet), the table's snapshot
-        # while unchanged (launches with the same arguments share it), the last
-        # (setter, argument tuple) of a _set_arg*_multi call, a clone taken at its first
-        # launch (None where the driver cannot clone)]; holds the kernel alive
-        self.kernels: dict[int, list[Any]] = {}
-        # int_ptr -> this recording's own reference to the memory object
-        self.mems: dict[int, cl.MemoryObjectHolder] = {}
+        self.raw: list[Raw] = []  # commands and host waits, in issue order
+        # the kernel and Kernel.__call__ arguments after it, of the call in progress
+        self.call_kernel: cl.Kernel | None = None
+        self.call_args: tuple[Any, ...] = ()
+        self.kernels: dict[int, _KernelState] = {}  # id(kernel) -> state
+        self.mems: dict[int, cl.MemoryObjectHolder] = {}  # int_ptr -> our own reference
+        self.native: dict[NativeAccess, None] = {}  # raw-handle accesses, in order
 
     @property
     def launches(self) -> int:
-        return sum(kind == "k" for kind, _ in list(self.raw))
-
-    @property
-    def commands(self) -> int:
-        return sum(kind in COMMANDS for kind, _ in list(self.raw))
+        return sum(type(r) is RawLaunch for r in list(self.raw))
 
     def clear(self) -> None:
         """Drop everything held (the thread's slot may keep this object a while)."""
         self.raw = []
         self.kernels = {}
         self.mems = {}
-        self.call_args = None
+        self.call_kernel = None
+        self.call_args = ()
+
+    def clones(self) -> dict[int, cl.Kernel | None]:
+        """id(kernel) -> its clone from the first launch (None: the driver cannot clone)."""
+        return {k: s.clone for k, s in self.kernels.items()}  # type: ignore[misc]
 
     def retain(self, mem: cl.MemoryObjectHolder) -> cl.MemoryObjectHolder:
         """This recording's reference to ``mem`` (taken on first sight)."""
-        ptr = mem.int_ptr
+        ptr = _mem_ptr(mem)
         own = self.mems.get(ptr)
         if own is None:
             own = self.mems[ptr] = _retain(ptr, retain=True)
@@ -95,69 +187,220 @@ class Recording:
             return bytes(value)
         return value
 
-    def add_enqueue(self, args: tuple[Any, ...], kwargs: dict[str, Any], event: Any) -> None:
-        """Record a launch (the ``enqueue_nd_range_kernel`` hook's note)."""
-        if kwargs or len(args) != 8:
-            bound = dict(zip(_ENQUEUE_NAMES, _ENQUEUE_DEFAULTS, strict=True))
-            bound.update(zip(_ENQUEUE_NAMES, args, strict=False))
-            bound.update(kwargs)
-            args = tuple(bound.values())
-        queue, kernel, gws, lws, offset, wait_for, g_times_l, allow_empty = args
-        entry = self.kernels.get(id(kernel))
-        if entry is None:
-            entry = self.kernels[id(kernel)] = [kernel, {}, None, None, _UNSET]
-        if entry[4] is _UNSET:
+    def _state(self, kernel: cl.Kernel) -> _KernelState:
+        state = self.kernels.get(id(kernel))
+        if state is None:
+            state = self.kernels[id(kernel)] = _KernelState(kernel)
+        return state
+
+    # -- notes: what the hooks call after pyopencl's own function returned ----------------
+
+    def new_shape(
+        self, state: _KernelState, kernel: Any, queue: Any, gws: Any, lws: Any, offset: Any,
+        g_times_l: bool, allow_empty: bool,
+    ) -> LaunchShape:  # fmt: skip
+        """The shape of a launch that is not the same objects as the kernel's last one."""
+        if state.clone is _UNSET:
             # a copy of the kernel as this launch left it (arguments set before begin()
             # included): the replay kernels are clones of it, so nothing set on (or freed
             # from) the application's kernel later can reach them
-            entry[4] = _clone(kernel)
-        snap = entry[2]
+            state.clone = _clone(kernel)
+        snap = state.snapshot
         if snap is None:
-            snap = entry[2] = tuple(entry[1].values())
-        call = self.call_args
-        call_args = call[4:] if call is not None and call[0] is kernel else None
-        self.raw.append(("k", (
-            kernel, queue, gws, lws, offset, g_times_l, allow_empty,
-            tuple(wait_for) if wait_for else (), event, snap, call_args,
-        )))
+            snap = state.snapshot = tuple(state.table.values())
+        shape = _shape(state.shape, (kernel, queue, gws, lws, offset, g_times_l, allow_empty,
+                                     snap))  # fmt: skip
+        state.shape = shape
+        return shape
 
-    def add_transfer(
-        self,
-        name: str,
-        fn: Callable[..., Any],
-        wait_pos: int,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        event: Any,
-    ) -> None:
+    def note_pairs(self, setter: Callable[..., Any], kernel: Any, flat: tuple[Any, ...]) -> None:
+        """Record ``_set_arg_multi`` / ``_set_arg_buf_multi``: (index, value) pairs, flat
+        (unless the same as the last call: see ``pairs_hook``)."""
+        state = self.kernels.get(id(kernel)) or self._state(kernel)
+        state.last = None
+        table, mems = state.table, self.mems
+        plain = True
+        for j in range(0, len(flat), 2):
+            i, value = flat[j], flat[j + 1]
+            # inlined fast paths: this runs for every argument of every changed launch
+            if isinstance(value, _MemoryObject):
+                value = mems.get(_mem_ptr(value)) or self.retain(value)
+            elif isinstance(value, _COPIED):
+                value = self._hold(value)
+                plain = False
+            old = table.get(i)
+            if old is None or old.setter is not setter or not (
+                old.payload[0][1] is value or _same(old.payload[0][1], value)
+            ):
+                table[i] = _new(ArgSet, (i, setter, ((i, value),)))
+                state.snapshot = None
+        if plain:
+            state.last = (setter, flat)
+
+    def note_pack(self, setter: Callable[..., Any], kernel: Any, flat: tuple[Any, ...]) -> None:
+        """Record ``_set_arg_buf_pack_multi``: (index, struct code, value) triples, flat."""
+        state = self._state(kernel)
+        state.last = None
+        for j in range(0, len(flat), 3):
+            i, code, value = flat[j], flat[j + 1], self._hold(flat[j + 2])
+            old = state.table.get(i)
+            if (old is None or old.setter is not setter or old.payload[0][1] != code
+                    or not _same(old.payload[0][2], value)):
+                state.table[i] = _new(ArgSet, (i, setter, ((i, code, value),)))
+                state.snapshot = None
+
+    def note_one(self, setter: Callable[..., Any], kernel: Any, args: tuple[Any, ...]) -> None:
+        """Record ``set_arg``, ``_set_arg_null``, ``_set_arg_buf``, ``_set_arg_svm``:
+        (index[, value])."""
+        state = self._state(kernel)
+        state.last = None
+        i = int(args[0])
+        state.table[i] = _new(ArgSet, (i, setter, (i, *(self._hold(v) for v in args[1:]))))
+        state.snapshot = None
+
+    def note_transfer(
+        self, entry: EntryPoint, fn: Callable[..., Any], args: tuple[Any, ...],
+        kwargs: dict[str, Any], event: Any,
+    ) -> None:  # fmt: skip
+        """Record a copy, fill, marker or barrier."""
         pos = list(args)
-        waits = kwargs.get("wait_for") if len(pos) <= wait_pos else pos[wait_pos]
-        if len(pos) > wait_pos:
-            pos[wait_pos] = None
-        kw = {k: self._hold(v) if isinstance(v, _MemoryObject) else v
+        at = entry.wait_for
+        waits = kwargs.get("wait_for") if len(pos) <= at else pos[at]
+        if len(pos) > at:
+            pos[at] = None
+        kw = {k: self.retain(v) if isinstance(v, _MemoryObject) else v
               for k, v in kwargs.items() if k != "wait_for"}
         pos = [self.retain(a) if isinstance(a, _MemoryObject) else a for a in pos]
-        if name == "_enqueue_copy_buffer":
-            _resolve_copy_count(pos, kw)
-        self.raw.append(("t", (name, fn, wait_pos, tuple(pos), kw,
-                               tuple(waits) if waits else (), event)))
+        if entry.name == "_enqueue_copy_buffer":
+            _resolve_copy_count(entry, pos, kw)
+        self.raw.append(RawTransfer(entry, fn, tuple(pos), kw,
+                                    tuple(waits) if waits else (), event))
 
-    def add_finish(self, queue: cl.CommandQueue) -> None:
-        self.raw.append(("f", queue))
+    def note_finish(self, queue: cl.CommandQueue) -> None:
+        self.raw.append(RawFinish(queue))
 
-    def add_wait(self, events: Any) -> None:
-        """Record a host-side wait (``Event.wait()``, ``cl.wait_for_events``): every command
-        issued after it ran after those events in the recording, so the replay makes them wait
-        for the replayed events (pyopencl.array's ``finish()`` waits this way and then forgets
-        the events, so the next command's own wait list no longer names them)."""
+    def note_wait(self, events: Any) -> None:
+        """Record a host-side wait: every command issued after it ran after those events in
+        the recording, so the replay makes them wait for the replayed events (pyopencl.array's
+        ``finish()`` waits this way and then forgets the events, so the next command's own
+        wait list no longer names them)."""
         waited = tuple(e for e in events if isinstance(e, cl.Event))
         if waited:
-            self.raw.append(("w", waited))
+            self.raw.append(RawHostWait(waited))
+
+    def note_native(self, reached: str, frame: FrameType | None) -> None:
+        """Note a raw-handle access by ``frame``'s code, unless pyopencl or netcl made it."""
+        module = "?" if frame is None else str(frame.f_globals.get("__name__", "?"))
+        if module == "pyopencl" or module.startswith(_OWN_MODULES):
+            return
+        code = None if frame is None else frame.f_code
+        function = "?" if code is None else getattr(code, "co_qualname", code.co_name)
+        self.native.setdefault(NativeAccess(module, function, reached))
 
 
-_UNSET: Any = object()
-# the kinds of recorded entries that are commands (replayed, listed in ``commands``)
-COMMANDS = ("k", "t")
+# -- the hooks every recorded launch goes through, written out (see _intercept) -------------
+
+
+def launch_hook(orig: Callable[..., Any], tls: Any) -> Callable[..., Any]:
+    """The driver's ``enqueue_nd_range_kernel`` (pyopencl's parameters and defaults): records
+    the launch on a recording thread."""
+
+    def enqueue_nd_range_kernel(
+        queue: Any, kernel: Any, global_work_size: Any, local_work_size: Any,
+        global_work_offset: Any = None, wait_for: Any = None, g_times_l: bool = False,
+        allow_empty_ndrange: bool = False,
+    ) -> Any:  # fmt: skip
+        rec = tls.rec
+        if rec is None or not rec.live:
+            return orig(queue, kernel, global_work_size, local_work_size, global_work_offset,
+                        wait_for, g_times_l, allow_empty_ndrange)  # fmt: skip
+        rec.busy += 1
+        try:
+            event = orig(queue, kernel, global_work_size, local_work_size, global_work_offset,
+                         wait_for, g_times_l, allow_empty_ndrange)  # fmt: skip
+        except Exception:
+            rec.busy -= 1
+            raise
+        state = rec.kernels.get(id(kernel)) or rec._state(kernel)
+        s = state.shape
+        # the last launch's shape when the same objects come again (the common loop)
+        if not (s is not None and s[7] is state.snapshot and s[1] is queue
+                and s[2] is global_work_size and s[3] is local_work_size
+                and s[4] is global_work_offset and s[5] is g_times_l
+                and s[6] is allow_empty_ndrange):  # fmt: skip
+            s = rec.new_shape(state, kernel, queue, global_work_size, local_work_size,
+                              global_work_offset, g_times_l, allow_empty_ndrange)  # fmt: skip
+        call = None
+        if rec.call_kernel is kernel:
+            call, rec.call_kernel = rec.call_args, None
+        rec.raw.append(_new(RawLaunch, (s, tuple(wait_for) if wait_for else (), event, call)))
+        rec.busy -= 1
+        return event
+
+    return enqueue_nd_range_kernel
+
+
+def pairs_hook(orig: Callable[..., Any], tls: Any) -> Callable[..., Any]:
+    """``Kernel._set_arg_multi`` / ``_set_arg_buf_multi(flat)`` (what the invokers call):
+    records the arguments on a recording thread, unless they are the same call as last time
+    (same objects, equal scalars; a memory object compares by address, and a retained one
+    keeps its address)."""
+
+    def hook(kernel: Any, flat: tuple[Any, ...]) -> None:
+        rec = tls.rec
+        if rec is None or not rec.live:
+            return orig(kernel, flat)  # type: ignore[no-any-return]
+        rec.busy += 1
+        try:
+            orig(kernel, flat)
+        except Exception:
+            rec.busy -= 1
+            raise
+        state = rec.kernels.get(id(kernel))
+        last = None if state is None else state.last
+        try:
+            same = last is not None and last[0] is orig and last[1] == flat
+        except ValueError:  # an array argument: noted the long way
+            same = False
+        if not same:
+            rec.note_pairs(orig, kernel, flat)
+        rec.busy -= 1
+        return None
+
+    return hook
+
+
+def call_hook(orig: Callable[..., Any], tls: Any) -> Callable[..., Any]:
+    """``Kernel.__call__``: lends its arguments to the launch the invoker then enqueues (taken
+    by ``launch_hook``, which also sees the wait list the invoker adds for array
+    arguments)."""
+
+    def hook(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+        rec = tls.rec
+        if rec is None or not rec.live:
+            return orig(kernel, *args, **kwargs)
+        rec.call_kernel = kernel
+        rec.call_args = args
+        try:
+            return orig(kernel, *args, **kwargs)
+        except BaseException:
+            rec.call_kernel = None  # no launch took them
+            raise
+
+    return hook
+
+
+def _shape(last: LaunchShape | None, fields: tuple[Any, ...]) -> LaunchShape:
+    """``last`` if ``fields`` equal it (sizes compared by value: a loop may pass a new but
+    equal tuple each time), else a new shape."""
+    if last is not None and last[7] is fields[7] and last[0] is fields[0] \
+            and last[1] is fields[1]:
+        try:
+            if last[2:7] == fields[2:7]:
+                return last
+        except ValueError:  # sizes given as NumPy arrays: a new shape
+            pass
+    return _new(LaunchShape, fields)  # type: ignore[no-any-return]
 
 
 def _clone(kernel: cl.Kernel) -> cl.Kernel | None:
@@ -172,65 +415,6 @@ _SCALARS = (int, float, bytes, np.generic)
 _COPIED = (np.ndarray, bytearray, memoryview)
 
 
-def note_setter(
-    name: str, setter: Callable[..., Any], self: Recording, args: tuple[Any, ...], kwargs: Any,
-    result: Any,
-) -> None:
-    """Record what an argument setter just set (the hook's note, bound with ``partial``: one
-    Python frame per setter call, as it runs for every recorded launch)."""
-    kernel = args[0]
-    entry = self.kernels.get(id(kernel))
-    if entry is None:
-        entry = self.kernels[id(kernel)] = [kernel, {}, None, None, _UNSET]
-    table = entry[1]
-    if name == "_set_arg_multi" or name == "_set_arg_buf_multi":
-        flat = args[1]
-        last = entry[3]
-        # the same call as last time (same objects, equal scalars; a memory object compares
-        # by address, and a retained one keeps its address): nothing to note
-        if last is not None and last[0] is setter:
-            try:
-                if last[1] == flat:
-                    return
-            except ValueError:  # an array argument: compared the long way below
-                pass
-        entry[3] = None
-        mems = self.mems
-        plain = True
-        for j in range(0, len(flat), 2):
-            i, value = flat[j], flat[j + 1]
-            # inlined fast paths: this runs for every argument of every recorded launch
-            if isinstance(value, _MemoryObject):
-                value = mems.get(value.int_ptr) or self.retain(value)
-            elif isinstance(value, _COPIED):
-                value = self._hold(value)
-                plain = False
-            old = table.get(i)
-            if old is None or old[1] is not setter or not (
-                old[2][0][1] is value or _same(old[2][0][1], value)
-            ):
-                table[i] = (i, setter, ((i, value),))
-                entry[2] = None
-        if plain:
-            entry[3] = (setter, flat)
-    elif name == "_set_arg_buf_pack_multi":
-        entry[3] = None
-        flat = args[1]
-        for j in range(0, len(flat), 3):
-            i, code, value = flat[j], flat[j + 1], self._hold(flat[j + 2])
-            old = table.get(i)
-            if (old is None or old[1] is not setter or old[2][0][1] != code
-                    or not _same(old[2][0][2], value)):
-                table[i] = (i, setter, ((i, code, value),))
-                entry[2] = None
-    else:  # set_arg, _set_arg_null, _set_arg_buf, _set_arg_svm: (index[, value])
-        entry[3] = None
-        i = int(args[1])
-        table[i] = (i, setter, (i, *(self._hold(v) for v in args[2:])))
-        entry[2] = None
-
-
-
 def _same(old: Any, new: Any) -> bool:
     """Whether two values of one argument are the same: identity for objects (a memory
     object is the recording's own reference, so the same buffer is the same object), equality
@@ -240,16 +424,17 @@ def _same(old: Any, new: Any) -> bool:
     )
 
 
-def _resolve_copy_count(pos: list[Any], kw: dict[str, Any]) -> None:
+def _resolve_copy_count(entry: EntryPoint, pos: list[Any], kw: dict[str, Any]) -> None:
     """Make a device-to-device copy's byte count explicit (pyopencl's -1 means the smaller
     buffer's size), so a replay with a larger substitute copies what the recording copied."""
-    names = ("queue", "src", "dst", "byte_count")
+    names = entry.params
+    at = names.index("byte_count")
     bound = dict(zip(names, pos, strict=False))
     bound.update((k, v) for k, v in kw.items() if k in names)
     count = bound.get("byte_count", -1)
     if count is None or count < 0:
         count = min(int(bound["src"].size), int(bound["dst"].size))
-        if len(pos) > 3:
-            pos[3] = count
+        if len(pos) > at:
+            pos[at] = count
         else:
             kw["byte_count"] = count

@@ -1,14 +1,18 @@
-"""Read-only records of what a capture saw."""
+"""Read-only records of what a capture saw (``KernelCapture.launches`` / ``.commands``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import pyopencl as cl
 
-__all__ = ["CapturedLaunch", "CapturedTransfer"]
+from netcl.runtime.capture._recording import LaunchShape, RawLaunch, RawTransfer
+
+__all__ = ["CapturedLaunch", "CapturedTransfer", "launch_record", "launch_sizes",
+           "transfer_record"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -39,3 +43,46 @@ class CapturedTransfer:
     queue: cl.CommandQueue
     args: tuple[Any, ...]
     kwargs: Mapping[str, Any]
+
+
+Sizes = tuple[tuple[int, ...], tuple[int, ...] | None, tuple[int, ...] | None]
+
+
+def _dims(size: Any) -> tuple[int, ...]:
+    if isinstance(size, int):
+        return (size,)
+    if type(size) is tuple and all(type(s) is int for s in size):
+        return size
+    return tuple(int(s) for s in size)
+
+
+def launch_sizes(shape: LaunchShape) -> Sizes:
+    """(global size, local size, offset) of a launch as tuples, ``g_times_l`` folded in."""
+    gsize = _dims(shape.global_size)
+    lsize = None if shape.local_size is None else _dims(shape.local_size)
+    if shape.g_times_l and lsize is not None:
+        gsize = tuple(g * ls for g, ls in zip(gsize, lsize, strict=True))
+    return gsize, lsize, None if shape.offset is None else _dims(shape.offset)
+
+
+def launch_record(raw: RawLaunch) -> CapturedLaunch:
+    """The read-only record of a recorded launch."""
+    gsize, lsize, offset = launch_sizes(raw.shape)
+    return CapturedLaunch(
+        kernel_name=raw.shape.kernel.function_name,
+        queue=raw.shape.queue,
+        global_size=gsize,
+        local_size=lsize,
+        offset=offset,
+        args=tuple(raw.call[3:]) if raw.call is not None else (),
+    )
+
+
+def transfer_record(raw: RawTransfer) -> CapturedTransfer:
+    """The read-only record of a recorded transfer."""
+    return CapturedTransfer(
+        operation=raw.entry.operation,
+        queue=raw.args[0] if raw.args else raw.kwargs.get("queue"),
+        args=raw.args,
+        kwargs=MappingProxyType(dict(raw.kwargs)),
+    )

@@ -1,0 +1,255 @@
+"""What netcl-capture relies on in pyopencl, stated once.
+
+``ENTRY_POINTS`` lists every pyopencl attribute capture replaces while recording (or calls
+directly at replay): where it lives, what kind of entry point it is, the position of its
+``wait_for`` argument, the leading parameter names capture reads, and what is recorded. The
+interception layer makes its hooks from this table, the recording and the replay read argument
+positions and names from it, and ``tests/capture/test_pins.py`` checks it against pyopencl's own
+signatures.
+
+The objects are read once, at import: ``ORIGINALS`` maps ``(owner, name)`` to pyopencl's own
+object. A pyopencl outside the supported range, or one missing an attribute of the table, fails
+the import with an ``ImportError`` naming the attribute and the supported versions, rather than
+recording wrongly later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyopencl as cl
+import pyopencl._cl as _cl
+import pyopencl.invoker as _invoker
+
+__all__ = [
+    "BOUND",
+    "ENTRY_POINTS",
+    "ORIGINALS",
+    "SUPPORTED",
+    "TRANSFERS",
+    "EntryPoint",
+    "Operand",
+    "original",
+]
+
+#: The pyopencl versions whose entry points this table was checked against (the package's
+#: dependency pins the same range).
+SUPPORTED = "pyopencl>=2026.1,<2027"
+_LOWEST, _BEYOND = (2026, 1), (2027,)
+
+# call: Kernel.__call__; launch: the driver's enqueue; setter (index, value...), setter_pairs
+# (flat (index, value) pairs), setter_triples (flat (index, struct code, value) triples): kernel
+# argument setters; transfer and order: copies, fills, markers, barriers; finish; host_wait (a
+# sequence of events) and event_wait (Event.wait); invoker: pyopencl's invoker generation;
+# handle (an int_ptr property) and wrap (from_int_ptr): raw handles; replay: called, never hooked
+Kind = Literal[
+    "call", "launch", "setter", "setter_pairs", "setter_triples", "transfer", "order", "finish",
+    "host_wait", "event_wait", "invoker", "handle", "wrap", "replay",
+]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Operand:
+    """A memory object a transfer touches: the parameter naming it, the parameter of its byte
+    offset, and where the byte count comes from (a count parameter, or a host buffer's size).
+    Transfers without operands (rectangles, images) touch the whole recorded object."""
+
+    mem: str
+    offset: str
+    count: str = ""
+    host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EntryPoint:
+    """One pyopencl attribute capture relies on.
+
+    ``owner`` is where the attribute lives (``pyopencl``, ``pyopencl._cl``, ``pyopencl.Kernel``,
+    ...), ``wait_for`` the position of the ``wait_for`` argument (-1: none), ``params`` the
+    leading parameter names capture binds arguments to, ``records`` what a call adds to a
+    recording. ``optional`` entries (image transfers) may be missing from a pyopencl build.
+    """
+
+    owner: str
+    name: str
+    kind: Kind
+    records: str
+    wait_for: int = -1
+    params: tuple[str, ...] = ()
+    operands: tuple[Operand, ...] = ()
+    optional: bool = False
+
+    @property
+    def operation(self) -> str:
+        """The short name records use (``copy_buffer`` for ``_enqueue_copy_buffer``)."""
+        return self.name.removeprefix("_enqueue_")
+
+
+def _transfer(
+    name: str, params: tuple[str, ...], *operands: Operand, optional: bool = False
+) -> EntryPoint:
+    return EntryPoint("pyopencl._cl", name, "transfer", "the copy or fill, its wait list",
+                      wait_for=len(params), params=params, operands=operands,
+                      optional=optional)  # fmt: skip
+
+
+_Q = ("queue",)
+_SETTER = "the argument value as set (memory objects by the recording's own reference)"
+
+ENTRY_POINTS: tuple[EntryPoint, ...] = (
+    # launches: Kernel.__call__ runs pyopencl's generated invoker, which sets the arguments
+    # through the _set_arg*_multi setters and enqueues through _cl.enqueue_nd_range_kernel
+    EntryPoint("pyopencl.Kernel", "__call__", "call", "the call's positional kernel arguments"),
+    EntryPoint("pyopencl._cl", "enqueue_nd_range_kernel", "launch",
+               "the launch: kernel, sizes, argument table, wait list, event", wait_for=5,
+               params=("queue", "kernel", "global_work_size", "local_work_size",
+                       "global_work_offset", "wait_for", "g_times_l", "allow_empty_ndrange")),
+    # the same object under the name applications use
+    EntryPoint("pyopencl", "enqueue_nd_range_kernel", "launch", "as pyopencl._cl's",
+               wait_for=5),
+    EntryPoint("pyopencl.Kernel", "set_arg", "setter", _SETTER, params=("arg_index", "arg")),
+    EntryPoint("pyopencl.Kernel", "_set_arg_multi", "setter_pairs", _SETTER, params=("arg",)),
+    EntryPoint("pyopencl.Kernel", "_set_arg_buf_multi", "setter_pairs", _SETTER,
+               params=("arg",)),
+    EntryPoint("pyopencl.Kernel", "_set_arg_buf_pack_multi", "setter_triples", _SETTER,
+               params=("arg",)),
+    EntryPoint("pyopencl.Kernel", "_set_arg_null", "setter", _SETTER, params=("arg",)),
+    EntryPoint("pyopencl.Kernel", "_set_arg_buf", "setter", _SETTER, params=("arg0", "arg1")),
+    EntryPoint("pyopencl.Kernel", "_set_arg_svm", "setter", _SETTER, params=("arg0", "arg1")),
+    # transfers: cl.enqueue_copy, cl.enqueue_fill_buffer and pyopencl.array's get/set end here
+    _transfer("_enqueue_read_buffer", ("queue", "mem", "hostbuf", "src_offset"),
+              Operand("mem", "src_offset", host="hostbuf")),
+    _transfer("_enqueue_write_buffer", ("queue", "mem", "hostbuf", "dst_offset"),
+              Operand("mem", "dst_offset", host="hostbuf")),
+    _transfer("_enqueue_copy_buffer",
+              ("queue", "src", "dst", "byte_count", "src_offset", "dst_offset"),
+              Operand("src", "src_offset", count="byte_count"),
+              Operand("dst", "dst_offset", count="byte_count")),
+    _transfer("_enqueue_read_buffer_rect", ("queue", "mem", "hostbuf", "buffer_origin",
+                                            "host_origin", "region", "buffer_pitches",
+                                            "host_pitches")),
+    _transfer("_enqueue_write_buffer_rect", ("queue", "mem", "hostbuf", "buffer_origin",
+                                             "host_origin", "region", "buffer_pitches",
+                                             "host_pitches")),
+    _transfer("_enqueue_copy_buffer_rect", ("queue", "src", "dst", "src_origin", "dst_origin",
+                                            "region", "src_pitches", "dst_pitches")),
+    _transfer("_enqueue_fill_buffer", ("queue", "mem", "pattern", "offset", "size"),
+              Operand("mem", "offset", count="size")),
+    _transfer("_enqueue_read_image", ("queue", "mem", "origin", "region", "hostbuf",
+                                      "row_pitch", "slice_pitch"), optional=True),
+    _transfer("_enqueue_write_image", ("queue", "mem", "origin", "region", "hostbuf",
+                                       "row_pitch", "slice_pitch"), optional=True),
+    _transfer("_enqueue_copy_image", ("queue", "src", "dest", "src_origin", "dest_origin",
+                                      "region"), optional=True),
+    _transfer("_enqueue_copy_image_to_buffer", ("queue", "src", "dest", "origin", "region",
+                                                "offset"), optional=True),
+    _transfer("_enqueue_copy_buffer_to_image", ("queue", "src", "dest", "offset", "origin",
+                                                "region"), optional=True),
+    # ordering only: recorded so that the replay keeps the dependencies they express
+    EntryPoint("pyopencl._cl", "_enqueue_marker_with_wait_list", "order",
+               "the marker and its wait list", wait_for=1, params=_Q),
+    EntryPoint("pyopencl._cl", "_enqueue_barrier_with_wait_list", "order",
+               "the barrier and its wait list", wait_for=1, params=_Q),
+    EntryPoint("pyopencl.CommandQueue", "finish", "finish", "the queue (a host-side finish)"),
+    # host-side waits order the commands issued after them; one object under two names
+    EntryPoint("pyopencl._cl", "wait_for_events", "host_wait", "the events waited for",
+               params=("arg",)),
+    EntryPoint("pyopencl", "wait_for_events", "host_wait", "as pyopencl._cl's"),
+    EntryPoint("pyopencl.Event", "wait", "event_wait", "the event waited for"),
+    # memoised while recording: a new Kernel object's invoker costs an sqlite lookup
+    EntryPoint("pyopencl.invoker", "generate_enqueue_and_set_args", "invoker", "nothing"),
+    # raw handles: a native library reaching a queue or buffer this way enqueues work the
+    # capture cannot see; noted with the caller, end() refuses such a recording by default
+    EntryPoint("pyopencl.CommandQueue", "int_ptr", "handle", "the caller (native access)"),
+    EntryPoint("pyopencl.MemoryObjectHolder", "int_ptr", "handle", "the caller"),
+    EntryPoint("pyopencl.CommandQueue", "from_int_ptr", "wrap", "the caller"),
+    EntryPoint("pyopencl.MemoryObject", "from_int_ptr", "wrap", "the caller"),
+    # called by the replay, never replaced
+    EntryPoint("pyopencl.CommandQueue", "flush", "replay", "nothing"),
+)
+
+#: pyopencl's transfer primitives by name (``_enqueue_copy_buffer`` ...), markers included.
+TRANSFERS: dict[str, EntryPoint] = {
+    e.name: e for e in ENTRY_POINTS if e.kind in ("transfer", "order")
+}
+
+_OWNERS: dict[str, Any] = {
+    "pyopencl": cl,
+    "pyopencl._cl": _cl,
+    "pyopencl.invoker": _invoker,
+}
+
+
+def _owner(path: str) -> Any:
+    found = _OWNERS.get(path)
+    if found is None:
+        found = getattr(cl, path.removeprefix("pyopencl."), None)
+        if found is None:
+            raise _unsupported(path)
+    return found
+
+
+def _unsupported(what: str) -> ImportError:
+    version = getattr(cl, "VERSION_TEXT", "of unknown version")
+    return ImportError(
+        f"netcl.runtime.capture: pyopencl {version} has no {what}, which capture intercepts; "
+        f"supported versions: {SUPPORTED}"
+    )
+
+
+def _check_version() -> None:
+    found = tuple(getattr(cl, "VERSION", ()))
+    if not (_LOWEST <= found < _BEYOND):
+        text = getattr(cl, "VERSION_TEXT", None) or ".".join(map(str, found)) or "unknown"
+        raise ImportError(
+            f"netcl.runtime.capture: pyopencl {text} is outside the supported versions "
+            f"({SUPPORTED}): capture intercepts pyopencl internals checked for those versions "
+            "only"
+        )
+
+
+def _resolve() -> list[tuple[EntryPoint, Any, Any]]:
+    _check_version()
+    found: list[tuple[EntryPoint, Any, Any]] = []
+    for entry in ENTRY_POINTS:
+        owner = _owner(entry.owner)
+        # the owner's own attribute, not one inherited: hooks replace exactly this object
+        obj = owner.__dict__.get(entry.name)
+        if obj is None:
+            if entry.optional:
+                continue
+            raise _unsupported(f"{entry.owner}.{entry.name}")
+        found.append((entry, owner, obj))
+    return found
+
+
+#: (entry, owner object, pyopencl's own object) of every entry this pyopencl has, read once
+#: at import.
+BOUND: list[tuple[EntryPoint, Any, Any]] = _resolve()
+#: (owner, attribute) -> pyopencl's own object.
+ORIGINALS: dict[tuple[Any, str], Any] = {(owner, e.name): obj for e, owner, obj in BOUND}
+
+
+def original(owner: str, name: str) -> Any:
+    """pyopencl's own object for ``owner.name`` (as read at import)."""
+    return ORIGINALS[(_owner(owner), name)]
+
+
+def _getter(owner: str) -> Callable[[Any], int]:
+    prop = original(owner, "int_ptr")
+    return prop.fget  # type: ignore[no-any-return]
+
+
+# The driver entry points the replay calls (never a hook), and the raw handle getters
+# netcl's own code uses while the handle hooks are installed.
+enqueue_nd_range_kernel: Callable[..., Any] = original("pyopencl._cl", "enqueue_nd_range_kernel")
+set_arg: Callable[..., Any] = original("pyopencl.Kernel", "set_arg")
+finish: Callable[[Any], Any] = original("pyopencl.CommandQueue", "finish")
+flush: Callable[[Any], Any] = original("pyopencl.CommandQueue", "flush")
+marker: Callable[..., Any] = original("pyopencl._cl", "_enqueue_marker_with_wait_list")
+wait_for_events: Callable[[Any], Any] = original("pyopencl._cl", "wait_for_events")
+retain: Callable[..., Any] = original("pyopencl.MemoryObject", "from_int_ptr")
+mem_ptr: Callable[[Any], int] = _getter("pyopencl.MemoryObjectHolder")
+queue_ptr: Callable[[Any], int] = _getter("pyopencl.CommandQueue")

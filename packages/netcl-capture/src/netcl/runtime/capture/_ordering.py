@@ -1,0 +1,143 @@
+"""The order of a replay that spans queues, an out-of-order queue or contexts.
+
+A command depends on the recorded commands whose events it waited on, and on those whose events
+the host waited on before issuing it (the host wait ordered them in the recording; nothing orders
+them in a replay that does not wait on the host). A command on an in-order queue takes a host
+wait's dependencies once: later commands there follow it anyway.
+
+Within one context a dependency is a device-side wait (``wait_for`` mapped from recorded events
+to this replay's events). OpenCL cannot wait on another context's events, so a dependency on a
+command of another context is a host-side wait before the command is issued (once per replay:
+a command waited for is complete for every later one). OpenCL requires a queue to be flushed
+before a command of another queue waits on its events, so the queue of such a dependency is
+flushed first (once per run of commands).
+
+The replay returns one event: a marker on the last command's queue waiting for every command
+of that context no later command waited on. An event cannot stand for another context's work,
+so the replay waits on the host for the other contexts' last commands before it returns.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import pyopencl as cl
+
+from netcl.runtime.capture._contract import queue_ptr
+from netcl.runtime.capture._ops import Op
+from netcl.runtime.capture._recording import RawFinish
+
+__all__ = ["Schedule", "Step", "schedule"]
+
+_OUT_OF_ORDER = int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+
+
+class Step(NamedTuple):
+    """How one command is issued: after flushing ``flushes``, waiting on the host for the
+    replayed events of ``host`` (one group per other context), with the replayed events of
+    ``deps`` as its wait list."""
+
+    deps: tuple[int, ...]
+    host: tuple[tuple[int, ...], ...]
+    flushes: tuple[cl.CommandQueue, ...]
+
+
+class Schedule(NamedTuple):
+    """Every command's step, and what the replay does after the last command."""
+
+    steps: tuple[Step, ...]
+    final_queue: cl.CommandQueue | None  # where the returned marker goes (None: no events)
+    final_sinks: tuple[int, ...]  # the commands the marker waits for
+    final_flushes: tuple[cl.CommandQueue, ...]  # queues flushed before the marker
+    other_sinks: tuple[tuple[int, ...], ...]  # host-waited last commands, per other context
+
+
+class _Queues:
+    """Per-queue facts, looked up once per queue."""
+
+    def __init__(self) -> None:
+        self.context: dict[int, int] = {}  # queue int_ptr -> context int_ptr
+        self.in_order: dict[int, bool] = {}
+
+    def learn(self, queue: cl.CommandQueue) -> int:
+        key: int = queue_ptr(queue)
+        if key not in self.context:
+            self.context[key] = queue.context.int_ptr
+            self.in_order[key] = not int(queue.properties) & _OUT_OF_ORDER
+        return key
+
+
+def schedule(
+    ops: Sequence[Op],
+    waits: Sequence[tuple[Any, ...]],
+    events: Sequence[Any],
+    host_waits: Sequence[tuple[int, tuple[cl.Event, ...]]],
+) -> Schedule:
+    """The steps of a replay of ``ops``: ``waits[i]`` and ``events[i]`` are command ``i``'s
+    recorded wait list and event, ``host_waits`` the (index of the first command issued after
+    it, events) of every recorded host-side wait."""
+    producer = {ev.int_ptr: i for i, ev in enumerate(events) if isinstance(ev, cl.Event)}
+    info = _Queues()
+    keys = [info.learn(op.queue) for op in ops]
+    ctx = [info.context[k] for k in keys]
+    fences: list[int] = []  # producers of host-waited events, in order of the waits
+    fenced: dict[int, int] = {}  # in-order queue -> how many fences its commands took
+    pending = deque(host_waits)
+    dirty: dict[int, cl.CommandQueue] = {}  # queues with commands issued since their flush
+    on_host: set[int] = set()  # commands some earlier step waited for on the host
+    waited: set[int] = set()  # commands some later command waits for on the device
+    steps: list[Step] = []
+    for i, op in enumerate(ops):
+        while pending and pending[0][0] <= i:
+            at, seen = pending.popleft()
+            fences += [d for d in (producer.get(e.int_ptr, -1) for e in seen) if 0 <= d < at]
+        key = keys[i]
+        if isinstance(op, RawFinish):  # replayed as a host-side finish: it flushes its queue
+            dirty.pop(key, None)
+            steps.append(Step((), (), ()))
+            continue
+        deps = {producer.get(w.int_ptr, -1) for w in waits[i] if isinstance(w, cl.Event)}
+        if info.in_order[key]:
+            deps.update(d for d in fences[fenced.get(key, 0):] if keys[d] != key)
+            fenced[key] = len(fences)
+        else:
+            deps.update(fences)
+        deps = {d for d in deps if 0 <= d < i and events[d] is not None}
+        device = tuple(sorted(d for d in deps if ctx[d] == ctx[i]))
+        host = sorted(d for d in deps if ctx[d] != ctx[i] and d not in on_host)
+        on_host.update(host)
+        waited.update(device)
+        flushes = tuple(dirty.pop(keys[d]) for d in (*device, *host)
+                        if keys[d] in dirty and keys[d] != key)  # fmt: skip
+        steps.append(Step(device, _by_context(host, ctx), flushes))
+        dirty[key] = op.queue
+    return _finish(ops, steps, ctx, keys, dirty, waited | on_host, events)
+
+
+def _by_context(indices: Sequence[int], ctx: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+    """``indices`` grouped by context (one host wait may name one context's events only)."""
+    groups: dict[int, list[int]] = {}
+    for i in indices:
+        groups.setdefault(ctx[i], []).append(i)
+    return tuple(tuple(g) for g in groups.values())
+
+
+def _finish(
+    ops: Sequence[Op], steps: list[Step], ctx: Sequence[int], keys: Sequence[int],
+    dirty: dict[int, cl.CommandQueue], covered: set[int], events: Sequence[Any],
+) -> Schedule:  # fmt: skip
+    last = next((i for i in reversed(range(len(ops))) if events[i] is not None), None)
+    if last is None:
+        return Schedule(tuple(steps), None, (), (), ())
+    sinks = [i for i, e in enumerate(events) if e is not None and i not in covered]
+    mine = tuple(i for i in sinks if ctx[i] == ctx[last])
+    flushes = tuple(q for k, q in dirty.items() if k != keys[last] and _ctx_of(k, keys, ctx)
+                    == ctx[last])  # fmt: skip
+    others = _by_context([i for i in sinks if ctx[i] != ctx[last]], ctx)
+    return Schedule(tuple(steps), ops[last].queue, mine, flushes, others)
+
+
+def _ctx_of(key: int, keys: Sequence[int], ctx: Sequence[int]) -> int:
+    return ctx[keys.index(key)]

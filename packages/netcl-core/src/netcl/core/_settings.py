@@ -1,0 +1,119 @@
+"""Settings read from the environment, declared once per package: the code reads a setting
+through its declaration, and ``netcl config`` lists every declaration of the installed packages
+with its value and where the value came from.
+
+A package declares ``SETTINGS`` (a tuple of :class:`Setting`) in the module its ``netcl.cli``
+entry point names; core's own are :data:`SETTINGS` here."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SETTINGS", "Setting", "describe"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its ``name``, how its default reads (text, or a function giving
+    the text), what it does, and ``check`` (the text -> the value, ValueError when invalid;
+    the code reading the setting uses the same parser, so ``netcl config`` flags exactly what the
+    code would refuse). ``secret`` values are never shown."""
+
+    name: str
+    default: str | Callable[[], str]
+    description: str
+    check: Callable[[str], object] | None = None
+    secret: bool = False
+    shown: Callable[[str], str] | None = None  #: how a set value is displayed (e.g. redacted)
+
+    def raw(self) -> str:
+        """The variable's text as set ("" when unset)."""
+        return os.environ.get(self.name, "")
+
+    def is_set(self) -> bool:
+        """Whether the environment gives a value (not unset, not blank)."""
+        return bool(self.raw().strip())
+
+    def default_text(self) -> str:
+        return self.default() if callable(self.default) else self.default
+
+
+def describe(setting: Setting) -> dict[str, Any]:
+    """What ``netcl config`` shows: name, value, source ("environment"/"default"), the default,
+    the description, and ``error`` when the set value is invalid."""
+    doc: dict[str, Any] = {"name": setting.name, "description": setting.description,
+                           "default": setting.default_text(), "error": None}  # fmt: skip
+    if not setting.is_set():
+        doc.update(value=doc["default"], source="default")
+        return doc
+    raw = setting.raw()
+    shown = "<hidden>" if setting.secret else setting.shown(raw) if setting.shown else raw
+    doc.update(value=shown, source="environment")
+    if setting.check is not None:
+        try:
+            setting.check(raw)
+        except ValueError as exc:
+            doc["error"] = str(exc)
+    return doc
+
+
+def _flag(name: str, meaning: str) -> Callable[[str], bool]:
+    def check(raw: str) -> bool:
+        value = raw.strip().lower()
+        if value in _ON:
+            return True
+        if value in _OFF:
+            return False
+        raise ValueError(
+            f"{name}={raw!r}: expected 1 {meaning} or 0 for off (true/false, yes/no and on/off "
+            "work too)"
+        )
+
+    return check
+
+
+_ON = frozenset({"1", "true", "yes", "on"})
+_OFF = frozenset({"", "0", "false", "no", "off"})
+
+
+def _cache_dir_default() -> str:
+    import platformdirs  # only when shown: not on the import path of the runtime
+
+    return platformdirs.user_cache_dir("netcl")
+
+
+def _pool_limit_check(raw: str) -> object:
+    from netcl.core._pool_limit import check_text
+
+    return check_text(raw)
+
+
+CACHE_DIR = Setting(
+    "NETCL_CACHE_DIR", _cache_dir_default,
+    "folder of the OpenCL program cache (and its statistics)",
+)  # fmt: skip
+POOL_LIMIT = Setting(
+    "NETCL_POOL_LIMIT", "0 (no limit)",
+    "BufferPool limit: bytes, or N% of the device's global memory",
+    _pool_limit_check,
+)  # fmt: skip
+PROFILE = Setting(
+    "NETCL_PROFILE", "0",
+    "default queue with device timestamps (profiling) on or off",
+    _flag("NETCL_PROFILE", "to turn profiling on for the default queue"),
+)  # fmt: skip
+TRACE_FILE = Setting(
+    "NETCL_TRACE_FILE", "netcl-trace.json",
+    "file the chrome_trace span exporter writes (a Chrome/Perfetto timeline)",
+)  # fmt: skip
+PYOPENCL_CTX = Setting(
+    "PYOPENCL_CTX", "(unset)",
+    "pyopencl's own device choice, e.g. 0 or 0:1; unset: netcl takes the first GPU, else the "
+    "first device",
+)  # fmt: skip
+
+#: core's settings, in the order ``netcl config`` lists them.
+SETTINGS: tuple[Setting, ...] = (CACHE_DIR, POOL_LIMIT, PROFILE, TRACE_FILE, PYOPENCL_CTX)
