@@ -173,15 +173,9 @@ def capture(model: Model) -> Captured:
                     np.empty(out.shape, np.float32), Scheduler(async_mode=False))  # fmt: skip
 
 
-def _replay(model: Model, c: Captured, rebind: bool) -> cl.Event | None:
-    if not profiling.enabled(model.queue):
-        return c.cap.replay_with_new_buffers(c.swap) if rebind else c.cap.replay()
-    # Device time per replay from markers around it, until netcl-capture records it itself.
-    before = cl.enqueue_marker(model.queue)
-    c.cap.replay_with_new_buffers(c.swap) if rebind else c.cap.replay()
-    after = cl.enqueue_marker(model.queue)
-    profiling.watch_markers(profiling.REPLAY, before, after)
-    return after
+def _replay(c: Captured, rebind: bool) -> cl.Event | None:
+    # on a profiling queue the replay records its device time itself (a span per kernel)
+    return c.cap.replay_with_new_buffers(c.swap) if rebind else c.cap.replay()
 
 
 def scheduled_step(model: Model, c: Captured, step: int, sched: Scheduler | None = None) -> float:
@@ -194,7 +188,7 @@ def scheduled_step(model: Model, c: Captured, step: int, sched: Scheduler | None
     compute = ExecutionPlan(description="replay", queue=model.queue)
     d2h = ExecutionPlan(description="d2h copy", queue=model.queue)
     sched.submit(lambda: dst.write(inp, wait=False), plan=h2d)
-    sched.submit(lambda: _replay(model, c, rebind=bool(step % 2)), plan=compute)
+    sched.submit(lambda: _replay(c, rebind=bool(step % 2)), plan=compute)
     sched.submit(
         lambda: cl.enqueue_copy(model.queue, c.host_out, c.out.buffer, is_blocking=False),
         plan=d2h,
