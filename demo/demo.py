@@ -87,17 +87,11 @@ class Model(NamedTuple):
             raise SystemExit(f"demo: {what} differs from numpy (max abs error {err:.3g})")
 
 
-def _watch_node(event: cl.Event, kernel: str, node: str) -> None:
-    # Device time per graph node, recorded here until netcl-graph records it itself.
-    profiling.watch(profiling.GRAPH_NODE, [event], labels=[kernel], name=node)
-
-
 def build_graph(
     prg: cl.Program, queue: cl.CommandQueue, x: Tensor, weights: list[tuple[Tensor, Tensor]]
 ) -> Graph:
     """The MLP forward pass as graph ops: gemm -> bias_relu per hidden layer, bias_softmax last."""
     gemm, bias_relu, bias_softmax = prg.gemm, prg.bias_relu, prg.bias_softmax
-    profiled = profiling.enabled(queue)
     graph = Graph()
     h = x
     for i, (w, b) in enumerate(weights):
@@ -106,21 +100,15 @@ def build_graph(
         act = bias_softmax if last else bias_relu
         mm_name, act_name = f"fc{i}", "softmax" if last else f"relu{i}"
 
-        def matmul(inputs: list[Tensor], out: Tensor, k: int = k, n: int = n,
-                   node: str = mm_name) -> None:  # fmt: skip
+        def matmul(inputs: list[Tensor], out: Tensor, k: int = k, n: int = n) -> None:
             a, wt = inputs
-            ev = gemm(queue, (BATCH, n), None, a.buffer, wt.buffer, out.buffer, np.int32(k),
-                      np.int32(n))  # fmt: skip
-            if profiled:
-                _watch_node(ev, "gemm", node)
+            gemm(queue, (BATCH, n), None, a.buffer, wt.buffer, out.buffer, np.int32(k),
+                 np.int32(n))  # fmt: skip
 
-        def activate(inputs: list[Tensor], out: Tensor, n: int = n, act: cl.Kernel = act,
-                     node: str = act_name) -> None:  # fmt: skip
+        def activate(inputs: list[Tensor], out: Tensor, n: int = n, act: cl.Kernel = act) -> None:
             z, bias = inputs
             size = (BATCH,) if act is bias_softmax else (BATCH * n,)
-            ev = act(queue, size, None, z.buffer, bias.buffer, out.buffer, np.int32(n))
-            if profiled:
-                _watch_node(ev, act.function_name, node)
+            act(queue, size, None, z.buffer, bias.buffer, out.buffer, np.int32(n))
 
         z = graph.add_op(mm_name, matmul, [h, w], shape=(BATCH, n), dtype="float32")
         h = graph.add_op(act_name, activate, [z, b], shape=(BATCH, n), dtype="float32")  # type: ignore[assignment]
@@ -185,23 +173,9 @@ def capture(model: Model) -> Captured:
                     np.empty(out.shape, np.float32), Scheduler(async_mode=False))  # fmt: skip
 
 
-def _replay(model: Model, c: Captured, rebind: bool) -> cl.Event | None:
-    if not profiling.enabled(model.queue):
-        return c.cap.replay_with_new_buffers(c.swap) if rebind else c.cap.replay()
-    # Device time per replay from markers around it, until netcl-capture records it itself.
-    before = cl.enqueue_marker(model.queue)
-    c.cap.replay_with_new_buffers(c.swap) if rebind else c.cap.replay()
-    after = cl.enqueue_marker(model.queue)
-    profiling.watch_markers(profiling.REPLAY, before, after)
-    return after
-
-
-def _copy(what: str, enqueue: Callable[[], cl.Event | None]) -> cl.Event | None:
-    event = enqueue()
-    if event is not None and profiling.enabled(event.command_queue):
-        # device time per plan, until netcl-scheduler records it itself
-        profiling.watch(profiling.SCHEDULER_PLAN, [event], name=what)
-    return event
+def _replay(c: Captured, rebind: bool) -> cl.Event | None:
+    # on a profiling queue the replay records its device time itself (a span per kernel)
+    return c.cap.replay_with_new_buffers(c.swap) if rebind else c.cap.replay()
 
 
 def scheduled_step(model: Model, c: Captured, step: int, sched: Scheduler | None = None) -> float:
@@ -209,16 +183,16 @@ def scheduled_step(model: Model, c: Captured, step: int, sched: Scheduler | None
     sched = sched or c.sched
     inp = model.batch()
     dst = c.x2 if step % 2 else model.x
-    h2d = ExecutionPlan(description="h2d copy")
-    compute = ExecutionPlan(description="replay")
-    d2h = ExecutionPlan(description="d2h copy")
-    sched.submit(lambda: _copy("h2d copy", lambda: dst.write(inp, wait=False)), plan=h2d)
-    sched.submit(lambda: _replay(model, c, rebind=bool(step % 2)), plan=compute)
+    # plans that name their queue: on a profiling queue the scheduler records their device time
+    h2d = ExecutionPlan(description="h2d copy", queue=model.queue)
+    compute = ExecutionPlan(description="replay", queue=model.queue)
+    d2h = ExecutionPlan(description="d2h copy", queue=model.queue)
+    sched.submit(lambda: dst.write(inp, wait=False), plan=h2d)
+    sched.submit(lambda: _replay(c, rebind=bool(step % 2)), plan=compute)
     sched.submit(
-        lambda: _copy("d2h copy", lambda: cl.enqueue_copy(
-            model.queue, c.host_out, c.out.buffer, is_blocking=False)),
+        lambda: cl.enqueue_copy(model.queue, c.host_out, c.out.buffer, is_blocking=False),
         plan=d2h,
-    )  # fmt: skip
+    )
     t0 = time.perf_counter()
     sched.run(wait=True)
     elapsed = time.perf_counter() - t0

@@ -11,7 +11,7 @@ from typing import Any
 
 import pyopencl as cl
 
-from netcl.core import telemetry
+from netcl.core import profiling, telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.capture import _intercept
 from netcl.runtime.capture._ops import TransferOp
@@ -181,6 +181,8 @@ class KernelCapture:
         program = self._program
         if program is None:
             raise self._cannot("replay")
+        if program.profiled:  # the one check for device time, per replay
+            return self._profiled(program, None)
         if telemetry.tracing():
             return self._traced(program, None)
         with self._lock:
@@ -201,6 +203,8 @@ class KernelCapture:
         if program is None:
             raise self._cannot("replay_with_new_buffers")
         subst = program.validate(buffer_map)
+        if program.profiled:
+            return self._profiled(program, subst)
         if telemetry.tracing():
             return self._traced(program, subst)
         with self._lock:
@@ -227,6 +231,33 @@ class KernelCapture:
         finally:
             attributes = {LAUNCHES: program.num_launches, REBOUND: len(subst or ())}
             TEL.span(REPLAY_SPAN, attributes, start_time=start, current=False).end(error)
+        TOTALS.replay(program.num_launches)
+        return event
+
+    def _profiled(
+        self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
+    ) -> cl.Event | None:
+        """A replay on profiling queues: every command's event is kept (no wait) and handed to
+        the device-time collector, under the replay's span when tracing."""
+        start = time.time_ns()
+        error: BaseException | None = None
+        keep: list[cl.Event] = []
+        try:
+            with self._lock:
+                event = program.run_kept(subst, keep)
+                self._replays += 1
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            span = telemetry.NO_SPAN
+            if telemetry.tracing():
+                attributes = {LAUNCHES: program.num_launches, REBOUND: len(subst or ())}
+                span = TEL.span(REPLAY_SPAN, attributes, start_time=start, current=False)
+            if keep:  # what was enqueued runs on the device, even when the replay failed later
+                profiling.watch(profiling.REPLAY, keep, labels=program.labels[: len(keep)],
+                                parent=span)  # fmt: skip
+            span.end(error)
         TOTALS.replay(program.num_launches)
         return event
 

@@ -23,7 +23,7 @@ from netcl.runtime.capture._ops import Binds, Op, TransferOp, substituted
 from netcl.runtime.capture._ordering import Schedule
 from netcl.runtime.capture._recording import RawLaunch
 
-__all__ = ["Segment", "run_scheduled", "run_segments", "segments"]
+__all__ = ["Segment", "run_scheduled", "run_segments", "run_segments_kept", "segments"]
 
 _enqueue = _contract.enqueue_nd_range_kernel
 _finish = _contract.finish
@@ -41,6 +41,14 @@ def run_segments(segments: Sequence[Segment]) -> cl.Event | None:
     for fn, calls in segments:
         last = deque(starmap(fn, calls), 1)
     return last[0] if last else None
+
+
+def run_segments_kept(segments: Sequence[Segment], keep: list[Any]) -> cl.Event | None:
+    """``run_segments`` keeping every command's event in ``keep`` (a profiled replay: the
+    device-time collector reads them later); the last one is returned."""
+    for fn, calls in segments:
+        keep += starmap(fn, calls)
+    return keep[-1] if keep else None
 
 
 def segments(
@@ -75,10 +83,11 @@ def segments(
 
 def run_scheduled(
     ops: Sequence[Op], binds: Binds, plan: Schedule,
-    subst: Mapping[int, cl.MemoryObjectHolder],
+    subst: Mapping[int, cl.MemoryObjectHolder], keep: list[Any] | None = None,
 ) -> cl.Event | None:  # fmt: skip
     """Enqueue every command with its step of ``plan``; an event that completes when all of
-    them have (None if there are none)."""
+    them have (None if there are none). ``keep`` (a profiled replay) gets every command's
+    event, in order."""
     events: list[Any] = []
     for op, step in zip(ops, plan.steps, strict=True):
         for queue in step.flushes:
@@ -95,6 +104,8 @@ def run_scheduled(
             _finish(op.queue)
             event = None
         events.append(event)
+    if keep is not None:  # once per replay; only a finish has no event
+        keep += [e for e in events if e is not None]
     if plan.final_queue is None:
         return None
     for queue in plan.final_flushes:

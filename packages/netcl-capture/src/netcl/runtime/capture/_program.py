@@ -13,8 +13,9 @@ from typing import Any
 
 import pyopencl as cl
 
+from netcl.core import profiling
 from netcl.runtime.capture import _contract
-from netcl.runtime.capture._execute import run_scheduled, run_segments, segments
+from netcl.runtime.capture._execute import run_scheduled, run_segments, run_segments_kept, segments
 from netcl.runtime.capture._kernels import Binder, BoundLaunch
 from netcl.runtime.capture._ops import Op, TransferOp
 from netcl.runtime.capture._ordering import Schedule, schedule
@@ -36,7 +37,7 @@ class ReplayProgram:
 
     def __init__(
         self, ops: list[Op], binds: dict[int, BoundLaunch], launches: int,
-        plan: Schedule | None, opaque: tuple[str, ...],
+        plan: Schedule | None, opaque: tuple[str, ...], profiled: bool = False,
     ) -> None:  # fmt: skip
         self.ops = tuple(ops)
         self.binds = binds  # id(LaunchShape) -> BoundLaunch
@@ -47,6 +48,12 @@ class ReplayProgram:
         self.num_commands = len(ops) - sum(1 for op in ops if type(op) is RawFinish)
         self.opaque_launches = opaque  # kernels launched with arguments set before begin()
         self._segments = segments(self.ops, binds) if plan is None else []
+        # every queue of the capture has profiling: replays keep each command's event for the
+        # device-time collector (decided once here; a queue's properties never change)
+        self.profiled = profiled
+        # the device-time label of each command (kernel function name, or the transfer's
+        # operation), in the order a replay enqueues them (a finish enqueues nothing)
+        self.labels = _labels(self.ops, binds) if profiled else ()
         self._index: BufferIndex | None = None
 
     @property
@@ -67,11 +74,24 @@ class ReplayProgram:
             return run_segments(self._segments)
         return run_scheduled(self.ops, self.binds, self.plan, {})
 
+    def run_kept(
+        self, subst: Mapping[int, cl.MemoryObjectHolder] | None, keep: list[Any]
+    ) -> cl.Event | None:
+        """``run`` (or ``run_rebound`` with ``subst``) keeping every command's event in
+        ``keep``, in the order of :attr:`labels`: the profiled replay."""
+        if subst:
+            return self.run_rebound(subst, keep)
+        if self.plan is None:
+            return run_segments_kept(self._segments, keep)
+        return run_scheduled(self.ops, self.binds, self.plan, {}, keep)
+
     def validate(self, buffer_map: Mapping[int, Any]) -> dict[int, cl.MemoryObjectHolder]:
         """Check a substitution map (see ``BufferIndex.validate``) before anything runs."""
         return self.index.validate(buffer_map)
 
-    def run_rebound(self, subst: Mapping[int, cl.MemoryObjectHolder]) -> cl.Event | None:
+    def run_rebound(
+        self, subst: Mapping[int, cl.MemoryObjectHolder], keep: list[Any] | None = None
+    ) -> cl.Event | None:
         """One run with buffers substituted (a map ``validate`` returned); the recorded
         arguments are back afterwards.
 
@@ -79,7 +99,7 @@ class ReplayProgram:
         enqueuing, and setting it back leaves the enqueued launch with the substitute.
         """
         if not subst:
-            return self.run()
+            return self.run() if keep is None else self.run_kept(None, keep)
         touched: list[tuple[cl.Kernel, int, cl.MemoryObjectHolder, cl.MemoryObjectHolder]] = []
         transfers = False
         for key, new in subst.items():
@@ -90,13 +110,24 @@ class ReplayProgram:
             for kernel, index, _, new in touched:
                 _set_arg(kernel, index, new)
             if self.plan is not None:
-                return run_scheduled(self.ops, self.binds, self.plan, subst)
-            if transfers:
-                return run_segments(segments(self.ops, self.binds, subst))
-            return run_segments(self._segments)
+                return run_scheduled(self.ops, self.binds, self.plan, subst, keep)
+            found = segments(self.ops, self.binds, subst) if transfers else self._segments
+            return run_segments(found) if keep is None else run_segments_kept(found, keep)
         finally:
             for kernel, index, old, _ in touched:
                 _set_arg(kernel, index, old)
+
+
+def _labels(ops: tuple[Op, ...], binds: dict[int, BoundLaunch]) -> tuple[str, ...]:
+    """The device-time label of each command a replay enqueues (a finish enqueues none): the
+    kernel's function name, or the transfer's operation (``copy_buffer``, ``fill_buffer``)."""
+    found: list[str] = []
+    for op in ops:
+        if isinstance(op, RawLaunch):
+            found.append(binds[id(op.shape)].name)
+        elif isinstance(op, TransferOp):
+            found.append(op.entry.operation)
+    return tuple(found)
 
 
 def build(rec: Recording) -> ReplayProgram:
@@ -126,10 +157,11 @@ def build(rec: Recording) -> ReplayProgram:
     ordered = len(distinct) <= 1 and not any(
         int(q.properties) & _OUT_OF_ORDER for q in distinct.values()
     )
+    profiled = bool(distinct) and all(profiling.enabled(q) for q in distinct.values())
     plan = None
     if not ordered:
         recorded = [op.raw if isinstance(op, TransferOp) else op for op in ops]
         waits = [() if isinstance(r, RawFinish) else r.wait_for for r in recorded]
         events = [None if isinstance(r, RawFinish) else r.event for r in recorded]
         plan = schedule(ops, waits, events, host_waits)
-    return ReplayProgram(ops, binds, launches, plan, binder.opaque())
+    return ReplayProgram(ops, binds, launches, plan, binder.opaque(), profiled)

@@ -10,7 +10,7 @@ from typing import Any, overload
 
 import pyopencl as cl
 
-from netcl.core import telemetry
+from netcl.core import profiling, telemetry
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
 from netcl.runtime.graph._graph import Graph, TensorRef
@@ -88,6 +88,8 @@ class GraphExecutor:
         # sub-buffer origins must be multiples of the device's base address alignment (in bits)
         self._alignment = max(int(queue.device.mem_base_addr_align) // 8, 1)
         self._out_of_order = bool(queue.properties & _OOO)
+        # a queue's properties never change: the one profiling check, made here
+        self._profiled = profiling.enabled(queue)
         self._lock = threading.Lock()
         self._runs: weakref.WeakKeyDictionary[Graph, dict[tuple[str, ...] | None, _Run]]
         self._runs = weakref.WeakKeyDictionary()
@@ -157,7 +159,13 @@ class GraphExecutor:
         """
         state = self._run_state(graph, outputs)
         t0 = time.perf_counter()
-        result = self._traced(state) if telemetry.tracing() else self._execute(state, False)
+        traced = telemetry.tracing()
+        if traced:
+            result = self._traced(state)
+        elif self._profiled:
+            result = self._execute(state, False, True)
+        else:
+            result = self._execute(state, False)
         RUN_DURATION.record(time.perf_counter() - t0)
         NODES_EXECUTED.add(len(state.schedule.steps))
         return result[0] if outputs is None else result
@@ -165,13 +173,13 @@ class GraphExecutor:
     def _traced(self, state: _Run) -> list[Tensor]:
         with TEL.span(RUN_SPAN, state.run_attrs) as span:
             try:
-                return self._execute(state, True)
+                return self._execute(state, True, self._profiled)
             except BaseException as exc:
                 # the caller gets an error that wraps the op's own: the span reports the op's
                 span.fail(exc.__cause__ if exc.__cause__ is not None else exc)
                 raise
 
-    def _execute(self, state: _Run, traced: bool) -> list[Tensor]:
+    def _execute(self, state: _Run, traced: bool, profiled: bool = False) -> list[Tensor]:
         pool = self.pool
         queue = self._queue
         ooo = self._out_of_order
@@ -180,12 +188,18 @@ class GraphExecutor:
         step = None
         allocating = -1
         span = telemetry.NO_SPAN
+        # spans and device time share one flag, so a plain run tests one bool per op, as before
+        hooked = traced or profiled
+        marker: cl.Event | None = None
         try:
             if ooo:
                 cl.enqueue_barrier(queue)  # earlier users of these blocks finish first
+            if profiled:
+                # node k's device time: from the marker before it to the one after it
+                marker = cl.enqueue_marker(queue)
             # The one per-op loop: take the step's blocks, call its fn, release the blocks whose
-            # last reader it was. Span work only behind `traced`; no call or loop for a step
-            # that takes or releases nothing (most of them).
+            # last reader it was. Span and device-time work only behind `hooked`; no call or
+            # loop for a step that takes or releases nothing (most of them).
             for step in state.schedule.steps:
                 if traced:
                     span = TEL.span(NODE_SPAN, step.attrs)
@@ -201,7 +215,9 @@ class GraphExecutor:
                 )
                 if ooo:
                     cl.enqueue_barrier(queue)
-                if traced:
+                if hooked:
+                    if marker is not None:
+                        marker = _watch_node(queue, marker, step.name, span)
                     span.end()
                     span = telemetry.NO_SPAN
                 if step.frees:
@@ -273,6 +289,16 @@ class GraphExecutor:
 
     def __repr__(self) -> str:
         return f"GraphExecutor(pool={self.pool!r}, alignment={self._alignment})"
+
+
+def _watch_node(
+    queue: cl.CommandQueue, before: cl.Event, name: str, span: telemetry.Span
+) -> cl.Event:
+    """Hand a node's device time (``before`` to a marker enqueued now) to the collector under
+    the node's span; return the new marker (the next node's ``before``)."""
+    after = cl.enqueue_marker(queue)
+    profiling.watch_markers(profiling.GRAPH_NODE, before, after, name=name, parent=span)
+    return after
 
 
 def _block_role(plan: GraphPlan, k: int) -> str:

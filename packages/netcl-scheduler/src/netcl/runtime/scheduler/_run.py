@@ -20,6 +20,7 @@ from collections.abc import Iterable
 import pyopencl as cl
 from opentelemetry.util.types import AttributeValue
 
+from netcl.core import profiling
 from netcl.core.telemetry import NO_SPAN, Span, tracing
 from netcl.runtime.scheduler import _telemetry as tm
 from netcl.runtime.scheduler._describe import describe_op, describe_value
@@ -37,6 +38,20 @@ def _is_events(value: object) -> bool:
     if hasattr(value, "wait"):
         return True
     return isinstance(value, (list, tuple)) and all(v is None or hasattr(v, "wait") for v in value)
+
+
+def _watch_plan(plan: ExecutionPlan, step: Step, span: Span) -> None:
+    """Hand the OpenCL events the plan's ops returned in this run to the device-time collector
+    (no wait), under the plan's span."""
+    events: list[cl.Event] = []
+    for r in step.results[step.first :]:
+        if isinstance(r, (list, tuple)):
+            events += [e for e in r if isinstance(e, _Event)]
+        elif isinstance(r, _Event):
+            events.append(r)
+    if events:
+        profiling.watch(profiling.SCHEDULER_PLAN, events, name=plan.description or None,
+                        parent=span)  # fmt: skip
 
 
 class Run:
@@ -85,7 +100,12 @@ class Run:
                 self.waited = False
                 step.first = len(step.results)  # before the plan counts as started (ops counter)
                 self.started = k + 1
-                if self._issue(plan, step) and sync:
+                found = self._issue(plan, step)
+                # device time only for a plan that names a profiling queue (one attribute
+                # test per plan otherwise: plans made by submit(op) have no queue)
+                if found and plan.queue is not None and profiling.enabled(plan.queue):
+                    _watch_plan(plan, step, span)
+                if found and sync:
                     plan_events = step.events()
                     if plan_events and (wait or k < last):
                         self._settle(plan, step, plan_events, orders_next=k < last)

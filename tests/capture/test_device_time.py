@@ -1,0 +1,194 @@
+"""Device time of replays on profiling queues (real kernels on the default device): every
+replayed command's event goes to the device-time collector (no host wait), so a replay of N
+kernels yields N device spans under the replay's span, ``netcl.kernel.duration`` by kernel name
+and ``netcl.capture.replay.device_duration``; a replay on a plain queue watches nothing.
+
+What "inside the replay's host span" means: ``netcl.capture.replay`` ends when the commands are
+enqueued, before the device has run them, so its device spans start after it starts (within the
+clock mapping's tolerance) but may end after it. The test's own span around the replay and the
+``finish`` that waits for it must contain them at both ends. Tolerance: the calibration's stated
+bound (``DeviceClock.tolerance_ns``) plus 100 µs of drift, as in netcl-core's tests."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from netcl.core import profiling, telemetry
+from netcl.runtime.capture import KernelCapture
+
+from .conftest import Kernels
+
+DRIFT_NS = 100_000
+N = 6
+SIZE = 1 << 14
+_PROFILING = cl.command_queue_properties.PROFILING_ENABLE
+T = telemetry.Scope("netcl.test", "0")
+
+
+@pytest.fixture(scope="module")
+def pq(ctx: cl.Context) -> cl.CommandQueue:
+    return cl.CommandQueue(ctx, properties=_PROFILING)
+
+
+class _Chain:
+    """A capture of ``N`` launches (axpy and add alternating) and a copy to the host."""
+
+    def __init__(self, queue: cl.CommandQueue, k: Kernels) -> None:
+        ctx = queue.context
+        flags = cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR
+        self.x = np.linspace(0, 1, SIZE, dtype=np.float32)
+        self.y = cl.Buffer(ctx, flags, hostbuf=np.zeros(SIZE, np.float32))
+        self.xb = cl.Buffer(ctx, flags, hostbuf=self.x)
+        self.y2 = cl.Buffer(ctx, flags, hostbuf=np.zeros(SIZE, np.float32))
+        self.host = np.empty(SIZE, np.float32)
+        self.cap = KernelCapture()
+        with self.cap:
+            for i in range(N):
+                if i % 2:
+                    k.add(queue, (SIZE,), None, self.y, self.y, self.xb)  # y = y + x
+                else:
+                    k.axpy(queue, (SIZE,), None, self.y, self.xb, np.float32(2.0))  # y += 2x
+            cl.enqueue_copy(queue, self.host, self.y, is_blocking=False)
+        queue.finish()
+
+    def expect(self, runs: int) -> np.ndarray[Any, Any]:
+        return (runs * N // 2 * 3 * self.x).astype(np.float32)
+
+
+def _named(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name == name]
+
+
+def _replays() -> tuple[int, float]:
+    return profiling.collector().stats().by_kind.get(profiling.REPLAY, (0, 0.0))
+
+
+def test_a_profiled_replay_yields_a_device_span_per_command(
+    pq: cl.CommandQueue, kernels: Kernels, spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+) -> None:  # fmt: skip
+    chain = _Chain(pq, kernels)
+    profiling.flush(5.0)
+    spans.clear()
+
+    def kernel_counts() -> dict[str, int]:
+        return {p.attributes["netcl.kernel.name"]: p.count
+                for p in metric_points("netcl.kernel.duration")}  # fmt: skip
+
+    def replay_count() -> int:
+        return sum(p.count for p in metric_points("netcl.capture.replay.device_duration"))
+
+    kernels_before, replays_before = kernel_counts(), replay_count()
+    with T.span("netcl.test.step"):
+        chain.cap.replay()
+        pq.finish()
+    assert profiling.flush(10.0) == 0
+    np.testing.assert_allclose(chain.host, chain.expect(2), rtol=1e-5)
+
+    finished = list(spans.get_finished_spans())
+    (step,) = _named(finished, "netcl.test.step")
+    (host,) = _named(finished, "netcl.capture.replay")
+    (envelope,) = _named(finished, "netcl.device.replay")
+    device = _named(finished, "netcl.device.kernel")
+    (copy,) = _named(finished, "netcl.device.transfer")
+    assert len(device) == N
+    assert host.parent is not None and host.parent.span_id == step.context.span_id
+    assert envelope.parent is not None and envelope.parent.span_id == host.context.span_id
+    clock = profiling.collector().clock(pq.device)
+    assert clock is not None
+    tol = clock.tolerance_ns + DRIFT_NS
+    assert host.start_time is not None and step.end_time is not None
+    for span in [*device, copy]:
+        assert span.parent is not None and span.parent.span_id == envelope.context.span_id
+        assert span.start_time is not None and span.end_time is not None
+        assert span.end_time > span.start_time or span is copy  # a kernel takes device time
+        assert span.start_time >= host.start_time - tol  # after the replay began
+        assert step.start_time is not None and span.start_time >= step.start_time - tol
+        assert span.end_time <= step.end_time + tol  # before the wait for it ended
+    names = [s.attributes["netcl.kernel.name"] for s in sorted(device, key=lambda s: s.start_time)]
+    assert names == ["axpy", "add"] * (N // 2)
+    # in order on the device, so their sum is within the replay's device duration
+    intervals = sorted((s.start_time or 0, s.end_time or 0) for s in [*device, copy])
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(intervals))
+    total = sum(e - s for s, e in intervals)
+    duration = envelope.attributes["netcl.device.duration"]
+    assert 0 < total <= duration * 1e9 + len(intervals)
+    after = kernel_counts()
+    assert after.get("axpy", 0) - kernels_before.get("axpy", 0) == N // 2
+    assert after.get("add", 0) - kernels_before.get("add", 0) == N // 2
+    assert replay_count() - replays_before == 1
+
+
+def test_rebound_replays_and_replays_without_an_sdk_record_device_time(
+    pq: cl.CommandQueue, kernels: Kernels, otel_mode: str
+) -> None:
+    chain = _Chain(pq, kernels)
+    profiling.flush(5.0)
+    count, seconds = _replays()
+    chain.cap.replay()
+    chain.cap.replay_with_new_buffers({chain.y.int_ptr: chain.y2})
+    pq.finish()
+    assert profiling.flush(10.0) == 0
+    count2, seconds2 = _replays()
+    assert count2 - count == 2 and seconds2 > seconds
+    np.testing.assert_allclose(chain.host, chain.expect(1), rtol=1e-5)  # from y2: one run
+    by_kernel = profiling.collector().stats().by_kernel
+    assert {"axpy", "add"} <= set(by_kernel)
+
+
+def test_a_capture_over_two_profiling_queues_keeps_every_event(
+    ctx: cl.Context, pq: cl.CommandQueue, kernels: Kernels
+) -> None:
+    other = cl.CommandQueue(ctx, properties=_PROFILING)
+    flags = cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR
+    a = cl.Buffer(ctx, flags, hostbuf=np.ones(SIZE, np.float32))
+    b = cl.Buffer(ctx, flags, hostbuf=np.ones(SIZE, np.float32))
+    cap = KernelCapture()
+    with cap:
+        e = kernels.axpy(pq, (SIZE,), None, a, b, np.float32(1.0))
+        kernels.axpy(other, (SIZE,), None, b, a, np.float32(1.0), wait_for=[e])
+    other.finish()
+    pq.finish()
+    profiling.flush(5.0)
+    commands = sum(n for n, _ in profiling.collector().stats().by_kernel.values())
+    count = _replays()[0]
+    cap.replay()
+    other.finish()
+    pq.finish()
+    assert profiling.flush(10.0) == 0
+    assert _replays()[0] - count == 1
+    assert sum(n for n, _ in profiling.collector().stats().by_kernel.values()) - commands == 2
+
+
+def test_a_replay_on_a_plain_queue_watches_nothing(
+    queue: cl.CommandQueue, kernels: Kernels
+) -> None:
+    assert not profiling.enabled(queue)
+    chain = _Chain(queue, kernels)
+    watched = profiling.collector().stats().watched
+    chain.cap.replay()
+    chain.cap.replay_with_new_buffers({chain.y.int_ptr: chain.y2})
+    queue.finish()
+    assert profiling.collector().stats().watched == watched
+    np.testing.assert_allclose(chain.host, chain.expect(1), rtol=1e-5)
+
+
+def test_a_profiled_replay_is_correct_under_a_failing_sdk(
+    pq: cl.CommandQueue, kernels: Kernels, hostile_sdk: Callable[[], None]
+) -> None:
+    chain = _Chain(pq, kernels)
+    count = _replays()[0]
+    chain.cap.replay()
+    pq.finish()
+    assert profiling.flush(10.0) == 0  # the collector's spans fail inside the SDK, not here
+    hostile_sdk()
+    np.testing.assert_allclose(chain.host, chain.expect(2), rtol=1e-5)
+    assert _replays()[0] - count == 1
