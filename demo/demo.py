@@ -37,7 +37,7 @@ from netcl.core import _table, device, profiling, telemetry
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
 from netcl.runtime.cache import ProgramCache, cacher
-from netcl.runtime.capture import KernelCapture
+from netcl.runtime.capture import CapturedStep, capture_step
 from netcl.runtime.graph import Graph, GraphExecutor
 from netcl.runtime.scheduler import ExecutionPlan, Scheduler
 
@@ -76,6 +76,8 @@ class Model(NamedTuple):
     graph: Graph
     plan: Any
     rng: np.random.Generator
+    kernels: tuple[cl.Kernel, cl.Kernel, cl.Kernel]  # gemm, bias_relu, bias_softmax
+    weights: list[tuple[Tensor, Tensor]]
 
     def batch(self) -> Array:
         return self.rng.standard_normal((BATCH, LAYERS[0])).astype(np.float32)
@@ -88,10 +90,13 @@ class Model(NamedTuple):
 
 
 def build_graph(
-    prg: cl.Program, queue: cl.CommandQueue, x: Tensor, weights: list[tuple[Tensor, Tensor]]
+    kernels: tuple[cl.Kernel, cl.Kernel, cl.Kernel],
+    queue: cl.CommandQueue,
+    x: Tensor,
+    weights: list[tuple[Tensor, Tensor]],
 ) -> Graph:
     """The MLP forward pass as graph ops: gemm -> bias_relu per hidden layer, bias_softmax last."""
-    gemm, bias_relu, bias_softmax = prg.gemm, prg.bias_relu, prg.bias_softmax
+    gemm, bias_relu, bias_softmax = kernels
     graph = Graph()
     h = x
     for i, (w, b) in enumerate(weights):
@@ -128,8 +133,10 @@ def build_model(queue: cl.CommandQueue, prg: cl.Program) -> Model:
     x = Tensor.empty((BATCH, LAYERS[0]), "float32", queue)
     pool = BufferPool(queue)
     executor = GraphExecutor(pool)
-    graph = build_graph(prg, queue, x, weights)
-    return Model(queue, host_w, x, pool, executor, graph, executor.plan(graph), rng)
+    kernels = (prg.gemm, prg.bias_relu, prg.bias_softmax)  # fetched once (pyopencl warns on more)
+    graph = build_graph(kernels, queue, x, weights)
+    return Model(queue, host_w, x, pool, executor, graph, executor.plan(graph), rng, kernels,
+                 weights)  # fmt: skip
 
 
 def graph_steps(model: Model, n: int) -> list[float]:
@@ -150,32 +157,30 @@ def graph_steps(model: Model, n: int) -> list[float]:
 
 
 class Captured(NamedTuple):
-    """A capture of one graph run, replayed with new inputs through Scheduler plans."""
+    """The forward pass as a captured step, replayed with new inputs through Scheduler plans."""
 
-    cap: KernelCapture
+    step: CapturedStep[[Tensor], Tensor]
     launches: int
-    out: Tensor
+    out: Tensor  # the capture's own output: every replay writes it
     x2: Tensor
-    swap: dict[int, cl.Buffer]
     host_out: Array
     sched: Scheduler
 
 
 def capture(model: Model) -> Captured:
-    cap = KernelCapture()
-    cap.begin()
-    try:
-        out = model.executor.run(model.graph)
-    finally:
-        launches = cap.end()
-    x2 = Tensor.empty(model.x.shape, model.x.dtype, model.queue)
-    return Captured(cap, launches, out, x2, {model.x.buffer.int_ptr: x2.buffer},
-                    np.empty(out.shape, np.float32), Scheduler(async_mode=False))  # fmt: skip
+    """A warm-up call runs the forward pass normally, the next one records it; later calls
+    replay it with the input's buffer in place of the recorded one."""
+    executor, queue = model.executor, model.queue
 
+    @capture_step(name="demo.forward")
+    def forward(inp: Tensor) -> Tensor:
+        return executor.run(build_graph(model.kernels, queue, inp, model.weights))
 
-def _replay(c: Captured, rebind: bool) -> cl.Event | None:
-    # on a profiling queue the replay records its device time itself (a span per kernel)
-    return c.cap.replay_with_new_buffers(c.swap) if rebind else c.cap.replay()
+    model.pool.release(forward(model.x))  # warm-up: a normal run, its output is the caller's
+    out = forward(model.x)  # recorded while it runs
+    x2 = Tensor.empty(model.x.shape, model.x.dtype, queue)
+    return Captured(forward, forward.num_launches, out, x2, np.empty(out.shape, np.float32),
+                    Scheduler(async_mode=False))  # fmt: skip
 
 
 def scheduled_step(model: Model, c: Captured, step: int, sched: Scheduler | None = None) -> float:
@@ -188,7 +193,12 @@ def scheduled_step(model: Model, c: Captured, step: int, sched: Scheduler | None
     compute = ExecutionPlan(description="replay", queue=model.queue)
     d2h = ExecutionPlan(description="d2h copy", queue=model.queue)
     sched.submit(lambda: dst.write(inp, wait=False), plan=h2d)
-    sched.submit(lambda: _replay(c, rebind=bool(step % 2)), plan=compute)
+
+    def replay() -> None:  # None: the scheduler would take a returned Tensor for an event
+        # on a profiling queue the replay records its device time itself (a span per kernel)
+        c.step(dst)
+
+    sched.submit(replay, plan=compute)
     sched.submit(
         lambda: cl.enqueue_copy(model.queue, c.host_out, c.out.buffer, is_blocking=False),
         plan=d2h,
@@ -204,7 +214,7 @@ def replay_only(model: Model, c: Captured, n: int) -> list[float]:
     times = []
     for _ in range(n):
         t0 = time.perf_counter()
-        c.cap.replay()
+        c.step(model.x)
         model.queue.finish()
         times.append(time.perf_counter() - t0)
     return times
