@@ -47,10 +47,8 @@ def test_directory_fifo_link_socket_and_devices_are_named(tmp_path: Path, sock: 
 
 
 def test_a_block_device_is_named() -> None:
-    dev = next(
-        (f"/dev/{n}" for n in sorted(os.listdir("/dev")) if stat.S_ISBLK(os.stat(f"/dev/{n}").st_mode)),
-        None,
-    )
+    devs = (f"/dev/{n}" for n in sorted(os.listdir("/dev")))
+    dev = next((d for d in devs if stat.S_ISBLK(os.stat(d).st_mode)), None)
     if dev is None:
         pytest.skip("no block device under /dev")
     assert _refusal(dev, os.O_PATH) == "special: a block device"

@@ -18,7 +18,8 @@ def _error(kind: type[cl.Error], code: int) -> cl.Error:
 
 
 @pytest.mark.parametrize(
-    "code", [_CODES.MEM_OBJECT_ALLOCATION_FAILURE, _CODES.OUT_OF_RESOURCES, _CODES.OUT_OF_HOST_MEMORY]
+    "code",
+    [_CODES.MEM_OBJECT_ALLOCATION_FAILURE, _CODES.OUT_OF_RESOURCES, _CODES.OUT_OF_HOST_MEMORY],
 )
 def test_out_of_memory_codes_count_whatever_class_carries_them(code: int) -> None:
     assert is_oom(_error(cl.MemoryError, code))

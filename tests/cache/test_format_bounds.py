@@ -1,0 +1,85 @@
+"""Exact bounds of the remote value format and of ``pid_alive`` (found by the mutation run: the
+edges and the error details were untested)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from netcl.runtime.cache._entry import EntryError
+from netcl.runtime.cache._remote_format import (
+    HEADER,
+    MAGIC,
+    TAG_BYTES,
+    VERSION,
+    _tag,
+    decode_value,
+    encode_value,
+)
+from netcl.runtime.cache._store import pid_alive
+
+SECRET = b"fleet secret"
+KEY = hashlib.sha256(b"program").hexdigest()
+
+
+def _error(data: bytes, bound: int = 1 << 20) -> EntryError:
+    with pytest.raises(EntryError) as info:
+        decode_value(SECRET, KEY, data, bound)
+    return info.value
+
+
+def test_a_value_of_exactly_the_bound_is_read_one_byte_more_is_not() -> None:
+    value = encode_value(SECRET, KEY, b"\x01" * 100, {"identity": "x"})
+    meta, binary = decode_value(SECRET, KEY, value, len(value))
+    assert meta == {"identity": "x"} and bytes(binary) == b"\x01" * 100
+    err = _error(value, len(value) - 1)
+    assert str(err) == f"oversized: {len(value)} bytes, bound {len(value) - 1}"
+
+
+def test_shorter_than_header_and_tag_is_truncated_naming_the_length() -> None:
+    for n in (1, HEADER.size - 1, HEADER.size + TAG_BYTES - 1):
+        data = (HEADER.pack(MAGIC, VERSION, 0, 0, 0) + b"\0" * TAG_BYTES)[:n]
+        err = _error(data)
+        assert err.reason == "truncated" and str(err) == f"truncated: {n} bytes"
+
+
+def test_header_and_tag_alone_are_long_enough_and_fail_on_the_metadata() -> None:
+    # 56 bytes, authentic, declaring no metadata and no binary: past every length check, the
+    # empty metadata is what is refused
+    head = HEADER.pack(MAGIC, VERSION, 0, 0, 0)
+    data = head + _tag(SECRET, KEY, head)
+    assert len(data) == HEADER.size + TAG_BYTES
+    assert _error(data).reason == "metadata"
+
+
+def test_pid_alive_edges() -> None:
+    assert pid_alive(os.getpid()) and pid_alive(1)  # 1: init, always there
+    assert not pid_alive(0) and not pid_alive(-1)  # never a single process
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    assert not pid_alive(int(done.stdout))  # exited and reaped
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a check as another user")
+def test_a_process_of_another_user_is_alive() -> None:
+    # a forked child turned into nobody: signalling init is refused (EPERM), which still means
+    # "exists"; the child only calls os.kill and exits
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(write, b"1" if pid_alive(1) else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert answer == b"1"
