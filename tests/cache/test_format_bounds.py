@@ -83,3 +83,25 @@ def test_a_process_of_another_user_is_alive() -> None:
     os.close(read)
     os.waitpid(pid, 0)
     assert answer == b"1"
+
+
+def test_foreign_version_and_length_errors_name_what_they_found() -> None:
+    value = encode_value(SECRET, KEY, b"\x02" * 10, {"identity": "x"})
+    foreign = b"NOTNETCL" + value[8:]
+    assert str(_error(foreign)) == f"foreign: magic b'NOTNETCL', expected {MAGIC!r}"
+    newer = value[:8] + (VERSION + 1).to_bytes(2, "little") + value[10:]
+    err = _error(newer)
+    assert err.reason == "version"
+    assert str(err) == f"version: format {VERSION + 1}, expected {VERSION}"
+    want = len(value)
+    assert str(_error(value + b"\0")) == f"truncated: {want + 1} bytes, header says {want}"
+
+
+def test_metadata_of_exactly_the_largest_size_is_read() -> None:
+    from netcl.runtime.cache._entry import MAX_META_BYTES
+
+    filler = "a" * (MAX_META_BYTES - len('{"identity":"x","pad":""}'))
+    meta = {"identity": "x", "pad": filler}
+    value = encode_value(SECRET, KEY, b"\x03", meta)
+    assert HEADER.unpack_from(value)[3] == MAX_META_BYTES
+    assert decode_value(SECRET, KEY, value, 1 << 20)[0] == meta
