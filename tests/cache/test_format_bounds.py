@@ -105,3 +105,11 @@ def test_metadata_of_exactly_the_largest_size_is_read() -> None:
     value = encode_value(SECRET, KEY, b"\x03", meta)
     assert HEADER.unpack_from(value)[3] == MAX_META_BYTES
     assert decode_value(SECRET, KEY, value, 1 << 20)[0] == meta
+
+
+def test_a_wrong_tag_says_so() -> None:
+    value = encode_value(SECRET, KEY, b"\x04" * 10, {"identity": "x"})
+    tampered = value[:-1] + bytes([value[-1] ^ 1])
+    assert str(_error(tampered)) == (
+        "signature: HMAC tag does not match (tampered, or another key)"
+    )
