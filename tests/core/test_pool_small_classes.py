@@ -33,3 +33,15 @@ def test_making_a_pool_warns_nothing(queue: cl.CommandQueue) -> None:
         warnings.simplefilter("error")
         pool = BufferPool(queue)
     pool.release(pool.allocate((16,), np.uint8))
+
+
+def test_size_classes_are_at_most_one_64th_larger_and_no_finer(queue: cl.CommandQueue) -> None:
+    # pyopencl's classes with 6 leading bits: just past a power of two a block is ~1/64 larger
+    # (finer classes would mean more classes, fewer reuses; graph plans count on these sizes)
+    pool = BufferPool(queue)
+    for n in (2**20 + 1, 4097, 1000, 100_000):
+        size = pool.block_bytes(n)
+        assert n <= size <= n + n // 64, (n, size)
+    assert [pool.block_bytes(n) for n in (2**20 + 1, 1000, 4097, 100_000)] == [
+        1064959, 1007, 4159, 100351,
+    ]
