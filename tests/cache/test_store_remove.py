@@ -1,0 +1,29 @@
+"""``DiskStore.remove`` on what can sit at a path (found by the mutation run: a missing path and
+a temporary folder left by a writer were never removed), on real files and folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from netcl.runtime.cache._store import SUFFIX, DiskStore
+
+
+def test_remove_says_whether_something_was_there(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path)
+    store.programs.mkdir(parents=True)
+    entry = store.programs / f"{'a' * 64}{SUFFIX}"
+    entry.write_bytes(b"x")
+    assert store.remove(entry) is True and not entry.exists()
+    assert store.remove(entry) is False  # already gone: another process was first
+
+
+def test_remove_deletes_folders_at_entry_and_temporary_names(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path)
+    store.programs.mkdir(parents=True)
+    at_entry = store.programs / f"{'b' * 64}{SUFFIX}"
+    left_over = store.programs / f".{'c' * 64}.123.abc.tmp"  # a folder already moved aside
+    for folder in (at_entry, left_over):
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "f").write_bytes(b"x")
+        assert store.remove(folder) is True
+    assert sorted(store.programs.iterdir()) == []
