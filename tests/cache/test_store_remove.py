@@ -27,3 +27,14 @@ def test_remove_deletes_folders_at_entry_and_temporary_names(tmp_path: Path) -> 
         (folder / "sub" / "f").write_bytes(b"x")
         assert store.remove(folder) is True
     assert sorted(store.programs.iterdir()) == []
+
+
+def test_probe_writes_where_the_entries_go(tmp_path: Path) -> None:
+    # the folder itself is writable, its programs/ folder is not (a link to /proc here, where
+    # nobody, root included, can make a folder): the probe must try programs/
+    from netcl.runtime.cache._store import probe
+
+    (tmp_path / "programs").symlink_to("/proc")
+    why = probe(tmp_path, write=True)
+    assert why is not None and why.startswith(f"{tmp_path} is not writable (")
+    assert probe(tmp_path, write=False) is None
