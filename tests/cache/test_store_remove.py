@@ -38,3 +38,13 @@ def test_probe_writes_where_the_entries_go(tmp_path: Path) -> None:
     why = probe(tmp_path, write=True)
     assert why is not None and why.startswith(f"{tmp_path} is not writable (")
     assert probe(tmp_path, write=False) is None
+
+
+def test_probe_of_a_missing_folder_tries_the_nearest_existing_one(tmp_path: Path) -> None:
+    from netcl.runtime.cache._store import probe
+
+    assert probe(tmp_path / "a" / "b", write=True) is None  # made in tmp_path
+    # /sys exists and refuses new folders (root included): named, with the real reason
+    assert probe(Path("/sys/netcl-missing/sub"), write=True) == (
+        "/sys/netcl-missing/sub cannot be created (Operation not permitted)"
+    )
