@@ -48,3 +48,21 @@ def test_probe_of_a_missing_folder_tries_the_nearest_existing_one(tmp_path: Path
     assert probe(Path("/sys/netcl-missing/sub"), write=True) == (
         "/sys/netcl-missing/sub cannot be created (Operation not permitted)"
     )
+
+
+def test_refusal_names_the_untrusted_subfolder(tmp_path: Path) -> None:
+    # programs/ missing is fine; a group-writable locks/ or programs/ is named, with its path
+    from netcl.runtime.cache._store import refusal
+
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    assert refusal(root) is None
+    (root / "locks").mkdir(mode=0o700)
+    (root / "locks").chmod(0o770)
+    why = refusal(root)
+    assert why is not None and why.startswith(f"{root / 'locks'} is not trusted (")
+    (root / "locks").chmod(0o700)
+    (root / "programs").mkdir(mode=0o700)
+    (root / "programs").chmod(0o770)
+    why = refusal(root)
+    assert why is not None and why.startswith(f"{root / 'programs'} is not trusted (")
