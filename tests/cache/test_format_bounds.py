@@ -113,3 +113,12 @@ def test_a_wrong_tag_says_so() -> None:
     assert str(_error(tampered)) == (
         "signature: HMAC tag does not match (tampered, or another key)"
     )
+
+
+def test_metadata_one_byte_too_large_is_refused_naming_both_sizes() -> None:
+    from netcl.runtime.cache._entry import MAX_META_BYTES, parse_meta
+
+    with pytest.raises(EntryError) as info:
+        parse_meta(b" " * (MAX_META_BYTES + 1))
+    assert info.value.reason == "metadata"
+    assert str(info.value) == f"metadata: {MAX_META_BYTES + 1} bytes, at most {MAX_META_BYTES}"
