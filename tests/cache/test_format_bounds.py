@@ -122,3 +122,27 @@ def test_metadata_one_byte_too_large_is_refused_naming_both_sizes() -> None:
         parse_meta(b" " * (MAX_META_BYTES + 1))
     assert info.value.reason == "metadata"
     assert str(info.value) == f"metadata: {MAX_META_BYTES + 1} bytes, at most {MAX_META_BYTES}"
+
+
+def test_nesting_is_counted_from_where_it_closes() -> None:
+    from netcl.runtime.cache._entry import parse_meta
+
+    # one level closed, then nine open: 9 deep, though never more than 8 brackets stay open
+    # before the first closing
+    raw = b'{"a":[],"b":[[[[[[[[]]]]]]]]}'
+    with pytest.raises(EntryError) as info:
+        parse_meta(raw)
+    assert str(info.value) == "metadata: nested 9 deep, at most 8"
+    assert parse_meta(b'{"a":[],"b":[[[[[[[]]]]]]]}')["a"] == []  # 8 deep: read
+
+
+def test_metadata_that_is_not_json_says_what_the_parser_said() -> None:
+    import json
+
+    from netcl.runtime.cache._entry import parse_meta
+
+    with pytest.raises(json.JSONDecodeError) as parser:
+        json.loads(b'{"a":')
+    with pytest.raises(EntryError) as info:
+        parse_meta(b'{"a":')
+    assert str(info.value) == f"metadata: {parser.value}"
