@@ -146,3 +146,22 @@ def test_metadata_that_is_not_json_says_what_the_parser_said() -> None:
     with pytest.raises(EntryError) as info:
         parse_meta(b'{"a":')
     assert str(info.value) == f"metadata: {parser.value}"
+
+
+def test_the_encoding_is_canonical() -> None:
+    # sorted keys, no spaces, reserved field 0: equal metadata gives byte-equal values, whatever
+    # the dict's insertion order (fleet members compare and deduplicate values by their bytes)
+    one = encode_value(SECRET, KEY, b"\x05", {"b": 1, "a": [1, 2]})
+    two = encode_value(SECRET, KEY, b"\x05", {"a": [1, 2], "b": 1})
+    assert one == two
+    magic, version, reserved, meta_len, bin_len = HEADER.unpack_from(one)
+    assert (magic, version, reserved, bin_len) == (MAGIC, VERSION, 0, 1)
+    assert one[HEADER.size : HEADER.size + meta_len] == b'{"a":[1,2],"b":1}'
+
+
+def test_metadata_that_is_not_an_object_is_named() -> None:
+    from netcl.runtime.cache._entry import parse_meta
+
+    with pytest.raises(EntryError) as info:
+        parse_meta(b"[1]")
+    assert str(info.value) == "metadata: not a JSON object"
