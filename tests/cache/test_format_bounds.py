@@ -150,7 +150,7 @@ def test_metadata_that_is_not_json_says_what_the_parser_said() -> None:
 
 def test_the_encoding_is_canonical() -> None:
     # sorted keys, no spaces, reserved field 0: equal metadata gives byte-equal values, whatever
-    # the dict's insertion order (fleet members compare and deduplicate values by their bytes)
+    # the dict's insertion order (the layout documented in the module)
     one = encode_value(SECRET, KEY, b"\x05", {"b": 1, "a": [1, 2]})
     two = encode_value(SECRET, KEY, b"\x05", {"a": [1, 2], "b": 1})
     assert one == two
