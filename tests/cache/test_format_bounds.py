@@ -165,3 +165,8 @@ def test_metadata_that_is_not_an_object_is_named() -> None:
     with pytest.raises(EntryError) as info:
         parse_meta(b"[1]")
     assert str(info.value) == "metadata: not a JSON object"
+
+
+def test_an_error_without_detail_is_just_its_reason() -> None:
+    assert str(_error(b"")) == "empty"
+    assert str(EntryError("special")) == "special"
