@@ -331,10 +331,15 @@ def test_configure_leaves_an_installed_sdk_alone() -> None:
 
 
 def test_scope_span_survives_a_failing_sdk(
-    spans: InMemorySpanExporter, hostile_sdk: Callable[[], None], caplog: pytest.LogCaptureFixture
+    spans: InMemorySpanExporter,
+    hostile_sdk: Callable[[], None],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A span processor raising in on_start/on_end and a metric reader raising never reach the
     caller; each kind of failure is logged once."""
+    # the once-per-kind memory is process-wide: start from none reported, as a fresh process does
+    monkeypatch.setattr(telemetry, "_reported", set())
     t = telemetry.Scope("netcl.test", "0")
     counter = t.counter("netcl.test.hostile", "1", "a test counter")
     with caplog.at_level("WARNING", logger="netcl.core.telemetry"):

@@ -1,0 +1,69 @@
+"""``DiskStore.remove`` on what can sit at a path (found by the mutation run: a missing path and
+a temporary folder left by a writer were never removed), on real files and folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from netcl.runtime.cache._store import SUFFIX, DiskStore
+
+
+def test_remove_says_whether_something_was_there(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path)
+    store.programs.mkdir(parents=True)
+    entry = store.programs / f"{'a' * 64}{SUFFIX}"
+    entry.write_bytes(b"x")
+    assert store.remove(entry) is True and not entry.exists()
+    assert store.remove(entry) is False  # already gone: another process was first
+
+
+def test_remove_deletes_folders_at_entry_and_temporary_names(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path)
+    store.programs.mkdir(parents=True)
+    at_entry = store.programs / f"{'b' * 64}{SUFFIX}"
+    left_over = store.programs / f".{'c' * 64}.123.abc.tmp"  # a folder already moved aside
+    for folder in (at_entry, left_over):
+        (folder / "sub").mkdir(parents=True)
+        (folder / "sub" / "f").write_bytes(b"x")
+        assert store.remove(folder) is True
+    assert sorted(store.programs.iterdir()) == []
+
+
+def test_probe_writes_where_the_entries_go(tmp_path: Path) -> None:
+    # the folder itself is writable, its programs/ folder is not (a link to /proc here, where
+    # nobody, root included, can make a folder): the probe must try programs/
+    from netcl.runtime.cache._store import probe
+
+    (tmp_path / "programs").symlink_to("/proc")
+    why = probe(tmp_path, write=True)
+    assert why is not None and why.startswith(f"{tmp_path} is not writable (")
+    assert probe(tmp_path, write=False) is None
+
+
+def test_probe_of_a_missing_folder_tries_the_nearest_existing_one(tmp_path: Path) -> None:
+    from netcl.runtime.cache._store import probe
+
+    assert probe(tmp_path / "a" / "b", write=True) is None  # made in tmp_path
+    # /sys exists and refuses new folders (root included): named, with the reason from /sys
+    # itself (not permitted, or read-only in some containers), never "No such file" from below
+    why = probe(Path("/sys/netcl-missing/sub"), write=True)
+    assert why is not None and why.startswith("/sys/netcl-missing/sub cannot be created (")
+    assert "No such file" not in why
+
+
+def test_refusal_names_the_untrusted_subfolder(tmp_path: Path) -> None:
+    # programs/ missing is fine; a group-writable locks/ or programs/ is named, with its path
+    from netcl.runtime.cache._store import refusal
+
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    assert refusal(root) is None
+    (root / "locks").mkdir(mode=0o700)
+    (root / "locks").chmod(0o770)
+    why = refusal(root)
+    assert why is not None and why.startswith(f"{root / 'locks'} is not trusted (")
+    (root / "locks").chmod(0o700)
+    (root / "programs").mkdir(mode=0o700)
+    (root / "programs").chmod(0o770)
+    why = refusal(root)
+    assert why is not None and why.startswith(f"{root / 'programs'} is not trusted (")
