@@ -155,7 +155,7 @@ def test_handles_read_by_other_threads_or_by_pyopencl_are_not_native(
 def _function_in(module: str) -> Any:
     """A function whose code belongs to ``module`` (as the capture sees a caller)."""
     namespace: dict[str, Any] = {"__name__": module}
-    exec(  # noqa: S102 - a fixed snippet, compiled as if it lived in `module`
+    exec(  # a fixed snippet, compiled as if it lived in `module`
         "def reach(queue, buf):\n    return queue.int_ptr, buf.int_ptr\n", namespace
     )
     return namespace["reach"]
