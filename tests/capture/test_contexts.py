@@ -5,6 +5,7 @@ context's work had run)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from netcl.runtime.capture import KernelCapture
 
 N = 4096
+COMPLETE = cl.command_execution_status.COMPLETE
 
 
 @pytest.fixture
@@ -22,7 +24,21 @@ def ctx2(ctx: cl.Context) -> cl.Context:
     return cl.Context(ctx.devices)
 
 
-def test_work_ordered_across_contexts_replays_in_that_order(
+def _replay_in_thread(cap: KernelCapture) -> tuple[threading.Thread, list[Any]]:
+    done: list[Any] = []
+    thread = threading.Thread(target=lambda: done.append(cap.replay()), daemon=True)
+    thread.start()
+    return thread, done
+
+
+def _gate(queue: cl.CommandQueue) -> cl.UserEvent:
+    """Hold ``queue`` behind a user event until it is set complete."""
+    gate = cl.UserEvent(queue.context)
+    cl.enqueue_marker(queue, wait_for=[gate])
+    return gate
+
+
+def test_data_passed_across_contexts_through_the_host_replays_in_order(
     queue: cl.CommandQueue, ctx2: cl.Context
 ) -> None:
     q2 = cl.CommandQueue(ctx2)
@@ -40,17 +56,43 @@ def test_work_ordered_across_contexts_replays_in_that_order(
     assert plan is not None
     write = next(i for i, op in enumerate(cap._program.ops)  # type: ignore[union-attr]
                  if getattr(op, "entry", None) and op.entry.operation == "write_buffer")
-    assert plan.steps[write].host  # waits for the read on the host, not on the device
+    assert plan.steps[write].host == ((write - 1,),)  # after the read, waited on the host
     for scale in (3.0, -5.0, 7.5):
         new = np.arange(N, dtype=np.float32) * scale
         a.set(new)
-        done = cap.replay()
-        assert isinstance(done, cl.Event)
+        done: Any = cap.replay()
         done.wait()
-        q2.finish()
         np.testing.assert_allclose(host, new * 2)
         np.testing.assert_allclose(z2.get(), new * 2 + 1)
         np.testing.assert_allclose(w.get(), new * 20)
+
+
+def test_a_host_wait_across_contexts_is_a_host_wait_in_the_replay(
+    queue: cl.CommandQueue, ctx2: cl.Context
+) -> None:
+    """With context 1 held, the replay stops before context 2's command that the recording
+    issued after a host wait on context 1 (kernels only: no host buffer whose event pyopencl
+    would wait for when it is dropped)."""
+    q2 = cl.CommandQueue(ctx2)
+    a = cla.to_device(queue, np.ones(N, np.float32))
+    b2 = cla.to_device(q2, np.ones(N, np.float32))
+    with KernelCapture() as cap:
+        y = a * 2  # context 1
+        y.finish()  # a host wait: what follows comes after y
+        z2 = b2 + 1  # context 2
+        w = a * 3  # context 1: the last command (the returned marker goes there)
+    gate = _gate(queue)
+    try:
+        thread, done = _replay_in_thread(cap)
+        thread.join(0.3)
+        assert thread.is_alive() and not done  # waiting on the host for y
+    finally:
+        gate.set_status(COMPLETE)
+    thread.join(30)
+    done[0].wait()
+    np.testing.assert_allclose(y.get(), 2.0)
+    np.testing.assert_allclose(z2.get(queue=q2), 2.0)
+    np.testing.assert_allclose(w.get(), 3.0)
 
 
 def test_independent_work_of_two_contexts_is_all_done_when_the_event_is(
@@ -69,9 +111,16 @@ def test_independent_work_of_two_contexts_is_all_done_when_the_event_is(
     a.set(np.zeros(N, np.float32))
     q2.finish()
     queue.finish()
-    done: Any = cap.replay()
-    done.wait()
-    assert (a2.get(queue=q2) == 4).all()  # complete: no further wait on q2 needed for it
+    gate = _gate(q2)
+    try:
+        thread, done = _replay_in_thread(cap)
+        thread.join(0.3)
+        assert thread.is_alive() and not done  # waiting for context 2's last command
+    finally:
+        gate.set_status(COMPLETE)
+    thread.join(30)
+    done[0].wait()
+    assert (a2.get(queue=q2) == 4).all()
     assert (a.get() == 1).all()
 
 

@@ -150,3 +150,29 @@ def test_handles_read_by_other_threads_or_by_pyopencl_are_not_native(
     assert seen == [queue.int_ptr]
     pool.release(t)
     assert float(z.get()) == pytest.approx(float((np.arange(N) + 1).sum()))
+
+
+def _function_in(module: str) -> Any:
+    """A function whose code belongs to ``module`` (as the capture sees a caller)."""
+    namespace: dict[str, Any] = {"__name__": module}
+    exec(  # a fixed snippet, compiled as if it lived in `module`
+        "def reach(queue, buf):\n    return queue.int_ptr, buf.int_ptr\n", namespace
+    )
+    return namespace["reach"]
+
+
+def test_raw_handles_read_by_pyopencl_or_netcl_are_not_native_work(
+    queue: cl.CommandQueue,
+) -> None:
+    x = cla.to_device(queue, np.arange(N, dtype=np.float32))
+    cap = KernelCapture()
+    cap.begin()
+    y = x * 2
+    for module in ("pyopencl", "pyopencl.array", "netcl.runtime.graph._executor"):
+        _function_in(module)(queue, y.base_data)
+    assert cap.end() == 1
+    cap.begin()
+    _function_in("pyvkfft.opencl")(queue, y.base_data)
+    with pytest.raises(RuntimeError, match=r"pyvkfft\.opencl\.reach \(CommandQueue\.int_ptr\); "
+                       r"pyvkfft\.opencl\.reach \(MemoryObjectHolder\.int_ptr\)"):
+        cap.end()

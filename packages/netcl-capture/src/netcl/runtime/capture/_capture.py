@@ -116,6 +116,7 @@ class KernelCapture:
             except BaseException as exc:
                 self._discard(exc)
                 raise
+            native = list(rec.native)
             self._discard(program)
             self._program = program
             if program.opaque_launches:
@@ -124,8 +125,8 @@ class KernelCapture:
                     kernels=sorted(set(program.opaque_launches)),
                     detail="arguments set before begin() are replayed but cannot be rebound",
                 )
-            if rec.native:
-                log.info("capture_native_access_accepted", callers=[str(a) for a in rec.native])
+            if native:
+                log.info("capture_native_access_accepted", callers=[str(a) for a in native])
             TOTALS.recorded(program.num_launches)
             return program.num_launches
 

@@ -104,7 +104,7 @@ def schedule(
             fenced[key] = len(fences)
         else:
             deps.update(fences)
-        deps = {d for d in deps if 0 <= d < i and events[d] is not None}
+        deps = {d for d in deps if 0 <= d < i}
         device = tuple(sorted(d for d in deps if ctx[d] == ctx[i]))
         host = sorted(d for d in deps if ctx[d] != ctx[i] and d not in on_host)
         on_host.update(host)
@@ -113,7 +113,7 @@ def schedule(
                         if keys[d] in dirty and keys[d] != key)  # fmt: skip
         steps.append(Step(device, _by_context(host, ctx), flushes))
         dirty[key] = op.queue
-    return _finish(ops, steps, ctx, keys, dirty, waited | on_host, events)
+    return _closing(ops, steps, ctx, info, dirty, waited | on_host, events)
 
 
 def _by_context(indices: Sequence[int], ctx: Sequence[int]) -> tuple[tuple[int, ...], ...]:
@@ -124,20 +124,19 @@ def _by_context(indices: Sequence[int], ctx: Sequence[int]) -> tuple[tuple[int, 
     return tuple(tuple(g) for g in groups.values())
 
 
-def _finish(
-    ops: Sequence[Op], steps: list[Step], ctx: Sequence[int], keys: Sequence[int],
+def _closing(
+    ops: Sequence[Op], steps: list[Step], ctx: Sequence[int], info: _Queues,
     dirty: dict[int, cl.CommandQueue], covered: set[int], events: Sequence[Any],
 ) -> Schedule:  # fmt: skip
+    """The schedule with what follows the last command: the marker over the last command's
+    context, the host waits for the other contexts' last commands."""
     last = next((i for i in reversed(range(len(ops))) if events[i] is not None), None)
     if last is None:
         return Schedule(tuple(steps), None, (), (), ())
     sinks = [i for i, e in enumerate(events) if e is not None and i not in covered]
     mine = tuple(i for i in sinks if ctx[i] == ctx[last])
-    flushes = tuple(q for k, q in dirty.items() if k != keys[last] and _ctx_of(k, keys, ctx)
-                    == ctx[last])  # fmt: skip
+    last_queue = ops[last].queue
+    flushes = tuple(q for k, q in dirty.items()
+                    if k != queue_ptr(last_queue) and info.context[k] == ctx[last])  # fmt: skip
     others = _by_context([i for i in sinks if ctx[i] != ctx[last]], ctx)
-    return Schedule(tuple(steps), ops[last].queue, mine, flushes, others)
-
-
-def _ctx_of(key: int, keys: Sequence[int], ctx: Sequence[int]) -> int:
-    return ctx[keys.index(key)]
+    return Schedule(tuple(steps), last_queue, mine, flushes, others)

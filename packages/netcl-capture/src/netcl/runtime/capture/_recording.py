@@ -163,6 +163,7 @@ class Recording:
         self.raw = []
         self.kernels = {}
         self.mems = {}
+        self.native = {}
         self.call_kernel = None
         self.call_args = ()
 
