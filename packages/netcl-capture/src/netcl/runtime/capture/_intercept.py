@@ -19,7 +19,7 @@ escapes in between, it stays non-zero and ``end()`` refuses to freeze a recordin
 missed a command. An ``Exception`` from the function itself means the command was not issued,
 so it is not counted. The three hooks every launch goes through (``Kernel.__call__``, the
 pair-wise argument setters, the driver's enqueue) are written out, notes inlined, in
-``_recording``; the rest share ``_make_hook``.
+``_launch_hooks``; the rest share ``_make_hook``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from netcl.runtime.capture._contract import BOUND, ORIGINALS, EntryPoint, original
-from netcl.runtime.capture._recording import Recording, call_hook, launch_hook, pairs_hook
+from netcl.runtime.capture._launch_hooks import call_hook, launch_hook, pairs_hook
+from netcl.runtime.capture._recording import Recording
 
 __all__ = ["capture_disabled", "install", "is_patched", "reconcile", "uninstall"]
 
