@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -195,3 +197,38 @@ def otel_mode(request: pytest.FixtureRequest) -> Iterator[str]:
         telemetry._switch.on = True
     spans = _SPANS.get_finished_spans()[recorded:]
     assert not spans, f"spans recorded with no SDK: {[s.name for s in spans]}"
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A TCP port on loopback that accepts connections and never answers (a hung collector)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    server.settimeout(0.2)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A loopback port nothing listens on (connections are refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

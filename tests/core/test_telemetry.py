@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -382,39 +381,6 @@ def test_record_span_with_explicit_times_under_a_parent(spans: InMemorySpanExpor
     assert device.parent is not None and device.parent.span_id == parent.context.span_id
 
 
-@pytest.fixture
-def silent_endpoint() -> Iterator[int]:
-    """A TCP port that accepts connections and never answers (a hung collector)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    server.close()
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 _EXPORTING_APP = """
     import time
     from netcl.core import telemetry
@@ -435,9 +401,9 @@ _EXPORTING_APP = """
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 @pytest.mark.parametrize("endpoint", ["refusing", "silent"])
 def test_shutdown_is_bounded_when_the_collector_is_dead(
-    silent_endpoint: int, protocol: str, endpoint: str
+    silent_port: int, closed_port: int, protocol: str, endpoint: str
 ) -> None:
-    port = silent_endpoint if endpoint == "silent" else _closed_port()
+    port = silent_port if endpoint == "silent" else closed_port
     proc = _run(
         _EXPORTING_APP,
         OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
@@ -450,10 +416,10 @@ def test_shutdown_is_bounded_when_the_collector_is_dead(
     assert "Traceback" not in proc.stderr, proc.stderr  # kept, not printed retry by retry
 
 
-def test_user_timeouts_win_over_netcl_defaults(silent_endpoint: int) -> None:
+def test_user_timeouts_win_over_netcl_defaults(silent_port: int) -> None:
     proc = _run(
         _EXPORTING_APP,
-        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{silent_endpoint}",
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{silent_port}",
         OTEL_EXPORTER_OTLP_TIMEOUT="0.3",
         OTEL_BSP_EXPORT_TIMEOUT="500",
         OTEL_METRIC_EXPORT_TIMEOUT="500",

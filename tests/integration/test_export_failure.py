@@ -5,12 +5,9 @@ value is one line and exit status 2; OTEL_SDK_DISABLED is reported as it is."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,47 +26,16 @@ def _demo(tmp: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProces
     return proc, time.monotonic() - t0
 
 
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A port that accepts TCP connections and never answers (a hung collector)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    server.settimeout(0.2)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    server.close()
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
-def test_a_dead_collector_costs_seconds_not_minutes(tmp_path: Path, silent_port: int) -> None:
+def test_a_dead_collector_costs_seconds_not_minutes(
+    tmp_path: Path, silent_port: int, closed_port: int
+) -> None:
     _demo(tmp_path, "--steps", "1")  # the global cache's compile, out of the measured runs
     base, t_base = _demo(tmp_path, "--steps", "200")
     assert base.returncode == 0, base.stderr[-3000:]
     assert "export FAILED" not in base.stdout
     timings = {"none": t_base}
-    for what, port, protocol in [("refusing", _closed_port(), "grpc"),
+    for what, port, protocol in [("refusing", closed_port, "grpc"),
                                  ("silent", silent_port, "grpc"),
                                  ("silent", silent_port, "http/protobuf")]:  # fmt: skip
         proc, seconds = _demo(
