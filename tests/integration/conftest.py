@@ -3,6 +3,7 @@ scrape config, the alerting rules and the console templates of ``observability/`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -60,14 +61,13 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
 
 
-@pytest.fixture(scope="session")
-def scraped_demo(
-    tmp_path_factory: pytest.TempPathFactory, service_binary: Callable[[str, str], str]
-) -> Iterator[Scraped]:
-    """The demo serving metrics (done with its run, lingering) and Prometheus scraping it every
-    second with the shipped rules and console templates, after at least three scrapes."""
-    binary = service_binary("prometheus", "apt-get install -y prometheus")
-    tmp = tmp_path_factory.mktemp("prometheus")
+@contextlib.contextmanager
+def _demo_under_prometheus(
+    binary: str, tmp: Path, demo_args: list[str]
+) -> Iterator[tuple[Scraped, subprocess.Popen[bytes], Path]]:
+    """The demo (run with ``demo_args``, serving metrics) and Prometheus scraping it every second
+    with the shipped config, rules and console templates; yields the ports, the demo's process
+    and the file its stderr goes to. Both processes are stopped on exit."""
     scraped = Scraped(_free_port(), _free_port())
     config = (OBS / "prometheus.yml").read_text()
     assert "127.0.0.1:9464" in config and "scrape_interval: 5s" in config
@@ -78,8 +78,8 @@ def scraped_demo(
     demo_err = tmp / "demo.stderr"
     with demo_err.open("w") as err:
         demo = subprocess.Popen(
-            [sys.executable, str(ROOT / "demo/demo.py"), "--steps", str(STEPS),
-             "--prometheus-port", str(scraped.metrics_port), "--linger", "300"],
+            [sys.executable, str(ROOT / "demo/demo.py"), *demo_args,
+             "--prometheus-port", str(scraped.metrics_port)],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
             env={**os.environ, "NETCL_CACHE_DIR": str(tmp / "cache")},
         )  # fmt: skip
@@ -91,6 +91,41 @@ def scraped_demo(
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
+        yield scraped, demo, demo_err
+    finally:
+        _stop(prom)
+        _stop(demo)
+
+
+DemoUnderPrometheus = Callable[
+    [Path, list[str]],
+    contextlib.AbstractContextManager[tuple[Scraped, "subprocess.Popen[bytes]", Path]],
+]
+
+
+@pytest.fixture(scope="session")
+def demo_under_prometheus(service_binary: Callable[[str, str], str]) -> DemoUnderPrometheus:
+    """``demo_under_prometheus(tmp, demo_args)``: a context manager starting the demo and a real
+    Prometheus scraping it (skipped, or failed under CI=true, without the prometheus binary)."""
+
+    def start(
+        tmp: Path, demo_args: list[str]
+    ) -> contextlib.AbstractContextManager[tuple[Scraped, subprocess.Popen[bytes], Path]]:
+        binary = service_binary("prometheus", "apt-get install -y prometheus")
+        return _demo_under_prometheus(binary, tmp, demo_args)
+
+    return start
+
+
+@pytest.fixture(scope="session")
+def scraped_demo(
+    tmp_path_factory: pytest.TempPathFactory, demo_under_prometheus: DemoUnderPrometheus
+) -> Iterator[Scraped]:
+    """The demo serving metrics (done with its run, lingering) and Prometheus scraping it every
+    second with the shipped rules and console templates, after at least three scrapes."""
+    tmp = tmp_path_factory.mktemp("prometheus")
+    args = ["--steps", str(STEPS), "--linger", "300"]
+    with demo_under_prometheus(tmp, args) as (scraped, demo, demo_err):
         deadline = time.monotonic() + 300
         while "serving metrics" not in demo_err.read_text():
             assert demo.poll() is None, demo_err.read_text()[-3000:]
@@ -110,6 +145,3 @@ def scraped_demo(
             time.sleep(1)
         assert scrapes, "Prometheus never scraped the demo's final values"
         yield scraped
-    finally:
-        _stop(prom)
-        _stop(demo)

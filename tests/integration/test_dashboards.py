@@ -15,21 +15,19 @@ import math
 import os
 import re
 import shutil
-import socket
 import struct
 import subprocess
-import sys
 import time
-import urllib.parse
-import urllib.request
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
+
+if TYPE_CHECKING:
+    from conftest import DemoUnderPrometheus, Scraped
 
 ROOT = Path(__file__).resolve().parents[2]
 OBS = ROOT / "observability"
@@ -132,73 +130,16 @@ def test_alerting_rules(tmp_path: Path, service_binary: Callable[[str, str], str
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-@dataclass
-class Live:
-    """Ports of the soaking demo's metrics endpoint and of the Prometheus scraping it."""
-
-    metrics_port: int
-    prom_port: int
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        """The result vector of an instant query (asserts the query is valid)."""
-        query = urllib.parse.urlencode({"query": promql})
-        url = f"http://127.0.0.1:{self.prom_port}/api/v1/query?{query}"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            body = json.load(resp)
-        assert body["status"] == "success", body
-        return list(body["data"]["result"])
-
-    def get(self, port: int, path: str) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as resp:
-            return str(resp.read().decode())
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
 @pytest.fixture(scope="module")
 def soaking_demo(
-    tmp_path_factory: pytest.TempPathFactory, service_binary: Callable[[str, str], str]
-) -> Iterator[Live]:
+    tmp_path_factory: pytest.TempPathFactory, demo_under_prometheus: DemoUnderPrometheus
+) -> Iterator[Scraped]:
     """The demo's steady workload (``--soak``, device time recorded) serving metrics, and
     Prometheus scraping it every second with the shipped config, rules and console templates,
     once the soak has run READY_AFTER_S seconds."""
-    binary = service_binary("prometheus", "apt-get install -y prometheus")
     tmp = tmp_path_factory.mktemp("soak")
-    scraped = Live(_free_port(), _free_port())
-    config = (OBS / "prometheus.yml").read_text()
-    assert "127.0.0.1:9464" in config and "scrape_interval: 5s" in config
-    config = config.replace("127.0.0.1:9464", f"127.0.0.1:{scraped.metrics_port}")
-    config = config.replace("scrape_interval: 5s", "scrape_interval: 1s")
-    (tmp / "prometheus.yml").write_text(config)
-    shutil.copy(OBS / "alerts.yml", tmp / "alerts.yml")
-    demo_err = tmp / "demo.stderr"
-    with demo_err.open("w") as err:
-        demo = subprocess.Popen(
-            [sys.executable, str(ROOT / "demo/demo.py"), "--steps", "5", "--soak", str(SOAK_S),
-             "--prometheus-port", str(scraped.metrics_port)],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
-            env={**os.environ, "NETCL_CACHE_DIR": str(tmp / "cache")},
-        )  # fmt: skip
-    prom = subprocess.Popen(
-        [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-         f"--web.listen-address=127.0.0.1:{scraped.prom_port}",
-         f"--web.console.templates={OBS / 'consoles'}",
-         f"--web.console.libraries={OBS / 'console_libraries'}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
+    args = ["--steps", "5", "--soak", str(SOAK_S)]
+    with demo_under_prometheus(tmp, args) as (scraped, demo, demo_err):
         deadline = time.monotonic() + 300
         while f"soak: {READY_AFTER_S} s," not in demo_err.read_text():
             assert demo.poll() is None, demo_err.read_text()[-3000:]
@@ -207,9 +148,6 @@ def soaking_demo(
         time.sleep(3)  # a few scrapes of the latest values
         yield scraped
         assert demo.poll() is None, demo_err.read_text()[-3000:]  # still soaking at the end
-    finally:
-        _stop(prom)
-        _stop(demo)
 
 
 # Series that are rightly zero on the demo's workload, and why.
@@ -223,7 +161,7 @@ def _values(result: list[dict[str, Any]]) -> list[float]:
 
 
 @pytest.mark.slow
-def test_every_dashboard_query_has_live_values(soaking_demo: Live) -> None:
+def test_every_dashboard_query_has_live_values(soaking_demo: Scraped) -> None:
     """Every query of every panel returns at least one series, and every series is a finite,
     non-zero number (but those IDLE names): a panel reading 0 or NaN on the live workload
     fails."""
@@ -293,7 +231,7 @@ def _png_pixels(data: bytes) -> np.ndarray[Any, np.dtype[np.uint8]]:
 
 @pytest.mark.slow
 def test_console_page_renders_in_a_browser(
-    soaking_demo: Live, service_binary: Callable[[str, str], str], tmp_path: Path
+    soaking_demo: Scraped, service_binary: Callable[[str, str], str], tmp_path: Path
 ) -> None:
     chromium = service_binary("chromium", "apt-get install -y chromium")
     page = soaking_demo.get(soaking_demo.prom_port, "/consoles/netcl.html")
