@@ -54,7 +54,10 @@ def run(model: Model, step: Step, seconds: float) -> list[str]:
     forever = seconds == float("inf")
     print(f"soak: steady workload {'until Ctrl-C' if forever else f'for {seconds:g} s'}",
           file=sys.stderr, flush=True)  # fmt: skip
-    counts = _Counts(due={"compile": 2.0, "recover": 5.0, "capture": 8.0, "report": 10.0})
+    # the first recovery comes once a scraper has had time to see the counters at zero (a
+    # Prometheus started with the demo scrapes within a few seconds): a counter's increase over a
+    # window needs a sample before the step, and the next recovery is RECOVER_EVERY_S later
+    counts = _Counts(due={"compile": 2.0, "recover": 12.0, "capture": 8.0, "report": 10.0})
     async_sched = Scheduler(async_mode=True)
     t0 = time.monotonic()
     try:
