@@ -31,7 +31,7 @@ from capture_workloads import (
     interleaved,
     interleaved_times,
 )
-from paired import paired_floor
+from paired import HeldQueues, paired_floor
 
 from netcl.runtime.capture import KernelCapture
 
@@ -40,26 +40,7 @@ def _rounds(benchmark: Any, full: int) -> int:
     return 3 if benchmark.disabled else full
 
 
-class _HeldQueue:
-    """Setup of a host-time round: drain the previous round, then hold the queue behind a user
-    event, so the device runs no kernel while the round enqueues (on a CPU device its worker
-    threads would otherwise compete with the timed thread, and the fastest round would depend
-    on the machine's load). ``release()`` lets the held commands run."""
 
-    def __init__(self, queue: cl.CommandQueue) -> None:
-        self.queue = queue
-        self.event: cl.UserEvent | None = None
-
-    def __call__(self) -> None:
-        self.release()
-        self.event = cl.UserEvent(self.queue.context)
-        cl.enqueue_marker(self.queue, wait_for=[self.event])
-
-    def release(self) -> None:
-        if self.event is not None:
-            self.event.set_status(cl.command_execution_status.COMPLETE)
-            self.event = None
-        self.queue.finish()
 
 
 # -- 1. per-launch replay cost against the bare enqueue loop ------------------------------
@@ -74,7 +55,7 @@ def add_loop(queue: cl.CommandQueue) -> AddLoop:
 def test_launch_bare_enqueue_loop(benchmark: Any, add_loop: AddLoop) -> None:
     """The floor: ``cl.enqueue_nd_range_kernel`` in a tight loop, arguments preset."""
     benchmark.extra_info["launches_per_call"] = LAUNCHES
-    held = _HeldQueue(add_loop.queue)
+    held = HeldQueues(add_loop.queue)
     benchmark.pedantic(add_loop.bare, setup=held, rounds=_rounds(benchmark, 200), warmup_rounds=2)
     held.release()
     add_loop.check()
@@ -96,7 +77,7 @@ def test_launch_replay(benchmark: Any, add_loop: AddLoop) -> None:
         replay_over_bare=med["replay"] / med["bare"],
         target_replay_over_bare=1.15,
     )
-    held = _HeldQueue(add_loop.queue)
+    held = HeldQueues(add_loop.queue)
     setup, floor = paired_floor(add_loop.bare, between=held)  # the bare loop, same load
     benchmark.pedantic(add_loop.replay, setup=setup, rounds=_rounds(benchmark, 500),
                        warmup_rounds=2)
@@ -109,9 +90,9 @@ def test_launch_replay(benchmark: Any, add_loop: AddLoop) -> None:
 def test_record_cost(benchmark: Any, add_loop: AddLoop) -> None:
     """Recording (begin, 200 ``knl(...)`` launches, end, the capture dropped) against the same
     200 plain launches; target ≤ 3x. Host cost: each round runs with the queue held (see
-    ``_HeldQueue``), so the device's kernels do not compete with the timed thread (on a CPU
+    ``HeldQueues``), so the device's kernels do not compete with the timed thread (on a CPU
     device they would, and the ratio would fall towards 1 as the kernels dominate)."""
-    held = _HeldQueue(add_loop.queue)
+    held = HeldQueues(add_loop.queue)
     times = interleaved_times(
         {"plain": add_loop.calls, "record": add_loop.record},
         _rounds(benchmark, 100), setup=held,
@@ -184,7 +165,7 @@ def step(request: Any, queue: cl.CommandQueue) -> _Step:
 def test_step_normal(benchmark: Any, step: _Step) -> None:
     """One MLP step (8 layers, batch 16, width 64) executed op by op."""
     benchmark.extra_info.update(kind=step.kind, launches_per_step=step.launches)
-    held = _HeldQueue(step.queue)
+    held = HeldQueues(step.queue)
     benchmark.pedantic(step.normal, setup=held, rounds=_rounds(benchmark, 100), warmup_rounds=2)
     held.release()
 
@@ -216,7 +197,7 @@ def test_step_replay(benchmark: Any, step: _Step) -> None:
         bare_enqueue_us_per_launch=floor * 1e6,
         target_normal_over_replay=5.0,
     )
-    held = _HeldQueue(step.queue)
+    held = HeldQueues(step.queue)
     setup, floor = paired_floor(step.normal, between=held)  # the normal step, same load
     benchmark.pedantic(step.replay, setup=setup, rounds=rounds, warmup_rounds=2)
     benchmark.extra_info["paired_floor_s"] = min(floor)

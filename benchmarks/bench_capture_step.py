@@ -32,7 +32,7 @@ from pyopencl.elementwise import ElementwiseKernel
 
 sys.path.insert(0, str(Path(__file__).parent))
 from capture_workloads import MLP_SRC, interleaved_times
-from paired import paired_floor
+from paired import HeldQueues, paired_floor
 
 from netcl.core.tensor import Tensor
 from netcl.runtime.capture import KernelCapture, capture_step
@@ -40,23 +40,7 @@ from netcl.runtime.capture import KernelCapture, capture_step
 BATCH, WIDTH = 16, 64
 
 
-class _Held:
-    """Drain the queue, then hold it behind a user event until the next call or release()."""
 
-    def __init__(self, queue: cl.CommandQueue) -> None:
-        self.queue = queue
-        self.event: cl.UserEvent | None = None
-
-    def __call__(self) -> None:
-        self.release()
-        self.event = cl.UserEvent(self.queue.context)
-        cl.enqueue_marker(self.queue, wait_for=[self.event])
-
-    def release(self) -> None:
-        if self.event is not None:
-            self.event.set_status(cl.command_execution_status.COMPLETE)
-            self.event = None
-        self.queue.finish()
 
 
 class _Workload:
@@ -176,7 +160,7 @@ def _rounds(benchmark: Any, full: int) -> int:
 def test_step_decorated_vs_hand(benchmark: Any, workload: _Workload) -> None:
     """``capture_step`` against the hand-written ``replay_with_new_buffers``; target ≤ 1.05."""
     workload.check()
-    held = _Held(workload.queue)
+    held = HeldQueues(workload.queue)
     fns = {"hand": workload.hand, "decorated": workload.step}
     host = interleaved_times(fns, _rounds(benchmark, 2000), setup=held)
     held.release()

@@ -28,7 +28,7 @@ import pyopencl as cl
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from paired import paired_floor
+from paired import HeldQueues, paired_floor
 
 from netcl.core import profiling
 from netcl.runtime.capture import KernelCapture
@@ -76,27 +76,12 @@ class _Chain:
         self.capture.replay()
 
 
-class _Held:
-    """Round setup: drain both queues, then hold each behind a user event, so the device runs
-    nothing while a round enqueues (only host time is compared)."""
-
-    def __init__(self, *queues: cl.CommandQueue) -> None:
-        self.queues = queues
-        self.events: list[cl.UserEvent] = []
-
-    def __call__(self) -> None:
-        self.release()
-        for q in self.queues:
-            ev = cl.UserEvent(q.context)
-            cl.enqueue_marker(q, wait_for=[ev])
-            self.events.append(ev)
+class _Held(HeldQueues):
+    """Round setup: hold the queues (see HeldQueues); releasing also collects the device time
+    of the round, so collection never falls into a timed round."""
 
     def release(self) -> None:
-        for ev in self.events:
-            ev.set_status(cl.command_execution_status.COMPLETE)
-        self.events = []
-        for q in self.queues:
-            q.finish()
+        super().release()
         profiling.flush(5.0)
 
 

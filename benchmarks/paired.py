@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pyopencl as cl
+
 
 def paired_floor(
     floor: Callable[[], object], between: Callable[[], object] | None = None
@@ -37,3 +39,28 @@ def paired_floor(
             between()
 
     return setup, times
+
+
+class HeldQueues:
+    """Setup of a host-time round: drain the previous round, then hold each queue behind a user
+    event, so the device runs no command while the round enqueues (on a CPU device its worker
+    threads would otherwise compete with the timed thread, and the fastest round would depend
+    on the machine's load). ``release()`` lets the held commands run and drains the queues."""
+
+    def __init__(self, *queues: cl.CommandQueue) -> None:
+        self.queues = queues
+        self.events: list[cl.UserEvent] = []
+
+    def __call__(self) -> None:
+        self.release()
+        for q in self.queues:
+            ev = cl.UserEvent(q.context)
+            cl.enqueue_marker(q, wait_for=[ev])
+            self.events.append(ev)
+
+    def release(self) -> None:
+        for ev in self.events:
+            ev.set_status(cl.command_execution_status.COMPLETE)
+        self.events = []
+        for q in self.queues:
+            q.finish()
