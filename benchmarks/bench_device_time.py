@@ -8,6 +8,10 @@ reports agrees with the device's own event timestamps.
    fastest rounds (target <= 1.10) and of the medians; ``e2e_ratio``: the time per replay of a
    sustained loop of replay + finish, with the collection of the device time (the collector's
    thread and a final ``profiling.flush``) included, against the same loop on the plain queue.
+   ``driver_ratio``: the driver's own share, the same 64 launches enqueued by hand (events
+   dropped, as a plain replay does) on the profiling queue against the plain one, interleaved
+   round by round with the queues held; ``netcl_over_driver``: ``ratio_min`` over it, what
+   netcl adds on top of what the driver charges for timestamps.
 2. ``test_device_duration_matches_raw_events`` replays a capture of 64 kernels ``REPEATS`` times
    and reads the device duration netcl recorded (the collector's ``REPLAY`` totals); in the same
    run it enqueues the same 64 kernels by hand on the same queue and sums ``end - start`` of their
@@ -28,6 +32,7 @@ import pyopencl as cl
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from capture_workloads import interleaved_times
 from paired import HeldQueues, paired_floor
 
 from netcl.core import profiling
@@ -71,6 +76,12 @@ class _Chain:
     def by_hand(self) -> list[cl.Event]:
         q, k, size = self.queue, self.kernel, (self.size,)
         return [cl.enqueue_nd_range_kernel(q, k, size, None) for _ in range(KERNELS)]
+
+    def bare(self) -> None:
+        """The launches by hand, each event dropped at once (the driver's floor)."""
+        q, k, size = self.queue, self.kernel, (self.size,)
+        for _ in range(KERNELS):
+            cl.enqueue_nd_range_kernel(q, k, size, None)
 
     def replay(self) -> None:
         self.capture.replay()
@@ -119,6 +130,9 @@ def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, _Chain]) -> None:
     mine = list(stats.data) if stats is not None else []
     n = 5 if benchmark.disabled else 200
     e2e_plain, e2e_profiled = _sustained(plain, n), _sustained(profiled, n)
+    driver = interleaved_times({"plain": plain.bare, "profiled": profiled.bare},
+                               _rounds(benchmark, 300), setup=held)
+    held.release()
     info = {
         "kernels_per_replay": KERNELS,
         "paired_floor_s": min(floor),
@@ -127,9 +141,11 @@ def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, _Chain]) -> None:
         "e2e_profiled_s": e2e_profiled,
         "e2e_ratio": e2e_profiled / e2e_plain,
     }
+    info["driver_ratio"] = min(driver["profiled"]) / min(driver["plain"])
     if mine:
         info["ratio_min"] = min(mine) / min(floor)
         info["ratio_median"] = statistics.median(mine) / statistics.median(floor)
+        info["netcl_over_driver"] = info["ratio_min"] / info["driver_ratio"]
     benchmark.extra_info.update(info)
     print("\nprofiled vs plain replay:", {k: round(v, 9) for k, v in info.items()})
     assert replays >= 3  # every profiled round's device time reached the collector

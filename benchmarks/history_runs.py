@@ -56,6 +56,13 @@ class Run:
         bench = self.benchmarks.get(name)
         return float(bench["stats"]["min"]) if bench else None
 
+    def floor(self, name: str) -> float | None:
+        """The fastest round of the floor a paired benchmark timed right before each of its
+        own rounds (``extra_info["paired_floor_s"]``, benchmarks/paired.py), if it did."""
+        bench = self.benchmarks.get(name)
+        value = (bench or {}).get("extra_info", {}).get("paired_floor_s")
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
     def summary(self) -> dict[str, Any]:
         return {"id": self.id, "commit": self.commit, "date": self.date, "path": str(self.path),
                 "injected": self.injected}
@@ -102,7 +109,8 @@ class Comparison:
     old: Run
     new: Run
     history: list[Run]  # the clean runs of the machine before ``new`` the noise comes from
-    machine_spread: float | None
+    machine_spread: float | None  # of lone fastest rounds
+    paired_spread: float | None  # of paired benchmarks' ratios to their floors
     changes: list[hs.Change]
     began: dict[str, Run | None]  # regression/improvement -> the run where its step began
     only_in_one: list[str]
@@ -120,8 +128,8 @@ def machine_runs(saved: list[Run], run: Run) -> list[Run]:
     return [r for r in same if (str(r.doc.get("datetime", "")), r.path.name) <= key]
 
 
-def _began(series_runs: list[Run], name: str, old: Run, band: float) -> Run | None:
-    at = hs.step_start([r.fastest(name) for r in series_runs], band)
+def _began(series_runs: list[Run], name: str, old: Run, band: float, ref: Run) -> Run | None:
+    at = hs.step_start([_compared(r, name, ref) for r in series_runs], band)
     if at is None:
         return None
     start = series_runs[at]
@@ -129,25 +137,50 @@ def _began(series_runs: list[Run], name: str, old: Run, band: float) -> Run | No
     return start if at > old_at else None  # a step before ``old`` is not this change
 
 
+def _compared(run: Run, name: str, ref: Run) -> float | None:
+    """The time compared: the fastest round, and for a benchmark paired with its floor in
+    both runs, that round as it would read under ``ref``'s machine state (scaled by the ratio
+    of the two floors). A shared machine flips between states 1.5-2x apart for seconds at a
+    time, moving a lone fastest round as much as a real regression would; the floor, timed in
+    the same window, moves with it, and the ratio of the two stays within a few percent."""
+    t, floor, ref_floor = run.fastest(name), run.floor(name), ref.floor(name)
+    if t is None or floor is None or ref_floor is None:
+        return t
+    return t * ref_floor / floor
+
+
 def compare_runs(old: Run, new: Run, saved: list[Run]) -> Comparison:
-    """Each benchmark of both runs: the change of its fastest round against its noise band,
-    and for a change, the run where its step began."""
+    """Each benchmark of both runs: the change of its fastest round (against its paired floor
+    where it timed one) against its noise band, and for a change, the run where its step
+    began."""
     series = machine_runs(saved, new)
     history = [r for r in series[:-1] if not r.injected and r.path != new.path][-WINDOW:]
     names = [n for n in new.benchmarks if n in old.benchmarks]
-    histories = {n: [t for r in history if (t := r.fastest(n)) is not None] for n in names}
-    machine = hs.machine_spread(histories)
+    histories = {n: [t for r in history if (t := _compared(r, n, new)) is not None]
+                 for n in names}
+    is_paired = {n: old.floor(n) is not None and new.floor(n) is not None for n in names}
+    # the prior a short history borrows: the typical spread of the machine's benchmarks of the
+    # same kind (a paired ratio moves a few percent where a lone fastest round can move 2x)
+    machine, paired_machine = (
+        hs.machine_spread({n: h for n, h in histories.items() if is_paired[n] == kind})
+        for kind in (False, True))
     changes, began = [], {}
     for n in names:
-        noise = hs.noise(histories[n], machine,
-                         hs.rounds_precision(old.benchmarks[n]["stats"]),
-                         hs.rounds_precision(new.benchmarks[n]["stats"]), len(names))
-        change = hs.classify(n, float(old.fastest(n) or 0), float(new.fastest(n) or 0), noise)
+        paired = is_paired[n]
+        # a paired floor saw the same load as the rounds, so the rounds' spread says nothing
+        # about the ratio (measured: rounds' median 2x their fastest, ratio within 4% run to run)
+        u_old, u_new = (0.0, 0.0) if paired else (
+            hs.rounds_precision(old.benchmarks[n]["stats"]),
+            hs.rounds_precision(new.benchmarks[n]["stats"]))
+        noise = hs.noise(histories[n], paired_machine if paired else machine, u_old, u_new,
+                         len(names))
+        change = hs.classify(n, float(_compared(old, n, new) or 0),
+                             float(new.fastest(n) or 0), noise, paired)
         changes.append(change)
         if change.verdict in ("regression", "improvement") and noise.band is not None:
-            began[n] = _began(series, n, old, noise.band)
+            began[n] = _began(series, n, old, noise.band, new)
     only = sorted(set(old.benchmarks) ^ set(new.benchmarks))
-    return Comparison(old, new, history, machine, changes, began, only)
+    return Comparison(old, new, history, machine, paired_machine, changes, began, only)
 
 
 def gated(run: Run) -> dict[str, dict[str, Any]]:
@@ -168,6 +201,7 @@ def gated(run: Run) -> dict[str, dict[str, Any]]:
 def change_doc(c: hs.Change, began: Run | None) -> dict[str, Any]:
     band = c.noise.ratio_band
     return {"name": c.name, "old_s": c.old, "new_s": c.new, "ratio": round(c.ratio, 4),
+            "against_paired_floor": c.paired,
             "noise_band": [round(band[0], 4), round(band[1], 4)] if band else None,
             "noise": {"history_runs": c.noise.history_runs,
                       "history_spread": c.noise.history_spread,
@@ -186,7 +220,8 @@ def comparison_doc(cmp: Comparison, note: str = "") -> dict[str, Any]:
     return {
         "old": cmp.old.summary(), "new": cmp.new.summary(), "note": note,
         "history": {"runs": [r.id for r in cmp.history], "min_runs": hs.MIN_HISTORY,
-                    "machine_spread": cmp.machine_spread},
+                    "machine_spread": cmp.machine_spread,
+                    "paired_spread": cmp.paired_spread},
         **lists,
         "only_in_one_run": cmp.only_in_one,
         "gated": [{"name": name, "limit": fig["limit"], "old": old_g.get(name, {}).get("value"),

@@ -1,8 +1,11 @@
 """Change detection that knows the noise, and where a change began (benchmarks/history.py).
 
 The statistic is each benchmark's fastest round, as the gate's, compared on a log scale (a
-change is a ratio). A change between two runs counts only when it is outside the benchmark's
-noise band; everything inside it is "unchanged".
+change is a ratio). A benchmark that times its floor right before each of its rounds (paired,
+benchmarks/paired.py) is compared against that floor: its fastest round over the floor's, which
+a machine-wide change of speed between runs leaves in place (benchmarks/history_runs.py). A
+change between two runs counts only when it is outside the benchmark's noise band; everything
+inside it is "unchanged".
 
 The noise band of a benchmark, as a log-ratio half-width::
 
@@ -12,14 +15,18 @@ The noise band of a benchmark, as a log-ratio half-width::
   (no injected slowdown) of the same machine before the newer run. Per benchmark it is the
   root mean square of successive differences over sqrt(2) (a step inside the history inflates it
   less than a standard deviation would), shrunk towards the machine's typical spread (the median
-  over its benchmarks) with the weight of ``PRIOR_RUNS`` runs: with a short history a benchmark
-  borrows the machine's noise level, with a long one it has its own. Fewer than ``MIN_HISTORY``
+  over its benchmarks of the same kind, paired or not) with the weight of ``PRIOR_RUNS`` runs:
+  with a short history a benchmark borrows the machine's noise level, with a long one it has its
+  own. Fewer than ``MIN_HISTORY``
   earlier clean runs: the spread is unknown and the benchmark is reported as "history too
   short", never guessed.
 - ``u``, what the run's own rounds say: ``ln(median / fastest)``, how far load pushed the typical
   round away from the fastest (for fewer than 8 rounds the third quartile, as the median of a
   handful says little). A fastest round that rests on a few undisturbed rounds among many slow
-  ones moves more from run to run; with tight rounds it is stable.
+  ones moves more from run to run; with tight rounds it is stable. A paired benchmark has no
+  such term: its floor was timed in the same windows as its rounds, so what load does to the
+  rounds it does to the floor too, and the ratio's own run-to-run spread is what the history
+  measures.
 - ``z``: the quantile for a 5% chance of one false alarm over all benchmarks compared
   (Bonferroni), so a clean pair of runs flags nothing nineteen times in twenty: Student's t with
   ``PRIOR_RUNS + runs - 2`` degrees of freedom, as the spread is itself estimated from few runs
@@ -72,6 +79,7 @@ class Change:
     new: float
     noise: Noise
     verdict: str  # "regression", "improvement", "unchanged", "history too short"
+    paired: bool = False  # old is scaled by the ratio of the runs' paired floors
 
     @property
     def ratio(self) -> float:
@@ -127,13 +135,13 @@ def noise(history: Sequence[float], machine: float | None, u_old: float, u_new: 
     return Noise(band, len(history), own, machine, rounds)
 
 
-def classify(name: str, old: float, new: float, band: Noise) -> Change:
+def classify(name: str, old: float, new: float, band: Noise, paired: bool = False) -> Change:
     if band.band is None:
-        return Change(name, old, new, band, "history too short")
+        return Change(name, old, new, band, "history too short", paired)
     step = math.log(new / old)
     verdict = ("regression" if step > band.band else
                "improvement" if step < -band.band else "unchanged")
-    return Change(name, old, new, band, verdict)
+    return Change(name, old, new, band, verdict, paired)
 
 
 def step_start(series: Sequence[float | None], band: float) -> int | None:

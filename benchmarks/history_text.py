@@ -47,7 +47,8 @@ def _findings(cmp: Comparison) -> None:
         print(f"{title}: {len(found) or 'none'}")
         for c in found:
             doc = change_doc(c, cmp.began.get(c.name))
-            print(f"  {c.name[:40]:40} x{c.ratio:.3f} ({_band(c)}), {_began(doc)}")
+            paired = ", against its paired floor" if c.paired else ""
+            print(f"  {c.name[:40]:40} x{c.ratio:.3f} ({_band(c)}{paired}), {_began(doc)}")
     print(f"unchanged (within their noise): {len(cmp.of('unchanged'))}")
     short = cmp.of("history too short")
     if short:
@@ -68,6 +69,8 @@ def print_comparison(cmp: Comparison, runs: list[Run], note: str) -> int:
     if note:
         _say(f"compare: {note}")
     spread = f", machine spread {cmp.machine_spread:.1%} a run" if cmp.machine_spread else ""
+    if cmp.paired_spread:
+        spread += f" ({cmp.paired_spread:.1%} for paired benchmarks)"
     _say(f"noise: {len(cmp.history)} earlier clean run(s) of this machine "
          f"({', '.join(r.id for r in cmp.history) or 'none'}){spread}; changes of "
          f"{cmp.new.id} against {cmp.old.id}")

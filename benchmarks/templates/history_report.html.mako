@@ -75,6 +75,9 @@ ${s["latest"].label} at ${s["latest"].date}\
 % if cmp.machine_spread:
 ; typical run-to-run spread ${'%.1f' % (cmp.machine_spread * 100)}%\
 % endif
+% if cmp.paired_spread:
+ (${'%.1f' % (cmp.paired_spread * 100)}% for benchmarks paired with their floor, judged against it)\
+% endif
 .</p>
 ${changes("Regressions", s["lists"]["regression"], "regression")}
 ${changes("Improvements", s["lists"]["improvement"], "improvement")}
