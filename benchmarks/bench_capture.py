@@ -31,7 +31,7 @@ from capture_workloads import (
     interleaved,
     interleaved_times,
 )
-from paired import HeldQueues, paired_floor
+from paired import HeldQueues, paired_floor, record_floor
 
 from netcl.runtime.capture import KernelCapture
 
@@ -81,7 +81,7 @@ def test_launch_replay(benchmark: Any, add_loop: AddLoop) -> None:
     setup, floor = paired_floor(add_loop.bare, between=held)  # the bare loop, same load
     benchmark.pedantic(add_loop.replay, setup=setup, rounds=_rounds(benchmark, 500),
                        warmup_rounds=2)
-    benchmark.extra_info["paired_floor_s"] = min(floor)
+    record_floor(benchmark, floor)
     held.release()
     add_loop.check()
 
@@ -200,7 +200,7 @@ def test_step_replay(benchmark: Any, step: _Step) -> None:
     held = HeldQueues(step.queue)
     setup, floor = paired_floor(step.normal, between=held)  # the normal step, same load
     benchmark.pedantic(step.replay, setup=setup, rounds=rounds, warmup_rounds=2)
-    benchmark.extra_info["paired_floor_s"] = min(floor)
+    record_floor(benchmark, floor)
     held.release()
     step.check()
 

@@ -32,7 +32,7 @@ from pyopencl.elementwise import ElementwiseKernel
 
 sys.path.insert(0, str(Path(__file__).parent))
 from capture_workloads import MLP_SRC, interleaved_times
-from paired import HeldQueues, paired_floor
+from paired import HeldQueues, paired_floor, record_floor
 
 from netcl.core.tensor import Tensor
 from netcl.runtime.capture import KernelCapture, capture_step
@@ -188,6 +188,6 @@ def test_step_decorated_vs_hand(benchmark: Any, workload: _Workload) -> None:
     setup, floor = paired_floor(workload.hand, between=held)
     benchmark.pedantic(workload.step, setup=setup, rounds=_rounds(benchmark, 1000),
                        warmup_rounds=5)
-    benchmark.extra_info["paired_floor_s"] = min(floor)
+    record_floor(benchmark, floor)
     held.release()
     workload.check()

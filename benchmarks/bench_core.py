@@ -23,7 +23,7 @@ from netcl.core import telemetry
 from netcl.core.memory import BufferPool
 
 sys.path.insert(0, str(Path(__file__).parent))
-from paired import paired_floor
+from paired import paired_floor, record_floor
 
 _tracer = telemetry.Scope("netcl.bench", "netcl-core").tracer
 _N = 1000  # calls per round: a single call is below the timer's resolution
@@ -81,7 +81,7 @@ def test_pool_allocate_release(benchmark: BenchmarkFixture, queue: cl.CommandQue
         rounds=1 if benchmark.disabled else 500,
         warmup_rounds=3,
     )
-    benchmark.extra_info["paired_floor_s"] = min(floor_times)
+    record_floor(benchmark, floor_times)
     s = pool.stats
     assert s.live_tensors == 0 and s.misses == 1  # statistics kept: one block, reused
 

@@ -27,7 +27,7 @@ from netcl.core.tensor import Tensor
 from netcl.runtime.graph import Graph, GraphExecutor, TensorRef
 
 sys.path.insert(0, str(Path(__file__).parent))
-from paired import paired_floor
+from paired import paired_floor, record_floor
 
 _SRC = r"""
 __kernel void relu(__global const float *a, __global float *out) {
@@ -143,7 +143,7 @@ def test_graph_overhead_executor_run(
     setup, floor = paired_floor(hand_run)
     benchmark.pedantic(graph_run, setup=setup, warmup_rounds=3,
                        rounds=1 if benchmark.disabled else (2000 if kind == "noop" else 300))
-    benchmark.extra_info["paired_floor_s"] = min(floor)
+    record_floor(benchmark, floor)
     # the in-run ratio: interleave the two measurements so machine noise hits both alike
     rounds = 1 if benchmark.disabled else 3
     t_graph = t_hand = float("inf")

@@ -63,6 +63,13 @@ class Run:
         value = (bench or {}).get("extra_info", {}).get("paired_floor_s")
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
+    def paired_ratio(self, name: str) -> float | None:
+        """A paired benchmark's median ratio of each round to the floor timed right before it
+        (``extra_info["paired_ratio_median"]``, benchmarks/paired.py), if it was recorded."""
+        bench = self.benchmarks.get(name)
+        value = (bench or {}).get("extra_info", {}).get("paired_ratio_median")
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
     def summary(self) -> dict[str, Any]:
         return {"id": self.id, "commit": self.commit, "date": self.date, "path": str(self.path),
                 "injected": self.injected}
@@ -139,13 +146,17 @@ def _began(series_runs: list[Run], name: str, old: Run, band: float, ref: Run) -
 
 def _compared(run: Run, name: str, ref: Run) -> float | None:
     """The time compared: the fastest round, and for a benchmark paired with its floor in
-    both runs, that round as it would read under ``ref``'s machine state (scaled by the ratio
-    of the two floors). A shared machine flips between states 1.5-2x apart for seconds at a
-    time, moving a lone fastest round as much as a real regression would; the floor, timed in
-    the same window, moves with it, and the ratio of the two stays within a few percent."""
+    both runs, its ratio to the floor times ``ref``'s floor: the time it would take under
+    ``ref``'s machine state. The ratio is the median of the per-round ratios where both runs
+    recorded it, else the ratio of the fastest rounds. A shared machine flips between states
+    1.5-2x apart for seconds at a time, moving a lone fastest round as much as a real
+    regression would; the floor, timed in the same window, moves with it."""
     t, floor, ref_floor = run.fastest(name), run.floor(name), ref.floor(name)
     if t is None or floor is None or ref_floor is None:
         return t
+    ratio, ref_ratio = run.paired_ratio(name), ref.paired_ratio(name)
+    if ratio is not None and ref_ratio is not None:
+        return ratio * ref_floor
     return t * ref_floor / floor
 
 
@@ -173,9 +184,9 @@ def compare_runs(old: Run, new: Run, saved: list[Run]) -> Comparison:
             hs.rounds_precision(old.benchmarks[n]["stats"]),
             hs.rounds_precision(new.benchmarks[n]["stats"]))
         noise = hs.noise(histories[n], paired_machine if paired else machine, u_old, u_new,
-                         len(names))
+                         len(names), own_only=paired)
         change = hs.classify(n, float(_compared(old, n, new) or 0),
-                             float(new.fastest(n) or 0), noise, paired)
+                             float(_compared(new, n, new) or 0), noise, paired)
         changes.append(change)
         if change.verdict in ("regression", "improvement") and noise.band is not None:
             began[n] = _began(series, n, old, noise.band, new)

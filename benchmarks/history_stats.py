@@ -26,7 +26,10 @@ The noise band of a benchmark, as a log-ratio half-width::
   ones moves more from run to run; with tight rounds it is stable. A paired benchmark has no
   such term: its floor was timed in the same windows as its rounds, so what load does to the
   rounds it does to the floor too, and the ratio's own run-to-run spread is what the history
-  measures.
+  measures. Paired benchmarks differ too much in that spread (0.5% for the replay's ratio,
+  10-20% for a step's) to borrow one another's: a paired benchmark's band rests on its own
+  spread alone, from at least ``MIN_HISTORY + 1`` earlier clean runs (Student's t with their
+  degrees of freedom); before that its history is "too short".
 - ``z``: the quantile for a 5% chance of one false alarm over all benchmarks compared
   (Bonferroni), so a clean pair of runs flags nothing nineteen times in twenty: Student's t with
   ``PRIOR_RUNS + runs - 2`` degrees of freedom, as the spread is itself estimated from few runs
@@ -119,18 +122,21 @@ def z_quantile(compared: int, dof: float = math.inf) -> float:
 
 
 def noise(history: Sequence[float], machine: float | None, u_old: float, u_new: float,
-          compared: int) -> Noise:
+          compared: int, own_only: bool = False) -> Noise:
     """A benchmark's noise band from its history (earlier clean runs' fastest rounds, oldest
-    first), the machine's spread, and the two runs' own precision."""
+    first), the machine's spread, and the two runs' own precision. ``own_only`` (a paired
+    benchmark): the spread is the benchmark's own, from at least ``MIN_HISTORY + 1`` runs."""
     rounds = math.hypot(u_old, u_new)
     own = spread(history)
-    if len(history) < MIN_HISTORY or own is None or machine is None:
+    prior = 0 if own_only else PRIOR_RUNS
+    if (len(history) < MIN_HISTORY + (1 if own_only else 0) or own is None
+            or (machine is None and not own_only)):
         return Noise(None, len(history), own, machine, rounds)
     dof = len(history) - 1
-    shrunk = math.sqrt((PRIOR_RUNS * machine**2 + dof * own**2) / (PRIOR_RUNS + dof))
+    shrunk = math.sqrt((prior * (machine or 0.0) ** 2 + dof * own**2) / (prior + dof))
     # a spread known from few runs is uncertain itself: Student's t with the runs (and the
     # prior's weight) as degrees of freedom widens the band while the history is short
-    z = z_quantile(compared, PRIOR_RUNS + dof)
+    z = z_quantile(compared, prior + dof)
     band = max(FLOOR, math.hypot(z * math.sqrt(2) * shrunk, rounds))
     return Noise(band, len(history), own, machine, rounds)
 

@@ -10,13 +10,20 @@ the floor's fastest round goes into ``extra_info[key]`` (seconds), where the gat
 
     setup, floor = paired_floor(add_loop.bare, between=held)
     benchmark.pedantic(add_loop.replay, setup=setup, rounds=200, warmup_rounds=2)
-    benchmark.extra_info["paired_floor_s"] = min(floor)
+    record_floor(benchmark, floor)
+
+``record_floor`` also stores the median of the per-round ratios (each round over the floor timed
+right before it, ``paired_ratio_median``): the two halves of one round see the same machine
+state, so that median barely moves when the machine is slow for part of a run, and the history
+(benchmarks/history_runs.py) compares it.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pyopencl as cl
 
@@ -39,6 +46,21 @@ def paired_floor(
             between()
 
     return setup, times
+
+
+def record_floor(benchmark: Any, floor: list[float]) -> None:
+    """Store a paired benchmark's floor in ``extra_info``: its fastest round
+    (``paired_floor_s``, the gate's), and the median of the ratios of each round to the floor
+    timed before it (``paired_ratio_median``, the history's) when the rounds' times are known.
+    ``floor`` holds one time per round, warm-up rounds first (as ``paired_floor``'s setup
+    fills it)."""
+    benchmark.extra_info["paired_floor_s"] = min(floor)
+    stats = getattr(benchmark, "stats", None)
+    rounds = list(getattr(getattr(stats, "stats", None), "data", None) or [])
+    if rounds and len(floor) >= len(rounds):
+        ratios = [t / f for t, f in zip(rounds, floor[-len(rounds):], strict=True) if f > 0]
+        if ratios:
+            benchmark.extra_info["paired_ratio_median"] = statistics.median(ratios)
 
 
 class HeldQueues:

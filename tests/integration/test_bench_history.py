@@ -206,14 +206,66 @@ def test_a_paired_benchmark_is_judged_against_its_floor(
     assert reg["began"]["id"] == "0006"
 
 
-def _pair_floor(folder: Path, n: int, floor: float) -> None:
-    """Give run ``n``'s test_launch_replay a paired floor of ``floor`` seconds."""
+def _pair_floor(folder: Path, n: int, floor: float, median: float | None = None) -> None:
+    """Give run ``n``'s test_launch_replay a paired floor of ``floor`` seconds (and a median
+    per-round ratio to it)."""
     (path,) = folder.glob(f"{n:04d}_*.json")
     doc = json.loads(path.read_text())
     for b in doc["benchmarks"]:
         if b["name"] == "test_launch_replay":
             b["extra_info"]["paired_floor_s"] = floor
+            if median is not None:
+                b["extra_info"]["paired_ratio_median"] = median
     path.write_text(json.dumps(doc))
+
+
+def test_a_paired_benchmark_is_judged_by_its_median_round_ratio(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the fastest rounds of replay and floor fell in different machine states in run 0003
+    # (their ratio 1.3), while the median of the per-round ratios stayed at 1.0: no alarm, and
+    # the history stays tight enough to see run 0005's x1.5 of the per-round ratio
+    store = _storage(tmp_path, clean=4, injected=False)
+    folder = store / "Linux-CPython-3.11-64bit"
+    medians = [1.0, 1.01, 0.99, 1.005]
+    for n in range(1, 5):
+        floor = BASE["test_launch_replay"] * JITTER[n % len(JITTER)]
+        _pair_floor(folder, n, floor / (1.3 if n == 3 else 1.0), medians[n - 1])
+    _run(folder, 5, {})
+    _pair_floor(folder, 5, BASE["test_launch_replay"] * JITTER[5], 1.5)
+    doc = _compare_json(capsys, store, "0003")
+    assert doc["history_too_short"][0]["name"] == "test_launch_replay"  # own spread: 3 runs
+    doc = _compare_json(capsys, store, "0004")
+    assert "test_launch_replay" in _names(doc, "unchanged")
+    doc = _compare_json(capsys, store, "0005")
+    assert _names(doc, "regressions") == ["test_launch_replay"]
+    assert doc["regressions"][0]["ratio"] == pytest.approx(1.5 / 1.005, rel=1e-3)
+
+
+def test_record_floor_stores_the_median_round_ratio(tmp_path: Path) -> None:
+    """benchmarks/paired.py in a real pytest-benchmark run: the floor's fastest round and the
+    median of each round over the floor timed right before it."""
+    (tmp_path / "bench_pair.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
+        "from paired import paired_floor, record_floor\n"
+        "def test_pair(benchmark):\n"
+        "    setup, floor = paired_floor(lambda: sum(range(20000)))\n"
+        "    benchmark.pedantic(lambda: sum(range(60000)), setup=setup, rounds=60,\n"
+        "                       warmup_rounds=3)\n"
+        "    assert len(floor) == 63\n"
+        "    record_floor(benchmark, floor)\n")
+    out = tmp_path / "out.json"
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", str(tmp_path / "bench_pair.py"), "-q", "-p",
+         "no:randomly", "-p", "no:cacheprovider", "--benchmark-only",
+         f"--benchmark-json={out}"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (bench,) = json.loads(out.read_text())["benchmarks"]
+    info = bench["extra_info"]
+    assert 0 < info["paired_floor_s"] < bench["stats"]["min"]
+    assert 2.0 < info["paired_ratio_median"] < 4.5  # three times the work
 
 
 def test_where_a_step_began() -> None:
