@@ -43,6 +43,22 @@ def test_importing_a_package_loads_no_structlog(module: str) -> None:
     assert _loaded_after(f"import {module}") == []
 
 
+def test_importing_capture_loads_no_step_machinery() -> None:
+    """capture_step (its modules and pyopencl.array) loads on first use, and then works."""
+    code = """
+        import sys
+        import netcl.runtime.capture as c
+        print(' '.join(m for m in ('netcl.runtime.capture._step', 'pyopencl.array')
+                       if m in sys.modules))
+        from netcl.runtime.capture import capture_step, CapturedStep
+        print(isinstance(capture_step(lambda: None), CapturedStep), 'capture_step' in vars(c))
+        """
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["", "True True"], proc.stdout
+
+
 def test_netcl_info_loads_no_structlog() -> None:
     code = """
         import contextlib, io

@@ -7,17 +7,33 @@ copies and fills) of the thread that called ``begin()``; ``replay()`` enqueues t
 with per-launch host cost close to a bare ``enqueue_nd_range_kernel``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from netcl.runtime.capture._capture import KernelCapture, get_capture
 from netcl.runtime.capture._intercept import capture_disabled
-
-# after KernelCapture: the step module builds on it
-from netcl.runtime.capture._step import (
-    CapturedStep,
-    StepCheckError,
-    StepStats,
-    capture_step,
-)
 from netcl.runtime.capture.version import __version__ as __version__
+
+if TYPE_CHECKING:
+    from netcl.runtime.capture._step import (
+        CapturedStep,
+        StepCheckError,
+        StepStats,
+        capture_step,
+    )
+
+# capture_step and its types load on first use: the step modules (and pyopencl.array, which
+# they need) are most of this package's import time, and a KernelCapture user never needs them
+_STEP_NAMES = frozenset({"CapturedStep", "StepCheckError", "StepStats", "capture_step"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _STEP_NAMES:
+        from netcl.runtime.capture import _step
+
+        value = getattr(_step, name)
+        globals()[name] = value  # later lookups are plain attribute reads
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "CapturedStep",
