@@ -226,3 +226,111 @@ def test_a_copy_between_disjoint_ranges_of_one_buffer_is_allowed(
     done.wait()
     got = host_read(shared, N)
     np.testing.assert_allclose(got[N // 2 :], np.arange(N // 2) * 10)
+
+
+def test_a_copy_into_the_range_just_before_its_source_is_allowed(
+    queue: cl.CommandQueue, buf: Any, host_read: Any
+) -> None:
+    # the mirror of the case above: the second half of src into the first half of dst; the two
+    # ranges of the shared buffer touch at one byte boundary and do not overlap
+    half = 4 * (N // 2)
+    src, dst = buf(np.arange(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+    with cap:
+        cl.enqueue_copy(queue, dst, src, byte_count=half, src_offset=half)
+    shared = buf(np.arange(N) * 10)
+    done: Any = cap.replay_with_new_buffers({src.int_ptr: shared, dst.int_ptr: shared})
+    done.wait()
+    np.testing.assert_allclose(host_read(shared, N)[: N // 2], np.arange(N // 2, N) * 10)
+
+
+def test_a_replacement_needs_only_the_bytes_its_own_operand_touches(
+    queue: cl.CommandQueue, buf: Any, host_read: Any
+) -> None:
+    # a copy of the first 4N bytes of a larger source into dst at an offset: the source's
+    # replacement needs 4N bytes, neither the recorded source's size nor the destination's
+    # offset + count
+    src, dst = buf(np.zeros(N + 16)), buf(np.zeros(N + 16))
+    cap = KernelCapture()
+    with cap:
+        cl.enqueue_copy(queue, dst, src, byte_count=4 * N, dst_offset=OFF)
+    exact = buf(np.arange(N) + 1.0)
+    done: Any = cap.replay_with_new_buffers({src.int_ptr: exact})
+    done.wait()
+    np.testing.assert_allclose(host_read(dst, N + 16)[OFF // 4 :], np.arange(N) + 1.0)
+
+
+def test_a_buffer_of_a_launch_after_repeated_launches_can_be_rebound(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
+) -> None:
+    # repeated launches of one shape stand for one another; the launch after them, of another
+    # shape, is indexed too: its own buffer can be rebound
+    a, tmp, out = buf(np.arange(N)), buf(np.zeros(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+    with cap:
+        kernels.add(queue, (N,), None, tmp, a, a)
+        kernels.add(queue, (N,), None, tmp, a, a)
+        kernels.scale_shift(queue, (N,), None, out, tmp, 2.0, 1)
+    other = buf(np.zeros(N))
+    done: Any = cap.replay_with_new_buffers({out.int_ptr: other})
+    done.wait()
+    np.testing.assert_allclose(host_read(other, N), np.arange(N) * 4.0 + 1)
+    with pytest.raises(ValueError, match="recorded buffers: 0x"):  # the message lists them
+        cap.replay_with_new_buffers({other.int_ptr: other})
+
+
+# -- the errors in full: each names the object, what was expected and what was found -------
+
+WHO = "KernelCapture.replay_with_new_buffers"
+
+
+def _message(cap: KernelCapture, mapping: Any, exc: type[Exception]) -> str:
+    with pytest.raises(exc) as info:
+        cap.replay_with_new_buffers(mapping)
+    return str(info.value)
+
+
+def test_every_refusal_message_in_full(
+    chain: Any, copy_chain: Any, buf: Any, ctx: cl.Context, queue: cl.CommandQueue
+) -> None:
+    cap, a, b, tmp, out, out2 = chain
+    assert _message(cap, {a: a}, TypeError) == (
+        f"{WHO}: keys must be cl.Buffer.int_ptr values (int), got Buffer {a!r}")
+    assert _message(cap, {True: a}, TypeError) == (
+        f"{WHO}: keys must be cl.Buffer.int_ptr values (int), got bool True")
+    recorded = ", ".join(hex(p) for p in (tmp.int_ptr, a.int_ptr, b.int_ptr, out.int_ptr,
+                                          out2.int_ptr))
+    stranger = buf(np.zeros(N))
+    assert _message(cap, {stranger.int_ptr: stranger}, ValueError) == (
+        f"{WHO}: key {stranger.int_ptr:#x} matches no buffer of the recorded arguments "
+        f"(recorded buffers: {recorded})")
+    assert _message(cap, {a.int_ptr: np.zeros(N)}, TypeError) == (
+        f"{WHO}: the replacement for {a.int_ptr:#x} must be a cl.Buffer (or Tensor), got "
+        "ndarray")
+    image = cl.image_from_array(ctx, np.zeros((4, 4), np.float32), 1)
+    assert _message(cap, {a.int_ptr: image}, TypeError) == (
+        f"{WHO}: the replacement for {a.int_ptr:#x} is a Image, the recorded object a Buffer")
+    foreign = cl.Buffer(cl.Context([queue.device]), cl.mem_flags.READ_WRITE, 4 * N)
+    assert _message(cap, {a.int_ptr: foreign}, ValueError) == (
+        f"{WHO}: the replacement for {a.int_ptr:#x} belongs to another OpenCL context than "
+        "the recorded buffer")
+    copy_cap, src, dst, _ = copy_chain
+    assert _message(copy_cap, {src.int_ptr: dst}, ValueError) == (
+        f"{WHO}: key {src.int_ptr:#x} and the recorded buffer {dst.int_ptr:#x} would both be "
+        f"buffer {dst.int_ptr:#x}, and recorded command 1 (copy_buffer) copies from one to the "
+        "other: its source and destination would overlap (OpenCL refuses such a copy); map "
+        "the keys to different buffers")
+
+
+def test_the_unknown_key_message_lists_at_most_eight_buffers(
+    queue: cl.CommandQueue, kernels: Any, buf: Any
+) -> None:
+    bufs = [buf(np.zeros(N)) for _ in range(9)]
+    cap = KernelCapture()
+    with cap:
+        for k in range(0, 9, 3):
+            kernels.add(queue, (N,), None, *bufs[k : k + 3])
+    stranger = buf(np.zeros(N))
+    message = _message(cap, {stranger.int_ptr: stranger}, ValueError)
+    shown = message.split("(recorded buffers: ", 1)[1]
+    assert shown.endswith(", ...)") and shown.count("0x") == 8, message
