@@ -59,15 +59,15 @@ class Run:
     def floor(self, name: str) -> float | None:
         """The fastest round of the floor a paired benchmark timed right before each of its
         own rounds (``extra_info["paired_floor_s"]``, benchmarks/paired.py), if it did."""
-        bench = self.benchmarks.get(name)
-        value = (bench or {}).get("extra_info", {}).get("paired_floor_s")
-        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+        return self._positive_info(name, "paired_floor_s")
 
     def paired_ratio(self, name: str) -> float | None:
         """A paired benchmark's median ratio of each round to the floor timed right before it
         (``extra_info["paired_ratio_median"]``, benchmarks/paired.py), if it was recorded."""
-        bench = self.benchmarks.get(name)
-        value = (bench or {}).get("extra_info", {}).get("paired_ratio_median")
+        return self._positive_info(name, "paired_ratio_median")
+
+    def _positive_info(self, name: str, key: str) -> float | None:
+        value = self.benchmarks.get(name, {}).get("extra_info", {}).get(key)
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
     def summary(self) -> dict[str, Any]:
@@ -170,8 +170,9 @@ def compare_runs(old: Run, new: Run, saved: list[Run]) -> Comparison:
     histories = {n: [t for r in history if (t := _compared(r, n, new)) is not None]
                  for n in names}
     is_paired = {n: old.floor(n) is not None and new.floor(n) is not None for n in names}
-    # the prior a short history borrows: the typical spread of the machine's benchmarks of the
-    # same kind (a paired ratio moves a few percent where a lone fastest round can move 2x)
+    # the prior a short unpaired history borrows: the typical spread of the machine's other
+    # unpaired benchmarks (a lone fastest round can move 2x where a paired ratio moves a few
+    # percent); a paired benchmark borrows none, and its kind's typical spread is only reported
     machine, paired_machine = (
         hs.machine_spread({n: h for n, h in histories.items() if is_paired[n] == kind})
         for kind in (False, True))
@@ -183,8 +184,8 @@ def compare_runs(old: Run, new: Run, saved: list[Run]) -> Comparison:
         u_old, u_new = (0.0, 0.0) if paired else (
             hs.rounds_precision(old.benchmarks[n]["stats"]),
             hs.rounds_precision(new.benchmarks[n]["stats"]))
-        noise = hs.noise(histories[n], paired_machine if paired else machine, u_old, u_new,
-                         len(names), own_only=paired)
+        noise = hs.noise(histories[n], None if paired else machine, u_old, u_new, len(names),
+                         own_only=paired)
         change = hs.classify(n, float(_compared(old, n, new) or 0),
                              float(_compared(new, n, new) or 0), noise, paired)
         changes.append(change)

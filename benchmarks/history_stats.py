@@ -2,10 +2,10 @@
 
 The statistic is each benchmark's fastest round, as the gate's, compared on a log scale (a
 change is a ratio). A benchmark that times its floor right before each of its rounds (paired,
-benchmarks/paired.py) is compared against that floor: its fastest round over the floor's, which
-a machine-wide change of speed between runs leaves in place (benchmarks/history_runs.py). A
-change between two runs counts only when it is outside the benchmark's noise band; everything
-inside it is "unchanged".
+benchmarks/paired.py) is compared against that floor: the median of its per-round ratios to it
+(the ratio of the fastest rounds for runs saved without it), which a machine-wide change of
+speed between runs leaves in place (benchmarks/history_runs.py). A change between two runs
+counts only when it is outside the benchmark's noise band; everything inside it is "unchanged".
 
 The noise band of a benchmark, as a log-ratio half-width::
 
@@ -15,7 +15,7 @@ The noise band of a benchmark, as a log-ratio half-width::
   (no injected slowdown) of the same machine before the newer run. Per benchmark it is the
   root mean square of successive differences over sqrt(2) (a step inside the history inflates it
   less than a standard deviation would), shrunk towards the machine's typical spread (the median
-  over its benchmarks of the same kind, paired or not) with the weight of ``PRIOR_RUNS`` runs:
+  over its unpaired benchmarks; paired ones: below) with the weight of ``PRIOR_RUNS`` runs:
   with a short history a benchmark borrows the machine's noise level, with a long one it has its
   own. Fewer than ``MIN_HISTORY``
   earlier clean runs: the spread is unknown and the benchmark is reported as "history too
@@ -82,7 +82,7 @@ class Change:
     new: float
     noise: Noise
     verdict: str  # "regression", "improvement", "unchanged", "history too short"
-    paired: bool = False  # old is scaled by the ratio of the runs' paired floors
+    paired: bool = False  # old and new: ratio to the floor, times the newer run's floor
 
     @property
     def ratio(self) -> float:
