@@ -188,13 +188,13 @@ def test_a_paired_benchmark_is_judged_against_its_floor(
     # benchmark itself slowed, its floor did not: a regression, though within 1.5x of 0005
     store = _storage(tmp_path, clean=4, injected=False)
     folder = store / "Linux-CPython-3.11-64bit"
-    floors = {n: {"paired_floor_s": 50e-6 * JITTER[n % len(JITTER)]} for n in range(1, 7)}
+    floors = {n: 50e-6 * JITTER[n % len(JITTER)] for n in range(1, 7)}
     for n in range(1, 5):
-        _pair_floor(folder, n, floors[n]["paired_floor_s"])
+        _pair_floor(folder, n, floors[n])
     _run(folder, 5, {"test_launch_replay": 1.6 * JITTER[5]})
-    _pair_floor(folder, 5, 1.6 * floors[5]["paired_floor_s"])
+    _pair_floor(folder, 5, 1.6 * floors[5])
     _run(folder, 6, {"test_launch_replay": 1.5 * JITTER[0]})
-    _pair_floor(folder, 6, floors[6]["paired_floor_s"])
+    _pair_floor(folder, 6, floors[6])
     doc = _compare_json(capsys, store, "0005")
     (change,) = [c for c in doc["unchanged"] if c["name"] == "test_launch_replay"]
     assert change["against_paired_floor"] and change["ratio"] == pytest.approx(1.0, abs=0.05)
