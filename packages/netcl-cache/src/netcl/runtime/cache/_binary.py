@@ -19,7 +19,11 @@ __all__ = ["check_binary"]
 _POCL = b"poclbin\0"
 # magic, device id, format version, kernel count, flags, then the build hash (40 hex + NUL)
 _POCL_HEAD = struct.Struct("<8sQIIQ41s")
+# from format 9 (PoCL 3.1): the number of root entries before the hash, and each root entry
+# (program.bc, ...) its size first; from format 10 a u64 after the hash when flag bit 1 is set
+_POCL_HEAD_9 = struct.Struct("<8sQIIQI41s")
 _U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
 _POCL_KERNEL = struct.Struct("<QQI")  # record size, size of its files, size of its arg info
 _ELF = b"\x7fELF"
 
@@ -53,8 +57,20 @@ def _file(b: bytes | memoryview, at: int, end: int) -> int:
 
 def _check_pocl(b: bytes | memoryview) -> None:
     n = len(b)
-    num_kernels = _POCL_HEAD.unpack_from(b)[3]
-    at = _file(b, _POCL_HEAD.size, n)  # the program's bitcode
+    _, _, version, num_kernels, flags = _POCL_HEAD.unpack_from(b)[:5]
+    if version < 9:
+        at = _file(b, _POCL_HEAD.size, n)  # the program's bitcode
+    else:
+        at = _POCL_HEAD_9.size + (_U64.size if version >= 10 and flags & 2 else 0)
+        for _ in range(_POCL_HEAD_9.unpack_from(b)[5]):  # the root entries, each sized
+            (size,) = _U64.unpack_from(b, at)
+            end = at + _U64.size + size
+            if end > n:
+                raise _bad("a root entry", end, n)
+            f = at + _U64.size
+            while f < end:
+                f = _file(b, f, end)
+            at = end
     for _ in range(num_kernels):
         size, files, _ = _POCL_KERNEL.unpack_from(b, at)
         end = at + size
