@@ -12,15 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SETTINGS", "Setting", "describe"]
+__all__ = ["SETTINGS", "Setting", "describe", "flag"]
 
 
 @dataclass(frozen=True)
 class Setting:
     """One environment variable: its ``name``, how its default reads (text, or a function giving
-    the text), what it does, and ``check`` (the text -> the value, ValueError when invalid;
-    the code reading the setting uses the same parser, so ``netcl config`` flags exactly what the
-    code would refuse). ``secret`` values are never shown."""
+    the text), what it does, and ``check`` (the text -> the value, ValueError when invalid).
+    The code reads the setting through :meth:`value`, which uses the same parser, so
+    ``netcl config`` flags exactly what the code would refuse. ``secret`` values are never
+    shown."""
 
     name: str
     default: str | Callable[[], str]
@@ -39,6 +40,14 @@ class Setting:
 
     def default_text(self) -> str:
         return self.default() if callable(self.default) else self.default
+
+    def value(self, unset: Any = None) -> Any:
+        """The parsed value of the variable (``check`` applied to its text), ``unset`` when it
+        is unset or blank; ValueError (naming the variable) when the text is invalid."""
+        raw = self.raw()
+        if not raw.strip():
+            return unset
+        return self.check(raw) if self.check is not None else raw
 
 
 def describe(setting: Setting) -> dict[str, Any]:
@@ -60,7 +69,11 @@ def describe(setting: Setting) -> dict[str, Any]:
     return doc
 
 
-def _flag(name: str, meaning: str) -> Callable[[str], bool]:
+def flag(name: str, meaning: str) -> Callable[[str], bool]:
+    """The parser of an on/off variable ``name``: 1/true/yes/on, 0/false/no/off (any case) or
+    blank; anything else is a ValueError that names the variable and says what 1 does
+    (``meaning``, e.g. "to turn the disk tier off")."""
+
     def check(raw: str) -> bool:
         value = raw.strip().lower()
         if value in _ON:
@@ -103,7 +116,7 @@ POOL_LIMIT = Setting(
 PROFILE = Setting(
     "NETCL_PROFILE", "0",
     "default queue with device timestamps (profiling) on or off",
-    _flag("NETCL_PROFILE", "to turn profiling on for the default queue"),
+    flag("NETCL_PROFILE", "to turn profiling on for the default queue"),
 )  # fmt: skip
 TRACE_FILE = Setting(
     "NETCL_TRACE_FILE", "netcl-trace.json",

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import MutableMapping
+import threading
+from collections.abc import Hashable, MutableMapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from opentelemetry import trace
@@ -30,7 +31,7 @@ from netcl.core._otel_setup import _value
 if TYPE_CHECKING:
     import structlog
 
-__all__ = ["LazyLogger", "add_trace_context", "configure_logging", "get_logger"]
+__all__ = ["LazyLogger", "add_trace_context", "configure_logging", "get_logger", "warn_once"]
 
 # The library convention: a NullHandler on the top logger keeps Python's last-resort handler from
 # printing netcl warnings to stderr when the application configured nothing.
@@ -144,6 +145,22 @@ class LazyLogger:
 def get_logger(name: str) -> LazyLogger:
     """A structured logger for module ``name`` (e.g. ``netcl.runtime.cache``)."""
     return LazyLogger(name)
+
+
+_warned: set[Hashable] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(logger: LazyLogger, key: Hashable, event: str, **fields: Any) -> bool:
+    """Log warning ``event`` the first time this process sees ``key`` (e.g.
+    ``("cache_config_invalid", variable, value)``); later calls with an equal key do nothing.
+    Returns whether it logged. The one warn-once of every netcl package."""
+    with _warned_lock:
+        if key in _warned:
+            return False
+        _warned.add(key)
+    logger.warning(event, **fields)
+    return True
 
 
 _handler: list[logging.Handler] = []  # the handler configure_logging() installed, if any
