@@ -56,7 +56,7 @@ def test_data_passed_across_contexts_through_the_host_replays_in_order(
     assert plan is not None
     write = next(i for i, op in enumerate(cap._program.ops)  # type: ignore[union-attr]
                  if getattr(op, "entry", None) and op.entry.operation == "write_buffer")
-    assert plan.steps[write].host == ((write - 1,),)  # after the read, waited on the host
+    assert plan.issues[write].host == ((write - 1,),)  # after the read, waited on the host
     for scale in (3.0, -5.0, 7.5):
         new = np.arange(N, dtype=np.float32) * scale
         a.set(new)
@@ -137,8 +137,8 @@ def test_one_contexts_queues_keep_device_side_ordering(
         other2 = other * 3  # context 2
     plan = cap._program.plan  # type: ignore[union-attr]
     assert plan is not None
-    c_step = plan.steps[1]
-    assert c_step.deps == (0,) and c_step.host == ()  # a device-side wait
+    c_issue = plan.issues[1]
+    assert c_issue.deps == (0,) and c_issue.host == ()  # a device-side wait
     a.set(np.full(N, 4.0, np.float32))
     done: Any = cap.replay()
     done.wait()

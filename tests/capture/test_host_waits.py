@@ -13,7 +13,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 import pytest
 
-from netcl.runtime.capture import KernelCapture, _execute
+from netcl.runtime.capture import KernelCapture, _program
 
 N = 1000
 COMPLETE = cl.command_execution_status.COMPLETE
@@ -112,13 +112,13 @@ def test_replay_flushes_a_queue_before_another_queue_waits_on_it(
         e = c.with_queue(q) - 1  # on q again, waits for c's event
         f = a * 5  # on q: the returned marker on q also waits for q2's commands
     flushed: list[int] = []
-    real = _execute._flush
+    real = _program._flush
 
     def spy(queue: cl.CommandQueue) -> None:
         flushed.append(queue.int_ptr)
         real(queue)
 
-    monkeypatch.setattr(_execute, "_flush", spy)
+    monkeypatch.setattr(_program, "_flush", spy)
     a.set(np.full(N, 3.0, np.float32))
     done = cap.replay()
     assert done is not None

@@ -14,23 +14,14 @@ import pyopencl as cl
 from netcl.core import profiling, telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.capture import _intercept
-from netcl.runtime.capture._ops import TransferOp
+from netcl.runtime.capture import _telemetry as tm
 from netcl.runtime.capture._program import ReplayProgram, build
-from netcl.runtime.capture._recording import RawLaunch, RawTransfer, Recording
-from netcl.runtime.capture._records import (
+from netcl.runtime.capture._recording import (
     CapturedLaunch,
     CapturedTransfer,
-    launch_record,
-    transfer_record,
-)
-from netcl.runtime.capture._telemetry import (
-    COMMANDS,
-    LAUNCHES,
-    REBOUND,
-    RECORD_SPAN,
-    REPLAY_SPAN,
-    TEL,
-    TOTALS,
+    RawLaunch,
+    RawTransfer,
+    Recording,
 )
 
 __all__ = ["KernelCapture", "get_capture"]
@@ -72,7 +63,7 @@ class KernelCapture:
             self._program = None
             self._replays = 0
             # open from begin() to end(), so never the current span
-            span = TEL.span(RECORD_SPAN, current=False)
+            span = tm.TEL.span(tm.RECORD_SPAN, current=False)
             rec = Recording()
             self._recording = rec  # before install: whatever happens next, reset() finds it
             try:
@@ -127,7 +118,7 @@ class KernelCapture:
                 )
             if native:
                 log.info("capture_native_access_accepted", callers=[str(a) for a in native])
-            TOTALS.recorded(program.num_launches)
+            tm.RECORDED_LAUNCHES.add(program.num_launches)
             return program.num_launches
 
     def _discard(self, why: BaseException | str | ReplayProgram | None) -> None:
@@ -145,7 +136,7 @@ class KernelCapture:
         _intercept.reconcile()
         span, self._span = self._span, telemetry.NO_SPAN
         if isinstance(why, ReplayProgram):
-            span.set_many({LAUNCHES: why.num_launches, COMMANDS: why.num_commands})
+            span.set_many({tm.LAUNCHES: why.num_launches, tm.COMMANDS: why.num_commands})
             span.end()
         elif isinstance(why, BaseException):
             span.end(why)
@@ -182,15 +173,7 @@ class KernelCapture:
         program = self._program
         if program is None:
             raise self._cannot("replay")
-        if program.profiled:  # the one check for device time, per replay
-            return self._profiled(program, None)
-        if telemetry.tracing():
-            return self._traced(program, None)
-        with self._lock:
-            event = program.run()
-            self._replays += 1
-        TOTALS.replay(program.num_launches)
-        return event
+        return self._replay(program, None)
 
     def replay_with_new_buffers(self, buffer_map: Mapping[int, Any]) -> cl.Event | None:
         """Replay with buffers substituted for this replay only.
@@ -203,49 +186,36 @@ class KernelCapture:
         program = self._program
         if program is None:
             raise self._cannot("replay_with_new_buffers")
-        subst = program.validate(buffer_map)
-        if program.profiled:
-            return self._profiled(program, subst)
-        if telemetry.tracing():
-            return self._traced(program, subst)
-        with self._lock:
-            event = program.run_rebound(subst)
-            self._replays += 1
-        TOTALS.replay(program.num_launches)
-        return event
+        return self._replay(program, program.validate(buffer_map))
 
-    def _traced(
+    def _replay(
         self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
     ) -> cl.Event | None:
-        # The span is made after the launches are enqueued, with the start time taken before:
-        # the same span, but its ~10 µs of SDK work overlaps the device's work instead of
-        # delaying the first launch.
-        start = time.time_ns()
-        error: BaseException | None = None
-        try:
+        if program.profiled or telemetry.tracing():  # the one check per plain replay
+            event = self._observed(program, subst)
+        else:
             with self._lock:
-                event = program.run() if subst is None else program.run_rebound(subst)
+                event = program.run(subst)
                 self._replays += 1
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            attributes = {LAUNCHES: program.num_launches, REBOUND: len(subst or ())}
-            TEL.span(REPLAY_SPAN, attributes, start_time=start, current=False).end(error)
-        TOTALS.replay(program.num_launches)
+        tm.REPLAYS.add(1)
+        tm.REPLAYED_LAUNCHES.add(program.num_launches)
         return event
 
-    def _profiled(
+    def _observed(
         self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
     ) -> cl.Event | None:
-        """A replay on profiling queues: every command's event is kept (no wait) and handed to
-        the device-time collector, under the replay's span when tracing."""
+        """A replay with a span (when tracing) and, on profiling queues, every command's event
+        kept (no wait) and handed to the device-time collector.
+
+        The span is made after the launches are enqueued, with the start time taken before:
+        the same span, but its ~10 µs of SDK work overlaps the device's work instead of
+        delaying the first launch."""
         start = time.time_ns()
         error: BaseException | None = None
-        keep: list[cl.Event] = []
+        keep: list[cl.Event] | None = [] if program.profiled else None
         try:
             with self._lock:
-                event = program.run_kept(subst, keep)
+                event = program.run(subst, keep)
                 self._replays += 1
         except BaseException as exc:
             error = exc
@@ -253,13 +223,12 @@ class KernelCapture:
         finally:
             span = telemetry.NO_SPAN
             if telemetry.tracing():
-                attributes = {LAUNCHES: program.num_launches, REBOUND: len(subst or ())}
-                span = TEL.span(REPLAY_SPAN, attributes, start_time=start, current=False)
+                attributes = {tm.LAUNCHES: program.num_launches, tm.REBOUND: len(subst or ())}
+                span = tm.TEL.span(tm.REPLAY_SPAN, attributes, start_time=start, current=False)
             if keep:  # what was enqueued runs on the device, even when the replay failed later
                 profiling.watch(profiling.REPLAY, keep, labels=program.labels[: len(keep)],
                                 parent=span)  # fmt: skip
             span.end(error)
-        TOTALS.replay(program.num_launches)
         return event
 
     def _cannot(self, what: str) -> RuntimeError:
@@ -294,17 +263,8 @@ class KernelCapture:
     def commands(self) -> tuple[CapturedLaunch | CapturedTransfer, ...]:
         """Everything recorded, launches and transfers, in the order replay issues them."""
         rec, program = self._recording, self._program
-        if rec is not None:
-            return tuple(
-                launch_record(raw) if isinstance(raw, RawLaunch) else transfer_record(raw)
-                for raw in list(rec.raw) if isinstance(raw, (RawLaunch, RawTransfer))
-            )
-        if program is None:
-            return ()
-        return tuple(
-            launch_record(op) if isinstance(op, RawLaunch) else op.record
-            for op in program.ops if isinstance(op, (RawLaunch, TransferOp))
-        )
+        found = list(rec.raw) if rec is not None else program.ops if program is not None else ()
+        return tuple(r.record() for r in found if isinstance(r, (RawLaunch, RawTransfer)))
 
     @property
     def replay_count(self) -> int:

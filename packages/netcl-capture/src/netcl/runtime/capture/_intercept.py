@@ -18,8 +18,9 @@ hooks between "the function may have run" and "noted": if anything (a KeyboardIn
 escapes in between, it stays non-zero and ``end()`` refuses to freeze a recording that may have
 missed a command. An ``Exception`` from the function itself means the command was not issued,
 so it is not counted. The three hooks every launch goes through (``Kernel.__call__``, the
-pair-wise argument setters, the driver's enqueue) are written out, notes inlined, in
-``_launch_hooks``; the rest share ``_make_hook``.
+pair-wise argument setters, the driver's enqueue) are written out with their notes inlined
+(each saves what a call of a note method would cost, for every launch recorded); the rest share
+``_make_hook``.
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from netcl.runtime.capture._contract import BOUND, ORIGINALS, EntryPoint, original
-from netcl.runtime.capture._launch_hooks import call_hook, launch_hook, pairs_hook
-from netcl.runtime.capture._recording import Recording
+from netcl.runtime.capture._recording import RawLaunch, Recording
 
-__all__ = ["capture_disabled", "install", "is_patched", "reconcile", "uninstall"]
+__all__ = ["capture_disabled", "install", "is_patched", "reconcile", "thread_records",
+           "uninstall"]
 
 
 class _Local(threading.local):
@@ -44,15 +45,18 @@ class _Local(threading.local):
 
 
 _tls = _Local()
+_new = tuple.__new__  # a NamedTuple from a tuple in one C call
 _lock = threading.RLock()
 # every recording begun and not yet stopped (its thread may have exited)
 _live: set[Recording] = set()
-Note = Callable[[Recording, tuple[Any, ...], dict[str, Any], Any], None]
+Note = Callable[[Recording, EntryPoint, Callable[..., Any], tuple[Any, ...], dict[str, Any], Any],
+               None]
 
 
-def _make_hook(orig: Callable[..., Any], note: Note) -> Callable[..., Any]:
+def _make_hook(entry: EntryPoint, orig: Callable[..., Any], note: Note) -> Callable[..., Any]:
     """A stand-in for ``orig`` that, on a recording thread, calls it and then
-    ``note(recording, args, kwargs, result)``; other threads go straight to ``orig``."""
+    ``note(recording, entry, orig, args, kwargs, result)``; other threads go straight to
+    ``orig``."""
 
     def hook(*args: Any, **kwargs: Any) -> Any:
         rec = _tls.rec
@@ -64,7 +68,7 @@ def _make_hook(orig: Callable[..., Any], note: Note) -> Callable[..., Any]:
         except Exception:
             rec.busy -= 1
             raise
-        note(rec, args, kwargs, result)
+        note(rec, entry, orig, args, kwargs, result)
         rec.busy -= 1
         return result
 
@@ -74,6 +78,95 @@ def _make_hook(orig: Callable[..., Any], note: Note) -> Callable[..., Any]:
 def _named(hook: Callable[..., Any], orig: Any) -> Callable[..., Any]:
     hook.__name__ = hook.__qualname__ = getattr(orig, "__name__", "hook")
     hook.__wrapped__ = orig  # type: ignore[attr-defined]
+    return hook
+
+
+def _launch_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """The driver's ``enqueue_nd_range_kernel`` (pyopencl's parameters and defaults): records
+    the launch on a recording thread."""
+
+    def enqueue_nd_range_kernel(
+        queue: Any, kernel: Any, global_work_size: Any, local_work_size: Any,
+        global_work_offset: Any = None, wait_for: Any = None, g_times_l: bool = False,
+        allow_empty_ndrange: bool = False,
+    ) -> Any:  # fmt: skip
+        rec = _tls.rec
+        if rec is None or not rec.live:
+            return orig(queue, kernel, global_work_size, local_work_size, global_work_offset,
+                        wait_for, g_times_l, allow_empty_ndrange)  # fmt: skip
+        rec.busy += 1
+        try:
+            event = orig(queue, kernel, global_work_size, local_work_size, global_work_offset,
+                         wait_for, g_times_l, allow_empty_ndrange)  # fmt: skip
+        except Exception:
+            rec.busy -= 1
+            raise
+        state = rec.kernels.get(id(kernel)) or rec._state(kernel)
+        s = state.shape
+        # the last launch's shape when the same objects come again (the common loop)
+        if not (s is not None and s[7] is state.snapshot and s[1] is queue
+                and s[2] is global_work_size and s[3] is local_work_size
+                and s[4] is global_work_offset and s[5] is g_times_l
+                and s[6] is allow_empty_ndrange):  # fmt: skip
+            s = rec.new_shape(state, kernel, queue, global_work_size, local_work_size,
+                              global_work_offset, g_times_l, allow_empty_ndrange)  # fmt: skip
+        call = None
+        if rec.call_kernel is kernel:
+            call, rec.call_kernel = rec.call_args, None
+        rec.raw.append(_new(RawLaunch, (s, tuple(wait_for) if wait_for else (), event, call)))
+        rec.busy -= 1
+        return event
+
+    return enqueue_nd_range_kernel
+
+
+def _pairs_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """``Kernel._set_arg_multi`` / ``_set_arg_buf_multi(flat)`` (what the invokers call):
+    records the arguments on a recording thread, unless they are the same call as last time
+    (same objects, equal scalars; a memory object compares by address, and a retained one
+    keeps its address)."""
+
+    def hook(kernel: Any, flat: tuple[Any, ...]) -> None:
+        rec = _tls.rec
+        if rec is None or not rec.live:
+            return orig(kernel, flat)  # type: ignore[no-any-return]
+        rec.busy += 1
+        try:
+            orig(kernel, flat)
+        except Exception:
+            rec.busy -= 1
+            raise
+        state = rec.kernels.get(id(kernel))
+        last = None if state is None else state.last
+        try:
+            same = last is not None and last[0] is orig and last[1] == flat
+        except ValueError:  # an array argument: noted the long way
+            same = False
+        if not same:
+            rec.note_pairs(orig, kernel, flat)
+        rec.busy -= 1
+        return None
+
+    return hook
+
+
+def _call_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """``Kernel.__call__``: lends its arguments to the launch the invoker then enqueues (taken
+    by ``_launch_hook``, which also sees the wait list the invoker adds for array
+    arguments)."""
+
+    def hook(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+        rec = _tls.rec
+        if rec is None or not rec.live:
+            return orig(kernel, *args, **kwargs)
+        rec.call_kernel = kernel
+        rec.call_args = args
+        try:
+            return orig(kernel, *args, **kwargs)
+        except BaseException:
+            rec.call_kernel = None  # no launch took them
+            raise
+
     return hook
 
 
@@ -123,64 +216,27 @@ def _memo_invoker(*args: Any, **kwargs: Any) -> Any:
     return found
 
 
-def _transfer_note(entry: EntryPoint, fn: Callable[..., Any]) -> Note:
-    def note(rec: Recording, args: tuple[Any, ...], kwargs: dict[str, Any], event: Any) -> None:
-        rec.note_transfer(entry, fn, args, kwargs, event)
-
-    return note
-
-
-def _triples_note(fn: Callable[..., Any]) -> Note:
-    def note(rec: Recording, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> None:
-        rec.note_pack(fn, args[0], args[1])  # positional-only
-
-    return note
-
-
-def _setter_note(entry: EntryPoint, fn: Callable[..., Any]) -> Note:
-    def note(rec: Recording, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> None:
-        values = args[1:]
-        if kwargs:  # set_arg(arg_index=..., arg=...): in parameter order
-            values += tuple(kwargs[n] for n in entry.params[len(values):] if n in kwargs)
-        rec.note_one(fn, args[0], values)
-
-    return note
-
-
-def _note_finish(rec: Recording, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> None:
-    rec.note_finish(args[0])
-
-
-def _note_event_wait(rec: Recording, args: tuple[Any, ...], kwargs: Any, _: Any) -> None:
-    rec.note_wait((args[0],))
-
-
-def _note_events_wait(rec: Recording, args: tuple[Any, ...], kwargs: Any, _: Any) -> None:
-    rec.note_wait(args[0])  # its one parameter (a sequence) is positional-only
+# the generic hooks by kind, with the note each records with
+_NOTES: dict[str, Note] = {
+    "setter_triples": Recording.note_pack, "setter": Recording.note_one,
+    "transfer": Recording.note_transfer, "order": Recording.note_transfer,
+    "finish": Recording.note_finish, "host_wait": Recording.note_wait,
+    "event_wait": Recording.note_wait,
+}  # fmt: skip
 
 
 def _hook_for(entry: EntryPoint, orig: Any) -> Any:
     """The stand-in for one table entry (None: never replaced)."""
     kind = entry.kind
     what = f"{entry.owner.removeprefix('pyopencl.')}.{entry.name}"
+    if kind in _NOTES:
+        return _make_hook(entry, orig, _NOTES[kind])
     if kind == "call":
-        return _named(call_hook(orig, _tls), orig)
+        return _named(_call_hook(orig), orig)
     if kind == "launch":
-        return _named(launch_hook(orig, _tls), orig)
+        return _named(_launch_hook(orig), orig)
     if kind == "setter_pairs":
-        return _named(pairs_hook(orig, _tls), orig)
-    if kind == "setter_triples":
-        return _make_hook(orig, _triples_note(orig))
-    if kind == "setter":
-        return _make_hook(orig, _setter_note(entry, orig))
-    if kind in ("transfer", "order"):
-        return _make_hook(orig, _transfer_note(entry, orig))
-    if kind == "finish":
-        return _make_hook(orig, _note_finish)
-    if kind == "host_wait":
-        return _make_hook(orig, _note_events_wait)
-    if kind == "event_wait":
-        return _make_hook(orig, _note_event_wait)
+        return _named(_pairs_hook(orig), orig)
     if kind == "invoker":
         return _memo_invoker
     if kind == "handle":
@@ -246,6 +302,15 @@ def reconcile() -> None:
         for (owner, name), obj in table.items():
             if owner.__dict__.get(name) is not obj:
                 setattr(owner, name, obj)
+
+
+def thread_records() -> bool:
+    """Whether the calling thread records into a KernelCapture now (inside
+    ``capture_disabled()`` too: its recording goes on after the block)."""
+    if not _live:  # no recording anywhere: one set test
+        return False
+    owner = _tls.owner
+    return owner is not None and owner.live
 
 
 def is_patched() -> bool:

@@ -8,16 +8,15 @@ re-applied. 200 identical launches share one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import pyopencl as cl
 
-from netcl.runtime.capture._recording import ArgSet, LaunchShape
-from netcl.runtime.capture._records import Sizes, launch_sizes
+from netcl.runtime.capture._recording import ArgSet, LaunchShape, launch_sizes
 
-__all__ = ["Binder", "BoundLaunch"]
+__all__ = ["Binder", "Binds", "BoundLaunch"]
 
 _NO_FLAGS: dict[str, Any] = {}
 _EMPTY_NDRANGE: dict[str, Any] = {"allow_empty_ndrange": True}
@@ -27,25 +26,24 @@ class BoundLaunch:
     """What the launches of one ``LaunchShape`` share: the replay kernel, the enqueue call and
     keywords, the buffers among its arguments."""
 
-    __slots__ = ("buffers", "call", "flags", "kernel", "known_args", "name", "queue", "sizes")
+    __slots__ = ("buffers", "call", "flags", "kernel", "name", "queue")
 
     def __init__(
-        self, queue: cl.CommandQueue, kernel: cl.Kernel, name: str, flags: dict[str, Any],
-        buffers: tuple[tuple[int, cl.MemoryObjectHolder], ...], known_args: bool, sizes: Sizes,
+        self, shape: LaunchShape, kernel: cl.Kernel, flags: dict[str, Any],
+        buffers: tuple[tuple[int, cl.MemoryObjectHolder], ...],
     ) -> None:  # fmt: skip
-        self.queue = queue
+        self.queue = shape.queue
         self.kernel = kernel
-        self.name = name
+        self.name: str = shape.kernel.function_name
         # {"allow_empty_ndrange": True} for a launch recorded with it, else empty
         self.flags = flags
         self.buffers = buffers  # (argument index, buffer) of every memory object argument
-        # every argument was set inside the capture (else some were preset: not rebindable)
-        self.known_args = known_args
-        self.sizes = sizes  # (global size, local size, offset)
-        # enqueue_nd_range_kernel's leading arguments
-        self.call: tuple[Any, ...] = (queue, kernel, *sizes)
+        # enqueue_nd_range_kernel's leading arguments: queue, kernel, global, local, offset
+        self.call: tuple[Any, ...] = (shape.queue, kernel, *launch_sizes(shape))
 
 
+# id(LaunchShape) -> what its launches replay with (the recording holds the shapes)
+Binds = Mapping[int, BoundLaunch]
 # one replay kernel per kernel and argument values
 _ArgsKey = tuple[int, tuple[Any, ...]]
 
@@ -55,7 +53,7 @@ class Binder:
 
     def __init__(self, clones: dict[int, cl.Kernel | None]) -> None:
         self._clones = clones  # id(kernel) -> its clone from the first launch
-        self.by_shape: dict[int, BoundLaunch] = {}  # id(shape): the recording holds them
+        self.by_shape: dict[int, BoundLaunch] = {}
         self._replicas: dict[_ArgsKey, cl.Kernel] = {}
         self._buffers: dict[int, tuple[tuple[int, cl.MemoryObjectHolder], ...]] = {}
         self._num_args: dict[int, int] = {}
@@ -94,8 +92,7 @@ class Binder:
                 if isinstance(value, cl.MemoryObjectHolder)
             )
         flags = _EMPTY_NDRANGE if shape.allow_empty else _NO_FLAGS
-        return BoundLaunch(shape.queue, replica, kernel.function_name, flags, buffers, known,
-                           launch_sizes(shape))  # fmt: skip
+        return BoundLaunch(shape, replica, flags, buffers)
 
 
 def _flat_values(payload: tuple[Any, ...]) -> Iterator[Any]:

@@ -26,15 +26,14 @@ from typing import Any, NamedTuple
 import pyopencl as cl
 
 from netcl.runtime.capture._contract import queue_ptr
-from netcl.runtime.capture._ops import Op
-from netcl.runtime.capture._recording import RawFinish
+from netcl.runtime.capture._recording import Op, RawFinish
 
-__all__ = ["Schedule", "Step", "schedule"]
+__all__ = ["Issue", "Schedule", "schedule"]
 
 _OUT_OF_ORDER = int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
 
 
-class Step(NamedTuple):
+class Issue(NamedTuple):
     """How one command is issued: after flushing ``flushes``, waiting on the host for the
     replayed events of ``host`` (one group per other context), with the replayed events of
     ``deps`` as its wait list."""
@@ -45,9 +44,9 @@ class Step(NamedTuple):
 
 
 class Schedule(NamedTuple):
-    """Every command's step, and what the replay does after the last command."""
+    """How every command is issued, and what the replay does after the last command."""
 
-    steps: tuple[Step, ...]
+    issues: tuple[Issue, ...]
     final_queue: cl.CommandQueue | None  # where the returned marker goes (None: no events)
     final_sinks: tuple[int, ...]  # the commands the marker waits for
     final_flushes: tuple[cl.CommandQueue, ...]  # queues flushed before the marker
@@ -69,15 +68,11 @@ class _Queues:
         return key
 
 
-def schedule(
-    ops: Sequence[Op],
-    waits: Sequence[tuple[Any, ...]],
-    events: Sequence[Any],
-    host_waits: Sequence[tuple[int, tuple[cl.Event, ...]]],
-) -> Schedule:
-    """The steps of a replay of ``ops``: ``waits[i]`` and ``events[i]`` are command ``i``'s
-    recorded wait list and event, ``host_waits`` the (index of the first command issued after
-    it, events) of every recorded host-side wait."""
+def schedule(ops: Sequence[Op], host_waits: Sequence[tuple[int, tuple[cl.Event, ...]]]) -> Schedule:
+    """How to issue the commands of a replay of ``ops``; ``host_waits`` holds the (index of
+    the first command issued after it, events) of every recorded host-side wait."""
+    waits = [() if isinstance(op, RawFinish) else op.wait_for for op in ops]
+    events = [None if isinstance(op, RawFinish) else op.event for op in ops]
     producer = {ev.int_ptr: i for i, ev in enumerate(events) if isinstance(ev, cl.Event)}
     info = _Queues()
     keys = [info.learn(op.queue) for op in ops]
@@ -86,9 +81,9 @@ def schedule(
     fenced: dict[int, int] = {}  # in-order queue -> how many fences its commands took
     pending = deque(host_waits)
     dirty: dict[int, cl.CommandQueue] = {}  # queues with commands issued since their flush
-    on_host: set[int] = set()  # commands some earlier step waited for on the host
+    on_host: set[int] = set()  # commands an earlier command waited for on the host
     waited: set[int] = set()  # commands some later command waits for on the device
-    steps: list[Step] = []
+    issues: list[Issue] = []
     for i, op in enumerate(ops):
         while pending and pending[0][0] <= i:
             at, seen = pending.popleft()
@@ -96,7 +91,7 @@ def schedule(
         key = keys[i]
         if isinstance(op, RawFinish):  # replayed as a host-side finish: it flushes its queue
             dirty.pop(key, None)
-            steps.append(Step((), (), ()))
+            issues.append(Issue((), (), ()))
             continue
         deps = {producer.get(w.int_ptr, -1) for w in waits[i] if isinstance(w, cl.Event)}
         if info.in_order[key]:
@@ -111,9 +106,9 @@ def schedule(
         waited.update(device)
         flushes = tuple(dirty.pop(keys[d]) for d in (*device, *host)
                         if keys[d] in dirty and keys[d] != key)  # fmt: skip
-        steps.append(Step(device, _by_context(host, ctx), flushes))
+        issues.append(Issue(device, _by_context(host, ctx), flushes))
         dirty[key] = op.queue
-    return _closing(ops, steps, ctx, info, dirty, waited | on_host, events)
+    return _closing(ops, issues, ctx, info, dirty, waited | on_host, events)
 
 
 def _by_context(indices: Sequence[int], ctx: Sequence[int]) -> tuple[tuple[int, ...], ...]:
@@ -125,18 +120,18 @@ def _by_context(indices: Sequence[int], ctx: Sequence[int]) -> tuple[tuple[int, 
 
 
 def _closing(
-    ops: Sequence[Op], steps: list[Step], ctx: Sequence[int], info: _Queues,
+    ops: Sequence[Op], issues: list[Issue], ctx: Sequence[int], info: _Queues,
     dirty: dict[int, cl.CommandQueue], covered: set[int], events: Sequence[Any],
 ) -> Schedule:  # fmt: skip
     """The schedule with what follows the last command: the marker over the last command's
     context, the host waits for the other contexts' last commands."""
     last = next((i for i in reversed(range(len(ops))) if events[i] is not None), None)
     if last is None:
-        return Schedule(tuple(steps), None, (), (), ())
+        return Schedule(tuple(issues), None, (), (), ())
     sinks = [i for i, e in enumerate(events) if e is not None and i not in covered]
     mine = tuple(i for i in sinks if ctx[i] == ctx[last])
     last_queue = ops[last].queue
     flushes = tuple(q for k, q in dirty.items()
                     if k != queue_ptr(last_queue) and info.context[k] == ctx[last])  # fmt: skip
     others = _by_context([i for i in sinks if ctx[i] != ctx[last]], ctx)
-    return Schedule(tuple(steps), last_queue, mine, flushes, others)
+    return Schedule(tuple(issues), last_queue, mine, flushes, others)

@@ -17,8 +17,8 @@ import pyopencl as cl
 
 from netcl.core.tensor import Tensor
 from netcl.runtime.capture._contract import mem_ptr
-from netcl.runtime.capture._ops import Binds, Op, TransferOp
-from netcl.runtime.capture._recording import RawLaunch
+from netcl.runtime.capture._kernels import Binds
+from netcl.runtime.capture._recording import Op, RawLaunch, RawTransfer
 
 __all__ = ["BufferIndex", "BufferUse"]
 
@@ -64,7 +64,7 @@ class BufferIndex:
                 bound = binds[id(op.shape)]
                 for index, buf in bound.buffers:
                     self._use(buf, i).kernel_args[(bound.kernel, index)] = None
-            elif isinstance(op, TransferOp):
+            elif isinstance(op, RawTransfer):
                 for _, buf in op.buffers:
                     self._use(buf, i).transfers = True
 
@@ -135,10 +135,10 @@ class BufferIndex:
         """No recorded copy may read and write overlapping bytes of one buffer after the
         substitution (OpenCL refuses such a copy, in the middle of the replay)."""
         ops = {i for key in subst for i in self.uses[key].ops
-               if type(self.ops[i]) is TransferOp}  # fmt: skip
+               if type(self.ops[i]) is RawTransfer}  # fmt: skip
         for i in sorted(ops):
             op = self.ops[i]
-            assert isinstance(op, TransferOp)
+            assert isinstance(op, RawTransfer)
             clash = _overlap(op, subst)
             if clash is not None:
                 a, b, target = clash
@@ -156,7 +156,7 @@ def _extent(op: Op, key: int, recorded: int) -> tuple[int, str]:
     """Bytes of buffer ``key`` that recorded command ``op`` touches, and what it is."""
     if isinstance(op, RawLaunch):
         return recorded, f"kernel {op.shape.kernel.function_name!r}"
-    if not isinstance(op, TransferOp):
+    if not isinstance(op, RawTransfer):
         return 0, "finish"
     entry = op.entry
     if not entry.operands:  # rectangles and images: the whole recorded object
@@ -174,7 +174,7 @@ def _extent(op: Op, key: int, recorded: int) -> tuple[int, str]:
 
 
 def _overlap(
-    op: TransferOp, subst: Mapping[int, cl.MemoryObjectHolder]
+    op: RawTransfer, subst: Mapping[int, cl.MemoryObjectHolder]
 ) -> tuple[int, int, int] | None:
     """(recorded source, recorded destination, the buffer both become) when the substitution
     makes a copy's source and destination overlapping parts of one buffer."""

@@ -1,4 +1,5 @@
-"""What one begin()..end() sees: commands in order, with what replay needs.
+"""What one begin()..end() sees: commands in order, with what replay needs, and the read-only
+records ``KernelCapture.launches`` / ``.commands`` give of them.
 
 Recording is cheap on purpose: a launch appends one ``RawLaunch`` (the kernel, its sizes, a
 snapshot of its argument table, its wait list and event). The replay form is built once, in
@@ -13,8 +14,9 @@ cannot free memory a replay uses. Kernels are cloned on first sight for the same
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from types import FrameType
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import FrameType, MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -23,8 +25,8 @@ import pyopencl as cl
 from netcl.runtime.capture import _contract
 from netcl.runtime.capture._contract import EntryPoint
 
-__all__ = ["ArgSet", "LaunchShape", "NativeAccess", "RawFinish", "RawHostWait", "RawLaunch",
-           "RawTransfer", "Recording"]  # fmt: skip
+__all__ = ["ArgSet", "CapturedLaunch", "CapturedTransfer", "LaunchShape", "NativeAccess", "Op",
+           "RawFinish", "RawHostWait", "RawLaunch", "RawTransfer", "Recording", "launch_sizes"]
 
 _MemoryObject = cl.MemoryObjectHolder
 _retain = _contract.retain
@@ -32,6 +34,36 @@ _mem_ptr = _contract.mem_ptr
 # a NamedTuple from a tuple in one C call (its generated __new__ costs twice as much): records
 # are made once per recorded command
 _new = tuple.__new__
+
+
+@dataclass(frozen=True)
+class CapturedLaunch:
+    """One recorded kernel launch.
+
+    ``args`` are the positional kernel arguments exactly as passed to ``Kernel.__call__`` (empty
+    for a launch through ``cl.enqueue_nd_range_kernel`` with preset arguments).
+    """
+
+    kernel_name: str
+    queue: cl.CommandQueue
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None
+    offset: tuple[int, ...] | None
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class CapturedTransfer:
+    """One recorded copy or fill (``cl.enqueue_copy`` / ``cl.enqueue_fill_buffer`` and friends).
+
+    ``operation`` names pyopencl's primitive (``write_buffer``, ``read_buffer``, ``copy_buffer``,
+    ``fill_buffer``, ...); ``args`` and ``kwargs`` are what it was called with, minus ``wait_for``.
+    """
+
+    operation: str
+    queue: cl.CommandQueue
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
 
 
 class ArgSet(NamedTuple):
@@ -72,6 +104,16 @@ class RawLaunch(NamedTuple):
     def queue(self) -> cl.CommandQueue:
         return self.shape.queue
 
+    def record(self) -> CapturedLaunch:
+        """The read-only record of this launch."""
+        gsize, lsize, offset = launch_sizes(self.shape)
+        return CapturedLaunch(self.shape.kernel.function_name, self.shape.queue, gsize, lsize,
+                              offset, tuple(self.call[3:]) if self.call is not None else ())
+
+
+# (position or keyword, buffer) of a memory object among a transfer's arguments
+Where = tuple[int | str, cl.MemoryObjectHolder]
+
 
 class RawTransfer(NamedTuple):
     """A recorded copy, fill, marker or barrier: pyopencl's primitive and its arguments, with
@@ -83,6 +125,39 @@ class RawTransfer(NamedTuple):
     kwargs: dict[str, Any]
     wait_for: tuple[Any, ...]
     event: Any
+    buffers: tuple[Where, ...]  # where the memory objects sit among the arguments
+
+    @property
+    def queue(self) -> cl.CommandQueue:
+        return self.args[0] if self.args else self.kwargs["queue"]
+
+    def record(self) -> CapturedTransfer:
+        """The read-only record of this transfer."""
+        return CapturedTransfer(self.entry.operation, self.queue, self.args,
+                                MappingProxyType(dict(self.kwargs)))
+
+    def bound(self) -> dict[str, Any]:
+        """The arguments by pyopencl's parameter names."""
+        found = dict(zip(self.entry.params, self.args, strict=False))
+        found.update(self.kwargs)
+        return found
+
+    def substituted(
+        self, subst: Mapping[int, cl.MemoryObjectHolder]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments with the substitutes of one replay (keys: recorded int_ptr)."""
+        if not subst:
+            return self.args, self.kwargs
+        args, kwargs = list(self.args), dict(self.kwargs)
+        for where, buf in self.buffers:
+            new = subst.get(_mem_ptr(buf))
+            if new is None:
+                continue
+            if isinstance(where, int):
+                args[where] = new
+            else:
+                kwargs[where] = new
+        return tuple(args), kwargs
 
 
 class RawFinish(NamedTuple):
@@ -109,7 +184,9 @@ class NativeAccess(NamedTuple):
         return f"{self.module}.{self.function} ({self.reached})"
 
 
-Raw = RawLaunch | RawTransfer | RawFinish | RawHostWait
+# a command of the replay; a host wait is an ordering fact only (see _ordering)
+Op = RawLaunch | RawTransfer | RawFinish
+Raw = Op | RawHostWait
 
 
 class _KernelState:
@@ -216,7 +293,7 @@ class Recording:
 
     def note_pairs(self, setter: Callable[..., Any], kernel: Any, flat: tuple[Any, ...]) -> None:
         """Record ``_set_arg_multi`` / ``_set_arg_buf_multi``: (index, value) pairs, flat
-        (unless the same as the last call: see ``pairs_hook``)."""
+        (unless the same as the last call: see ``_intercept._pairs_hook``)."""
         state = self.kernels.get(id(kernel)) or self._state(kernel)
         state.last = None
         table, mems = state.table, self.mems
@@ -238,8 +315,14 @@ class Recording:
         if plain:
             state.last = (setter, flat)
 
-    def note_pack(self, setter: Callable[..., Any], kernel: Any, flat: tuple[Any, ...]) -> None:
-        """Record ``_set_arg_buf_pack_multi``: (index, struct code, value) triples, flat."""
+    # the generic hooks' notes (see _intercept._make_hook): each gets the table entry,
+    # pyopencl's function, and the call's arguments and result
+
+    def note_pack(self, entry: EntryPoint, setter: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any], _: Any) -> None:  # fmt: skip
+        """Record ``_set_arg_buf_pack_multi(kernel, flat)``: (index, struct code, value)
+        triples, flat (positional-only)."""
+        kernel, flat = args
         state = self._state(kernel)
         state.last = None
         for j in range(0, len(flat), 3):
@@ -250,41 +333,54 @@ class Recording:
                 state.table[i] = _new(ArgSet, (i, setter, ((i, code, value),)))
                 state.snapshot = None
 
-    def note_one(self, setter: Callable[..., Any], kernel: Any, args: tuple[Any, ...]) -> None:
+    def note_one(self, entry: EntryPoint, setter: Callable[..., Any], args: tuple[Any, ...],
+                 kwargs: dict[str, Any], _: Any) -> None:  # fmt: skip
         """Record ``set_arg``, ``_set_arg_null``, ``_set_arg_buf``, ``_set_arg_svm``:
-        (index[, value])."""
-        state = self._state(kernel)
+        (kernel, index[, value])."""
+        values = args[1:]
+        if kwargs:  # set_arg(arg_index=..., arg=...): in parameter order
+            values += tuple(kwargs[n] for n in entry.params[len(values):] if n in kwargs)
+        state = self._state(args[0])
         state.last = None
-        i = int(args[0])
-        state.table[i] = _new(ArgSet, (i, setter, (i, *(self._hold(v) for v in args[1:]))))
+        i = int(values[0])
+        state.table[i] = _new(ArgSet, (i, setter, (i, *(self._hold(v) for v in values[1:]))))
         state.snapshot = None
 
-    def note_transfer(
-        self, entry: EntryPoint, fn: Callable[..., Any], args: tuple[Any, ...],
-        kwargs: dict[str, Any], event: Any,
-    ) -> None:  # fmt: skip
+    def note_transfer(self, entry: EntryPoint, fn: Callable[..., Any], args: tuple[Any, ...],
+                      kwargs: dict[str, Any], event: Any) -> None:  # fmt: skip
         """Record a copy, fill, marker or barrier."""
         pos = list(args)
         at = entry.wait_for
         waits = kwargs.get("wait_for") if len(pos) <= at else pos[at]
         if len(pos) > at:
             pos[at] = None
-        kw = {k: self.retain(v) if isinstance(v, _MemoryObject) else v
-              for k, v in kwargs.items() if k != "wait_for"}
-        pos = [self.retain(a) if isinstance(a, _MemoryObject) else a for a in pos]
+        kw = {k: v for k, v in kwargs.items() if k != "wait_for"}
+        where: list[Where] = []
+        for i, a in enumerate(pos):
+            if isinstance(a, _MemoryObject):
+                pos[i] = own = self.retain(a)
+                where.append((i, own))
+        for k, v in kw.items():
+            if isinstance(v, _MemoryObject):
+                kw[k] = own = self.retain(v)
+                where.append((k, own))
         if entry.name == "_enqueue_copy_buffer":
             _resolve_copy_count(entry, pos, kw)
-        self.raw.append(RawTransfer(entry, fn, tuple(pos), kw,
-                                    tuple(waits) if waits else (), event))
+        self.raw.append(RawTransfer(entry, fn, tuple(pos), kw, tuple(waits) if waits else (),
+                                    event, tuple(where)))
 
-    def note_finish(self, queue: cl.CommandQueue) -> None:
-        self.raw.append(RawFinish(queue))
+    def note_finish(self, entry: EntryPoint, fn: Callable[..., Any], args: tuple[Any, ...],
+                    kwargs: dict[str, Any], _: Any) -> None:  # fmt: skip
+        self.raw.append(RawFinish(args[0]))
 
-    def note_wait(self, events: Any) -> None:
-        """Record a host-side wait: every command issued after it ran after those events in
+    def note_wait(self, entry: EntryPoint, fn: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any], _: Any) -> None:  # fmt: skip
+        """Record a host-side wait (``Event.wait()``, or ``wait_for_events`` with its one
+        positional-only sequence): every command issued after it ran after those events in
         the recording, so the replay makes them wait for the replayed events (pyopencl.array's
         ``finish()`` waits this way and then forgets the events, so the next command's own
         wait list no longer names them)."""
+        events = (args[0],) if entry.kind == "event_wait" else args[0]
         waited = tuple(e for e in events if isinstance(e, cl.Event))
         if waited:
             self.raw.append(RawHostWait(waited))
@@ -347,3 +443,23 @@ def _resolve_copy_count(entry: EntryPoint, pos: list[Any], kw: dict[str, Any]) -
             pos[at] = count
         else:
             kw["byte_count"] = count
+
+
+Sizes = tuple[tuple[int, ...], tuple[int, ...] | None, tuple[int, ...] | None]
+
+
+def _dims(size: Any) -> tuple[int, ...]:
+    if isinstance(size, int):
+        return (size,)
+    if type(size) is tuple and all(type(s) is int for s in size):
+        return size
+    return tuple(int(s) for s in size)
+
+
+def launch_sizes(shape: LaunchShape) -> Sizes:
+    """(global size, local size, offset) of a launch as tuples, ``g_times_l`` folded in."""
+    gsize = _dims(shape.global_size)
+    lsize = None if shape.local_size is None else _dims(shape.local_size)
+    if shape.g_times_l and lsize is not None:
+        gsize = tuple(g * ls for g, ls in zip(gsize, lsize, strict=True))
+    return gsize, lsize, None if shape.offset is None else _dims(shape.offset)
