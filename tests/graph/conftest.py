@@ -11,6 +11,7 @@ import pytest
 
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
+from netcl.runtime.graph._packing import Interval
 
 KERNELS = r"""
 __kernel void add(__global const float *a, __global const float *b, __global float *out) {
@@ -134,3 +135,16 @@ def pool(queue: cl.CommandQueue) -> BufferPool:
 def _both_telemetry_modes(otel_mode: str) -> str:
     """Every graph test runs with and without an SDK (see ``otel_mode``)."""
     return otel_mode
+
+
+def overlapping(items: list[Interval], offsets: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Pairs of values alive together whose byte ranges overlap (empty for a valid placement)."""
+    bad: list[tuple[int, int]] = []
+    for i, a in enumerate(items):
+        for j in range(i + 1, len(items)):
+            b = items[j]
+            alive_together = a.first <= b.last and b.first <= a.last
+            lo, hi = offsets[i], offsets[j]
+            if alive_together and lo < hi + b.size and hi < lo + a.size:
+                bad.append((i, j))
+    return bad

@@ -5,30 +5,21 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, overload
 
+import numpy as np
 import pyopencl as cl
+from opentelemetry.util.types import AttributeValue
 
 from netcl.core import profiling, telemetry
 from netcl.core.memory import BufferPool
-from netcl.core.tensor import Tensor
-from netcl.runtime.graph._graph import Graph, TensorRef
+from netcl.core.tensor import Shape, Tensor
+from netcl.runtime.graph import _telemetry as tm
+from netcl.runtime.graph._graph import Graph, Op, OpFn, TensorRef
 from netcl.runtime.graph._plan import GraphPlan, build_plan
-from netcl.runtime.graph._schedule import Schedule, Step
-from netcl.runtime.graph._telemetry import (
-    ARENA_BYTES,
-    LOWER_BOUND_BYTES,
-    NODE_SPAN,
-    NODES,
-    NODES_EXECUTED,
-    PEAK_BYTES,
-    PLANS_BUILT,
-    RUN_DURATION,
-    RUN_SPAN,
-    STRATEGY,
-    TEL,
-)
+from netcl.runtime.graph._telemetry import TEL
 
 __all__ = ["GraphExecutor"]
 
@@ -37,45 +28,136 @@ _OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 _VIEW_CACHE = 4  # pool blocks per plan block whose views are kept
 
 
-class _Run:
-    """The executor's private state for one (graph, outputs): the public plan, the schedule,
-    and the sub-buffer views made for the blocks last seen (mutated under ``lock``)."""
+@dataclass(frozen=True, slots=True)
+class _ScheduledOp:
+    """One op as a run executes it: take ``allocs`` blocks, call ``fn`` on the ``inputs`` slots
+    of the value table writing slot ``slot``, then release ``frees`` blocks."""
 
-    __slots__ = ("lock", "plan", "run_attrs", "schedule", "views")
+    name: str
+    fn: OpFn
+    inputs: tuple[int, ...]
+    slot: int
+    allocs: tuple[int, ...]
+    frees: tuple[int, ...]
+    attrs: dict[str, AttributeValue]  # attributes of its span
 
-    def __init__(self, plan: GraphPlan, schedule: Schedule) -> None:
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """A value that lives inside a block at ``offset`` (a sub-buffer of ``size`` bytes)."""
+
+    offset: int
+    size: int
+    shape: Shape
+    dtype: np.dtype[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _BlockSpec:
+    """How a run takes one block from the pool, and which values it holds."""
+
+    nbytes: int
+    shape: Shape  # of the Tensor the pool hands out: the owner's, or (nbytes,) uint8
+    dtype: np.dtype[Any]
+    owner: int  # value slot of the owning output, -1 for a block of intermediates
+    views: tuple[_View, ...]  # the values in slots first_view, first_view + 1, ...
+    first_view: int
+
+
+class _PlannedRun:
+    """The executor's private state for one (graph, outputs): the public plan, the schedule a run
+    walks (ops over a value table that starts as ``template``: the external inputs, then a slot
+    per op), and the sub-buffer views made for the blocks last seen (mutated under ``lock``)."""
+
+    __slots__ = ("blocks", "lock", "ops", "out_slots", "plan", "run_attrs", "template", "views")
+
+    def __init__(self, plan: GraphPlan, graph: Graph, context: cl.Context) -> None:
         self.plan = plan
-        self.schedule = schedule
-        self.run_attrs: Mapping[str, Any] = {
-            NODES: len(plan.order),
-            PEAK_BYTES: plan.pool_peak_bytes,
-            ARENA_BYTES: plan.arena_bytes,
-            LOWER_BOUND_BYTES: plan.lower_bound,
-            STRATEGY: plan.strategy,
+        order = [graph.op(name) for name in plan.order]
+        slot: dict[int | str, int] = {}  # id of an external Tensor, or an op's name -> its slot
+        externals: list[Tensor] = []
+        for op in order:
+            for pos, x in enumerate(op.inputs):
+                if isinstance(x, Tensor) and id(x) not in slot:
+                    if x.queue.context != context:
+                        raise ValueError(
+                            f"graph op {op.name!r}: input {pos} ({x!r}) lives in another OpenCL "
+                            "context than the executor's pool"
+                        )
+                    slot[id(x)] = len(externals)
+                    externals.append(x)
+        self.template: tuple[Any, ...] = (*externals, *([None] * len(order)))
+        self.blocks = self._blocks(order, slot)
+        self.ops = self._ops(order, slot)
+        self.out_slots = tuple(slot[n] for n in plan.outputs)
+        self.run_attrs: dict[str, AttributeValue] = {
+            tm.NODES: len(plan.order),
+            tm.PEAK_BYTES: plan.pool_peak_bytes,
+            tm.ARENA_BYTES: plan.arena_bytes,
+            tm.LOWER_BOUND_BYTES: plan.lower_bound,
+            tm.STRATEGY: plan.strategy,
         }
         self.lock = threading.Lock()
         # per block: {int_ptr of a pool block: its views}: the pool hands a few blocks of a
         # size class back in turn (LIFO), so several are kept
-        self.views: list[dict[int, tuple[Tensor, ...]]] = [{} for _ in schedule.blocks]
+        self.views: list[dict[int, tuple[Tensor, ...]]] = [{} for _ in self.blocks]
 
-    def forget(self) -> None:
-        with self.lock:
-            self.views = [{} for _ in self.views]
+    def _blocks(self, order: Sequence[Op], slot: dict[int | str, int]) -> tuple[_BlockSpec, ...]:
+        """The blocks, giving each value its slot: grouped by block (its owner, then its views),
+        so that a run puts a block's views into the value table with one slice assignment."""
+        plan = self.plan
+        members: list[list[Op]] = [[] for _ in plan.blocks]
+        for op in order:
+            members[plan.lifetimes[op.name].block].append(op)
+        specs = []
+        for b, ops in zip(plan.blocks, members, strict=True):
+            shape: Shape = (b.nbytes,)
+            dtype = np.dtype(np.uint8)
+            owner = -1
+            if b.owner is not None:
+                op = next(op for op in ops if op.name == b.owner)
+                shape, dtype, owner = op.shape, op.dtype, len(slot)
+                slot[op.name] = owner
+            first_view = len(slot)
+            views = []
+            for op in ops:
+                if op.name != b.owner:
+                    slot[op.name] = len(slot)
+                    lt = plan.lifetimes[op.name]
+                    views.append(_View(lt.offset, lt.size, op.shape, op.dtype))
+            specs.append(_BlockSpec(b.nbytes, shape, dtype, owner, tuple(views), first_view))
+        return tuple(specs)
+
+    def _ops(self, order: Sequence[Op], slot: dict[int | str, int]) -> tuple[_ScheduledOp, ...]:
+        allocs: list[list[int]] = [[] for _ in order]
+        frees: list[list[int]] = [[] for _ in order]
+        for k, b in enumerate(self.plan.blocks):
+            allocs[b.first].append(k)
+            if b.last is not None:
+                frees[b.last].append(k)
+        dtype_names: dict[np.dtype[Any], str] = {}  # dtype.name takes microseconds
+        scheduled = []
+        for op, takes, gives in zip(order, allocs, frees, strict=True):
+            if op.dtype not in dtype_names:
+                dtype_names[op.dtype] = op.dtype.name
+            attrs: dict[str, AttributeValue] = {
+                tm.NODE_NAME: op.name, tm.NODE_SHAPE: op.shape, tm.NODE_DTYPE: dtype_names[op.dtype]
+            }
+            inputs = tuple(slot[x.name if isinstance(x, TensorRef) else id(x)] for x in op.inputs)
+            scheduled.append(
+                _ScheduledOp(op.name, op.fn, inputs, slot[op.name], tuple(takes), tuple(gives),
+                             attrs)
+            )  # fmt: skip
+        return tuple(scheduled)
 
 
 class GraphExecutor:
     """Runs graphs with device memory from ``pool``.
 
-    The first run of a graph (for a given set of outputs) plans it: topological order, lifetimes
-    and a memory layout (see :class:`GraphPlan`); later runs reuse the plan until the graph
-    changes. A run takes its pool blocks when the first value in them is produced and gives the
-    intermediates' blocks back after their last reader; each requested output is a pool Tensor
-    the caller owns (release it with ``pool.release(tensor)``). External inputs are never
-    released.
-
-    Op functions must enqueue their work on ``out.queue`` (the pool's queue). On an out-of-order
-    queue the executor puts a barrier after every op, so no op starts before its inputs are
-    written and no block is rewritten while an earlier reader may still run.
+    The first run of a graph (for a given set of outputs) plans it (:class:`GraphPlan`); later
+    runs reuse the plan until the graph changes. Each requested output is a pool Tensor the
+    caller owns (``pool.release(tensor)``); external inputs are never released. Op functions
+    must enqueue their work on ``out.queue`` (the pool's queue).
     """
 
     def __init__(self, pool: BufferPool) -> None:
@@ -91,7 +173,7 @@ class GraphExecutor:
         # a queue's properties never change: the one profiling check, made here
         self._profiled = profiling.enabled(queue)
         self._lock = threading.Lock()
-        self._runs: weakref.WeakKeyDictionary[Graph, dict[tuple[str, ...] | None, _Run]]
+        self._runs: weakref.WeakKeyDictionary[Graph, dict[tuple[str, ...] | None, _PlannedRun]]
         self._runs = weakref.WeakKeyDictionary()
         # views retain their block's memory: drop them when the pool frees its held blocks
         pool._add_free_held_hook(self._forget_views)
@@ -110,20 +192,17 @@ class GraphExecutor:
         """
         return self._run_state(graph, outputs).plan
 
-    def _run_state(self, graph: Graph, outputs: Sequence[TensorRef | str] | None) -> _Run:
+    def _run_state(self, graph: Graph, outputs: Sequence[TensorRef | str] | None) -> _PlannedRun:
         if not isinstance(graph, Graph):
             raise TypeError(f"GraphExecutor: graph must be a Graph, got {graph!r}")
         key = None if outputs is None else _output_names(outputs)
         with self._lock:
-            per_graph = self._runs.get(graph)
-            if per_graph is not None:
-                cached = per_graph.get(key)
-                if cached is not None and cached.plan.graph_version == graph.version:
-                    return cached
-        run = _Run(
-            *build_plan(graph, key, self._alignment, self.pool.block_bytes, self._context)
-        )
-        PLANS_BUILT.add(1)
+            cached = self._runs.get(graph, {}).get(key)
+        if cached is not None and cached.plan.graph_version == graph.version:
+            return cached
+        plan = build_plan(graph, key, self._alignment, self.pool.block_bytes)
+        run = _PlannedRun(plan, graph, self._context)
+        tm.PLANS_BUILT.add(1)
         with self._lock:
             per_graph = self._runs.get(graph)
             if per_graph is None or any(
@@ -137,7 +216,8 @@ class GraphExecutor:
         with self._lock:
             runs = [r for per_graph in self._runs.values() for r in per_graph.values()]
         for r in runs:
-            r.forget()
+            with r.lock:
+                r.views = [{} for _ in r.views]
 
     @overload
     def run(self, graph: Graph) -> Tensor: ...
@@ -159,19 +239,16 @@ class GraphExecutor:
         """
         state = self._run_state(graph, outputs)
         t0 = time.perf_counter()
-        traced = telemetry.tracing()
-        if traced:
+        if telemetry.tracing():
             result = self._traced(state)
-        elif self._profiled:
-            result = self._execute(state, False, True)
         else:
-            result = self._execute(state, False)
-        RUN_DURATION.record(time.perf_counter() - t0)
-        NODES_EXECUTED.add(len(state.schedule.steps))
+            result = self._execute(state, False, self._profiled)
+        tm.RUN_DURATION.record(time.perf_counter() - t0)
+        tm.NODES_EXECUTED.add(len(state.ops))
         return result[0] if outputs is None else result
 
-    def _traced(self, state: _Run) -> list[Tensor]:
-        with TEL.span(RUN_SPAN, state.run_attrs) as span:
+    def _traced(self, state: _PlannedRun) -> list[Tensor]:
+        with TEL.span(tm.RUN_SPAN, state.run_attrs) as span:
             try:
                 return self._execute(state, True, self._profiled)
             except BaseException as exc:
@@ -179,13 +256,13 @@ class GraphExecutor:
                 span.fail(exc.__cause__ if exc.__cause__ is not None else exc)
                 raise
 
-    def _execute(self, state: _Run, traced: bool, profiled: bool = False) -> list[Tensor]:
+    def _execute(self, state: _PlannedRun, traced: bool, profiled: bool) -> list[Tensor]:
         pool = self.pool
         queue = self._queue
         ooo = self._out_of_order
-        values = list(state.schedule.template)
-        taken: list[Tensor | None] = [None] * len(state.schedule.blocks)
-        step = None
+        values = list(state.template)
+        taken: list[Tensor | None] = [None] * len(state.blocks)
+        node = None
         allocating = -1
         span = telemetry.NO_SPAN
         # spans and device time share one flag, so a plain run tests one bool per op, as before
@@ -195,110 +272,89 @@ class GraphExecutor:
             if ooo:
                 cl.enqueue_barrier(queue)  # earlier users of these blocks finish first
             if profiled:
-                # node k's device time: from the marker before it to the one after it
                 marker = cl.enqueue_marker(queue)
-            # The one per-op loop: take the step's blocks, call its fn, release the blocks whose
+            # The one per-op loop: take the op's blocks, call its fn, release the blocks whose
             # last reader it was. Span and device-time work only behind `hooked`; no call or
-            # loop for a step that takes or releases nothing (most of them).
-            for step in state.schedule.steps:
+            # loop for an op that takes or releases nothing (most of them).
+            for node in state.ops:
                 if traced:
-                    span = TEL.span(NODE_SPAN, step.attrs)
-                if step.allocs:
-                    for allocating in step.allocs:
+                    span = TEL.span(tm.NODE_SPAN, node.attrs)
+                if node.allocs:
+                    for allocating in node.allocs:
                         self._take(state, allocating, taken, values)
                     allocating = -1
-                ins = step.inputs
+                ins = node.inputs
                 # a one-element list directly: cheaper than a comprehension on Python < 3.12
-                step.fn(
+                node.fn(
                     [values[ins[0]]] if len(ins) == 1 else [values[i] for i in ins],
-                    values[step.slot],
+                    values[node.slot],
                 )
                 if ooo:
                     cl.enqueue_barrier(queue)
                 if hooked:
                     if marker is not None:
-                        marker = _watch_node(queue, marker, step.name, span)
+                        # node k's device time: from the marker before it to one enqueued now
+                        after = cl.enqueue_marker(queue)
+                        profiling.watch_markers(
+                            profiling.GRAPH_NODE, marker, after, name=node.name, parent=span
+                        )
+                        marker = after
                     span.end()
                     span = telemetry.NO_SPAN
-                if step.frees:
-                    for k in step.frees:
+                if node.frees:
+                    for k in node.frees:
                         pool.release(taken[k])  # type: ignore[arg-type]
                         taken[k] = None
         except BaseException as exc:
             span.end(exc)  # the node span still open, if any
-            self._unwind(state, taken, step, allocating, exc)
-            raise
-        return [values[i] for i in state.schedule.out_slots]
+            # give back every block this run took: they are reused only by commands enqueued
+            # after these (in-order queue, or the barrier on an out-of-order one)
+            if ooo:
+                cl.enqueue_barrier(queue)
+            pool.release_all([t for t in taken if t is not None])
+            if node is not None and allocating >= 0 and isinstance(exc, MemoryError):
+                raise MemoryError(
+                    f"GraphExecutor.run: op {node.name!r} needs a block of "
+                    f"{state.blocks[allocating].nbytes} bytes "
+                    f"({_block_role(state.plan, allocating)}) that cannot be allocated: {exc}"
+                ) from exc
+            if node is not None and isinstance(exc, Exception):
+                raise RuntimeError(
+                    f"GraphExecutor.run: op {node.name!r} raised {type(exc).__name__}: {exc}"
+                ) from exc
+            raise  # an interrupt (KeyboardInterrupt, SystemExit) goes on as it is
+        return [values[i] for i in state.out_slots]
 
-    def _unwind(
-        self,
-        state: _Run,
-        taken: list[Tensor | None],
-        step: Step | None,
-        allocating: int,
-        exc: BaseException,
+    def _take(
+        self, state: _PlannedRun, k: int, taken: list[Tensor | None], values: list[Any]
     ) -> None:
-        """After a failed step: give back every block this run took, and raise the error that
-        names the op (returns only for an exception to re-raise as is)."""
-        # blocks are reused only by commands enqueued after these (in-order queue, or the
-        # barrier on an out-of-order one)
-        if self._out_of_order:
-            cl.enqueue_barrier(self._queue)
-        self.pool.release_all([t for t in taken if t is not None])
-        if step is not None and allocating >= 0 and isinstance(exc, MemoryError):
-            what = _block_role(state.plan, allocating)
-            raise MemoryError(
-                f"GraphExecutor.run: op {step.name!r} needs a block of "
-                f"{state.schedule.blocks[allocating].nbytes} bytes ({what}) that cannot be "
-                f"allocated: {exc}"
-            ) from exc
-        if isinstance(exc, Exception) and step is not None:
-            raise RuntimeError(
-                f"GraphExecutor.run: op {step.name!r} raised {type(exc).__name__}: {exc}"
-            ) from exc
-
-    def _take(self, state: _Run, k: int, taken: list[Tensor | None], values: list[Any]) -> None:
         """Allocate block ``k`` and put it (its owner's Tensor) and its views in the table."""
-        spec = state.schedule.blocks[k]
+        spec = state.blocks[k]
         taken[k] = block = self.pool.allocate(spec.shape, spec.dtype, _nbytes=spec.nbytes)
         if spec.owner >= 0:
             values[spec.owner] = block
-        if spec.views:
-            views = state.views[k].get(block.buffer.int_ptr)
-            if views is None:
-                views = self._views(state, k, block)
-            values[spec.first_view : spec.first_view + len(views)] = views
-
-    def _views(self, state: _Run, k: int, block: Tensor) -> tuple[Tensor, ...]:
-        """The views of block ``k``'s values on a pool block: made once per pool block (the
-        pool hands the same block back run after run) and kept until the pool frees its held
-        blocks."""
+        if not spec.views:
+            return
+        # the views are made once per pool block (the pool hands the same block back run after
+        # run) and kept until the pool frees its held blocks
         ptr = block.buffer.int_ptr
-        # A Buffer of our own on the pooled block (PooledBuffer has no get_sub_region)
-        base = cl.Buffer.from_int_ptr(ptr, retain=True)
-        made = tuple(
-            Tensor(base.get_sub_region(v.offset, v.size), v.shape, v.dtype, self._queue)
-            for v in state.schedule.blocks[k].views
-        )
-        with state.lock:
-            cache = state.views[k]
-            if len(cache) >= _VIEW_CACHE:
-                cache.clear()
-            cache[ptr] = made
-        return made
+        views = state.views[k].get(ptr)
+        if views is None:
+            # a Buffer of our own on the pooled block (PooledBuffer has no get_sub_region)
+            base = cl.Buffer.from_int_ptr(ptr, retain=True)
+            views = tuple(
+                Tensor(base.get_sub_region(v.offset, v.size), v.shape, v.dtype, self._queue)
+                for v in spec.views
+            )
+            with state.lock:
+                cache = state.views[k]
+                if len(cache) >= _VIEW_CACHE:
+                    cache.clear()
+                cache[ptr] = views
+        values[spec.first_view : spec.first_view + len(views)] = views
 
     def __repr__(self) -> str:
         return f"GraphExecutor(pool={self.pool!r}, alignment={self._alignment})"
-
-
-def _watch_node(
-    queue: cl.CommandQueue, before: cl.Event, name: str, span: telemetry.Span
-) -> cl.Event:
-    """Hand a node's device time (``before`` to a marker enqueued now) to the collector under
-    the node's span; return the new marker (the next node's ``before``)."""
-    after = cl.enqueue_marker(queue)
-    profiling.watch_markers(profiling.GRAPH_NODE, before, after, name=name, parent=span)
-    return after
 
 
 def _block_role(plan: GraphPlan, k: int) -> str:
@@ -311,18 +367,14 @@ def _block_role(plan: GraphPlan, k: int) -> str:
 
 
 def _output_names(outputs: Sequence[TensorRef | str]) -> tuple[str, ...]:
+    """The op names ``outputs`` (TensorRefs or names) asks for: the key of a cached plan."""
     if isinstance(outputs, (str, TensorRef)) or not isinstance(outputs, Sequence):
         raise TypeError(
             f"GraphExecutor: outputs must be a sequence of TensorRef or op names, got {outputs!r}"
         )
-    names: list[str] = []
     for i, o in enumerate(outputs):
-        if isinstance(o, TensorRef):
-            names.append(o.name)
-        elif isinstance(o, str):
-            names.append(o)
-        else:
+        if not isinstance(o, (TensorRef, str)):
             raise TypeError(
                 f"GraphExecutor: outputs[{i}] must be a TensorRef or an op name, got {o!r}"
             )
-    return tuple(names)
+    return tuple(o.name if isinstance(o, TensorRef) else o for o in outputs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,9 +13,6 @@ import numpy.typing as npt
 from netcl.core.tensor import Shape, Tensor, normalize_shape
 
 __all__ = ["Graph", "Op", "OpFn", "TensorRef"]
-
-_NUMERIC_KINDS = frozenset("biufc")
-
 
 @dataclass(frozen=True, slots=True)
 class TensorRef:
@@ -50,10 +48,7 @@ class Op:
 
     @property
     def nbytes(self) -> int:
-        n = self.dtype.itemsize
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape) * self.dtype.itemsize
 
 
 class Graph:
@@ -107,7 +102,7 @@ class Graph:
             dt = np.dtype(dtype)
         except TypeError as exc:
             raise ValueError(f"Graph.add_op({name!r}): bad dtype {dtype!r}: {exc}") from None
-        if dt.kind not in _NUMERIC_KINDS or dt.fields is not None or dt.subdtype is not None:
+        if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
             raise ValueError(
                 f"Graph.add_op({name!r}): dtype must be a fixed-size numeric dtype (bool, int, "
                 f"uint, float or complex), got {dt} ({dtype!r})"
@@ -150,7 +145,7 @@ class Graph:
         externals: dict[int, str] = {}
         missing: set[str] = set()
         for op in self._ops.values():
-            label = _label(op.name, f"{_fmt_shape(op.shape)} {op.dtype}")
+            label = _label(op.name, f"{op.shape} {op.dtype}")
             lines.append(f"  {_q('op:' + op.name)} [shape=box, label={label}];")
         for op in self._ops.values():
             for pos, x in enumerate(op.inputs):
@@ -166,18 +161,12 @@ class Graph:
                     key = id(x)
                     if key not in externals:
                         externals[key] = src = f"input{len(externals)}"
-                        label = _label(
-                            f"input {len(externals) - 1}", f"{_fmt_shape(x.shape)} {x.dtype}"
-                        )
+                        label = _label(f"input {len(externals) - 1}", f"{x.shape} {x.dtype}")
                         lines.append(f"  {_q(src)} [shape=ellipse, label={label}];")
                     src = externals[key]
                 lines.append(f"  {_q(src)} -> {_q('op:' + op.name)} [label={_q(str(pos))}];")
         lines.append("}")
         return "\n".join(lines) + "\n"
-
-
-def _fmt_shape(shape: Shape) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _q(text: str) -> str:

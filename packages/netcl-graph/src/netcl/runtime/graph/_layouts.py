@@ -1,27 +1,21 @@
-"""Memory layouts: each strategy puts every value of a plan in a pool block at an offset.
-
-The strategies (tried in this order; the pool model in ``_pool_model`` picks among them):
-
-* ``arena``: one block for the intermediates (packed), a block per output;
-* ``arena_in_output_blocks``: the same, but intermediates that die before an output is written
-  may use its block;
-* ``block_per_tensor``: plain refcounting, a block per value released after its last reader;
-* ``block_per_tensor_best_fit``: the same, but a value asks for the smallest size class among
-  the blocks released before it is produced;
-* ``one_block`` / ``block_per_output``: every value packed as one region, cut at the outputs.
-"""
+"""Memory layouts and the choice among them: each strategy puts every value of a plan in a pool
+block at an offset; each layout is run through a model of the pool (a released block goes to a
+free list of its size class and is reused within that class only), and the one that takes the
+least device memory from an empty pool wins. The strategies are described in the README."""
 
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from netcl.runtime.graph._packing import Interval, place
 
-__all__ = ["STRATEGIES", "Layout", "RawBlock", "Values"]
+__all__ = ["Block", "Candidate", "Spot", "Values", "choice_reason", "rank_layouts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,139 +30,153 @@ class Values:
     block_bytes: Callable[[int], int]
     index: Mapping[str, int]  # name -> position in names
 
-    def cap(self, name: str) -> int:
-        """The bytes an output's block offers: its size class, rounded down to the alignment
-        (at least the output's size)."""
-        size_class = self.block_bytes(self.items[self.index[name]].size)
-        return size_class // self.alignment * self.alignment
+
+class Spot(NamedTuple):
+    """Where a value sits: block ``block`` of its layout, at byte ``offset``."""
+
+    block: int
+    offset: int
 
 
-class RawBlock(NamedTuple):
+class _RawBlock(NamedTuple):
     """A block before it is simulated: its lifetime and size come from the values in it."""
 
     ask: int  # bytes to ask the pool for at least (0: what its values need)
-    owner: str | None  # the output whose Tensor the block is (None: intermediates only)
-    to_caller: bool  # handed to the caller after the run
+    owner: str | None  # the op whose Tensor the block is (None: intermediates only); an output's
+    # block is handed to the caller after the run
 
 
-class Layout(NamedTuple):
-    """One strategy's answer: its blocks and, per value (execution order), (block, offset)."""
+class _Layout(NamedTuple):
+    """One strategy's answer: its blocks and where each value (execution order) sits."""
 
     strategy: str
-    blocks: tuple[RawBlock, ...]
-    where: tuple[tuple[int, int], ...]
+    blocks: tuple[_RawBlock, ...]
+    where: tuple[Spot, ...]
 
 
-def _output_blocks(outputs: Sequence[str]) -> list[RawBlock]:
-    return [RawBlock(0, n, True) for n in outputs]
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One pool block a run takes: ``nbytes`` (a pool size class) allocated before step
+    ``first`` runs and released after step ``last``; ``last`` is None for an output's block,
+    which is handed to the caller. ``owner`` is the op whose output Tensor the block is (None:
+    a block that only holds views of intermediates)."""
+
+    nbytes: int
+    size: int  # aligned bytes its values need (nbytes is this in the pool's size class)
+    first: int
+    last: int | None
+    owner: str | None
 
 
-def _arena(v: Values) -> Layout:
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A layout, its blocks, and what the pool model says it costs."""
+
+    strategy: str
+    where: tuple[Spot, ...]
+    blocks: tuple[Block, ...]
+    device_bytes: int  # taken from an empty pool: blocks in use plus those it holds
+    pool_peak: int  # pool bytes in use at once
+    peak: int  # aligned bytes in use at once
+    caller_bytes: int  # pool bytes of the blocks handed to the caller
+
+
+def _output_blocks(outputs: Sequence[str]) -> list[_RawBlock]:
+    return [_RawBlock(0, n) for n in outputs]
+
+
+def _arena(v: Values) -> _Layout:
     """One arena for the intermediates, a block of its own for each output."""
     outs = set(v.outputs)
     temps = [k for k, n in enumerate(v.names) if n not in outs]
     placement = place([v.items[k] for k in temps])
     blocks = _output_blocks(v.outputs)
-    where = [(0, 0)] * len(v.names)
+    where = [Spot(0, 0)] * len(v.names)
     for b, n in enumerate(v.outputs):
-        where[v.index[n]] = (b, 0)
+        where[v.index[n]] = Spot(b, 0)
     for k, off in zip(temps, placement.offsets, strict=True):
-        where[k] = (len(blocks), off)
+        where[k] = Spot(len(blocks), off)
     if temps:
-        blocks.append(RawBlock(0, None, False))
-    return Layout("arena", tuple(blocks), tuple(where))
+        blocks.append(_RawBlock(0, None))
+    return _Layout("arena", tuple(blocks), tuple(where))
 
 
-def _arena_in_output_blocks(v: Values) -> Layout:
+def _arena_in_output_blocks(v: Values) -> _Layout:
     """The arena, but intermediates that die before an output is written may use its block:
     the output blocks are laid out one after the other, the arena after them."""
     bases, base = [], 0
     for n in v.outputs:
         bases.append(base)
-        base += v.cap(n)
+        # the bytes the output's block offers: its size class, rounded down to the alignment
+        base += v.block_bytes(v.items[v.index[n]].size) // v.alignment * v.alignment
     fixed = {v.index[n]: b for n, b in zip(v.outputs, bases, strict=True)}
     shared = place(v.items, fixed, [*bases[1:], base])
     where = []
-    in_arena = False
     for off in shared.offsets:
         if off < base:
             k = bisect.bisect_right(bases, off) - 1
-            where.append((k, off - bases[k]))
+            where.append(Spot(k, off - bases[k]))
         else:
-            where.append((len(v.outputs), off - base))
-            in_arena = True
+            where.append(Spot(len(v.outputs), off - base))
     blocks = _output_blocks(v.outputs)
-    if in_arena:
-        blocks.append(RawBlock(0, None, False))
-    return Layout("arena_in_output_blocks", tuple(blocks), tuple(where))
+    if any(s.block == len(v.outputs) for s in where):
+        blocks.append(_RawBlock(0, None))
+    return _Layout("arena_in_output_blocks", tuple(blocks), tuple(where))
 
 
-def _block_per_tensor(v: Values) -> Layout:
-    """Plain refcounting: a block per value, released after its last reader."""
-    outs = set(v.outputs)
-    blocks = tuple(RawBlock(0, n, n in outs) for n in v.names)
-    return Layout("block_per_tensor", blocks, tuple((k, 0) for k in range(len(v.names))))
-
-
-def _block_per_tensor_best_fit(v: Values) -> Layout:
-    """A block per value, but a value takes the smallest free block of a larger size class when
-    there is one (the pool reuses blocks within a size class only, so it asks for that class)."""
-    outs = set(v.outputs)
-    asks = _best_fit(v.items, v.block_bytes)
-    blocks = tuple(RawBlock(r, n, n in outs) for n, r in zip(v.names, asks, strict=True))
-    return Layout("block_per_tensor_best_fit", blocks, tuple((k, 0) for k in range(len(blocks))))
-
-
-def _best_fit(items: Sequence[Interval], block_bytes: Callable[[int], int]) -> list[int]:
-    """Per value (in execution order), the pool bytes to ask for: the smallest size class among
-    the blocks released before it is produced that fits it, else its own."""
+def _block_per_tensor(v: Values, best_fit: bool = False) -> _Layout:
+    """Plain refcounting: a block per value, released after its last reader. With ``best_fit``
+    a value asks for the smallest size class among the blocks released before it is produced
+    that fits it (the pool reuses blocks within a size class only)."""
     free: list[int] = []  # sorted size classes of released blocks
-    ask: list[int] = []
-    live: list[tuple[int, int]] = []  # heap of (last step, class) of blocks in use
-    for it in items:
-        while live and live[0][0] < it.first:
-            bisect.insort(free, heapq.heappop(live)[1])
-        own = block_bytes(it.size)
-        k = bisect.bisect_left(free, own)
-        cls = free.pop(k) if k < len(free) else own
-        ask.append(cls)
-        heapq.heappush(live, (it.last, cls))
-    return ask
+    live: list[tuple[int, int]] = []  # heap of (last step, size class) of blocks in use
+    blocks = []
+    for name, it in zip(v.names, v.items, strict=True):
+        ask = 0
+        if best_fit:
+            while live and live[0][0] < it.first:
+                bisect.insort(free, heapq.heappop(live)[1])
+            own = v.block_bytes(it.size)
+            k = bisect.bisect_left(free, own)
+            ask = free.pop(k) if k < len(free) else own
+            heapq.heappush(live, (it.last, ask))
+        blocks.append(_RawBlock(ask, name))
+    where = tuple(Spot(k, 0) for k in range(len(blocks)))
+    name = "block_per_tensor_best_fit" if best_fit else "block_per_tensor"
+    return _Layout(name, tuple(blocks), where)
 
 
-def _one_region(v: Values) -> Layout | None:
+def _one_region(v: Values) -> _Layout | None:
     """Everything packed as one region, then cut at the outputs' offsets: a block per output,
     starting with it (one block for a single output). None when no cut works."""
     items = v.items
-    free = place(items)
     outs = [v.index[n] for n in v.outputs]
-    tries = [(free.arena_bytes, _cut_at_outputs(free.offsets, items, outs, free.arena_bytes))]
-    if tries[0][1] is None:
+    free = place(items)
+    size = free.arena_bytes
+    cut = _cut_at_outputs(free.offsets, items, outs, size)
+    if cut is None:
         # keep the outputs where they are and place the rest again, crossing no cut
         at = {o: free.offsets[o] for o in outs}
         again = place(items, at, sorted(at.values()))
-        tries.append(
-            (again.arena_bytes, _cut_at_outputs(again.offsets, items, outs, again.arena_bytes))
-        )
+        size = again.arena_bytes
+        cut = _cut_at_outputs(again.offsets, items, outs, size)
     if len(outs) == 1:
         pinned = place(items, {outs[0]: 0})
-        tries.append((pinned.arena_bytes, [(0, o) for o in pinned.offsets]))
-    valid = [(size, cut) for size, cut in tries if cut is not None]
-    if not valid:
+        if cut is None or pinned.arena_bytes < size:
+            cut = [Spot(0, o) for o in pinned.offsets]
+    if cut is None:
         return None
-    cut = min(valid, key=lambda t: t[0])[1]
-    by_block = sorted(v.outputs, key=lambda n: cut[v.index[n]][0])
+    by_block = sorted(v.outputs, key=lambda n: cut[v.index[n]].block)
     name = "one_block" if len(outs) == 1 else "block_per_output"
-    return Layout(name, tuple(_output_blocks(by_block)), tuple(cut))
+    return _Layout(name, tuple(_output_blocks(by_block)), tuple(cut))
 
 
 def _cut_at_outputs(
     offsets: Sequence[int], items: Sequence[Interval], outs: Sequence[int], size: int
-) -> list[tuple[int, int]] | None:
+) -> list[Spot] | None:
     """Split a placement of ``size`` bytes into blocks that each start with an output: cut at
     every output's offset and rotate so the lowest output starts the first block (values below
-    it join the last block). Also tried mirrored. Per item: (block, offset in it); None when a
-    value crosses a cut in both."""
+    it join the last block). Also tried mirrored. None when a value crosses a cut in both."""
     mirrored = [size - o - it.size for o, it in zip(offsets, items, strict=True)]
     for offs in (offsets, mirrored):
         cuts = sorted(offs[o] for o in outs)
@@ -180,7 +188,7 @@ def _cut_at_outputs(
         for o in offs:
             r = o - first if o >= first else o + size - first
             k = bisect.bisect_right(starts, r) - 1
-            placed.append((k, r - starts[k]))
+            placed.append(Spot(k, r - starts[k]))
         return placed
     return None
 
@@ -192,10 +200,79 @@ def _crosses(cuts: Sequence[int], offset: int, size: int) -> bool:
 
 
 #: Every strategy, in the order ties are resolved (the first of equals wins).
-STRATEGIES: tuple[Callable[[Values], Layout | None], ...] = (
+_STRATEGIES: tuple[Callable[[Values], _Layout | None], ...] = (
     _arena,
     _arena_in_output_blocks,
     _block_per_tensor,
-    _block_per_tensor_best_fit,
+    functools.partial(_block_per_tensor, best_fit=True),
     _one_region,
 )
+
+
+def rank_layouts(values: Values) -> list[Candidate]:
+    """Every strategy's layout, simulated, best first: least device memory, then fewest bytes
+    left with the caller, then lower pool peak, then fewer blocks."""
+    layouts = [layout for strategy in _STRATEGIES if (layout := strategy(values)) is not None]
+    return sorted(
+        (_simulate(layout, values) for layout in layouts),
+        key=lambda c: (c.device_bytes, c.caller_bytes, c.pool_peak, len(c.blocks)),
+    )
+
+
+def _simulate(layout: _Layout, values: Values) -> Candidate:
+    """Give each block its lifetime and size (from its values) and run the blocks through the
+    pool model, step by step."""
+    n = len(layout.blocks)
+    first = [len(values.names)] * n
+    end = [-1] * n
+    need = [0] * n  # the bytes a block's values really use (no more is asked for)
+    for (k, off), it in zip(layout.where, values.items, strict=True):
+        first[k] = min(first[k], it.first)
+        end[k] = max(end[k], it.last)
+        need[k] = max(need[k], off + it.size)
+    outs = set(values.outputs)
+    blocks = tuple(
+        Block(values.block_bytes(max(need[k], raw.ask)), need[k], first[k],
+              None if raw.owner in outs else end[k], raw.owner)
+        for k, raw in enumerate(layout.blocks)
+    )  # fmt: skip
+    taken: defaultdict[int, list[Block]] = defaultdict(list)
+    released: defaultdict[int, list[Block]] = defaultdict(list)
+    for b in blocks:
+        taken[b.first].append(b)
+        if b.last is not None:
+            released[b.last].append(b)
+    held: Counter[int] = Counter()  # released blocks the pool keeps, by size class
+    device = in_use = pool_peak = aligned = peak = 0
+    for step in sorted(taken.keys() | released.keys()):
+        for b in taken.get(step, ()):
+            if held[b.nbytes]:
+                held[b.nbytes] -= 1
+            else:
+                device += b.nbytes
+            in_use += b.nbytes
+            aligned += b.size
+        pool_peak = max(pool_peak, in_use)
+        peak = max(peak, aligned)
+        for b in released.get(step, ()):
+            held[b.nbytes] += 1
+            in_use -= b.nbytes
+            aligned -= b.size
+    caller = sum(b.nbytes for b in blocks if b.last is None)
+    return Candidate(layout.strategy, layout.where, blocks, device, pool_peak, peak, caller)
+
+
+def choice_reason(ranked: Sequence[Candidate]) -> str:
+    """Why the first candidate won, with every other layout's figure."""
+    best = ranked[0]
+    others = ", ".join(f"{c.strategy} {c.device_bytes} B" for c in ranked[1:])
+    reason = (
+        f"least device memory for a run from an empty pool ({best.device_bytes} B"
+        f"{'; ' + others if others else ''})"
+    )
+    if len(ranked) > 1 and ranked[1].device_bytes == best.device_bytes:
+        reason += (
+            f"; tie with {ranked[1].strategy} broken by bytes left with the caller, then pool "
+            "peak, then fewer blocks"
+        )
+    return reason

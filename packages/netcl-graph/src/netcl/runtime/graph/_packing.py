@@ -1,12 +1,6 @@
-"""Offset planning: place values with known lifetimes in one arena so that no two values alive at
-the same step overlap, using as few bytes as the heuristics find.
-
-Several placement heuristics run and the smallest arena wins (XLA's heap simulator does the same):
-an exact two-ended placement when at most two values are ever alive together (chains), TFLite's
-greedy-by-size with best fit and with first fit, greedy by size x lifetime, greedy in execution
-order; then, while none reached the lower bound, greedy-by-size again over size orders perturbed
-by a seeded generator (deterministic), as many times as a small budget allows.
-"""
+"""Interval packing: offsets in one arena for values with known lifetimes, no two values alive at
+the same step overlapping. Several heuristics run and the smallest arena wins (XLA's heap
+simulator does the same); the README lists them."""
 
 from __future__ import annotations
 
@@ -15,7 +9,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Interval", "Placement", "lower_bound", "max_live_count", "place"]
+__all__ = ["Interval", "Placement", "lower_bound", "place"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,23 +23,15 @@ class Interval:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
+    """An offset per item, and the bytes the arena needs for them."""
+
     offsets: tuple[int, ...]
     arena_bytes: int
-    strategy: str
-
-
-def _overlap(a: Interval, b: Interval) -> bool:
-    return a.first <= b.last and b.first <= a.last
 
 
 def lower_bound(items: Sequence[Interval]) -> int:
     """The largest sum of sizes alive at one step: no placement can use fewer bytes."""
     return _most_alive(items, [it.size for it in items])
-
-
-def max_live_count(items: Sequence[Interval]) -> int:
-    """The most values alive at one step."""
-    return _most_alive(items, [1] * len(items))
 
 
 def _most_alive(items: Sequence[Interval], weights: Sequence[int]) -> int:
@@ -74,13 +60,10 @@ def _fit(lo: int, hi: float, size: int, bounds: Sequence[int]) -> int:
 
 
 class _Lifetimes:
-    """The items' lifetimes indexed for overlap queries (made once per :func:`place`, shared by
-    its greedy passes). Time is counted in positions: the distinct first steps, in order.
-
-    Item ``j`` overlaps item ``i`` when it is alive at ``i``'s first position, or when it starts
-    after that position but within ``i``'s life (found by scanning ``by_start``). Either way a
-    query costs about the number of items it finds, so planning stays near O(n log n) unless
-    many values are alive at once."""
+    """The items' lifetimes indexed for overlap queries, shared by the greedy passes of one
+    :func:`place`. Time is counted in positions (the distinct first steps, in order). A query
+    costs about the number of items it finds, so planning stays near O(n log n) unless many
+    values are alive at once."""
 
     __slots__ = ("by_start", "first", "last", "size")
 
@@ -136,7 +119,9 @@ def _greedy(
         if placed[i]:
             continue  # pinned
         p = first[i]
-        busy = []  # (start, stop) of the placed items alive with item i
+        # the placed items alive with item i: alive at its first position, or starting later
+        # within its life
+        busy = []  # (start, stop) of each
         for j in alive_at[p]:
             busy.append((offsets[j], offsets[j] + sizes[j]))
         for j in alive_across[p // _SPAN]:
@@ -176,7 +161,7 @@ def _two_ended(items: Sequence[Interval], bound: int) -> list[int] | None:
     colours (greedy by start is optimal for interval graphs); colour 0 sits at the bottom of the
     arena, colour 1 at the top. Two values alive together have different colours and sizes that
     sum to at most ``bound``, so they never overlap."""
-    if max_live_count(items) > 2:
+    if _most_alive(items, [1] * len(items)) > 2:
         return None
     order = sorted(range(len(items)), key=lambda i: (items[i].first, items[i].last))
     colour_free_at = [-1, -1]  # the step after which each colour is free
@@ -189,16 +174,16 @@ def _two_ended(items: Sequence[Interval], bound: int) -> list[int] | None:
     return offsets
 
 
-# The greedy passes, in the order they are tried: (name, the order of the items as a sort key
-# of (item, index), best fit (else first fit)).
-_GREEDY_PASSES: tuple[tuple[str, Callable[[Interval, int], tuple[int, ...]], bool], ...] = (
-    ("greedy_by_size_best_fit", lambda it, i: (-it.size, it.first, i), True),
-    ("greedy_by_size_first_fit", lambda it, i: (-it.size, it.first, i), False),
-    ("greedy_by_area_best_fit", lambda it, i: (-(it.last - it.first + 1) * it.size, it.first, i),
-     True),
-    ("greedy_by_start_best_fit", lambda it, i: (it.first, -it.size, i), True),
-    ("greedy_by_end_best_fit", lambda it, i: (-it.last, -it.size, i), True),
-)  # fmt: skip
+# The greedy passes, in the order they are tried: the order of the items (a sort key of item and
+# index), and best fit (else first fit). By size (TFLite's greedy-by-size, best and first fit), by
+# size x lifetime, by start, by end.
+_GREEDY_PASSES: tuple[tuple[Callable[[Interval, int], tuple[int, ...]], bool], ...] = (
+    (lambda it, i: (-it.size, it.first, i), True),
+    (lambda it, i: (-it.size, it.first, i), False),
+    (lambda it, i: (-(it.last - it.first + 1) * it.size, it.first, i), True),
+    (lambda it, i: (it.first, -it.size, i), True),
+    (lambda it, i: (-it.last, -it.size, i), True),
+)
 _RESTARTS = 64
 _RESTART_BUDGET = 400_000
 
@@ -214,38 +199,27 @@ def place(
     edges of separate blocks laid out one after the other).
     """
     if not items:
-        return Placement((), 0, "empty")
+        return Placement((), 0)
     bound = lower_bound(items)  # no placement does better: stop at the first that reaches it
     best: Placement | None = None
     if not fixed and not bounds:
         offsets = _two_ended(items, bound)
         if offsets is not None:
-            best = _placement(items, offsets, "two_ended")
+            best = _placement(items, offsets)
     lifetimes = _Lifetimes(items)
     bounds = sorted(bounds)
-    for name, key, best_fit in _GREEDY_PASSES:
+    for key, best_fit in _GREEDY_PASSES:
         if best is not None and best.arena_bytes == bound:
             return best
         keys = [key(it, i) for i, it in enumerate(items)]
         order = sorted(range(len(items)), key=keys.__getitem__)
-        placement = _placement(items, _greedy(lifetimes, order, best_fit, fixed, bounds), name)
+        placement = _placement(items, _greedy(lifetimes, order, best_fit, fixed, bounds))
         if best is None or placement.arena_bytes < best.arena_bytes:
             best = placement
     assert best is not None
-    return _restarts(items, lifetimes, best, bound, fixed, bounds)
-
-
-def _restarts(
-    items: Sequence[Interval],
-    lifetimes: _Lifetimes,
-    best: Placement,
-    bound: int,
-    fixed: Mapping[int, int] | None,
-    bounds: Sequence[int],
-) -> Placement:
-    """Seeded restarts of greedy-by-size over perturbed size orders, while the best is above the
-    bound: they close most of the remaining gap on DAGs with very different value sizes. Only
-    for graphs of tens of values: the budget allows 400,000 / n² restarts (at most 64)."""
+    # Seeded restarts of greedy-by-size over perturbed size orders while the best is above the
+    # bound: they close most of the remaining gap on DAGs with very different value sizes. Only
+    # for graphs of tens of values: the budget allows 400,000 / n² restarts (at most 64).
     n = len(items)
     rng = random.Random(0)
     tries = min(_RESTARTS, _RESTART_BUDGET // (n * n))
@@ -256,27 +230,12 @@ def _restarts(
         spread = 0.5 + 2.0 * attempt / max(tries - 1, 1)
         jitter = [(-it.size * 2.0 ** rng.uniform(-spread, spread), i) for i, it in enumerate(items)]
         order = sorted(range(n), key=jitter.__getitem__)
-        placement = _placement(
-            items, _greedy(lifetimes, order, True, fixed, bounds), "greedy_by_size_restarts"
-        )
+        placement = _placement(items, _greedy(lifetimes, order, True, fixed, bounds))
         if placement.arena_bytes < best.arena_bytes:
             best = placement
     return best
 
 
-def _placement(items: Sequence[Interval], offsets: Sequence[int], name: str) -> Placement:
+def _placement(items: Sequence[Interval], offsets: Sequence[int]) -> Placement:
     arena = max(o + it.size for o, it in zip(offsets, items, strict=True))
-    return Placement(tuple(offsets), arena, name)
-
-
-def check(items: Sequence[Interval], offsets: Sequence[int]) -> list[tuple[int, int]]:
-    """Pairs of values alive together whose byte ranges overlap (empty for a valid placement)."""
-    bad: list[tuple[int, int]] = []
-    for i in range(len(items)):
-        for j in range(i + 1, len(items)):
-            if _overlap(items[i], items[j]):
-                a0, a1 = offsets[i], offsets[i] + items[i].size
-                b0, b1 = offsets[j], offsets[j] + items[j].size
-                if a0 < b1 and b0 < a1:
-                    bad.append((i, j))
-    return bad
+    return Placement(tuple(offsets), arena)

@@ -1,36 +1,27 @@
-"""From a Graph to an executable plan: checks, topological order, lifetimes, and the memory layout
-the pool model finds cheapest among the strategies."""
+"""From a Graph to its plan: checks, the execution order (Kahn's algorithm, ties broken by
+insertion order), lifetimes, and the memory layout the pool model finds cheapest."""
 
 from __future__ import annotations
 
 import functools
+import heapq
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-import pyopencl as cl
-
-from netcl.core.tensor import Tensor
 from netcl.runtime.graph._graph import Graph, Op, TensorRef
-from netcl.runtime.graph._layouts import Values
-from netcl.runtime.graph._order import topological_order
+from netcl.runtime.graph._layouts import Block, Values, choice_reason, rank_layouts
 from netcl.runtime.graph._packing import Interval, lower_bound
-from netcl.runtime.graph._pool_model import Block, describe_choice, rank_layouts
-from netcl.runtime.graph._schedule import Schedule, make_schedule
 
 __all__ = ["Block", "GraphPlan", "Lifetime", "build_plan"]
 
 
 @dataclass(frozen=True, slots=True)
 class Lifetime:
-    """Where and when one op's output lives.
-
-    ``step`` is the op's position in the execution order, ``last_use`` the step of its last reader
-    (``step`` when nothing reads it; the last step for outputs). ``size`` is ``nbytes`` rounded up
-    to the device's base-address alignment. The value lives in pool block ``block`` of the plan
-    at byte ``offset``; an output is always at offset 0 of its own block, which the caller gets.
-    """
+    """Where and when one op's output lives: from ``step`` (the op's position in the execution
+    order) to ``last_use`` (its last reader's; the last step for an output), in ``blocks[block]``
+    of the plan at ``offset``. ``size`` is ``nbytes`` rounded up to the device's alignment."""
 
     name: str
     step: int
@@ -42,28 +33,14 @@ class Lifetime:
     is_output: bool
 
 
-
 @dataclass(frozen=True)
 class GraphPlan:
     """The plan of one graph for one set of outputs: made once, used by every run (read-only).
 
-    * ``lower_bound``: the most bytes alive at one step of the execution order, where an
-      intermediate lives from the step that produces it to its last reader and an output from
-      the step that produces it to the end of the run (aligned bytes). No layout needs less.
-    * ``peak_bytes``: the most aligned bytes the run's blocks hold at once.
-    * ``pool_peak_bytes``: the same in the pool's block bytes: what ``BufferPool.stats``'s
-      ``peak_bytes`` reaches during a run from an idle pool.
-    * ``pool_device_bytes``: device bytes the pool takes for one run from an empty pool (blocks
-      in use plus the released ones it holds, which it reuses only within a size class). The
-      ``strategy`` is the layout with the least of these (``strategy_reason`` says why;
-      ``candidates`` lists every strategy's figure).
-    * ``output_block_bytes``: pool bytes of the outputs' blocks, which the caller holds after a
-      run (more than the outputs' own bytes when a block also held intermediates before).
-    * ``temp_lower_bound``: the most intermediate bytes alive at one step;
-      ``lower_bound_outputs_whole_run`` = ``temp_lower_bound + output_bytes``: the bound when
-      every output is counted as alive for the whole run (the figure older versions called
-      the lower bound). ``arena_bytes``: aligned bytes of the blocks that hold only
-      intermediates. ``no_reuse_bytes``: a buffer of its own for every op.
+    ``lower_bound`` is the most aligned bytes alive at one step (an output alive from its step to
+    the end of the run): no layout needs less. ``strategy`` is the layout whose run from an empty
+    pool takes the fewest device bytes (``pool_device_bytes``; ``candidates`` has every layout's,
+    ``strategy_reason`` says why). The package README describes every field.
     """
 
     order: tuple[str, ...]
@@ -111,120 +88,131 @@ class GraphPlan:
         return "\n".join(rows)
 
 
-def _align(n: int, alignment: int) -> int:
-    n = max(n, 1)  # OpenCL has no 0-byte buffers
-    return -(-n // alignment) * alignment
-
-
 def build_plan(
     graph: Graph,
     outputs: Sequence[str] | None,
     alignment: int,
     block_bytes: Callable[[int], int],
-    context: cl.Context,
-) -> tuple[GraphPlan, Schedule]:
+) -> GraphPlan:
     """Check ``graph``, order it, work out lifetimes and choose the memory layout."""
     if len(graph) == 0:
         raise ValueError("GraphExecutor: the graph has no ops")
     order = topological_order(graph)
-    out_names = _output_names(order, outputs)
-    externals, ext_slot = _externals(order, context)
-    values = Values(
-        tuple(op.name for op in order),
-        tuple(_intervals(order, out_names, alignment)),
-        out_names,
-        alignment,
-        functools.cache(block_bytes),  # a few sizes, asked for again and again
-        {op.name: i for i, op in enumerate(order)},
-    )
-    plan = _plan(graph, order, values)
-    return plan, make_schedule(order, plan, ext_slot, externals)
-
-
-def _output_names(order: Sequence[Op], outputs: Sequence[str] | None) -> tuple[str, ...]:
-    if outputs is None:
-        return (order[-1].name,)
-    names = tuple(outputs)
-    known = {op.name for op in order}
-    for name in names:
-        if name not in known:
-            raise ValueError(f"GraphExecutor: requested output {name!r} is not an op of the graph")
-    dup = {n for n, times in Counter(names).items() if times > 1}
-    if dup:
-        raise ValueError(f"GraphExecutor: output(s) {sorted(dup)} requested more than once")
-    if not names:
-        raise ValueError("GraphExecutor: outputs must name at least one op")
-    return names
-
-
-def _externals(order: Sequence[Op], context: cl.Context) -> tuple[list[Tensor], dict[int, int]]:
-    """The external input Tensors in order of first use, and their slots by ``id``."""
-    externals: list[Tensor] = []
-    ext_slot: dict[int, int] = {}
-    for op in order:
-        for pos, x in enumerate(op.inputs):
-            if not isinstance(x, TensorRef) and id(x) not in ext_slot:
-                if x.queue.context != context:
-                    raise ValueError(
-                        f"graph op {op.name!r}: input {pos} ({x!r}) lives in another OpenCL "
-                        "context than the executor's pool"
-                    )
-                ext_slot[id(x)] = len(externals)
-                externals.append(x)
-    return externals, ext_slot
-
-
-def _intervals(order: Sequence[Op], outputs: Sequence[str], alignment: int) -> list[Interval]:
-    """Per op (execution order): alive from its step to its last reader (outputs to the end),
-    its size aligned."""
-    step_of = {op.name: i for i, op in enumerate(order)}
+    names = tuple(op.name for op in order)
+    out_names = _check_outputs(names, outputs)
+    index = {name: i for i, name in enumerate(names)}
+    # each value is alive from its step to its last reader (an output to the end of the run)
     last_use = list(range(len(order)))
     for i, op in enumerate(order):
         for x in op.inputs:
             if isinstance(x, TensorRef):
-                k = step_of[x.name]
-                last_use[k] = max(last_use[k], i)
-    for name in outputs:
-        last_use[step_of[name]] = len(order) - 1
-    return [
-        Interval(i, last_use[i], _align(op.nbytes, alignment)) for i, op in enumerate(order)
-    ]
-
-
-def _plan(graph: Graph, order: Sequence[Op], values: Values) -> GraphPlan:
+                last_use[index[x.name]] = i  # readers come later in the order: the last wins
+    for name in out_names:
+        last_use[index[name]] = len(order) - 1
+    # sizes aligned, at least one unit (OpenCL has no 0-byte buffers)
+    items = tuple(
+        Interval(i, last_use[i], -(-max(op.nbytes, 1) // alignment) * alignment)
+        for i, op in enumerate(order)
+    )
+    # a few sizes, asked for again and again
+    values = Values(names, items, out_names, alignment, functools.cache(block_bytes), index)
     ranked = rank_layouts(values)
     best = ranked[0]
-    blocks = best.blocks()
-    items = values.items
-    is_out = set(values.outputs)
-    lifetimes = MappingProxyType(
-        {
-            op.name: Lifetime(op.name, it.first, it.last, op.nbytes, it.size, *where,
-                              op.name in is_out)
-            for op, it, where in zip(order, items, best.layout.where, strict=True)
-        }
-    )  # fmt: skip
-    temps = [it for it, name in zip(items, values.names, strict=True) if name not in is_out]
-    temp_lb = lower_bound(temps)
-    output_bytes = sum(items[values.index[n]].size for n in values.outputs)
+    is_out = set(out_names)
+    lifetimes = {
+        op.name: Lifetime(op.name, it.first, it.last, op.nbytes, it.size, spot.block,
+                          spot.offset, op.name in is_out)
+        for op, it, spot in zip(order, items, best.where, strict=True)
+    }  # fmt: skip
+    temp_lb = lower_bound([it for it, name in zip(items, names, strict=True) if name not in is_out])
+    output_bytes = sum(items[index[n]].size for n in out_names)
     return GraphPlan(
-        order=values.names,
-        outputs=values.outputs,
-        lifetimes=lifetimes,
-        blocks=blocks,
-        alignment=values.alignment,
+        order=names,
+        outputs=out_names,
+        lifetimes=MappingProxyType(lifetimes),
+        blocks=best.blocks,
+        alignment=alignment,
         lower_bound=lower_bound(items),
         temp_lower_bound=temp_lb,
         output_bytes=output_bytes,
         lower_bound_outputs_whole_run=temp_lb + output_bytes,
-        arena_bytes=sum(b.size for b in blocks if b.owner is None),
+        arena_bytes=sum(b.size for b in best.blocks if b.owner is None),
         peak_bytes=best.peak,
         pool_peak_bytes=best.pool_peak,
         pool_device_bytes=best.device_bytes,
         output_block_bytes=best.caller_bytes,
         no_reuse_bytes=sum(it.size for it in items),
-        strategy=best.name,
-        strategy_reason=describe_choice(ranked),
-        candidates=MappingProxyType({c.name: c.device_bytes for c in ranked}),
+        strategy=best.strategy,
+        strategy_reason=choice_reason(ranked),
+        candidates=MappingProxyType({c.strategy: c.device_bytes for c in ranked}),
         graph_version=graph.version,
     )
+
+
+def topological_order(graph: Graph) -> list[Op]:
+    """The ops in execution order (an acyclic graph added in dependency order runs in that
+    order). Raises ValueError naming an input ref to an unknown op, or the ops of a cycle."""
+    ops = graph.ops
+    by_name = {op.name: op for op in ops}
+    indegree = dict.fromkeys(by_name, 0)
+    users: dict[str, list[Op]] = {op.name: [] for op in ops}
+    for op in ops:
+        for pos, x in enumerate(op.inputs):
+            if isinstance(x, TensorRef) and x.name not in by_name:
+                raise ValueError(
+                    f"graph op {op.name!r}: input {pos} refers to unknown op {x.name!r} "
+                    f"(known ops: {', '.join(sorted(by_name)) or 'none'})"
+                )
+        preds = {x.name for x in op.inputs if isinstance(x, TensorRef)}
+        indegree[op.name] = len(preds)
+        for p in preds:
+            users[p].append(op)
+    ready = [(op.index, op.name) for op in ops if indegree[op.name] == 0]
+    heapq.heapify(ready)
+    order: list[Op] = []
+    while ready:
+        _, name = heapq.heappop(ready)
+        order.append(by_name[name])
+        for user in users[name]:
+            indegree[user.name] -= 1
+            if indegree[user.name] == 0:
+                heapq.heappush(ready, (user.index, user.name))
+    if len(order) < len(ops):
+        raise ValueError(f"graph has a cycle: {' -> '.join(_find_cycle(by_name, indegree))}")
+    return order
+
+
+def _find_cycle(by_name: Mapping[str, Op], indegree: Mapping[str, int]) -> list[str]:
+    """One cycle among the ops Kahn's algorithm could not order (each has an unordered input)."""
+    name = next(n for n, d in indegree.items() if d > 0)
+    seen: dict[str, int] = {}
+    path: list[str] = []
+    while name not in seen:
+        seen[name] = len(path)
+        path.append(name)
+        # follow the first input that is itself stuck: one always exists
+        name = next(
+            x.name
+            for x in by_name[name].inputs
+            if isinstance(x, TensorRef) and indegree[x.name] > 0
+        )
+    cycle = path[seen[name] :]
+    cycle.reverse()  # we walked from readers to producers; report in data-flow order
+    return [*cycle, cycle[0]]
+
+
+def _check_outputs(names: Sequence[str], outputs: Sequence[str] | None) -> tuple[str, ...]:
+    """The outputs to return (the last op's by default), checked against the graph's ops."""
+    if outputs is None:
+        return (names[-1],)
+    wanted = tuple(outputs)
+    known = set(names)
+    for name in wanted:
+        if name not in known:
+            raise ValueError(f"GraphExecutor: requested output {name!r} is not an op of the graph")
+    dup = {n for n, times in Counter(wanted).items() if times > 1}
+    if dup:
+        raise ValueError(f"GraphExecutor: output(s) {sorted(dup)} requested more than once")
+    if not wanted:
+        raise ValueError("GraphExecutor: outputs must name at least one op")
+    return wanted

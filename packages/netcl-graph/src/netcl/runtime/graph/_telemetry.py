@@ -6,12 +6,6 @@ from __future__ import annotations
 from netcl.core import telemetry
 from netcl.runtime.graph.version import __version__
 
-__all__ = [
-    "ARENA_BYTES", "LOWER_BOUND_BYTES", "NODES", "NODES_EXECUTED", "NODE_DTYPE", "NODE_NAME",
-    "NODE_SHAPE", "NODE_SPAN", "PEAK_BYTES", "PLANS_BUILT", "RUN_DURATION", "RUN_SPAN",
-    "STRATEGY", "TEL",
-]  # fmt: skip
-
 TEL = telemetry.Scope("netcl.runtime.graph", __version__)
 
 RUN_SPAN = "netcl.graph.run"
@@ -25,12 +19,18 @@ NODE_NAME = "netcl.node.name"
 NODE_SHAPE = "netcl.node.shape"
 NODE_DTYPE = "netcl.node.dtype"
 
-NODES_EXECUTED = TEL.counter(
-    "netcl.graph.nodes_executed", "{node}", "Graph ops whose fn was called"
+#: Process totals, read by their observable counters when a metric reader collects: a run only
+#: adds to a number (a synchronous counter would cost microseconds with an SDK installed).
+NODES_EXECUTED = telemetry.Counts()
+PLANS_BUILT = telemetry.Counts()
+TEL.observable_counter(
+    "netcl.graph.nodes_executed", NODES_EXECUTED.points, "{node}", "Graph ops whose fn was called"
+)
+TEL.observable_counter(
+    "netcl.graph.plans", PLANS_BUILT.points, "{plan}", "Graph plans built (cache misses)"
 )
 RUN_DURATION = TEL.histogram(
     "netcl.graph.run.duration",
     "s",
     "Host time of GraphExecutor.run (enqueueing every op; the device may still run)",
 )
-PLANS_BUILT = TEL.counter("netcl.graph.plans", "{plan}", "Graph plans built (cache misses)")
