@@ -17,7 +17,8 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from netcl.runtime.cache import _config, _remote
+from netcl.core import log
+from netcl.runtime.cache import _remote
 
 ADD_SRC = """
 __kernel void add(__global const float *a, __global const float *b, __global float *c) {
@@ -176,6 +177,6 @@ def fresh_remote(monkeypatch: pytest.MonkeyPatch) -> None:
     """As in a new process: no remote tier or warning remembered, no remote in the environment."""
     monkeypatch.setattr(_remote, "_TIERS", {})
     monkeypatch.setattr(_remote, "_UNUSABLE", {})
-    monkeypatch.setattr(_config, "_REMOTE_WARNED", set())
+    monkeypatch.setattr(log, "_warned", set())  # warn_once's memory
     for name in ("NETCL_CACHE_REMOTE", "NETCL_CACHE_REMOTE_KEY", "NETCL_CACHE_REMOTE_UNSIGNED"):
         monkeypatch.delenv(name, raising=False)

@@ -17,7 +17,7 @@ import pytest
 
 from netcl.runtime.cache import ProgramCache
 from netcl.runtime.cache._cli import register
-from netcl.runtime.cache._program_cache import parse_size
+from netcl.runtime.cache._config import parse_size
 
 
 class cli:  # noqa: N801 - stands in for `netcl` without needing the installed entry point
@@ -43,7 +43,7 @@ def test_lru_eviction_order(
     keys = {}
     for name in "abc":
         c.get_program(ctx, srcs[name], device)
-        keys[name] = c._memory[(weakref.ref(ctx), device, srcs[name], None)][1]
+        keys[name] = c._memory[(weakref.ref(ctx), device, srcs[name], None)].key
     size = max(f.size for f in c.entries())
     _set_mtime(c, [keys["a"], keys["b"], keys["c"]])  # a oldest
     # a disk hit on `a` from a fresh instance makes it the most recently used

@@ -1,5 +1,5 @@
-"""Exact bounds of the remote value format and of ``pid_alive`` (found by the mutation run: the
-edges and the error details were untested)."""
+"""Exact bounds of the entry format (as the remote tier reads it: signed, with a bound) and of
+``pid_alive`` (found by the mutation run: the edges and the error details were untested)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,23 @@ import sys
 
 import pytest
 
-from netcl.runtime.cache._entry import EntryError
-from netcl.runtime.cache._remote_format import (
-    HEADER,
-    MAGIC,
-    TAG_BYTES,
-    VERSION,
-    _tag,
-    decode_value,
-    encode_value,
-)
+from netcl.runtime.cache._entry import HEADER, MAGIC, EntryError, _tag, decode, encode, tag_size
+from netcl.runtime.cache._key import FORMAT_VERSION as VERSION
 from netcl.runtime.cache._store import pid_alive
 
 SECRET = b"fleet secret"
 KEY = hashlib.sha256(b"program").hexdigest()
+TAG_BYTES = tag_size(SECRET)
+
+
+def encode_value(secret: bytes, key: str, binary: bytes, meta: dict[str, object]) -> bytes:
+    return encode(key, binary, meta, secret)
+
+
+def decode_value(
+    secret: bytes, key: str, data: bytes, bound: int
+) -> tuple[dict[str, object], memoryview]:
+    return decode(data, key, secret=secret, max_bytes=bound)
 
 
 def _error(data: bytes, bound: int = 1 << 20) -> EntryError:
@@ -51,7 +54,7 @@ def test_header_and_tag_alone_are_long_enough_and_fail_on_the_metadata() -> None
     # 56 bytes, authentic, declaring no metadata and no binary: past every length check, the
     # empty metadata is what is refused
     head = HEADER.pack(MAGIC, VERSION, 0, 0, 0)
-    data = head + _tag(SECRET, KEY, head)
+    data = head + _tag(KEY, head, SECRET)
     assert len(data) == HEADER.size + TAG_BYTES
     assert _error(data).reason == "metadata"
 

@@ -24,8 +24,8 @@ import pytest
 
 from netcl.core import cli
 from netcl.runtime.cache import ProgramCache
+from netcl.runtime.cache._config import DEFAULT_MAX_BYTES
 from netcl.runtime.cache._entry import HEADER, decode
-from netcl.runtime.cache._program_cache import DEFAULT_MAX_BYTES
 from netcl.runtime.cache._store import DiskStore
 
 GB8 = 8 << 30
@@ -377,4 +377,4 @@ def test_header_lengths_are_bounded(cache_dir: Path, ctx: cl.Context, device: cl
     _header_claims_1tb(entry.path)
     with pytest.raises(EntryError, match="oversized"):
         store.read(entry.key)
-    assert HEADER.size == 64
+    assert HEADER.size == 24

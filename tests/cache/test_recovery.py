@@ -10,8 +10,10 @@ from pathlib import Path
 import pyopencl as cl
 import pytest
 
+from netcl.core.device import device_identity
 from netcl.runtime.cache import ProgramCache
 from netcl.runtime.cache._entry import HEADER, decode, encode
+from netcl.runtime.cache._key import FORMAT_VERSION
 
 
 def _flip_payload(p: Path) -> None:
@@ -21,10 +23,11 @@ def _flip_payload(p: Path) -> None:
 
 
 def _driver_rejects(p: Path) -> None:
-    # a well-formed entry (right key, right checksum) whose binary is garbage to the driver (in
-    # no format whose lengths netcl checks first, so the driver itself refuses it)
+    # a well-formed entry (right key, checksum and device identity) whose binary is garbage to
+    # the driver (in no format whose lengths netcl checks first, so the driver refuses it)
     key = p.name.split(".")[0]
-    p.write_bytes(encode(key, b"not really a binary" * 64, {"device": "x"}))
+    meta, _ = decode(p.read_bytes(), key)
+    p.write_bytes(encode(key, b"not really a binary" * 64, meta))
 
 
 def _wrong_version(p: Path) -> None:
@@ -43,10 +46,10 @@ def _flip_at(offset: int) -> Callable[[Path], None]:
 
 
 DAMAGE: dict[str, Callable[[Path], None]] = {
-    # the checksum covers the whole header: reserved fields and the crc field itself too
+    # the checksum covers the whole header: the reserved field and the lengths too; and itself
     "header-reserved-flip": _flip_at(10),
-    "header-reserved2-flip": _flip_at(28),
-    "crc-flip": _flip_at(24),
+    "header-length-flip": _flip_at(12),
+    "crc-flip": _flip_at(-1),
     "metadata-flip": _flip_at(HEADER.size + 3),
     "empty": lambda p: p.write_bytes(b""),
     "truncated-header": lambda p: p.write_bytes(p.read_bytes()[:40]),
@@ -85,7 +88,7 @@ def test_damaged_entry_is_recovered(
     assert len(events) == 1
     assert events[0].path == str(entry.path)  # type: ignore[attr-defined]
     # the entry was overwritten with a valid one: the next fresh instance is a disk hit
-    assert len(decode(entry.path.read_bytes(), entry.key)) == len(decode(good, entry.key))
+    assert len(decode(entry.path.read_bytes(), entry.key)[1]) == len(decode(good, entry.key)[1])
     c2 = ProgramCache(cache_dir)
     check_add(c2.get_program(ctx, src, device), 3.0)
     assert c2.stats.disk_hits == 1 and c2.stats.recoveries == 0
@@ -98,7 +101,7 @@ def test_foreign_entry_under_another_name(
     add_src: Callable[..., str],
     check_add: Callable[..., None],
 ) -> None:
-    """Another program's entry copied to this key's file: the key in the header differs."""
+    """Another program's entry copied to this key's file: the checksum covers the key."""
     c = ProgramCache(cache_dir)
     c.get_program(ctx, add_src(1.0, "a"), device)
     c.get_program(ctx, add_src(2.0, "b"), device)
@@ -115,9 +118,10 @@ def test_entry_header_is_plain_data(
     ProgramCache(cache_dir).get_program(ctx, add_src(0.0, "fmt"), device)
     (entry,) = ProgramCache(cache_dir).entries()
     data = entry.path.read_bytes()
-    magic, version, _, meta_len, payload_len, _, _, key = HEADER.unpack_from(data)
-    assert magic == b"NETCLPRG" and version == 2 and key.hex() == entry.key
-    assert len(data) == HEADER.size + meta_len + payload_len
+    magic, version, _, meta_len, payload_len = HEADER.unpack_from(data)
+    assert magic == b"NETCLPRG" and version == FORMAT_VERSION == 3
+    assert len(data) == HEADER.size + meta_len + payload_len + 4  # the crc32 last
+    assert decode(data, entry.key)[0]["identity"] == device_identity(device)
     assert b"pickle" not in data[: HEADER.size + meta_len]
     import json
 

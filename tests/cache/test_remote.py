@@ -22,8 +22,8 @@ import pyopencl as cl
 import pytest
 
 from netcl.runtime.cache import ProgramCache, _remote
+from netcl.runtime.cache._entry import decode, encode
 from netcl.runtime.cache._key import FORMAT_VERSION
-from netcl.runtime.cache._remote_format import decode_value, encode_value
 
 SECRET = "fleet-secret"
 PREFIX = f"netcl:cache:v{FORMAT_VERSION}:"
@@ -201,13 +201,13 @@ def _tamper(value: bytes, how: str, key: str) -> bytes:
         flipped[len(value) // 2] ^= 0x40
         return bytes(flipped)
     if how == "foreign-key":
-        meta, binary = decode_value(SECRET.encode(), key, value, 1 << 30)
-        return encode_value(b"another fleet's secret", key, bytes(binary), meta)
+        meta, binary = decode(value, key, secret=SECRET.encode())
+        return encode(key, bytes(binary), meta, b"another fleet's secret")
     if how == "truncated":
         return value[: len(value) // 2]
     if how == "other-device":  # correctly signed, but written for another device identity
-        meta, binary = decode_value(SECRET.encode(), key, value, 1 << 30)
-        return encode_value(SECRET.encode(), key, bytes(binary), {**meta, "identity": "x|y|z"})
+        meta, binary = decode(value, key, secret=SECRET.encode())
+        return encode(key, bytes(binary), {**meta, "identity": "x|y|z"}, SECRET.encode())
     if how == "pickle":
         return b"\x80\x05\x95" + value
     raise AssertionError(how)

@@ -24,8 +24,8 @@ import pytest
 
 from netcl.core.device import device_identity
 from netcl.runtime.cache import ProgramCache, _config, _remote
+from netcl.runtime.cache._entry import HEADER, MAGIC, _tag
 from netcl.runtime.cache._key import FORMAT_VERSION, compute_key
-from netcl.runtime.cache._remote_format import HEADER, MAGIC, VERSION, _tag
 
 SECRET = "fleet-secret"
 PREFIX = f"netcl:cache:v{FORMAT_VERSION}:"
@@ -107,8 +107,8 @@ def _remote_seconds(metric_points: Callable[[str], list[Any]]) -> float:
 
 def _signed(key: str, binary: bytes, meta: bytes) -> bytes:
     """A value signed with the fleet's key whose metadata bytes are given as they are."""
-    body = HEADER.pack(MAGIC, VERSION, 0, len(meta), len(binary)) + meta + binary
-    return body + _tag(SECRET.encode(), key, body)
+    body = HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta), len(binary)) + meta + binary
+    return body + _tag(key, body, SECRET.encode())
 
 
 # 1. options redis-py refuses -------------------------------------------------------------------
@@ -294,13 +294,12 @@ def test_a_cut_binary_never_reaches_the_driver(
     """A PoCL binary cut short but stored with matching lengths and a valid checksum (disk) or
     signature (remote): PoCL would read past its end and crash the process."""
     from netcl.runtime.cache._entry import decode, encode
-    from netcl.runtime.cache._remote_format import encode_value
 
     src = add_src(5.0, f"cut-{tier}-{keep}-{time.time_ns()}")
     writer = ProgramCache(tmp_path / "writer")
     writer.get_program(ctx, src, device)
     (entry,) = writer.entries()
-    binary = bytes(decode(entry.path.read_bytes(), entry.key))
+    binary = bytes(decode(entry.path.read_bytes(), entry.key)[1])
     cut = binary[: int(len(binary) * keep)]
     meta = {"identity": device_identity(device), "device": device.name}
     folder = tmp_path / "reader"
@@ -309,7 +308,7 @@ def test_a_cut_binary_never_reaches_the_driver(
         (folder / "programs" / entry.path.name).write_bytes(encode(entry.key, cut, meta))
         remote = ""
     else:
-        server.client().set(PREFIX + entry.key, encode_value(SECRET.encode(), entry.key, cut, meta))
+        server.client().set(PREFIX + entry.key, encode(entry.key, cut, meta, SECRET.encode()))
         remote = server.url
     out = subprocess.run([sys.executable, "-c", LOAD_CUT, str(folder), src, remote],
                          capture_output=True, text=True, timeout=120)

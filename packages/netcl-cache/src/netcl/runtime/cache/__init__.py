@@ -5,7 +5,7 @@
 a program.
 """
 
-from netcl.runtime.cache._errors import ProgramBuildError
+from netcl.runtime.cache._build import ProgramBuildError
 from netcl.runtime.cache._program_cache import ProgramCache
 from netcl.runtime.cache.version import __version__ as __version__
 

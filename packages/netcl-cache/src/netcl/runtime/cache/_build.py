@@ -1,4 +1,5 @@
-"""Building programs: from source (a miss), or from a cached binary (a disk or remote hit)."""
+"""Building programs: from source (a miss), or from a cached binary (a disk or remote hit), and
+the error a build from source raises."""
 
 from __future__ import annotations
 
@@ -11,12 +12,34 @@ from netcl.core import telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.cache import _telemetry as tel
 from netcl.runtime.cache._binary import check_binary
-from netcl.runtime.cache._errors import ProgramBuildError
 from netcl.runtime.cache.version import __version__
 
-__all__ = ["compile_program", "entry_meta", "from_binary"]
+__all__ = ["ProgramBuildError", "compile_program", "entry_meta", "from_binary"]
 
 log = get_logger("netcl.runtime.cache")
+
+
+class ProgramBuildError(RuntimeError):
+    """The OpenCL compiler rejected a program. Carries the full build log; never cached.
+
+    Attributes: ``log`` (the driver's build log), ``device_name``, ``options``, ``code`` (the
+    OpenCL error code). The original ``pyopencl.RuntimeError`` is the ``__cause__``.
+    """
+
+    def __init__(self, *, device_name: str, options: str, log: str, code: int | None) -> None:
+        self.device_name = device_name
+        self.options = options
+        self.log = log
+        self.code = code
+        opts = f" with options {options!r}" if options else ""
+        super().__init__(
+            f"OpenCL build failed on device {device_name!r}{opts} (error {code}); "
+            f"build log:\n{log.rstrip() or '(empty)'}"
+        )
+
+
+# importable as netcl.runtime.cache.ProgramBuildError: name it so in tracebacks and error.type
+ProgramBuildError.__module__ = "netcl.runtime.cache"
 
 
 def _build(prg: Any, options: bytes, dev: cl.Device) -> None:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from netcl.core import _table, paths
-from netcl.runtime.cache._config import SETTINGS, env_enabled, env_max_bytes, parse_size
-from netcl.runtime.cache._entry import EntryError, read_meta
+from netcl.runtime.cache._config import DEFAULT_MAX_BYTES, DISABLE, MAX_BYTES, SETTINGS, parse_size
+from netcl.runtime.cache._entry import EntryError, decode
 from netcl.runtime.cache._remote import remote_info
 from netcl.runtime.cache._stats import CacheStats, load_totals, reset_totals
 from netcl.runtime.cache._store import DiskStore, probe, refusal
@@ -126,14 +126,14 @@ def _open(root: Path, *, write: bool = False) -> DiskStore | None:
 
 def _cap() -> int:
     try:
-        return env_max_bytes()
+        return int(MAX_BYTES.value(DEFAULT_MAX_BYTES))
     except ValueError as exc:
         raise _CliError(2, str(exc)) from None
 
 
 def _enabled() -> bool:
     try:
-        return env_enabled()
+        return not DISABLE.value(False)
     except ValueError as exc:
         raise _CliError(2, str(exc)) from None
 
@@ -211,9 +211,7 @@ def _list(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     raise EntryError("special", f"a {f.kind}")
                 if data is None:
                     continue  # removed meanwhile
-                key, meta = read_meta(data)
-                if key != f.key:
-                    raise EntryError("foreign", f"holds key {key}")
+                meta, _ = decode(data, f.key)
                 row.update(device=meta.get("device"), options=meta.get("options"))
             except (OSError, EntryError) as exc:
                 row["status"] = f"damaged ({exc})"

@@ -1,48 +1,32 @@
-"""Settings of a cache, from its arguments and the environment: the disk tier's folder, cap and
-switch, the lock timeout, and the remote tier's URL and key. A bad value never fails a lookup:
-one warning ``cache_config_invalid`` per value and process, then the default."""
+"""The cache's settings, each declared once (core's :class:`~netcl.core._settings.Setting`) and
+read through its declaration. A bad value never fails a lookup: one warning
+``cache_config_invalid`` per value and process, then the default."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from netcl.core import paths
-from netcl.core._settings import Setting
-from netcl.core.log import get_logger
+from netcl.core._settings import Setting, flag
+from netcl.core.log import get_logger, warn_once
 
 __all__ = [
-    "DEFAULT_LOCK_TIMEOUT_S", "DEFAULT_MAX_BYTES", "DEFAULT_MAX_PROGRAMS",
-    "DEFAULT_REMOTE_TIMEOUT_S", "RemoteSettings", "Settings", "check_remote_args",
-    "env_enabled", "env_max_bytes", "env_remote_timeout", "parse_size", "redact",
-    "remote_settings", "SETTINGS",
+    "DEFAULT_LOCK_TIMEOUT_S", "DEFAULT_MAX_BYTES", "DEFAULT_REMOTE_TIMEOUT_S", "SETTINGS",
+    "RemoteSettings", "Settings", "parse_size", "read", "redact", "remote_settings",
 ]
 
 log = get_logger("netcl.runtime.cache")
 
 DEFAULT_MAX_BYTES = 1 << 30
-DEFAULT_MAX_PROGRAMS = 1024
 DEFAULT_LOCK_TIMEOUT_S = 60.0
 DEFAULT_REMOTE_TIMEOUT_S = 1.0
-_ON = ("1", "true", "yes", "on")
-_OFF = ("", "0", "false", "no", "off")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 # used when NETCL_CACHE_REMOTE_UNSIGNED=1: the tag is then only a checksum, anyone can forge it
 UNSIGNED_SECRET = b"netcl-cache unsigned"
-
-_WARNED: set[tuple[str, str]] = set()
-_REMOTE_WARNED: set[tuple[str, str]] = set()
-
-
-def config_warning(variable: str, value: str, error: str, default: object) -> None:
-    """One warning per bad value and process; the caller then uses the default."""
-    if (variable, value) not in _WARNED:
-        _WARNED.add((variable, value))
-        log.warning(
-            "cache_config_invalid", variable=variable, value=value, error=error,
-            using=str(default),
-        )
+T = TypeVar("T")
 
 
 def parse_size(text: str, what: str) -> int:
@@ -54,46 +38,21 @@ def parse_size(text: str, what: str) -> int:
         value = float(number) * _UNITS[unit]
     except ValueError:
         value = -1.0
-    if not number or value < 0 or value != value or value == float("inf"):
+    if not number or not 0 <= value < float("inf"):
         raise ValueError(
             f"{what}: expected a byte count such as 1073741824, 500M or 2G, got {text!r}"
         )
     return int(value)
 
 
-def env_max_bytes() -> int:
-    """``NETCL_CACHE_MAX_BYTES`` in bytes (the default when unset); ValueError when invalid."""
-    env = MAX_BYTES.raw().strip()
-    return parse_size(env, "NETCL_CACHE_MAX_BYTES") if env else DEFAULT_MAX_BYTES
-
-
-def env_enabled() -> bool:
-    """Whether ``NETCL_CACHE_DISABLE`` leaves the disk tier on; ValueError when invalid."""
-    flag = DISABLE.raw().strip().lower()
-    if flag in _OFF:
-        return True
-    if flag in _ON:
-        return False
-    raise ValueError(
-        f"NETCL_CACHE_DISABLE: expected one of 1/true/yes/on or 0/false/no/off, got {flag!r}"
-    )
-
-
-def env_remote_timeout() -> float:
-    """``NETCL_CACHE_REMOTE_TIMEOUT``: seconds one remote call may take in all (connect,
-    transfer, lock); the default when unset, ValueError when invalid."""
-    env = REMOTE_TIMEOUT.raw().strip()
-    if not env:
-        return DEFAULT_REMOTE_TIMEOUT_S
+def _seconds(raw: str) -> float:
     try:
-        value = float(env)
+        value = float(raw)
     except ValueError:
         value = -1.0
     if not 0 < value < float("inf"):
-        raise ValueError(
-            f"NETCL_CACHE_REMOTE_TIMEOUT: expected a number of seconds > 0 such as 1 or 0.5, "
-            f"got {env!r}"
-        )
+        raise ValueError(f"NETCL_CACHE_REMOTE_TIMEOUT: expected a number of seconds > 0 such "
+                         f"as 1 or 0.5, got {raw.strip()!r}")  # fmt: skip
     return value
 
 
@@ -104,7 +63,20 @@ def _remote_url(raw: str) -> str:
         raise ValueError(
             f"NETCL_CACHE_REMOTE: expected a redis:// or rediss:// URL, got scheme {scheme!r}"
         )
-    return redact(url)
+    return url
+
+
+def redact(url: str) -> str:
+    """``url`` with its password (and user name) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return "<unparsable URL>"
+    if parts.password is None and parts.username is None:
+        return url
+    netloc = "***@" + (f"[{host}]" if ":" in host else host)
+    return urlunsplit(parts._replace(netloc=netloc + (f":{port}" if port is not None else "")))
 
 
 MAX_BYTES = Setting(
@@ -113,7 +85,7 @@ MAX_BYTES = Setting(
 )  # fmt: skip
 DISABLE = Setting(
     "NETCL_CACHE_DISABLE", "0", "1 turns the disk tier off (memory tier only)",
-    lambda _raw: env_enabled(),
+    flag("NETCL_CACHE_DISABLE", "to turn the disk tier off"),
 )  # fmt: skip
 REMOTE = Setting(
     "NETCL_CACHE_REMOTE", "(none)", "redis:// or rediss:// URL of a shared remote tier",
@@ -125,37 +97,38 @@ REMOTE_KEY = Setting(
 )  # fmt: skip
 REMOTE_TIMEOUT = Setting(
     "NETCL_CACHE_REMOTE_TIMEOUT", f"{DEFAULT_REMOTE_TIMEOUT_S:g} s",
-    "seconds one remote call may take in all", lambda _raw: env_remote_timeout(),
+    "seconds one remote call may take in all", _seconds,
 )  # fmt: skip
 REMOTE_UNSIGNED = Setting(
     "NETCL_CACHE_REMOTE_UNSIGNED", "0",
     "1 uses a remote without a key (entries then carry only a checksum)",
+    flag("NETCL_CACHE_REMOTE_UNSIGNED", "to use a remote without a key"),
 )  # fmt: skip
 #: netcl-cache's settings, in the order ``netcl config`` lists them.
 SETTINGS = (MAX_BYTES, DISABLE, REMOTE, REMOTE_KEY, REMOTE_TIMEOUT, REMOTE_UNSIGNED)
 
 
-def _remote_timeout() -> float:
+def read(setting: Setting, default: T) -> T:
+    """The value of ``setting``, ``default`` when unset or invalid (then one warning
+    ``cache_config_invalid`` per value and process)."""
     try:
-        return env_remote_timeout()
+        value: T = setting.value(default)
     except ValueError as exc:
-        env = REMOTE_TIMEOUT.raw()
-        config_warning("NETCL_CACHE_REMOTE_TIMEOUT", env, str(exc), DEFAULT_REMOTE_TIMEOUT_S)
-        return DEFAULT_REMOTE_TIMEOUT_S
+        raw = setting.raw()
+        warn_once(log, ("cache_config_invalid", setting.name, raw), "cache_config_invalid",
+                  variable=setting.name, value=raw, error=str(exc), using=str(default))  # fmt: skip
+        return default
+    return value
 
 
+@dataclass
 class Settings:
     """The local settings of one cache: arguments given, the environment for the rest (read
     when asked, so a change of the environment is seen by the next lookup)."""
 
-    __slots__ = ("dir_arg", "lock_timeout", "max_bytes_arg")
-
-    def __init__(
-        self, dir_arg: Path | None, max_bytes_arg: int | None, lock_timeout: float
-    ) -> None:
-        self.dir_arg = dir_arg
-        self.max_bytes_arg = max_bytes_arg
-        self.lock_timeout = lock_timeout
+    dir_arg: Path | None
+    max_bytes_arg: int | None
+    lock_timeout: float
 
     @property
     def cache_dir(self) -> Path:
@@ -163,26 +136,12 @@ class Settings:
 
     @property
     def max_bytes(self) -> int:
-        if self.max_bytes_arg is not None:
-            return self.max_bytes_arg
-        try:
-            return env_max_bytes()
-        except ValueError as exc:
-            env = MAX_BYTES.raw()
-            config_warning("NETCL_CACHE_MAX_BYTES", env, str(exc), DEFAULT_MAX_BYTES)
-            return DEFAULT_MAX_BYTES
+        return self.max_bytes_arg if self.max_bytes_arg is not None else read(
+            MAX_BYTES, DEFAULT_MAX_BYTES)  # fmt: skip
 
     @property
     def enabled(self) -> bool:
-        try:
-            return env_enabled()
-        except ValueError as exc:
-            env = DISABLE.raw()
-            config_warning("NETCL_CACHE_DISABLE", env, str(exc), "enabled")
-            return True
-
-
-# remote tier ------------------------------------------------------------------------------------
+        return not read(DISABLE, False)
 
 
 class RemoteSettings(NamedTuple):
@@ -194,63 +153,25 @@ class RemoteSettings(NamedTuple):
     timeout_s: float  #: the deadline of one remote call
 
 
-def redact(url: str) -> str:
-    """``url`` with its password (and user name) replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return "<unparsable URL>"
-    if parts.password is None and parts.username is None:
-        return url
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = "***@" + host + (f":{port}" if port is not None else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def remote_warning(event: str, url: str, **kw: Any) -> None:
-    """One warning per event and configuration (the URL shown without its password)."""
-    if (event, url) not in _REMOTE_WARNED:
-        _REMOTE_WARNED.add((event, url))
-        log.warning(event, url=redact(url), **kw)
-
-
-def check_remote_args(url: object, secret: object) -> None:
-    """TypeError naming a ``remote``/``remote_key`` argument of the wrong type."""
-    if url is not None and not isinstance(url, str):
-        raise TypeError(
-            f"ProgramCache: remote must be a redis:// or rediss:// URL string or None, got {url!r}"
-        )
-    if secret is not None and not isinstance(secret, (str, bytes)):
-        raise TypeError(
-            f"ProgramCache: remote_key must be a str or bytes secret or None, "
-            f"got {type(secret).__name__}"
-        )
-
-
 def remote_settings(url: str | None, secret: str | bytes | None) -> RemoteSettings | None:
     """The remote configuration (``None`` arguments: the environment), or None when there is
-    none or it cannot be used (one warning per configuration)."""
-    if url is None:
-        url = REMOTE.raw()
-    url = url.strip()
+    none or it cannot be used (one warning per configuration and process)."""
+    raw = REMOTE.raw() if url is None else url
+    try:
+        url = _remote_url(raw)
+    except ValueError as exc:
+        warn_once(log, ("cache_remote_unusable", raw), "cache_remote_unusable", url=redact(raw),
+                  reason=str(exc))  # fmt: skip
+        return None
     if not url:
         return None
-    if secret is None:
-        secret = REMOTE_KEY.raw()
-    key = secret.encode() if isinstance(secret, str) else bytes(secret)
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme not in ("redis", "rediss"):
-        remote_warning("cache_remote_unusable", url,
-                       reason=f"expected a redis:// or rediss:// URL, got scheme {scheme!r}")
-        return None
+    key: str | bytes = REMOTE_KEY.value("") if secret is None else secret
+    timeout = read(REMOTE_TIMEOUT, DEFAULT_REMOTE_TIMEOUT_S)
     if key:
-        return RemoteSettings(url, key, True, _remote_timeout())
-    if REMOTE_UNSIGNED.raw().strip().lower() in _ON:
-        return RemoteSettings(url, UNSIGNED_SECRET, False, _remote_timeout())
-    remote_warning("cache_remote_unsigned", url,
-                   reason="no NETCL_CACHE_REMOTE_KEY: a shared store is not trusted without a "
-                          "signing key; remote tier off (NETCL_CACHE_REMOTE_UNSIGNED=1 allows it)")
+        return RemoteSettings(url, key.encode() if isinstance(key, str) else key, True, timeout)
+    if read(REMOTE_UNSIGNED, False):
+        return RemoteSettings(url, UNSIGNED_SECRET, False, timeout)
+    warn_once(log, ("cache_remote_unsigned", url), "cache_remote_unsigned", url=redact(url),
+              reason="no NETCL_CACHE_REMOTE_KEY: a shared store is not trusted without a signing "
+                     "key; remote tier off (NETCL_CACHE_REMOTE_UNSIGNED=1 allows it)")  # fmt: skip
     return None

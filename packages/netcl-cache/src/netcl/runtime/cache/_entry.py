@@ -1,29 +1,28 @@
-"""The on-disk entry format: a fixed header, JSON metadata and the program binary.
+"""The one entry format of both tiers (a file on disk, a value in Redis): header, JSON metadata,
+binary, tag.
 
 Layout (little endian)::
 
     0   8s  magic b"NETCLPRG"
-    8   H   format version
+    8   H   format version (FORMAT_VERSION, also part of the key)
     10  H   reserved (0)
     12  I   metadata length
-    16  Q   payload (binary) length
-    24  I   crc32 of the header (this field as 0), the metadata and the payload
-    28  I   reserved (0)
-    32  32s key (raw sha256)
-    64      metadata (UTF-8 JSON object), then the payload
+    16  Q   binary length
+    24      metadata (UTF-8 JSON object), then the binary
+    end     tag over the cache key and every byte before it: crc32 (4 bytes) on disk,
+            HMAC-SHA256 with the fleet's secret (32 bytes) in Redis
 
-Nothing in a file is ever executed or unpickled: the reader checks sizes, key and checksum and
-hands the payload to the OpenCL driver as an opaque binary. crc32 guards against torn or damaged
-files (a hit verifies 125 kB in ~25 µs where sha256 takes ~80 µs); trust in the folder itself is
-checked separately (owner and permissions). The checksum covers the whole header too (key,
-lengths, reserved fields), so a flipped bit anywhere in a file is caught.
-
-:func:`read_file` reads an entry from an open file without trusting it: only a regular file,
-never more than the header declares, never more than :data:`MAX_ENTRY_BYTES`.
+Disk entries only need to detect damage (who may write the folder is checked apart), and crc32
+verifies a 125 kB hit in ~25 µs where sha256 takes ~80 µs; anyone may write to Redis, so its
+values are signed. Readers check the lengths first, then the tag (constant-time), and only then
+parse the metadata. Nothing is ever unpickled or executed: the binary goes to the driver as
+opaque bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -35,21 +34,18 @@ from typing import Any
 from netcl.runtime.cache._key import FORMAT_VERSION
 
 __all__ = [
-    "HEADER", "MAGIC", "MAX_ENTRY_BYTES", "MAX_META_BYTES", "MAX_META_DEPTH", "EntryError",
-    "decode", "encode", "parse_meta", "read_file", "read_meta",
+    "HEADER", "MAGIC", "MAX_ENTRY_BYTES", "MAX_META_BYTES", "EntryError", "decode", "encode",
+    "parse_meta", "read_file", "tag_size",
 ]
 
 MAGIC = b"NETCLPRG"
-HEADER = struct.Struct("<8sHHIQII32s")
-assert HEADER.size == 64
-_CRC_AT = 24  # offset of the crc field, zeroed while the checksum is computed
-_NO_CRC = b"\0\0\0\0"
-#: The largest entry a reader accepts (header + metadata + binary): real binaries are kB to a few
-#: MB; a header declaring more is damaged, and nothing larger is ever read into memory.
+HEADER = struct.Struct("<8sHHIQ")
+#: The largest entry a reader accepts: real binaries are kB to a few MB.
 MAX_ENTRY_BYTES = 256 << 20
 #: Metadata is a flat JSON object of a few hundred bytes; past these bounds it is not ours.
 MAX_META_BYTES = 64 << 10
 MAX_META_DEPTH = 8
+_DOMAIN = b"netcl-cache entry\0"
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _BRACKET = re.compile(rb"[\[\]{}]")
 
@@ -62,61 +58,75 @@ class EntryError(Exception):
         self.reason = reason
 
 
-def encode(key_hex: str, binary: bytes, meta: dict[str, Any]) -> bytes:
-    meta_b = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+def tag_size(secret: bytes | None) -> int:
+    """Bytes of the tag: crc32 without a secret, HMAC-SHA256 with one."""
+    return 4 if secret is None else 32
+
+
+def _tag(key_hex: str, body: bytes | memoryview, secret: bytes | None) -> bytes:
     key = bytes.fromhex(key_hex)
-    head = bytearray(HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta_b), len(binary), 0, 0, key))
-    crc = zlib.crc32(binary, zlib.crc32(meta_b, zlib.crc32(head)))
-    head[_CRC_AT : _CRC_AT + 4] = crc.to_bytes(4, "little")
-    return b"".join((head, meta_b, binary))
+    if secret is None:
+        return zlib.crc32(body, zlib.crc32(key)).to_bytes(4, "little")
+    mac = hmac.new(secret, _DOMAIN, hashlib.sha256)
+    mac.update(key)
+    mac.update(body)
+    return mac.digest()
 
 
-def _crc(view: memoryview) -> int:
-    """crc32 of a whole entry with its crc field taken as 0."""
-    crc = zlib.crc32(view[:_CRC_AT])
-    crc = zlib.crc32(_NO_CRC, crc)
-    return zlib.crc32(view[_CRC_AT + 4 :], crc)
+def encode(
+    key_hex: str, binary: bytes, meta: dict[str, Any], secret: bytes | None = None
+) -> bytes:
+    """The entry of ``binary`` under cache key ``key_hex``, tagged with ``secret`` (None: crc32)."""
+    meta_b = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+    body = b"".join((HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta_b), len(binary)), meta_b,
+                     binary))  # fmt: skip
+    return body + _tag(key_hex, body, secret)
 
 
-def _check(data: bytes, key_hex: str | None) -> int:
-    """The metadata length of a valid entry for ``key_hex`` (any key when None)."""
-    if not data:
+def decode(
+    data: bytes,
+    key_hex: str,
+    *,
+    secret: bytes | None = None,
+    ident: str | None = None,
+    max_bytes: int = MAX_ENTRY_BYTES,
+) -> tuple[dict[str, Any], memoryview]:
+    """(metadata, binary) of an intact entry for ``key_hex`` tagged with ``secret`` and, unless
+    ``ident`` is None, written for that device identity. Else :class:`EntryError` naming why:
+    empty, oversized, truncated, foreign, version, checksum (disk) or signature (remote),
+    metadata, identity."""
+    n, tag_n = len(data), tag_size(secret)
+    if not n:
         raise EntryError("empty")
-    if len(data) < HEADER.size:
-        raise EntryError("truncated", f"{len(data)} bytes, header needs {HEADER.size}")
-    magic, version, _, meta_len, payload_len, crc, _, key = HEADER.unpack_from(data)
+    if n > max_bytes:
+        raise EntryError("oversized", f"{n} bytes, bound {max_bytes}")
+    if n < HEADER.size + tag_n:
+        raise EntryError("truncated", f"{n} bytes")
+    magic, version, _, meta_len, bin_len = HEADER.unpack_from(data)
     if magic != MAGIC:
         raise EntryError("foreign", f"magic {magic!r}, expected {MAGIC!r}")
     if version != FORMAT_VERSION:
         raise EntryError("version", f"format {version}, expected {FORMAT_VERSION}")
-    if key_hex is not None and key != bytes.fromhex(key_hex):
-        raise EntryError("foreign", f"entry holds key {key.hex()}")
-    want = HEADER.size + meta_len + payload_len
-    if len(data) != want:
-        raise EntryError("truncated", f"{len(data)} bytes, header says {want}")
-    if _crc(memoryview(data)) != crc:
-        raise EntryError("checksum", "crc32 of header, metadata and binary does not match")
-    return int(meta_len)
-
-
-def decode(data: bytes, key_hex: str | None) -> memoryview:
-    """The binary of a valid entry for ``key_hex`` (any key when None), or :class:`EntryError`."""
-    meta_len = _check(data, key_hex)
-    return memoryview(data)[HEADER.size + meta_len :]
-
-
-def read_meta(data: bytes) -> tuple[str, dict[str, Any]]:
-    """(key hex, metadata) of a valid entry, or :class:`EntryError`."""
-    meta_len = _check(data, None)
-    key = HEADER.unpack_from(data)[7].hex()
-    return key, parse_meta(data[HEADER.size : HEADER.size + meta_len])
+    if meta_len > MAX_META_BYTES:
+        raise EntryError("oversized", f"metadata of {meta_len} bytes")
+    end = HEADER.size + meta_len + bin_len
+    if n != end + tag_n:
+        raise EntryError("truncated", f"{n} bytes, header says {end + tag_n}")
+    view = memoryview(data)
+    if not hmac.compare_digest(_tag(key_hex, view[:end], secret), view[end:]):
+        if secret is None:
+            raise EntryError("checksum", "crc32 of key, header, metadata and binary differs")
+        raise EntryError("signature", "HMAC tag does not match (tampered, or another key)")
+    meta = parse_meta(view[HEADER.size : HEADER.size + meta_len].tobytes())
+    if ident is not None and meta.get("identity") != ident:
+        raise EntryError("identity", f"written for {meta.get('identity')!r}")
+    return meta, view[HEADER.size + meta_len : end]
 
 
 def parse_meta(raw: bytes) -> dict[str, Any]:
-    """The JSON object of an entry's or a value's metadata; :class:`EntryError` ``metadata``
-    for anything else: more than :data:`MAX_META_BYTES`, nested deeper than
-    :data:`MAX_META_DEPTH` (checked before parsing: deep nesting would exhaust the parser's
-    recursion), not UTF-8, not JSON, not an object."""
+    """The JSON object of an entry's metadata; :class:`EntryError` ``metadata`` for anything
+    else: too large, nested too deep (checked before parsing: deep nesting would exhaust the
+    parser's recursion), not UTF-8, not JSON, not an object."""
     if len(raw) > MAX_META_BYTES:
         raise EntryError("metadata", f"{len(raw)} bytes, at most {MAX_META_BYTES}")
     if raw.count(b"[") + raw.count(b"{") > MAX_META_DEPTH:  # else it cannot nest deeper
@@ -135,46 +145,37 @@ def parse_meta(raw: bytes) -> dict[str, Any]:
     return meta
 
 
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISLNK, "a symbolic link"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))  # fmt: skip
 
 
 def read_file(fd: int) -> bytes:
-    """The bytes of the entry open as ``fd`` (opened with ``O_NONBLOCK | O_NOFOLLOW``), read
-    without trusting the file: :class:`EntryError` ``special`` unless it is a regular file,
-    ``oversized`` when it or its header declares more than :data:`MAX_ENTRY_BYTES`; never
-    reads past the lengths the header declares. Short or foreign files come back as they are
-    (up to the header) for :func:`decode` to name what is wrong."""
+    """The bytes of the disk entry open as ``fd`` (opened with ``O_NONBLOCK | O_NOFOLLOW``),
+    read without trusting the file: :class:`EntryError` ``special`` unless it is a regular
+    file, ``oversized`` when it or its header declares more than :data:`MAX_ENTRY_BYTES`;
+    never reads past the lengths the header declares. Short or foreign files come back as they
+    are (up to the header) for :func:`decode` to name what is wrong."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
-        raise EntryError("special", _kind(st.st_mode))
+        raise EntryError("special", next((n for t, n in _KINDS if t(st.st_mode)), "not a file"))
     head = _read_exactly(fd, min(HEADER.size, st.st_size))
     if len(head) < HEADER.size or head[:8] != MAGIC:
         return head
-    want = HEADER.size + sum(HEADER.unpack_from(head)[3:5])
+    want = HEADER.size + sum(HEADER.unpack_from(head)[3:5]) + tag_size(None)
     if want > MAX_ENTRY_BYTES or st.st_size > MAX_ENTRY_BYTES:
         raise EntryError(
             "oversized", f"{max(want, st.st_size)} bytes, at most {MAX_ENTRY_BYTES} accepted"
         )
     if st.st_size > want:
         raise EntryError("oversized", f"{st.st_size} bytes, header says {want}")
-    return head + _read_exactly(fd, min(want, st.st_size) - HEADER.size)
+    return head + _read_exactly(fd, st.st_size - HEADER.size)
 
 
 def _read_exactly(fd: int, n: int) -> bytes:
     """Up to ``n`` bytes (fewer only at end of file)."""
     parts = []
-    while n > 0:
-        chunk = os.read(fd, n)
-        if not chunk:
-            break
+    while n > 0 and (chunk := os.read(fd, n)):
         parts.append(chunk)
         n -= len(chunk)
     return b"".join(parts)

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 
 __all__ = ["FORMAT_VERSION", "compute_key", "include_dirs", "normalize_options"]
 
-#: Version of the on-disk entry format and of the key recipe; bumping it misses every old entry.
-FORMAT_VERSION = 2
+#: Version of the entry format (disk and remote) and of the key recipe; bumping it misses every
+#: old entry (3: one format for both tiers).
+FORMAT_VERSION = 3
 
 # `#include "a.h"` and `#include <a.h>`; conditional includes are hashed too (over-inclusion only
 # costs a read, missing a header would serve a stale binary).

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyopencl as cl
 
-from netcl.core.log import get_logger
+from netcl.core.log import LazyLogger, get_logger, warn_once
 from netcl.runtime.cache import _remote
 from netcl.runtime.cache import _telemetry as tel
 from netcl.runtime.cache._build import compile_program, entry_meta, from_binary
@@ -27,7 +27,7 @@ from netcl.runtime.cache._remote import Lease, RemoteError, RemoteTier
 from netcl.runtime.cache._stats import Counters, new_counters
 from netcl.runtime.cache._store import DiskStore, UntrustedFolderError
 
-__all__ = ["Lookup"]
+__all__ = ["REGISTRY", "Lookup"]
 
 log = get_logger("netcl.runtime.cache")
 
@@ -36,11 +36,11 @@ class _Registry:
     """What caches of one process share: folders found trusted (a fresh instance skips the
     three stat calls; only this user or root could make them untrusted) and the device
     identities and names (a few slow driver queries, once per device). Pass your own to
-    ``ProgramCache(registry=...)`` to start as a new process would."""
+    ``ProgramCache(registry=...)`` to start as a new process would (warnings already given
+    stay given)."""
 
     def __init__(self) -> None:
         self.stores: dict[Path, DiskStore] = {}
-        self.warned: set[Path] = set()  # folders a warning was shown for
         self.identities: dict[tuple[cl.Device, Callable[[cl.Device], str]], str] = {}
         self.names: dict[cl.Device, str] = {}
 
@@ -73,11 +73,24 @@ class _Request:
     src_len: int
     name: str
 
+    def load(
+        self, opened: Callable[[], memoryview]
+    ) -> tuple[cl.Program | None, memoryview | bytes, str]:
+        """(program, binary, "") built from the binary of the entry ``opened()`` checks, else
+        (None, b"", why not): the disk and the remote tier refuse alike."""
+        try:
+            binary = opened()
+            return from_binary(self.ctx, self.dev, self.opts, binary), binary, ""
+        except EntryError as exc:
+            return None, b"", str(exc)
+        except cl.Error as exc:
+            return None, b"", f"rejected: by the driver: {exc}"
+
 
 class _Session:
-    """One lookup's use of the remote tier: failed calls are counted, and after the first
-    failure no more calls are made (one lookup pays at most one timeout), except releasing a
-    lock it holds while the server still answers."""
+    """One lookup's use of the remote tier: after the first failed call no more calls are made
+    (one lookup pays at most one deadline), except releasing a lock it holds while the server
+    still answers."""
 
     __slots__ = ("c", "ok", "reachable", "reported", "tier")
 
@@ -90,9 +103,7 @@ class _Session:
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, or None when it failed or an earlier call did."""
-        if not self.ok:
-            return None
-        return self._guarded(fn, *args)
+        return self._guarded(fn, *args) if self.ok else None
 
     def release(self, lease: Lease) -> None:
         if self.reachable:
@@ -130,25 +141,21 @@ class Lookup:
         self._remote: RemoteTier | None = None
         self._remote_resolved = False
 
-    def run(self, ctx: cl.Context, src: str, dev: cl.Device, opts: str) -> tuple[Any, str, str]:
-        """(program, key, result) of a program not in memory; the ``get_program`` span."""
+    def run(self, ctx: cl.Context, src: str, dev: cl.Device, opts: str) -> tuple[cl.Program, str]:
+        """(program, key) of a program not in memory; the ``get_program`` span."""
         name = self.registry.name(dev)
         # a failure leaving the block marks the span (status ERROR, error.type)
         with tel.TEL.span(tel.SPAN_GET_PROGRAM, {tel.ATTR_DEVICE: name}) as span:
-            req = self._request(ctx, src, dev, opts, name)
+            # the identity: a few slow driver queries (~0.1 ms on PoCL), once per device
+            ident = self.registry.identity(dev, self._device_identity)
+            raw = src.encode("utf-8", "surrogateescape")
+            req = _Request(ctx, src, dev, opts, compute_key(raw, opts, ident), ident, len(raw),
+                           name)  # fmt: skip
             span.set(tel.ATTR_KEY, req.key)
             prg, result = self._resolve(req)
             span.set(tel.ATTR_RESULT, result)
-        return prg, req.key, result
-
-    def _request(
-        self, ctx: cl.Context, src: str, dev: cl.Device, opts: str, name: str
-    ) -> _Request:
-        # the identity: a few slow driver queries (~0.1 ms on PoCL), once per device and process
-        ident = self.registry.identity(dev, self._device_identity)
-        raw = src.encode("utf-8", "surrogateescape")
-        key = compute_key(raw, opts, ident)
-        return _Request(ctx, src, dev, opts, key, ident, len(raw), name)
+        tel.LOOKUPS.add(1, result)
+        return prg, req.key
 
     # the order ----------------------------------------------------------------------------------
 
@@ -166,14 +173,14 @@ class Lookup:
                 self.c["lock_timeouts"] += 1
             if locked == "held":
                 # whoever held the lock may have just written this entry (or repaired it)
-                prg, again = self._load(store, req, report=damaged is None)
+                prg, again = self._load(store, req, report=not damaged)
                 if prg is not None:
                     return prg, "disk"
                 damaged = damaged or again
             prg, binary, result = self._beyond_disk(req)
             if binary:  # compiled, or a remote hit: written to the local tier either way
                 self._save(store, req, binary)
-        if damaged is not None:
+        if damaged:
             self.c["recoveries"] += 1
             return prg, "recovered" if result == "compiled" else result
         return prg, result
@@ -190,8 +197,12 @@ class Lookup:
         lease: Lease | None = s.call(tier.lock, req.key, self.settings.lock_timeout)
         try:
             if lease is not None and lease.waited:
-                self._waited(tier, lease)
-                if lease.token is not None:  # the holder is done: its value may be there now
+                self.c["remote_waits"] += 1
+                if lease.token is None:
+                    self.c["remote_lock_timeouts"] += 1
+                    log.warning("cache_remote_lock_timeout", url=tier.url, key=req.key,
+                                timeout_s=self.settings.lock_timeout)  # fmt: skip
+                else:  # the holder is done: its value may be there now
                     prg, binary = self._fetch(s, req)
                     if prg is not None:
                         return prg, binary, "remote"
@@ -222,29 +233,16 @@ class Lookup:
         data = s.call(s.tier.get, req.key)
         if data is None:
             return None, b""
-        try:
-            binary = s.tier.decode(req.key, req.ident, data)
-            prg = from_binary(req.ctx, req.dev, req.opts, binary)
-        except EntryError as exc:
-            reason, detail = exc.reason, str(exc)
-        except cl.Error as exc:
-            reason, detail = "rejected", f"rejected by the driver: {exc}"
-        else:
+        prg, binary, why = req.load(lambda: s.tier.decode(req.key, req.ident, data))
+        if prg is not None:
             self.c["remote_hits"] += 1
             return prg, bytes(binary)
         if not s.reported:  # the same bad value seen again after a wait is reported once
             s.reported = True
             self.c["remote_rejected"] += 1
-            tel.remote_rejected.add(1, {tel.ATTR_REASON: reason})
-            log.warning("cache_remote_rejected", url=s.tier.url, key=req.key, reason=detail)
+            tel.REMOTE_REJECTED.add(1, why.split(":", 1)[0])
+            log.warning("cache_remote_rejected", url=s.tier.url, key=req.key, reason=why)
         return None, b""
-
-    def _waited(self, tier: RemoteTier, lease: Lease) -> None:
-        self.c["remote_waits"] += 1
-        if lease.token is None:
-            self.c["remote_lock_timeouts"] += 1
-            log.warning("cache_remote_lock_timeout", url=tier.url, key=lease.key,
-                        timeout_s=self.settings.lock_timeout)
 
     # disk tier ----------------------------------------------------------------------------------
 
@@ -254,79 +252,51 @@ class Lookup:
         return self._store if self._store_state == "open" else None
 
     def open_store(self) -> DiskStore | None:
-        if self._store_state == "open":
+        if self._store_state != "unopened":
             return self._store
-        if self._store_state == "unusable":
-            return None
         root = self.settings.cache_dir
         try:
             # A folder found trusted stays trusted for this process (only this user or root
             # could change that): a fresh instance then skips the three stat calls.
-            stores = self.registry.stores
-            store = stores.get(root)
+            store = self.registry.stores.get(root)
             if store is None:
-                store = stores[root] = DiskStore.open(root)
+                store = self.registry.stores[root] = DiskStore.open(root)
         except UntrustedFolderError as exc:
-            self._unusable(root, "cache_dir_untrusted", reason=str(exc))
+            _folder_warning(root, "cache_dir_untrusted", f"is not used ({exc})", reason=str(exc))
         except OSError as exc:
-            self._unusable(root, "cache_dir_unusable", error=str(exc))
+            _folder_warning(root, "cache_dir_unusable", f"cannot be used ({exc})", error=str(exc))
         else:
-            self._store = store
-            self._store_state = "open"
+            self._store, self._store_state = store, "open"
             return store
         # not the store of an earlier open, which _save gave up on when its folder vanished
-        self._store = None
-        self._store_state = "unusable"
+        self._store, self._store_state = None, "unusable"
         return None
-
-    def _unusable(self, root: Path, event: str, **why: str) -> None:
-        log.warning(event, path=str(root), **why)
-        what = "is not used" if event == "cache_dir_untrusted" else "cannot be used"
-        self._warn_once(root, f"{what} ({next(iter(why.values()))})")
-
-    def _warn_once(self, root: Path, what: str) -> None:
-        """A Python warning (shown without any logging set up), once per folder and process."""
-        if root in self.registry.warned:
-            return
-        self.registry.warned.add(root)
-        warnings.warn(
-            f"netcl cache: the cache folder {root} {what}; programs compiled now are not kept "
-            "on disk. Set NETCL_CACHE_DIR to a folder of your own that you can write (it is "
-            "created, private to you, when missing).",
-            RuntimeWarning, stacklevel=2,
-        )
 
     def _load(
         self, store: DiskStore, req: _Request, report: bool = True
-    ) -> tuple[cl.Program | None, str | None]:
-        """(program, None) on a hit, (None, None) when absent, (None, reason) when damaged."""
+    ) -> tuple[cl.Program | None, str]:
+        """(program, "") on a hit, (None, "") when absent, (None, why) when damaged."""
         try:
             data = store.read(req.key)  # a FIFO, link, folder or huge file: EntryError, no wait
         except EntryError as exc:
-            reason = str(exc)
+            why = str(exc)
         except OSError as exc:
-            reason = f"unreadable: {exc}"
+            why = f"unreadable: {exc}"
         else:
             if data is None:
-                return None, None
-            try:
-                prg = from_binary(req.ctx, req.dev, req.opts, decode(data, req.key))
-            except EntryError as exc:
-                reason = str(exc)
-            except cl.Error as exc:
-                reason = f"rejected by the driver: {exc}"
-            else:
+                return None, ""
+            prg, _, why = req.load(lambda: decode(data, req.key, ident=req.ident)[1])
+            if prg is not None:
                 store.touch(req.key)
                 self.c["disk_hits"] += 1
                 self.c["bytes_read"] += len(data)
-                return prg, None
+                return prg, ""
         if report:
             self.c["corrupt"] += 1
-            log.warning(
-                "cache_entry_corrupt", path=str(store.path(req.key)), key=req.key, reason=reason
-            )
-            tel.recoveries.add(1, {tel.ATTR_REASON: reason.split(":", 1)[0]})
-        return None, reason
+            log.warning("cache_entry_corrupt", path=str(store.path(req.key)), key=req.key,
+                        reason=why)  # fmt: skip
+            tel.RECOVERIES.add(1, why.split(":", 1)[0])
+        return None, why
 
     def _save(self, store: DiskStore, req: _Request, binary: bytes) -> None:
         data = encode(req.key, binary, entry_meta(req.dev, req.ident, req.opts, req.src_len))
@@ -334,13 +304,16 @@ class Lookup:
             store.write(req.key, data)
         except OSError as exc:
             self.c["write_errors"] += 1
-            log.warning("cache_write_failed", path=str(store.path(req.key)), key=req.key,
-                        errno=exc.errno, error=str(exc))
+            logger = log.bind(key=req.key)
             if isinstance(exc, FileNotFoundError):  # folder removed meanwhile: check it again
+                logger.warning("cache_write_failed", path=str(store.path(req.key)),
+                               errno=exc.errno, error=str(exc))  # fmt: skip
                 self.registry.stores.pop(store.root, None)
                 self._store_state = "unopened"
             else:  # read-only, full, not allowed
-                self._warn_once(store.root, f"cannot be written ({exc.strerror or exc})")
+                _folder_warning(store.root, "cache_write_failed",
+                                f"cannot be written ({exc.strerror or exc})", logger,
+                                path=str(store.path(req.key)), errno=exc.errno, error=str(exc))
             return
         self.c["bytes_written"] += len(data)
         max_bytes = self.settings.max_bytes
@@ -351,7 +324,19 @@ class Lookup:
             return
         if removed:
             self.c["evictions"] += len(removed)
-            log.info(
-                "cache_evicted", entries=len(removed), bytes=sum(f.size for f in removed),
-                max_bytes=max_bytes,
-            )
+            log.info("cache_evicted", entries=len(removed), bytes=sum(f.size for f in removed),
+                     max_bytes=max_bytes)  # fmt: skip
+
+
+def _folder_warning(
+    root: Path, event: str, what: str, logger: LazyLogger = log, **fields: Any
+) -> None:
+    """Log ``event`` and, seen without any logging set up, a Python warning: once per folder,
+    event and process."""
+    if warn_once(logger, (event, str(root)), event, **{"path": str(root), **fields}):
+        warnings.warn(
+            f"netcl cache: the cache folder {root} {what}; programs compiled now are not kept "
+            "on disk. Set NETCL_CACHE_DIR to a folder of your own that you can write (it is "
+            "created, private to you, when missing).",
+            RuntimeWarning, stacklevel=4,
+        )

@@ -12,9 +12,18 @@ from typing import Any
 
 import pyopencl as cl
 
-__all__ = ["MemoryTier"]
+__all__ = ["MemoryEntry", "MemoryTier"]
 
-_ref = weakref.ref
+
+class MemoryEntry:
+    """One built program, its cache key, and ``used``: hit since the clock hand last passed."""
+
+    __slots__ = ("key", "program", "used")
+
+    def __init__(self, program: cl.Program, key: str) -> None:
+        self.program = program
+        self.key = key
+        self.used = False
 
 
 def _purge_dead(tier_ref: weakref.ref[MemoryTier]) -> None:
@@ -26,17 +35,17 @@ def _purge_dead(tier_ref: weakref.ref[MemoryTier]) -> None:
 
 
 class MemoryTier:
-    """``entries`` maps (weakref to ctx, device, source, options) to [program, key, device
-    name, used], in insertion order. Keyed on the caller's own objects: a hit hashes a tuple
-    whose source string caches its hash, no sha256. The context is held weakly (a weakref
-    without callback is shared, so making one per lookup costs ~0.1 µs). The bound evicts by
-    CLOCK (second chance), an LRU approximation whose hit only sets the ``used`` flag."""
+    """``entries`` maps (weakref to ctx, device, source, options) to a :class:`MemoryEntry`,
+    in insertion order. Keyed on the caller's own objects: a hit hashes a tuple whose source
+    string caches its hash, no sha256. The context is held weakly (a weakref without callback
+    is shared, so making one per lookup costs ~0.1 µs). The bound evicts by CLOCK (second
+    chance), an LRU approximation whose hit only sets ``used`` (move_to_end would rehash)."""
 
     __slots__ = ("__weakref__", "_dead_pending", "_lock", "_watched", "entries", "key_locks",
                  "max_programs")  # fmt: skip
 
     def __init__(self, max_programs: int) -> None:
-        self.entries: OrderedDict[tuple[Any, ...], list[Any]] = OrderedDict()
+        self.entries: OrderedDict[tuple[Any, ...], MemoryEntry] = OrderedDict()
         self.max_programs = max_programs
         self.key_locks: dict[tuple[Any, ...], threading.Lock] = {}
         self._watched: weakref.WeakSet[cl.Context] = weakref.WeakSet()
@@ -58,7 +67,7 @@ class MemoryTier:
                 if self.key_locks.get(mkey) is key_lock:  # not a newer one of a later caller
                     del self.key_locks[mkey]
 
-    def remember(self, mkey: tuple[Any, ...], ctx: cl.Context, entry: list[Any]) -> None:
+    def remember(self, mkey: tuple[Any, ...], ctx: cl.Context, entry: MemoryEntry) -> None:
         with self._lock:
             if self._dead_pending:
                 self._purge_locked()
@@ -66,12 +75,12 @@ class MemoryTier:
             entries[mkey] = entry
             while len(entries) > self.max_programs:
                 k, old = entries.popitem(last=False)
-                if old[3] and k != mkey:  # used since last passed: a second chance
-                    old[3] = False
+                if old.used and k != mkey:  # a second chance
+                    old.used = False
                     entries[k] = old
             if ctx not in self._watched:
                 self._watched.add(ctx)
-                weakref.finalize(ctx, _purge_dead, _ref(self))
+                weakref.finalize(ctx, _purge_dead, weakref.ref(self))
 
     def clear(self) -> None:
         with self._lock:

@@ -13,24 +13,16 @@ import pyopencl as cl
 from netcl.core import device as core_device
 from netcl.runtime.cache import _stats
 from netcl.runtime.cache import _telemetry as tel
-from netcl.runtime.cache._config import (
-    DEFAULT_LOCK_TIMEOUT_S,
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_PROGRAMS,
-    Settings,
-    check_remote_args,
-    parse_size,
-)
-from netcl.runtime.cache._errors import ProgramBuildError
+from netcl.runtime.cache._build import ProgramBuildError
+from netcl.runtime.cache._config import DEFAULT_LOCK_TIMEOUT_S, Settings
 from netcl.runtime.cache._key import normalize_options
 from netcl.runtime.cache._lookup import REGISTRY, Lookup, _Registry
-from netcl.runtime.cache._memory import MemoryTier
+from netcl.runtime.cache._memory import MemoryEntry, MemoryTier
 from netcl.runtime.cache._stats import CacheStats
 from netcl.runtime.cache._store import EntryFile
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_PROGRAMS", "ProgramCache", "parse_size"]
+__all__ = ["ProgramCache"]
 
-_LOOKUPS = tel.LOOKUPS
 _ref = weakref.ref
 
 
@@ -59,7 +51,7 @@ class ProgramCache:
         *,
         max_bytes: int | None = None,
         lock_timeout: float | None = None,
-        max_programs: int = DEFAULT_MAX_PROGRAMS,
+        max_programs: int = 1024,
         device_identity: Callable[[cl.Device], str] | None = None,
         registry: _Registry | None = None,
         remote: str | None = None,
@@ -76,7 +68,12 @@ class ProgramCache:
                 f"ProgramCache: lock_timeout must be a number of seconds >= 0, "
                 f"got {lock_timeout!r}"
             )
-        check_remote_args(remote, remote_key)
+        if remote is not None and not isinstance(remote, str):
+            raise TypeError(f"ProgramCache: remote must be a redis:// or rediss:// URL string or "
+                            f"None, got {remote!r}")  # fmt: skip
+        if remote_key is not None and not isinstance(remote_key, (str, bytes)):
+            raise TypeError(f"ProgramCache: remote_key must be a str or bytes secret or None, "
+                            f"got {type(remote_key).__name__}")  # fmt: skip
         settings = Settings(
             None if cache_dir is None else Path(cache_dir).expanduser(), max_bytes,
             DEFAULT_LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout,
@@ -93,6 +90,7 @@ class ProgramCache:
         self._c = self._lookup.c
         self._flushed = _stats.new_counters()
         _stats.flush_at_exit(self)
+        tel.report_memory_hits(self, self._c)
 
     # configuration ------------------------------------------------------------------------------
 
@@ -147,11 +145,10 @@ class ProgramCache:
                 raise
             return self.get_program(ctx, src_code, device, tuple(options))
         if hit is not None:
-            # no span: the netcl.cache.lookups counter counts in-process hits (see README)
+            # no span, no metric call: the lookups counter reads memory_hits (see README)
             self._c["memory_hits"] += 1
-            _LOOKUPS["memory"] += 1
-            hit[3] = True  # used since the clock hand last passed (move_to_end would rehash)
-            return hit[0]
+            hit.used = True
+            return hit.program
         return self._get_slow(mkey, ctx, src_code, device, options)
 
     def _get_slow(
@@ -169,11 +166,9 @@ class ProgramCache:
             hit = self._memory.get(mkey)
             if hit is not None:  # built by the thread this one waited for
                 self._c["memory_hits"] += 1
-                _LOOKUPS["memory"] += 1
-                return hit[0]
-            prg, key, result = self._lookup.run(ctx, src_code, dev, opts)
-            self._tier.remember(mkey, ctx, [prg, key, self._lookup.registry.name(dev), False])
-        _LOOKUPS[result] += 1
+                return hit.program
+            prg, key = self._lookup.run(ctx, src_code, dev, opts)
+            self._tier.remember(mkey, ctx, MemoryEntry(prg, key))
         return prg
 
     # maintenance --------------------------------------------------------------------------------

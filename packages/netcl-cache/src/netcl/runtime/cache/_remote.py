@@ -1,15 +1,11 @@
-"""The remote (fleet) tier on Redis, shaped like the disk tier: ``get`` a value, ``decode`` it
-(signature, lengths, device), ``lock`` a key while compiling it, ``put`` the result, ``unlock``.
-The lookup decides the order and counts; this module only talks to Redis.
+"""The remote (fleet) tier on Redis, shaped like the disk tier: ``get`` a value, ``decode`` it,
+``lock`` a key while compiling it, ``put`` the result, ``unlock``. The lookup decides the order
+and counts; this module only talks to Redis.
 
 redis-py is imported only when a remote is configured. One :class:`RemoteTier` per
 configuration per process, shared by every ``ProgramCache`` (one connection pool, one breaker).
-The URL and its options are checked once, when the tier is made: anything redis-py would refuse
-later is a ``ValueError`` naming the option then. Every Redis call has one deadline for all of
-it (connect, transfer, lock), short socket timeouts and no retries; a failed call is logged and
-raises :class:`RemoteError`. After ``BREAKER_FAILURES`` consecutive connection failures or
-timeouts the breaker opens: no Redis call for ``BREAKER_OPEN_S`` seconds, then one trial call
-decides whether it closes again.
+Time is bounded by redis-py's own options (short socket timeouts, no retries, no health
+checks), by a deadline per call, and by the circuit breaker.
 """
 
 from __future__ import annotations
@@ -23,19 +19,13 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from netcl.core import telemetry
-from netcl.core.log import get_logger
+from netcl.core.log import get_logger, warn_once
 from netcl.runtime.cache import _telemetry as tel
-from netcl.runtime.cache._config import (
-    REMOTE,
-    RemoteSettings,
-    redact,
-    remote_settings,
-    remote_warning,
-)
+from netcl.runtime.cache._config import REMOTE, RemoteSettings, redact, remote_settings
+from netcl.runtime.cache._entry import decode, encode
 from netcl.runtime.cache._key import FORMAT_VERSION
-from netcl.runtime.cache._remote_format import encode_value, open_value
 
-__all__ = ["Lease", "RemoteError", "RemoteTier", "redact", "remote_info", "tier_for"]
+__all__ = ["Lease", "RemoteError", "RemoteTier", "remote_info", "tier_for"]
 
 log = get_logger("netcl.runtime.cache")
 
@@ -111,8 +101,6 @@ class RemoteTier:
     ) -> None:
         import redis  # only here: with no remote configured redis is never imported
 
-        from netcl.runtime.cache._deadline import deadline
-
         self.url = redact(settings.url)
         self.signed = settings.signed
         self.timeout_s = settings.timeout_s
@@ -121,11 +109,9 @@ class RemoteTier:
         self.breaker_open_s = breaker_open_s
         self._secret = settings.secret
         self._r = _client(settings.url)
-        self._deadline = deadline
-        self._down_errors: tuple[type[BaseException], ...] = (
-            redis.ConnectionError, redis.TimeoutError, OSError,
-        )
-        self._answered: type[BaseException] = redis.RedisError
+        self._timeout_error = redis.TimeoutError
+        self._down_errors = (redis.ConnectionError, redis.TimeoutError, OSError)
+        self._answered = redis.RedisError
         self._mu = threading.Lock()
         self._failures = 0
         self._open_until = 0.0
@@ -151,25 +137,23 @@ class RemoteTier:
             now = time.monotonic()
             if self._failures >= self.breaker_failures and now >= self._open_until:
                 self._open_until = now + self.breaker_open_s
-                log.warning(
-                    "cache_remote_breaker_open", url=self.url, failures=self._failures,
-                    open_s=self.breaker_open_s,
-                )
+                log.warning("cache_remote_breaker_open", url=self.url, failures=self._failures,
+                            open_s=self.breaker_open_s)  # fmt: skip
 
     def _call(self, op: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        """``fn(*args, **kw)``, timed; a failure is logged and raised as :class:`RemoteError`."""
+        """``fn(*args, **kw)`` within the deadline, timed; a failure is logged, counted and
+        raised as :class:`RemoteError`."""
         if self.breaker_open:
             raise RemoteError("breaker open", failed=False, down=True)
         t0 = time.perf_counter()
         try:
-            with self._deadline(self.timeout_s):
-                out = fn(*args, **kw)
+            out = self._within_deadline(fn, *args, **kw)
         except Exception as exc:  # redis' errors, and whatever else: never into get_program
             tel.remote_duration.record(time.perf_counter() - t0, {tel.ATTR_REMOTE_OP: op})
             kind = telemetry.error_type(exc)
-            tel.remote_errors.add(1, {tel.ATTR_ERROR_TYPE: kind})
+            tel.REMOTE_ERRORS.add(1, kind)
             log.warning("cache_remote_error", url=self.url, op=op, error_type=kind,
-                        error=str(exc))
+                        error=str(exc))  # fmt: skip
             # a server that answers (full, read-only replica, no permission) is not down
             down = isinstance(exc, self._down_errors) or not isinstance(exc, self._answered)
             if down:
@@ -178,6 +162,30 @@ class RemoteTier:
         tel.remote_duration.record(time.perf_counter() - t0, {tel.ATTR_REMOTE_OP: op})
         self._succeeded()
         return out
+
+    def _within_deadline(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        # redis-py's timeouts bound each socket operation, not a call: a server that sends a
+        # byte before every read timeout would hold one lookup for minutes. So the call runs
+        # in a thread of its own, waited for until the deadline; past it the pool's
+        # connections are closed, which ends the abandoned call.
+        done: list[tuple[bool, Any]] = []
+
+        def run() -> None:
+            try:
+                done.append((True, fn(*args, **kw)))
+            except BaseException as exc:
+                done.append((False, exc))
+
+        worker = threading.Thread(target=run, name="netcl-cache-remote", daemon=True)
+        worker.start()
+        worker.join(self.timeout_s)
+        if not done:
+            self._r.connection_pool.disconnect()
+            raise self._timeout_error(f"no answer within the deadline of {self.timeout_s:g} s")
+        ok, value = done[0]
+        if not ok:
+            raise value
+        return value
 
     # operations ---------------------------------------------------------------------------------
 
@@ -189,7 +197,7 @@ class RemoteTier:
     def decode(self, key: str, ident: str, data: bytes) -> memoryview:
         """The binary of an authentic value of ``key`` written for device ``ident``; raises
         :class:`~netcl.runtime.cache._entry.EntryError` naming why not."""
-        return open_value(self._secret, key, ident, data, self.max_bytes)
+        return decode(data, key, secret=self._secret, ident=ident, max_bytes=self.max_bytes)[1]
 
     def lock(self, key: str, wait_s: float) -> Lease:
         """Take the lock of ``key`` (expiring after ``wait_s``, at least 1 s), taking over a
@@ -218,11 +226,11 @@ class RemoteTier:
         """Release a lock taken by :meth:`lock` (only if it is still ours)."""
         if lease.token is not None:
             self._call("unlock", self._r.eval, _RELEASE, 1, _PREFIX + "lock:" + lease.key,
-                       lease.token)
+                       lease.token)  # fmt: skip
 
     def put(self, key: str, binary: bytes, meta: dict[str, Any]) -> bool:
         """Publish ``binary``; False (not sent) when its value would exceed ``max_bytes``."""
-        value = encode_value(self._secret, key, binary, meta)
+        value = encode(key, binary, meta, self._secret)
         if len(value) > self.max_bytes:
             log.info("cache_remote_too_large", key=key, bytes=len(value), max_bytes=self.max_bytes)
             return False
@@ -231,8 +239,7 @@ class RemoteTier:
     def ping(self) -> str | None:
         """None when Redis answers (and accepts our credentials), else why not."""
         try:
-            with self._deadline(self.timeout_s):
-                self._r.ping()
+            self._within_deadline(self._r.ping)
         except Exception as exc:
             return f"{type(exc).__name__}: {exc}"
         return None
@@ -240,33 +247,27 @@ class RemoteTier:
 
 def _client(url: str) -> Any:
     """A redis client for ``url`` with every option checked now (``ValueError`` naming the
-    option otherwise): no retries, our socket timeouts unless the URL gives its own, and
-    connections bounded by the caller's deadline."""
+    option otherwise): our socket timeouts unless the URL gives its own, no retries, no health
+    check pings."""
     import redis
     from redis.backoff import NoBackoff
-    from redis.connection import SSLConnection, parse_url
+    from redis.connection import parse_url
     from redis.retry import Retry
 
-    from netcl.runtime.cache import _deadline
-
-    kw: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]  # ValueError naming an option whose value has the wrong type
+    given = parse_url(url)  # type: ignore[no-untyped-call]  # ValueError: an option of the wrong type
     for name in parse_qs(urlsplit(url).query):
-        _check_option(name, kw.get(name))
-    tls = kw.pop("connection_class", None) is SSLConnection
-    cls = _deadline.BoundedSSLConnection if tls else _deadline.BoundedConnection
-    pool_kw = {"max_connections": kw.pop("max_connections")} if "max_connections" in kw else {}
-    conn_kw = {
-        "socket_connect_timeout": CONNECT_TIMEOUT_S, "socket_timeout": TIMEOUT_S,
-        "retry": Retry(NoBackoff(), 0), "health_check_interval": 0, **kw,
-    }  # fmt: skip
-    try:
-        cls(**conn_kw)  # redis-py checks the rest (unknown names, TLS options, protocol)
+        _check_option(name, given.get(name))
+    pool = redis.ConnectionPool.from_url(
+        url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=TIMEOUT_S,
+        retry=Retry(NoBackoff(), 0), health_check_interval=0,
+    )  # fmt: skip
+    try:  # a connection object (not connected) checks the rest: unknown names, TLS, protocol
+        pool.connection_class(**pool.connection_kwargs)
     except TypeError as exc:  # "... got an unexpected keyword argument 'bogus'"
         name = str(exc).rsplit(" ", 1)[-1]
         raise ValueError(f"option {name} is not one redis-py knows") from None
     except (ValueError, redis.RedisError) as exc:
         raise ValueError(f"redis-py refuses the URL's options: {exc}") from None
-    pool = redis.ConnectionPool(connection_class=cls, **pool_kw, **conn_kw)
     return redis.Redis(connection_pool=pool)
 
 
@@ -292,30 +293,25 @@ def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | None:
     if cfg is None:
         return None
     with _TIERS_LOCK:
-        if cfg in _TIERS:
-            return _TIERS[cfg]
-        tier: RemoteTier | None = None
-        try:
-            tier = RemoteTier(cfg)
-        except ImportError:
-            _UNUSABLE[cfg] = (
-                "redis-py is not installed: python3 -m pip install redis "
-                "(what netcl-cache's redis extra adds)"
-            )
-        except ValueError as exc:  # a malformed URL or an option redis-py would refuse
-            _UNUSABLE[cfg] = str(exc)
-        if cfg in _UNUSABLE:
-            remote_warning("cache_remote_unusable", cfg.url, reason=_UNUSABLE[cfg])
-        _TIERS[cfg] = tier
-        return tier
+        if cfg not in _TIERS:
+            try:
+                _TIERS[cfg] = RemoteTier(cfg)
+            except (ImportError, ValueError) as exc:  # no redis-py; an option it would refuse
+                _TIERS[cfg] = None
+                _UNUSABLE[cfg] = str(exc) if isinstance(exc, ValueError) else (
+                    "redis-py is not installed: python3 -m pip install redis "
+                    "(what netcl-cache's redis extra adds)")  # fmt: skip
+                warn_once(log, ("cache_remote_unusable", cfg.url), "cache_remote_unusable",
+                          url=redact(cfg.url), reason=_UNUSABLE[cfg])  # fmt: skip
+        return _TIERS[cfg]
 
 
 def remote_info(url: str | None = None, secret: str | bytes | None = None) -> dict[str, Any]:
     """What ``netcl cache stats`` shows about the remote tier (asks Redis for a PING)."""
-    raw = REMOTE.raw() if url is None else url
-    if not raw.strip():
+    raw = (REMOTE.raw() if url is None else url).strip()
+    if not raw:
         return {"configured": False}
-    info: dict[str, Any] = {"configured": True, "url": redact(raw.strip())}
+    info: dict[str, Any] = {"configured": True, "url": redact(raw)}
     tier = tier_for(url, secret)
     if tier is None:
         info.update(usable=False, reachable=False)

@@ -1,4 +1,5 @@
-"""The signed value format of the remote tier and the URL redaction (no Redis needed)."""
+"""The one entry format of both tiers (signed in Redis, checksummed on disk) and the URL
+redaction (no Redis needed)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netcl.runtime.cache._entry import EntryError
-from netcl.runtime.cache._remote import redact
-from netcl.runtime.cache._remote_format import (
-    HEADER,
-    TAG_BYTES,
-    _tag,
-    decode_value,
-    encode_value,
-    open_value,
-)
+from netcl.runtime.cache._config import redact
+from netcl.runtime.cache._entry import HEADER, MAGIC, EntryError, _tag, decode, encode, tag_size
+from netcl.runtime.cache._key import FORMAT_VERSION
 
 SECRET = b"fleet secret"
 KEY = hashlib.sha256(b"program").hexdigest()
@@ -25,23 +19,29 @@ OTHER_KEY = hashlib.sha256(b"another program").hexdigest()
 BINARY = bytes(range(256)) * 40
 META = {"identity": "PoCL|cpu|3.0", "device": "cpu", "options": "-DN=4"}
 BOUND = 1 << 20
+TAG_BYTES = tag_size(SECRET)
 
 
-def _reason(data: bytes, secret: bytes = SECRET, key: str = KEY, bound: int = BOUND) -> str:
+def _reason(
+    data: bytes, secret: bytes | None = SECRET, key: str = KEY, bound: int = BOUND
+) -> str:
     with pytest.raises(EntryError) as err:
-        decode_value(secret, key, data, bound)
+        decode(data, key, secret=secret, max_bytes=bound)
     return err.value.reason
 
 
-def test_round_trip() -> None:
-    value = encode_value(SECRET, KEY, BINARY, META)
-    meta, binary = decode_value(SECRET, KEY, value, BOUND)
+@pytest.mark.parametrize("secret", [SECRET, None], ids=["remote", "disk"])
+def test_round_trip(secret: bytes | None) -> None:
+    value = encode(KEY, BINARY, META, secret)
+    meta, binary = decode(value, KEY, secret=secret, max_bytes=BOUND)
     assert meta == META and bytes(binary) == BINARY
-    assert value[:8] == b"NETCLRMT" and BINARY in value  # the binary as is, no encoding
+    assert value[:8] == b"NETCLPRG" and BINARY in value  # the binary as is, no encoding
+    assert HEADER.unpack_from(value)[1:3] == (FORMAT_VERSION, 0)  # one layout for both tiers
+    assert len(value) - value.index(BINARY) - len(BINARY) == tag_size(secret)
 
 
 def test_foreign_key_tampered_truncated_moved() -> None:
-    value = encode_value(SECRET, KEY, BINARY, META)
+    value = encode(KEY, BINARY, META, SECRET)
     assert _reason(value, secret=b"another fleet") == "signature"  # signed with another key
     assert _reason(value, key=OTHER_KEY) == "signature"  # moved to another cache key
     flipped = bytearray(value)
@@ -57,13 +57,25 @@ def test_foreign_key_tampered_truncated_moved() -> None:
 
 def test_metadata_is_parsed_only_after_the_tag() -> None:
     # a forged value with hostile metadata and a wrong tag is refused before any JSON parsing
-    head = HEADER.pack(b"NETCLRMT", 1, 0, 3, 0)
+    head = HEADER.pack(MAGIC, FORMAT_VERSION, 0, 3, 0)
     assert _reason(head + b"{{{" + bytes(TAG_BYTES)) == "signature"
 
 
+def test_disk_entries_are_checksummed_not_signed() -> None:
+    value = encode(KEY, BINARY, META)  # no secret: a crc32 over the key and the bytes before it
+    assert _reason(value, secret=SECRET) in ("truncated", "signature")  # not a signed value
+    assert _reason(encode(KEY, BINARY, META, SECRET), secret=None) == "truncated"
+    assert _reason(value, secret=None, key=OTHER_KEY) == "checksum"  # moved to another key
+    flipped = bytearray(value)
+    flipped[HEADER.size + 5] ^= 1  # one bit of the metadata
+    with pytest.raises(EntryError) as err:
+        decode(bytes(flipped), KEY)
+    assert str(err.value) == "checksum: crc32 of key, header, metadata and binary differs"
+
+
 def _signed(meta: bytes, binary: bytes = b"") -> bytes:
-    body = HEADER.pack(b"NETCLRMT", 1, 0, len(meta), len(binary)) + meta + binary
-    return body + _tag(SECRET, KEY, body)
+    body = HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta), len(binary)) + meta + binary
+    return body + _tag(KEY, body, SECRET)
 
 
 @pytest.mark.parametrize(
@@ -82,23 +94,24 @@ def test_any_metadata_parse_failure_is_a_refused_value(meta: bytes, why: str) ->
     """Signed by a key holder (or forged in unsigned mode), yet refused: a value, never an
     exception out of the lookup."""
     with pytest.raises(EntryError, match=why) as err:
-        decode_value(SECRET, KEY, _signed(meta), BOUND)
+        decode(_signed(meta), KEY, secret=SECRET, max_bytes=BOUND)
     assert err.value.reason in ("metadata", "oversized")
 
 
 def test_metadata_nesting_up_to_the_bound_is_read() -> None:
     # brackets inside strings do not count; eight levels are allowed
     meta = b'{"o": "-DA=[[[[[[[[[[x]]]]]]]]]]", "n":' + b"[" * 7 + b"]" * 7 + b"}"
-    assert decode_value(SECRET, KEY, _signed(meta), BOUND)[0]["o"].startswith("-DA=")
+    assert decode(_signed(meta), KEY, secret=SECRET)[0]["o"].startswith("-DA=")
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(min_value=0), st.integers(min_value=1, max_value=255))
-def test_any_changed_byte_is_refused(pos: int, xor: int) -> None:
-    value = bytearray(encode_value(SECRET, KEY, BINARY[:300], META))
+@given(st.integers(min_value=0), st.integers(min_value=1, max_value=255), st.booleans())
+def test_any_changed_byte_is_refused(pos: int, xor: int, signed: bool) -> None:
+    secret = SECRET if signed else None
+    value = bytearray(encode(KEY, BINARY[:300], META, secret))
     value[pos % len(value)] ^= xor
     with pytest.raises(EntryError):
-        decode_value(SECRET, KEY, bytes(value), BOUND)
+        decode(bytes(value), KEY, secret=secret, max_bytes=BOUND)
 
 
 @pytest.mark.parametrize(
@@ -119,14 +132,14 @@ def test_redact(url: str, shown: str) -> None:
 def test_the_device_identity_check_below_the_redis_client() -> None:
     """A correctly signed value written for another device (driver, version) is refused, by
     the check the remote tier applies to what Redis returns; no server needed."""
-    value = encode_value(SECRET, KEY, BINARY, META)
-    assert bytes(open_value(SECRET, KEY, META["identity"], value, BOUND)) == BINARY
+    value = encode(KEY, BINARY, META, SECRET)
+    assert bytes(decode(value, KEY, secret=SECRET, ident=META["identity"])[1]) == BINARY
     for other in ("PoCL|cpu|3.1", "", "PoCL|cpu|3.0 "):
         with pytest.raises(EntryError, match=r"identity: written for 'PoCL\|cpu\|3\.0'"):
-            open_value(SECRET, KEY, other, value, BOUND)
-    no_identity = encode_value(SECRET, KEY, BINARY, {"device": "cpu"})
+            decode(value, KEY, secret=SECRET, ident=other)
+    no_identity = encode(KEY, BINARY, {"device": "cpu"}, SECRET)
     with pytest.raises(EntryError, match="identity"):
-        open_value(SECRET, KEY, META["identity"], no_identity, BOUND)
+        decode(no_identity, KEY, secret=SECRET, ident=META["identity"])
     # the tier itself (its client is made, nothing is sent: no server at that address)
     pytest.importorskip("redis", reason="redis-py missing: pip install 'netcl-cache[redis]'")
     from netcl.runtime.cache._config import RemoteSettings
