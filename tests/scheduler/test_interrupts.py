@@ -19,7 +19,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from netcl.core import telemetry
+from netcl.core import log
 from netcl.runtime.scheduler import ExecutionPlan, Scheduler
 
 COMPLETE = cl.command_execution_status.COMPLETE
@@ -314,7 +314,7 @@ def test_a_raising_span_processor_never_breaks_a_run(
     failing_processor.on_start_fails = where in ("on_start", "both")
     failing_processor.on_end_fails = where in ("on_end", "both")
 
-    monkeypatch.setattr(telemetry, "_reported", set())  # forget failures logged before
+    monkeypatch.setattr(log, "_warned", set())  # forget failures logged before (warn_once)
     with caplog.at_level(logging.WARNING, logger="netcl.core.telemetry"):
         events = sched.run()
 

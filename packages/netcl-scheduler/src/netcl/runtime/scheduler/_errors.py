@@ -1,89 +1,77 @@
-"""The error Scheduler.run raises (exposed as ``Scheduler.Error``) and its message."""
+"""The error Scheduler.run raises (exposed as ``Scheduler.Error``), and the short, readable names
+of ops, plans and values that error messages use."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+import os
+from dataclasses import KW_ONLY, dataclass
 
-from netcl.runtime.scheduler._describe import describe_op, describe_plan
+import pyopencl as cl
 
-if TYPE_CHECKING:
-    from netcl.runtime.scheduler._plan import EventLike, ExecutionPlan, Op
+from netcl.runtime.scheduler._plan import EventLike, ExecutionPlan, Op
 
-__all__ = ["SchedulerError", "failed_run"]
+__all__ = ["SchedulerError", "describe_op", "describe_plan", "describe_value"]
 
 
+@dataclass(eq=False, repr=False)
 class SchedulerError(RuntimeError):
-    """A run stopped: an op raised or returned something that is not an event, or an event failed.
+    """A run stopped: an op raised (the exception is ``__cause__``) or returned something that is
+    not an event, or an event failed. ``plan_index`` is -1 for a plan of an earlier run (a plan
+    of this run comes ``after`` it); ``event`` is None when the op itself failed;
+    ``unrun_plans`` are the plans to resubmit; ``events`` every event the run collected (they
+    may still be running). The package README describes each attribute."""
 
-    Attributes:
-        plan: the plan that failed; plan_index: its position in the run (0-based), -1 when the
-            plan ran in an earlier run (a plan of this run comes ``after`` it and found its
-            event failed).
-        op: the op that failed; op_index: its position in ``plan.ops``.
-        event: the failed event, or None when the op itself raised or returned a bad value.
-        unrun_plans: the plans of this run that were not started (in order), preceded, when an
-            event failed, by the plans already issued that come ``after`` the failed plan (their
-            commands fail with it on the device); resubmit them with ``scheduler.submit(plan)``.
-        events: every event the run collected before the failure (they may still be running).
-    The original exception, if any, is ``__cause__``.
-    """
+    message: str
+    _: KW_ONLY
+    plan: ExecutionPlan
+    plan_index: int
+    op: Op
+    op_index: int
+    event: EventLike | None
+    unrun_plans: list[ExecutionPlan]
+    events: list[EventLike]
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        plan: ExecutionPlan,
-        plan_index: int,
-        op: Op,
-        op_index: int,
-        event: EventLike | None,
-        unrun_plans: list[ExecutionPlan],
-        events: list[EventLike],
-    ) -> None:
-        super().__init__(message)
-        self.plan = plan
-        self.plan_index = plan_index
-        self.op = op
-        self.op_index = op_index
-        self.event = event
-        self.unrun_plans = unrun_plans
-        self.events = events
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
 
 
-def failed_run(
-    *,
-    plan: ExecutionPlan,
-    plan_index: int | None,
-    op: Op,
-    op_index: int,
-    event: EventLike | None,
-    what: str,
-    unrun: list[tuple[ExecutionPlan, int]],
-    events: list[EventLike],
-) -> SchedulerError:
-    """The error of a run that stopped at op ``op_index`` of ``plan`` (at ``plan_index`` in the
-    run, None for a plan of an earlier run): ``what`` happened; ``unrun``: the plans not run,
-    with their positions."""
-    if unrun:
-        names = ", ".join(describe_plan(p, k) for p, k in unrun[:5])
-        more = f", ... ({len(unrun) - 5} more)" if len(unrun) > 5 else ""
-        tail = (
-            f"; {len(unrun)} later plan(s) not run: {names}{more} "
-            "(on the error's .unrun_plans; resubmit with scheduler.submit(plan))"
-        )
-    else:
-        tail = "; no plan was left unrun"
-    message = (
-        f"Scheduler.run: op {op_index} ({describe_op(op)}) of "
-        f"{describe_plan(plan, plan_index)} {what}{tail}"
-    )
-    return SchedulerError(
-        message,
-        plan=plan,
-        plan_index=-1 if plan_index is None else plan_index,
-        op=op,
-        op_index=op_index,
-        event=event,
-        unrun_plans=[p for p, _ in unrun],
-        events=events,
-    )
+_MAX = 100  # characters of a repr in a message
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX else text[: _MAX - 3] + "..."
+
+
+def describe_op(op: object) -> str:
+    """``name (file.py:line)`` for functions and lambdas, the command type for OpenCL events."""
+    if isinstance(op, cl.Event):
+        try:
+            kind = cl.command_type.to_string(op.command_type)
+        except Exception:  # an event whose info query fails still needs a name
+            kind = "?"
+        return f"pyopencl.{type(op).__name__}({kind})"
+    if isinstance(op, functools.partial):
+        return f"functools.partial({describe_op(op.func)})"
+    name = getattr(op, "__qualname__", None)
+    code = getattr(op, "__code__", None)
+    if isinstance(name, str) and code is not None:
+        return f"{name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"
+    if isinstance(name, str):
+        return name
+    return _clip(repr(op))
+
+
+def describe_plan(plan: ExecutionPlan, index: int | None) -> str:
+    """``plan 2 'compute'``; ``index`` None names a plan of an earlier run."""
+    where = "of an earlier run" if index is None else str(index)
+    if isinstance(plan.description, str) and plan.description:  # the field may be reassigned
+        if index is None:
+            return f"plan {plan.description!r} {where}"
+        return f"plan {where} {plan.description!r}"
+    return f"plan {where} (no description)"
+
+
+def describe_value(value: object) -> str:
+    """A value and its type, for a ``TypeError`` or an op's bad return value."""
+    return f"{_clip(repr(value))} ({type(value).__name__})"

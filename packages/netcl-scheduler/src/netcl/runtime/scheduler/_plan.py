@@ -28,16 +28,9 @@ Op: TypeAlias = Callable[[], object] | EventLike
 class ExecutionPlan:
     """An ordered list of ops (callables or event-like objects) plus an optional label.
 
-    A plain dataclass: ``Scheduler.submit`` appends to :attr:`ops`, and ``Scheduler.run`` runs
-    every op the plan holds, in order, without modifying the plan. Instances never share their
-    op list (the default is a new list per instance).
-
-    ``queue`` (optional) is the command queue the plan's ops enqueue on; ``after`` (optional) is
-    the plan, or the plans, it must follow (None: none). In async mode the scheduler orders such
-    a plan on the device with a barrier on ``queue`` waiting for the earlier plans' events (a
-    host wait when the plan has no ``queue``). ``ExecutionPlan(queue=q, after=prev)`` chains a
-    plan after the previous one (``prev`` None for the first). ``after`` is normalised to a
-    tuple and is left out of ``==`` and ``repr``.
+    A plain dataclass that ``Scheduler.run`` never modifies. ``queue`` is the command queue the
+    plan's ops enqueue on, ``after`` the plan, or plans, it comes after (None: none; kept as a
+    tuple, left out of ``==`` and ``repr``): ``ExecutionPlan(queue=q, after=prev)`` chains it.
     """
 
     ops: list[Op] = field(default_factory=list)
@@ -87,22 +80,20 @@ _new_plan = object.__new__
 def after_of(plan: ExecutionPlan) -> tuple[ExecutionPlan, ...]:
     """``plan.after`` as a tuple of plans (it may have been reassigned since construction)."""
     after = plan.after
-    if type(after) is tuple and all(isinstance(p, ExecutionPlan) for p in after):
-        return after
     if isinstance(after, ExecutionPlan):
         return (after,)
     if after is None:  # the first plan of a chain: ``ExecutionPlan(after=prev)`` with prev None
         return ()
-    if not isinstance(after, (str, bytes)) and hasattr(after, "__iter__"):
-        items = tuple(after)
-        if all(isinstance(p, ExecutionPlan) for p in items):
-            return items
-        bad = next(p for p in items if not isinstance(p, ExecutionPlan))
+    if isinstance(after, (str, bytes)) or not hasattr(after, "__iter__"):
         raise TypeError(
-            f"ExecutionPlan {plan.description!r}: after must hold ExecutionPlans, got {bad!r} "
-            f"({type(bad).__name__}) in it"
+            f"ExecutionPlan {plan.description!r}: after must be an ExecutionPlan or a sequence of "
+            f"them, got {after!r} ({type(after).__name__})"
         )
-    raise TypeError(
-        f"ExecutionPlan {plan.description!r}: after must be an ExecutionPlan or a sequence of "
-        f"them, got {after!r} ({type(after).__name__})"
-    )
+    items = after if type(after) is tuple else tuple(after)
+    for p in items:
+        if not isinstance(p, ExecutionPlan):
+            raise TypeError(
+                f"ExecutionPlan {plan.description!r}: after must hold ExecutionPlans, got {p!r} "
+                f"({type(p).__name__}) in it"
+            )
+    return items

@@ -1,50 +1,174 @@
-"""One run of a Scheduler: its plans in run order, each with its :class:`Step`, and everything the
-run does with them: ordering a plan after what it must follow (the one place that chooses between
-a device barrier, a host wait and nothing), issuing its ops, waiting, and naming what failed.
+"""One run of a Scheduler: its plans in run order, each with the :class:`PlanRecord` of what the
+run did with it: ordering it after what it must follow (the one place that chooses between a
+device barrier, a host wait and nothing), issuing its ops, waiting, and naming what failed.
 
-State only moves forward, one store at a time, so an interrupt (KeyboardInterrupt, any
-BaseException) leaves every step consistent wherever it lands:
-
-- an op has run when its result is in ``step.results``: ``results.append(op())`` stores the
-  result as the op returns, and the list's length is the count of ops done (no second counter);
-- a step records how it was ordered once that is done (``step.ordering``); a step interrupted
-  while being ordered is ordered again when resumed (a second barrier or wait changes nothing);
-- ``run.done`` counts the plans that completed; the scheduler keeps the others for the next run.
+State only moves forward, one store at a time, so an interrupt leaves every record consistent
+wherever it lands: an op has run once its result is in ``record.results``, a plan is ordered
+once ``record.ordering`` is set (one interrupted before is ordered again, harmlessly), and
+``run.done`` counts the plans that completed (the scheduler keeps the others).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+import functools
+import heapq
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import pyopencl as cl
-from opentelemetry.util.types import AttributeValue
 
 from netcl.core import profiling
 from netcl.core.telemetry import NO_SPAN, Span, tracing
 from netcl.runtime.scheduler import _telemetry as tm
-from netcl.runtime.scheduler._describe import describe_op, describe_value
-from netcl.runtime.scheduler._errors import SchedulerError, failed_run
-from netcl.runtime.scheduler._plan import EventLike, ExecutionPlan, after_of
-from netcl.runtime.scheduler._step import Barriers, Source, Step, last_step
+from netcl.runtime.scheduler._errors import (
+    SchedulerError,
+    describe_op,
+    describe_plan,
+    describe_value,
+)
+from netcl.runtime.scheduler._plan import EventLike, ExecutionPlan, Op, after_of
 
-__all__ = ["Run"]
+__all__ = ["Barriers", "PlanRecord", "Run", "run_order"]
 
 _Event = cl.Event
 
 
-def _is_events(value: object) -> bool:
-    """Whether an op's non-None return value is an event or a list/tuple of events."""
-    if hasattr(value, "wait"):
-        return True
-    return isinstance(value, (list, tuple)) and all(v is None or hasattr(v, "wait") for v in value)
+@dataclass(slots=True, eq=False)
+class PlanRecord:
+    """A plan as the run that last reached it saw it: the ops it took (a resumed record adds the
+    ops appended since), what each op that returned gave back, and how it was ordered. It holds
+    no reference to its own plan."""
+
+    ops: tuple[Op, ...] | None = None  # None until a run reaches the plan
+    results: list[object] = field(default_factory=list)  # one per op that returned, in order
+    first: int = 0  # len(results) when the current run reached it (for the ops counter)
+    ordering: str | None = None  # how it was ordered (netcl.plan.ordering), once done
+    via: tuple[_Source, ...] = ()  # what its ordering waited for
+    barrier: cl.Event | None = None  # the barrier that ordered it, kept (see Barriers)
+    settled: bool = False  # its events were waited for and succeeded
+
+    def events(self) -> list[EventLike]:
+        """The events its ops returned (or were), in op order."""
+        out: list[EventLike] = []
+        for r in self.results:
+            if isinstance(r, (list, tuple)):
+                out += [x for x in r if x is not None]
+            elif r is not None:
+                out.append(r)  # type: ignore[arg-type]
+        return out
 
 
-def _watch_plan(plan: ExecutionPlan, step: Step, span: Span) -> None:
+class _Source(NamedTuple):
+    """A plan and its record, whose events a later plan follows."""
+
+    plan: ExecutionPlan
+    record: PlanRecord
+
+
+class _LastRecord(weakref.ref[ExecutionPlan]):
+    """An entry of ``_last_records``: a weak reference to a plan, with the plan's last record."""
+
+    __slots__ = ("record",)
+    record: PlanRecord
+
+
+# The record of the run that last reached each plan, for the plans that come after it in later
+# runs; by id(plan) (an ExecutionPlan is an unhashable dataclass), so that nothing is written onto
+# users' plans. An entry leaves with its plan: the weak reference's callback is _last_records.pop
+# bound to the key, C code that no interrupt can cut short. Only records that leave something to
+# follow (events, or an ordering that waited for some) are kept: the others order nothing, like
+# no record at all, and a plan made by submit(op) then costs no weak reference.
+_last_records: dict[int, _LastRecord] = {}
+
+
+def _last_record(plan: ExecutionPlan) -> PlanRecord | None:
+    entry = _last_records.get(id(plan))
+    return None if entry is None else entry.record
+
+
+def _remember(plan: ExecutionPlan, record: PlanRecord) -> None:
+    entry = _last_records.get(id(plan))
+    if entry is None:
+        drop = functools.partial(_last_records.pop, id(plan))  # called as drop(entry)
+        entry = _last_records[id(plan)] = _LastRecord(plan, drop)
+    entry.record = record
+
+
+class Barriers:
+    """Barrier events kept until they are done. PoCL 3.0 aborts the process when a barrier is
+    released before the failure of an event in its wait list has reached it."""
+
+    __slots__ = ("_events", "_limit", "_lock")
+
+    def __init__(self) -> None:
+        self._events: list[cl.Event] = []
+        self._limit = 64  # pruned when the list reaches it; then twice what is left
+        self._lock = threading.Lock()
+
+    def hold(self, barrier: cl.Event) -> None:
+        with self._lock:
+            if len(self._events) >= self._limit:
+                self._events = [e for e in self._events if e.command_execution_status > 0]
+                self._limit = max(64, 2 * len(self._events))
+            self._events.append(barrier)
+
+
+def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
+    """The plans in run order: submission order unless a plan comes ``after`` one submitted
+    later; then the stable topological order (the earliest submitted ready plan first). Plans
+    named in ``after`` that are not part of this run move nothing. Raises ``ValueError`` naming
+    a cycle, ``TypeError`` naming a plan whose ``after`` holds something else than plans."""
+    position = {id(p): k for k, p in enumerate(plans)}
+    # per plan: the positions of the plans of this run it comes after
+    preds = [
+        tuple(dict.fromkeys(position[id(q)] for q in after_of(plan) if id(q) in position))
+        for plan in plans
+    ]
+    if all(j < k for k, ks in enumerate(preds) for j in ks):
+        return plans
+    # Kahn's algorithm, taking the ready plan submitted first
+    waiting = [len(ks) for ks in preds]
+    followers: list[list[int]] = [[] for _ in plans]
+    for k, ks in enumerate(preds):
+        for j in ks:
+            followers[j].append(k)
+    ready = [k for k, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        order.append(k := heapq.heappop(ready))
+        for f in followers[k]:
+            waiting[f] -= 1
+            if waiting[f] == 0:
+                heapq.heappush(ready, f)
+    if len(order) == len(plans):
+        return [plans[k] for k in order]
+    # every stuck plan waits on another stuck plan: walking back from one must meet itself again
+    stuck = {k for k, w in enumerate(waiting) if w}
+    k = min(stuck)
+    path: dict[int, int] = {}  # plan -> its position on the path walked
+    while k not in path:
+        path[k] = len(path)
+        k = next(j for j in preds[k] if j in stuck)
+    cycle = list(path)[path[k] :]
+    cycle.reverse()  # walked backwards (plan -> the plan it follows); show the run direction
+    start = cycle.index(min(cycle))  # from the plan submitted first: the same text every time
+    names = " -> ".join(describe_plan(plans[j], j) for j in [*cycle[start:], *cycle[: start + 1]])
+    raise ValueError(
+        f"Scheduler.run: the plans' after= fields form a cycle: {names} (each comes after the "
+        "one before it); nothing was run and the plans stay scheduled"
+    )
+
+
+def _watch_plan(plan: ExecutionPlan, record: PlanRecord, span: Span) -> None:
     """Hand the OpenCL events the plan's ops returned in this run to the device-time collector
     (no wait), under the plan's span."""
     events: list[cl.Event] = []
-    for r in step.results[step.first :]:
+    for r in record.results[record.first :]:
         if isinstance(r, (list, tuple)):
             events += [e for e in r if isinstance(e, _Event)]
         elif isinstance(r, _Event):
@@ -54,191 +178,187 @@ def _watch_plan(plan: ExecutionPlan, step: Step, span: Span) -> None:
                         parent=span)  # fmt: skip
 
 
+def _is_events(value: object) -> bool:
+    """Whether an op's non-None return value is an event or a list/tuple of events."""
+    if hasattr(value, "wait"):
+        return True
+    return isinstance(value, (list, tuple)) and all(v is None or hasattr(v, "wait") for v in value)
+
+
+@dataclass(slots=True, eq=False)
 class Run:
-    """One ``Scheduler.run``: the plans in run order, their steps, and how far the run got."""
+    """One ``Scheduler.run``: the plans in run order, their records, and how far the run got."""
 
-    __slots__ = ("async_mode", "barriers", "done", "host_waits", "ops", "plans", "started",
-                 "steps", "taken", "traced", "waited")  # fmt: skip
-
-    def __init__(self, async_mode: bool, barriers: Barriers) -> None:
-        self.async_mode = async_mode
-        self.barriers = barriers
-        self.plans: list[ExecutionPlan] = []
-        self.steps: list[Step] = []  # steps[k] is the step of plans[k]
-        self.taken = False  # the scheduler handed its plans over (a refused run takes none)
-        self.started = 0  # plans whose ops were reached; on an error the later ones are unrun
-        self.done = 0  # plans[:done] completed; after an interrupt the scheduler keeps the rest
-        self.host_waits = 0
-        self.ops = 0  # ops that returned in this run (exact when the run completes)
-        self.waited = False  # sync mode: the host waited for the previous plan's events
-        self.traced = False
+    async_mode: bool
+    barriers: Barriers
+    plans: list[ExecutionPlan] = field(default_factory=list)
+    records: list[PlanRecord] = field(default_factory=list)  # records[k]: that of plans[k]
+    taken: bool = False  # the scheduler handed its plans over (a refused run takes none)
+    started: int = 0  # plans whose ops were reached; on an error the later ones are unrun
+    done: int = 0  # plans[:done] completed; after an interrupt the scheduler keeps the rest
+    host_waits: int = 0
+    waited: bool = False  # sync mode: the host waited for the previous plan's events
 
     def execute(self, wait: bool) -> list[EventLike]:
-        """Run every plan; return the events of the run, in op order."""
-        self.traced = tracing()
-        span = tm.TEL.span(tm.RUN_SPAN, self._attributes(wait)) if self.traced else NO_SPAN
-        with span:
-            events = self._run_all(wait)
-            span.set(tm.RUN_EVENTS, len(events))
-        return events
-
-    def _run_all(self, wait: bool) -> list[EventLike]:
-        """Order, issue and (sync mode) wait for each plan in turn; return the run's events."""
-        plans, steps = self.plans, self.steps
+        """Order, issue and (sync mode) wait for each plan in turn; return the run's events, in
+        op order."""
+        plans, records = self.plans, self.records
         last = len(plans) - 1
         sync = not self.async_mode
-        traced = self.traced
+        traced = tracing()
+        run_span = NO_SPAN
+        if traced:
+            left = sum(len(p.ops) - len(r.results) for p, r in zip(plans, records, strict=True))
+            attributes = {tm.RUN_PLANS: len(plans), tm.RUN_OPS: left, tm.ASYNC: self.async_mode,
+                          tm.RUN_WAIT: wait}  # fmt: skip
+            run_span = tm.TEL.span(tm.RUN_SPAN, attributes)
         events: list[EventLike] = []
-        for k, plan in enumerate(plans):
-            step = steps[k]
-            span = self._plan_span(k, plan) if traced else NO_SPAN
-            try:
-                if step.ordering is None:  # a resumed step was ordered by the run it began in
-                    step.ordering = (
-                        self._order(plan, step) if self.waited or plan.after else tm.ORDER_NONE
-                    )
-                self.waited = False
-                step.first = len(step.results)  # before the plan counts as started (ops counter)
-                self.started = k + 1
-                found = self._issue(plan, step)
-                # device time only for a plan that names a profiling queue (one attribute
-                # test per plan otherwise: plans made by submit(op) have no queue)
-                if found and plan.queue is not None and profiling.enabled(plan.queue):
-                    _watch_plan(plan, step, span)
-                if found and sync:
-                    plan_events = step.events()
-                    if plan_events and (wait or k < last):
-                        self._settle(plan, step, plan_events, orders_next=k < last)
-                    events += plan_events
-            except BaseException as exc:
-                if step.ordering is not None:
-                    span.set(tm.ORDERING, step.ordering)
-                span.end(exc)
-                raise
-            if traced:
-                span.set(tm.ORDERING, step.ordering)
-                span.end()
-            if sync:
-                self.done = k + 1
-        if not sync:
-            events = [e for s in steps for e in s.events()]
-            if wait:
-                self._wait(events, zip(plans, steps, strict=True))
-                for s in steps:
-                    s.settled = True
-        self.done = len(plans)
+        with run_span:
+            for k, plan in enumerate(plans):
+                record = records[k]
+                span = NO_SPAN
+                if traced:
+                    span = tm.TEL.span(tm.PLAN_SPAN, {
+                        tm.PLAN_DESCRIPTION: str(plan.description), tm.PLAN_INDEX: k,
+                        tm.PLAN_OPS: len(plan.ops),
+                    })  # fmt: skip
+                try:
+                    if record.ordering is None:  # a resumed record was ordered by its first run
+                        record.ordering = (
+                            self._order(plan, record) if self.waited or plan.after
+                            else tm.ORDER_NONE
+                        )  # fmt: skip
+                    self.waited = False
+                    record.first = len(record.results)  # before the plan counts as started
+                    self.started = k + 1
+                    found = self._issue(plan, record)
+                    # device time only for a plan that names a profiling queue (one attribute
+                    # test per plan otherwise: plans made by submit(op) have no queue)
+                    if found and plan.queue is not None and profiling.enabled(plan.queue):
+                        _watch_plan(plan, record, span)
+                    if found and sync:
+                        plan_events = record.events()
+                        if plan_events and (wait or k < last):  # a wait that orders the next
+                            self._wait(plan_events, [_Source(plan, record)])
+                            record.settled = True
+                            if k < last:
+                                self.host_waits += 1
+                                self.waited = True
+                        events += plan_events
+                except BaseException as exc:
+                    if record.ordering is not None:
+                        span.set(tm.ORDERING, record.ordering)
+                    span.end(exc)
+                    raise
+                if traced:
+                    span.set(tm.ORDERING, record.ordering)
+                    span.end()
+                if sync:
+                    self.done = k + 1
+            if not sync:
+                events = [e for r in records for e in r.events()]
+                if wait:
+                    self._wait(events, map(_Source, plans, records))
+                    for r in records:
+                        r.settled = True
+            self.done = len(plans)
+            run_span.set(tm.RUN_EVENTS, len(events))
         return events
 
-    def _settle(
-        self, plan: ExecutionPlan, step: Step, events: list[EventLike], orders_next: bool
-    ) -> None:
-        """Sync mode: wait for a plan's events; a wait before the next plan orders it."""
-        self._wait(events, ((plan, step),))
-        step.settled = True
-        if orders_next:
-            self.host_waits += 1
-            self.waited = True
-
-    # -- ordering: the one place that decides -------------------------------------------------
-    def _order(self, plan: ExecutionPlan, step: Step) -> str:
-        """Order ``plan`` after what it must follow; return how (a netcl.plan.ordering).
-
-        Sync mode: the host waited for the previous plan already (``host`` when it had events).
-        A plan with ``after`` waits for the last events of those plans (of this run or an earlier
-        one) that are not known to be finished: async mode with a ``queue``, a barrier on it;
-        otherwise, on the host.
-        """
+    def _order(self, plan: ExecutionPlan, record: PlanRecord) -> str:
+        """Order ``plan`` after what it must follow; return how (a netcl.plan.ordering): after
+        the unfinished last events of the plans it comes ``after`` (of this run or an earlier
+        one), with a barrier on its ``queue`` in async mode, else on the host. Sync mode: the
+        host waited for the previous plan already (``host`` when it had events)."""
         ordering = tm.ORDER_HOST if self.waited else tm.ORDER_NONE
-        if plan.after:
-            sources: dict[int, Source] = {}
-            for earlier in after_of(plan):
-                last = last_step(earlier)
-                if last is not None:
-                    followed = last.sources(earlier)
-                    sources.update((id(s), (p, s)) for p, s in followed if not s.settled)
-            if sources:
-                how = self._follow(plan, step, tuple(sources.values()))
-                if how is not tm.ORDER_NONE:
-                    ordering = how
-        return ordering
-
-    def _follow(self, plan: ExecutionPlan, step: Step, sources: tuple[Source, ...]) -> str:
-        events = [e for _, s in sources for e in s.events()]
+        sources: dict[int, _Source] = {}  # by id(record): each followed once
+        for earlier in after_of(plan) if plan.after else ():
+            last = _last_record(earlier)
+            if last is not None:
+                # its own events, else what its ordering waited for: the order passes through
+                # a plan that left nothing to wait for (one whose first op raised, say)
+                theirs = (_Source(earlier, last),) if last.events() else last.via
+                sources.update((id(s.record), s) for s in theirs if not s.record.settled)
+        events = [e for s in sources.values() for e in s.record.events()]
         if not events:
-            return tm.ORDER_NONE
+            return ordering
+        followed = list(sources.values())
         queue = plan.queue
         if self.async_mode and queue is not None and all(isinstance(e, _Event) for e in events):
             for ev in events:
                 status = ev.command_execution_status  # type: ignore[attr-defined]
                 if status < 0:  # never issue a plan on top of a failure already known
-                    raise self._event_error(ev, f"failed (command status {status})", sources)
+                    raise self._event_error(ev, f"failed (command status {status})", followed)
             try:
                 # OpenCL starts commands another queue waits for only once their queue is
                 # flushed; PoCL does not start them before that
-                flushed = {id(queue)}
-                for earlier, _ in sources:
-                    q = earlier.queue
-                    if q is not None and id(q) not in flushed:
-                        flushed.add(id(q))
+                for q in {id(s.plan.queue): s.plan.queue for s in followed}.values():
+                    if q is not None and q is not queue:
                         q.flush()
                 barrier = cl.enqueue_barrier(queue, wait_for=events)
             except cl.Error:
                 pass  # events of another context, say: the host waits instead
             else:
                 self.barriers.hold(barrier)
-                step.barrier, step.via = barrier, sources
+                record.barrier, record.via = barrier, tuple(followed)
                 return tm.ORDER_DEVICE
         self.host_waits += 1
-        self._wait(events, sources)
-        for _, s in sources:
-            s.settled = True
+        self._wait(events, followed)
+        for s in followed:
+            s.record.settled = True
         return tm.ORDER_HOST
 
-    # -- issuing ------------------------------------------------------------------------------
-    def _issue(self, plan: ExecutionPlan, step: Step) -> bool:
-        """Run the plan's ops that have not returned yet; return whether its step has events."""
-        ops = step.ops
+    def _issue(self, plan: ExecutionPlan, record: PlanRecord) -> bool:
+        """Run the plan's ops that have not returned yet; return whether its record has events."""
+        ops = record.ops
         if ops is None:  # the first run to reach the plan takes its ops as they are now
-            ops = step.ops = tuple(plan.ops)
+            ops = record.ops = tuple(plan.ops)
         elif len(plan.ops) > len(ops):  # resumed: add the ops appended since
-            ops = step.ops = ops + tuple(plan.ops[len(ops) :])
-        plan._netcl_step = step  # type: ignore[attr-defined]  # its last step (_step.last_step)
-        results = step.results
+            ops = record.ops = ops + tuple(plan.ops[len(ops) :])
+        results = record.results
         start = len(results)
         found = start > 0 and any(r is not None for r in results)
-        for op in ops[start:] if start else ops:
-            if callable(op):
-                try:
-                    results.append(result := op())  # the op has run: its result is stored
-                except Exception as exc:
-                    why = f"raised {type(exc).__name__}: {exc}"
-                    raise self._error(plan, step, len(results), None, why) from exc
-                if result is None:
-                    continue
-                if type(result) is not _Event and not _is_events(result):
+        try:
+            for op in ops[start:] if start else ops:
+                if callable(op):
+                    try:
+                        results.append(result := op())  # the op has run: its result is stored
+                    except Exception as exc:
+                        why = f"raised {type(exc).__name__}: {exc}"
+                        raise self._error(plan, record, len(results), None, why) from exc
+                    if result is None:
+                        continue
+                    found = True
+                    if type(result) is not _Event and not _is_events(result):
+                        raise self._error(
+                            plan, record, len(results) - 1, None,
+                            f"returned {describe_value(result)}; an op must return None, an "
+                            "event (an object with wait()) or a list/tuple of events",
+                        )  # fmt: skip
+                elif callable(getattr(op, "wait", None)):
+                    results.append(op)
+                    found = True
+                else:
                     raise self._error(
-                        plan, step, len(results) - 1, None,
-                        f"returned {describe_value(result)}; an op must return None, an event "
-                        "(an object with wait()) or a list/tuple of events",
+                        plan, record, len(results), None,
+                        "is neither callable nor an event-like object with a wait() method "
+                        f"(it is {describe_value(op)})",
                     )  # fmt: skip
-            elif callable(getattr(op, "wait", None)):
-                results.append(op)
+        finally:  # the plans after this one follow what it did, whether or not an op raised
+            if found or record.via:
+                _remember(plan, record)
             else:
-                raise self._error(
-                    plan, step, len(results), None,
-                    "is neither callable nor an event-like object with a wait() method "
-                    f"(it is {describe_value(op)})",
-                )  # fmt: skip
-            found = True
-        self.ops += len(results) - start
+                _last_records.pop(id(plan), None)
         return found
 
-    # -- waiting ------------------------------------------------------------------------------
-    def _wait(self, events: list[EventLike], where: Iterable[Source]) -> None:
-        """Wait for ``events`` (of the plans ``where``); raise naming the op of one that failed."""
+    def _wait(self, events: list[EventLike], sources: Iterable[_Source]) -> None:
+        """Wait for ``events`` (of the plans ``sources``); raise naming the op of one that
+        failed."""
+        if not events:
+            return
+        where = list(sources)  # read again to name a failed event
         cl_events = [e for e in events if isinstance(e, _Event)]
         if len(cl_events) < len(events):  # other event-likes: their own wait(), in order
-            where = list(where)
             self._wait_each([e for e in events if not isinstance(e, _Event)], where)
         if not cl_events:
             return
@@ -247,13 +367,13 @@ class Run:
         except Exception:
             # find the culprit; a batch refused for another reason (events of several
             # contexts) passes here when every event waits fine on its own
-            self._wait_each(cl_events, where := list(where))
+            self._wait_each(cl_events, where)
         for ev in cl_events:
             status = ev.command_execution_status
             if status < 0:
                 raise self._event_error(ev, f"failed (command status {status})", where)
 
-    def _wait_each(self, events: list[EventLike], where: list[Source]) -> None:
+    def _wait_each(self, events: Iterable[EventLike], where: Sequence[_Source]) -> None:
         for ev in events:
             try:
                 ev.wait()
@@ -265,76 +385,63 @@ class Run:
                 what = f"failed{detail}: wait() raised {type(exc).__name__}: {exc}"
                 raise self._event_error(ev, what, where) from exc
 
-    # -- errors -------------------------------------------------------------------------------
-    def _event_error(self, event: EventLike, what: str, where: Iterable[Source]) -> SchedulerError:
-        """The error for ``event`` failing: named after the op (of a plan in ``where``) that
+    def _event_error(
+        self, event: EventLike, what: str, where: Sequence[_Source]
+    ) -> SchedulerError:
+        """The error for ``event`` failing, named after the op (of a plan in ``where``) that
         returned it or was it."""
-        for plan, step in where:
-            for i, r in enumerate(step.results):
-                if r is event or (isinstance(r, (list, tuple)) and any(x is event for x in r)):
-                    if r is event and step.ops is not None and step.ops[i] is event:
-                        what = f"(an event submitted as op) {what}"
-                    else:
-                        what = f"returned an event ({describe_op(event)}) that {what}"
-                    return self._error(plan, step, i, event, what)
-        raise LookupError(f"Scheduler.run: no op returned the failed event {event!r}")
+        plan, record, i = next(
+            (s.plan, s.record, i)
+            for s in where
+            for i, r in enumerate(s.record.results)
+            if r is event or (isinstance(r, (list, tuple)) and any(x is event for x in r))
+        )
+        if record.ops is not None and record.ops[i] is event:
+            what = f"(an event submitted as op) {what}"
+        else:
+            what = f"returned an event ({describe_op(event)}) that {what}"
+        return self._error(plan, record, i, event, what)
 
     def _error(
-        self, plan: ExecutionPlan, step: Step, op_index: int, event: EventLike | None, what: str
-    ) -> SchedulerError:
-        steps = self.steps
-        index = next((k for k, s in enumerate(steps) if s is step), None)
-        unrun = list(range(self.started, len(steps)))
+        self, plan: ExecutionPlan, record: PlanRecord, op_index: int, event: EventLike | None,
+        what: str,
+    ) -> SchedulerError:  # fmt: skip
+        """The error of a run that stopped at op ``op_index`` of ``plan``: ``what`` happened."""
+        records = self.records
+        index = next((k for k, r in enumerate(records) if r is record), None)  # None: earlier run
+        unrun = list(range(self.started, len(records)))
         if event is not None and index is not None:
             # plans issued already that come after the failed one: held back on the device by
             # the failure (their commands fail with it), so they did not run either
-            behind = {id(step)}
+            behind = {id(record)}
             held = []
             for k in range(index + 1, self.started):
-                if any(id(s) in behind for _, s in steps[k].via):
-                    behind.add(id(steps[k]))
+                if any(id(s.record) in behind for s in records[k].via):
+                    behind.add(id(records[k]))
                     held.append(k)
             unrun = held + unrun
-        assert step.ops is not None
-        return failed_run(
-            plan=plan,
-            plan_index=index,
-            op=step.ops[op_index],
-            op_index=op_index,
-            event=event,
-            what=what,
-            unrun=[(self.plans[k], k) for k in unrun],
-            events=[e for s in steps[: self.started] for e in s.events()],
-        )
-
-    # -- telemetry ----------------------------------------------------------------------------
-    def _attributes(self, wait: bool) -> dict[str, AttributeValue]:
-        return {
-            tm.RUN_PLANS: len(self.plans),
-            tm.RUN_OPS: sum(
-                len(p.ops) - len(s.results) for p, s in zip(self.plans, self.steps, strict=True)
-            ),
-            tm.ASYNC: self.async_mode,
-            tm.RUN_WAIT: wait,
-        }
-
-    def _plan_span(self, k: int, plan: ExecutionPlan) -> Span:
-        return tm.TEL.span(
-            tm.PLAN_SPAN,
-            {
-                tm.PLAN_DESCRIPTION: str(plan.description),
-                tm.PLAN_INDEX: k,
-                tm.PLAN_OPS: len(plan.ops),
-            },
-        )
+        tail = "; no plan was left unrun"
+        if unrun:
+            names = ", ".join(describe_plan(self.plans[k], k) for k in unrun[:5])
+            more = f", ... ({len(unrun) - 5} more)" if len(unrun) > 5 else ""
+            tail = (
+                f"; {len(unrun)} later plan(s) not run: {names}{more} "
+                "(on the error's .unrun_plans; resubmit with scheduler.submit(plan))"
+            )
+        assert record.ops is not None  # a run reached the plan
+        op = record.ops[op_index]
+        return SchedulerError(
+            f"Scheduler.run: op {op_index} ({describe_op(op)}) of {describe_plan(plan, index)} "
+            f"{what}{tail}",
+            plan=plan, plan_index=-1 if index is None else index, op=op, op_index=op_index,
+            event=event, unrun_plans=[self.plans[k] for k in unrun],
+            events=[e for r in records[: self.started] for e in r.events()],
+        )  # fmt: skip
 
     def count(self, ok: bool) -> None:
         """Add this run to the scheduler's counters (ops that returned, runs, host waits)."""
         mode = self.async_mode
-        ops = self.ops
-        if not ok:  # stopped anywhere: count what the steps hold
-            ops = sum(len(s.results) - s.first for s in self.steps[: self.started])
-        tm.OPS.add(ops, tm.OPS_ATTRS[mode])
-        tm.RUNS.add(1, tm.RUN_ATTRS[(mode, ok)])
+        tm.OPS.add(sum(len(r.results) - r.first for r in self.records[: self.started]), mode)
+        tm.RUNS["ok" if ok else "error"].add(1, mode)
         if self.host_waits:
-            tm.HOST_WAITS.add(self.host_waits, tm.HOST_WAIT_ATTRS[mode])
+            tm.HOST_WAITS.add(self.host_waits, mode)

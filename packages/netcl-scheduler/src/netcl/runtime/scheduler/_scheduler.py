@@ -1,7 +1,4 @@
-"""Scheduler: runs ExecutionPlans in submission order (sync: host waits between plans; async:
-back to back, plans with ``after`` ordered on the device), resumable after an interrupt.
-
-The scheduler keeps the plans for the next run and hands them to a :class:`Run`, which does the
+"""Scheduler: keeps the plans for the next run and hands them to a :class:`Run`, which does the
 work; after an interrupt it takes back what the run did not complete."""
 
 from __future__ import annotations
@@ -9,12 +6,9 @@ from __future__ import annotations
 import threading
 from typing import ClassVar
 
-from netcl.runtime.scheduler._describe import describe_value
-from netcl.runtime.scheduler._errors import SchedulerError
-from netcl.runtime.scheduler._order import run_order
+from netcl.runtime.scheduler._errors import SchedulerError, describe_value
 from netcl.runtime.scheduler._plan import EventLike, ExecutionPlan, Op, plan_of
-from netcl.runtime.scheduler._run import Run
-from netcl.runtime.scheduler._step import Barriers, Step
+from netcl.runtime.scheduler._run import Barriers, PlanRecord, Run, run_order
 
 __all__ = ["Scheduler"]
 
@@ -22,13 +16,10 @@ __all__ = ["Scheduler"]
 class Scheduler:
     """Collects ops into :class:`ExecutionPlan` objects and runs the plans in submission order.
 
-    ``async_mode=False`` (sync): each plan's events are waited for before the next plan starts,
-    so plans on different queues are ordered. ``async_mode=True``: plans are issued back to
-    back and ``run(wait=True)`` waits once, at the end; a plan with ``after`` is ordered after
-    those plans on the device (a barrier on its ``queue``), or by a host wait without a queue.
-    ``submit`` is safe from several threads. A failed run raises :attr:`Scheduler.Error`; an
-    interrupted run (KeyboardInterrupt, any BaseException) keeps what it did not complete, and
-    the next ``run`` resumes it.
+    ``async_mode=False`` (sync): each plan's events are waited for before the next plan starts.
+    ``async_mode=True``: plans are issued back to back and ``run(wait=True)`` waits once, at the
+    end; a plan with ``after`` is ordered after those plans (on the device with a ``queue``).
+    Thread-safe. The package README describes the semantics in full.
     """
 
     #: The exception ``run`` raises; see ``SchedulerError`` for its attributes.
@@ -44,8 +35,8 @@ class Scheduler:
         # The plans of the next run, keyed by id(plan), in submission order. A scheduled plan
         # is referenced here, so its id cannot be reused while it waits.
         self._plans: dict[int, ExecutionPlan] = {}
-        # The steps of scheduled plans that an interrupted run began: resumed where they stopped.
-        self._kept: dict[int, Step] = {}
+        # The records of scheduled plans that an interrupted run began: resumed where they stopped.
+        self._kept: dict[int, PlanRecord] = {}
         self._barriers = Barriers()
 
     def submit(self, op: Op | ExecutionPlan, plan: ExecutionPlan | None = None) -> ExecutionPlan:
@@ -53,37 +44,36 @@ class Scheduler:
 
         ``op`` is a callable taking no arguments (its non-None return value is an event, or a
         list/tuple of events, to wait for) or an event-like object (anything with ``wait()``).
-        A plan keeps the position of its first submission. ``submit(plan)`` with an
-        ``ExecutionPlan`` schedules that plan as it is, adding no op (e.g. to rerun a plan, or
-        the ``unrun_plans`` of a failed run).
+        ``submit(plan)`` schedules an ``ExecutionPlan`` as it is, adding no op. A plan keeps the
+        position of its first submission.
         """
+        new_op: Op | None = None
         if isinstance(op, ExecutionPlan):
             if plan is not None and plan is not op:
                 raise TypeError(
                     "Scheduler.submit: an ExecutionPlan given as op is scheduled as it is; "
                     f"plan must then be None, got {describe_value(plan)}"
                 )
-            target, new_op = op, None
+            target = op
+        elif not callable(op) and not callable(getattr(op, "wait", None)):
+            raise TypeError(
+                "Scheduler.submit: op must be a callable or an event-like object with a "
+                f"wait() method, got {describe_value(op)}"
+            )
+        elif plan is None:  # the common case: a new plan of one op, scheduled once
+            target = plan_of(op)
+            with self._lock:
+                self._plans[id(target)] = target
+            return target
+        elif not isinstance(plan, ExecutionPlan):
+            raise TypeError(
+                "Scheduler.submit: plan must be an ExecutionPlan or None, got "
+                f"{describe_value(plan)}"
+            )
         else:
-            if not callable(op) and not callable(getattr(op, "wait", None)):
-                raise TypeError(
-                    "Scheduler.submit: op must be a callable or an event-like object with a "
-                    f"wait() method, got {describe_value(op)}"
-                )
-            if plan is None:  # the common case: a new plan of one op, scheduled once
-                target = plan_of(op)
-                with self._lock:
-                    self._plans[id(target)] = target
-                return target
-            if not isinstance(plan, ExecutionPlan):
-                raise TypeError(
-                    "Scheduler.submit: plan must be an ExecutionPlan or None, got "
-                    f"{describe_value(plan)}"
-                )
             target, new_op = plan, op
         with self._lock:
-            if id(target) not in self._plans:
-                self._plans[id(target)] = target
+            self._plans.setdefault(id(target), target)
             if new_op is not None:
                 target.ops.append(new_op)
         return target
@@ -98,15 +88,11 @@ class Scheduler:
     def run(self, wait: bool = True) -> list[EventLike]:
         """Run every scheduled plan in order; return the events the ops produced, in order.
 
-        With ``wait=False`` the last events are returned without waiting for them (in sync mode
-        plans are still waited for between each other: that ordering is the mode's contract).
-        The plan list is emptied when the run starts, so the scheduler is reusable at once, and
-        ops submitted while it runs go to the next run. Raises :attr:`Scheduler.Error` when an op
-        raises or returns a non-event, or an event fails; the error carries the plans not run.
-        Raises ``ValueError`` naming the cycle when plans follow each other (``after``) in a
-        cycle; nothing runs then. Any other exception (KeyboardInterrupt included) propagates
-        unchanged and the plans that did not complete stay scheduled: the interrupted plan from
-        the interrupted op on, then the later plans; the next ``run`` resumes there.
+        ``wait=False`` returns the last events without waiting for them. Ops submitted while it
+        runs go to the next run. Raises :attr:`Scheduler.Error` when an op raises or returns a
+        non-event, or an event fails (the error carries the plans not run); ``ValueError``
+        naming a cycle of ``after``, before running anything. Any other exception (an interrupt)
+        propagates unchanged, and the next ``run`` resumes what did not complete.
         """
         if not isinstance(wait, bool):
             raise TypeError(f"Scheduler.run: wait must be a bool, got {describe_value(wait)}")
@@ -133,9 +119,9 @@ class Scheduler:
             plans = list(self._plans.values())
             if any(p.after for p in plans):
                 plans = run_order(plans)  # refused (a cycle, a bad after): nothing is taken
-            kept = self._kept  # usually empty: then every plan gets a new step
-            steps = [kept.get(id(p)) or Step() for p in plans] if kept else [Step() for _ in plans]
-            run.plans, run.steps = plans, steps
+            kept = self._kept  # usually empty: then every plan gets a new record
+            records = [kept.get(id(p)) or PlanRecord() for p in plans]
+            run.plans, run.records = plans, records
             run.taken = True
             self._plans = {}
             self._kept = {}
@@ -145,15 +131,12 @@ class Scheduler:
         left = range(run.done, len(run.plans))
         if not left:
             return
+        plans = {id(run.plans[k]): run.plans[k] for k in left}
+        # the records a run reached (one interrupted before that is made again)
+        kept = {id(run.plans[k]): run.records[k] for k in left if run.records[k].ops is not None}
         with self._lock:
-            plans = {id(run.plans[k]): run.plans[k] for k in left}
-            kept = {id(run.plans[k]): run.steps[k] for k in left if run.steps[k].ops is not None}
-            for key, plan in self._plans.items():  # submitted while the run ran
-                plans.setdefault(key, plan)
-            for key, step in self._kept.items():
-                kept.setdefault(key, step)
-            self._plans = plans
-            self._kept = kept
+            self._plans = plans | self._plans  # then the plans submitted while the run ran
+            self._kept = self._kept | kept
 
     def __repr__(self) -> str:
         plans = self.plans
