@@ -10,7 +10,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from netcl.core import _pool_blocks
+from netcl.core import memory
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
 
@@ -218,7 +218,14 @@ def test_pool_gauges_per_pool(
     assert value("netcl.pool.peak", "test-gauges") == s.peak_bytes
     assert value("netcl.pool.held", "test-gauges") == s.bytes_held == pool.block_bytes(400)
     assert value("netcl.pool.used", other.name) == 0
+    # set on change: free_held looks at the figures, no stats read needed
     pool.release(t)
+    pool.free_held()
+    assert value("netcl.pool.used", "test-gauges") == value("netcl.pool.held", "test-gauges") == 0
+    assert value("netcl.pool.peak", "test-gauges") == s.peak_bytes
+    del pool  # a dropped pool's gauges go with it
+    assert not [p for p in metric_points("netcl.pool.used")
+                if p.attributes["netcl.pool.id"] == "test-gauges"]  # fmt: skip
 
 
 def test_released_tensor_cannot_be_used(queue: cl.CommandQueue) -> None:
@@ -378,11 +385,11 @@ def test_a_new_block_that_cannot_be_backed_is_retried_then_a_memory_error(
     queue: cl.CommandQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Devices that allocate lazily (NVIDIA) report running out of memory when a new block is
-    first used, which the pool does at once (_back): that error frees the held blocks and
+    first used, which the pool does at once (its backing read): that error frees the held blocks and
     retries like a failed allocation; a second one is a MemoryError and keeps no block."""
     pool = BufferPool(queue)
     pool.release(pool.allocate((4096,), "float32"))
-    real_read = _pool_blocks._read_buffer
+    real_read = memory._read_buffer
     fail = [1]
     backed: list[Any] = []
 
@@ -395,7 +402,7 @@ def test_a_new_block_that_cannot_be_backed_is_retried_then_a_memory_error(
                 raise cl.MemoryError(cl._cl._ErrorRecord("clEnqueueReadBuffer", code, "injected"))
         return real_read(q, mem, host, *args)
 
-    monkeypatch.setattr(_pool_blocks, "_read_buffer", flaky_read)
+    monkeypatch.setattr(memory, "_read_buffer", flaky_read)
     t = pool.allocate((100,), "float32")
     assert fail == [0] and len(backed) == 2  # the new block, then the retry's
     s = pool.stats

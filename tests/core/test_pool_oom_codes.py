@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyopencl as cl
 import pytest
 
-from netcl.core._pool_blocks import is_oom
+from netcl.core.memory import _is_oom as is_oom
 
 _CODES = cl.status_code
 

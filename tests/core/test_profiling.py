@@ -18,7 +18,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from netcl.core import profiling, telemetry
+from netcl.core import log, profiling, telemetry
 
 DRIFT_NS = 100_000
 BUSY = """
@@ -248,12 +248,12 @@ def test_bad_input_is_refused(pq: cl.CommandQueue, collector: profiling.Collecto
 
 @pytest.fixture
 def fresh_failure_log() -> Iterator[None]:
-    """telemetry logs each kind of SDK failure once per process: leave that record as it was,
-    so that tests of the log itself still see their first failures."""
-    saved = set(telemetry._reported)
+    """Each kind of SDK failure is logged once per process (log.warn_once): leave that record
+    as it was, so that tests of the log itself still see their first failures."""
+    saved = set(log._warned)
     yield
-    telemetry._reported.clear()
-    telemetry._reported.update(saved)
+    log._warned.clear()
+    log._warned.update(saved)
 
 
 def test_a_failing_sdk_changes_nothing(

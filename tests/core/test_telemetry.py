@@ -18,7 +18,7 @@ from opentelemetry.proto.collector.trace.v1 import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from netcl.core import telemetry
+from netcl.core import log, telemetry
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -74,7 +74,7 @@ def test_fast_path_without_sdk() -> None:
 
 
 def test_tracing_reads_no_private_api() -> None:
-    source = inspect.getsource(telemetry)
+    source = inspect.getsource(sys.modules[telemetry.tracing.__module__])
     assert "_TRACER_PROVIDER" not in source and "trace._" not in source
 
 
@@ -338,7 +338,7 @@ def test_scope_span_survives_a_failing_sdk(
     """A span processor raising in on_start/on_end and a metric reader raising never reach the
     caller; each kind of failure is logged once."""
     # the once-per-kind memory is process-wide: start from none reported, as a fresh process does
-    monkeypatch.setattr(telemetry, "_reported", set())
+    monkeypatch.setattr(log, "_warned", set())
     t = telemetry.Scope("netcl.test", "0")
     counter = t.counter("netcl.test.hostile", "1", "a test counter")
     with caplog.at_level("WARNING", logger="netcl.core.telemetry"):

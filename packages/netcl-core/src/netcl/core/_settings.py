@@ -98,10 +98,22 @@ def _cache_dir_default() -> str:
     return platformdirs.user_cache_dir("netcl")
 
 
-def _pool_limit_check(raw: str) -> object:
-    from netcl.core._pool_limit import check_text
-
-    return check_text(raw)
+def _pool_limit(raw: str) -> Callable[[int], int]:
+    """``NETCL_POOL_LIMIT``'s text -> the limit in bytes given the device's global memory."""
+    text = raw.strip()
+    try:
+        if text.endswith("%"):
+            pct = float(text[:-1])
+            if 0 <= pct <= 100:  # NaN and inf fail it
+                return lambda global_mem: int(global_mem * pct / 100)
+        elif int(text) >= 0:
+            return lambda _: int(text)
+    except ValueError:
+        pass
+    raise ValueError(
+        f"NETCL_POOL_LIMIT={raw!r}: expected a number of bytes (a whole number >= 0, 0 for no "
+        "limit) or a percentage of the device's global memory from 0% to 100%, such as '50%'"
+    )
 
 
 CACHE_DIR = Setting(
@@ -111,7 +123,7 @@ CACHE_DIR = Setting(
 POOL_LIMIT = Setting(
     "NETCL_POOL_LIMIT", "0 (no limit)",
     "BufferPool limit: bytes, or N% of the device's global memory",
-    _pool_limit_check,
+    _pool_limit,
 )  # fmt: skip
 PROFILE = Setting(
     "NETCL_PROFILE", "0",

@@ -35,8 +35,7 @@ __all__ = ["DEVICE_PREFIX", "TRACE_FILE_VARIABLE", "ChromeTraceExporter"]
 #: Spans whose name starts with this go on a device track.
 DEVICE_PREFIX = "netcl.device."
 #: The variable naming the output file.
-TRACE_FILE_VARIABLE = "NETCL_TRACE_FILE"
-_DEFAULT_FILE = "netcl-trace.json"
+TRACE_FILE_VARIABLE = _settings.TRACE_FILE.name
 
 
 class _Slice(NamedTuple):
@@ -56,7 +55,7 @@ class ChromeTraceExporter(SpanExporter):
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
                  max_spans: int = 1_000_000) -> None:  # fmt: skip
-        self.path = Path(path or _settings.TRACE_FILE.raw() or _DEFAULT_FILE)
+        self.path = Path(path or _settings.TRACE_FILE.value(_settings.TRACE_FILE.default_text()))
         self.max_spans = max_spans
         self._slices: list[_Slice] = []
         self._left_out = 0

@@ -1,19 +1,22 @@
-"""The ``netcl`` command. Subcommands come from the ``netcl.cli`` entry-point group, so the
-command shows only what is installed: each entry point is ``register(subparsers) -> None``."""
+"""The ``netcl`` command: ``info`` and ``config`` here, other subcommands from the ``netcl.cli``
+entry-point group, so the command shows only what is installed: each entry point is
+``register(subparsers) -> None``, and its module may declare ``SETTINGS`` for ``netcl config``."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
+import json
 import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import distributions, entry_points
 from typing import Any, NoReturn
 
-from netcl.core._config_cli import register_config
+from netcl.core import _settings, _table
 
-__all__ = ["main", "register_info"]
+__all__ = ["main", "register_config", "register_info"]
 
 #: Subcommands that other netcl distributions provide: named in a hint when not installed.
 _PROVIDERS = {"cache": "netcl-cache"}
@@ -117,7 +120,7 @@ def _interrupted() -> None:
 def _isatty(stream: object) -> bool:
     try:
         return bool(stream.isatty())  # type: ignore[attr-defined]
-    except (AttributeError, ValueError):
+    except (AttributeError, ValueError):  # a replaced or closed stream
         return False
 
 
@@ -181,6 +184,47 @@ def _info(_: argparse.Namespace) -> int:
     out.write(f"device identity: {device.device_identity(chosen)}\n")
     out.write(f"cache dir: {paths.default_cache_dir()}\n")
     return 0
+
+
+def register_config(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the built-in ``config`` subcommand."""
+    p = sub.add_parser(
+        "config", help="every netcl setting: value and source (environment or default)",
+        description="Every NETCL_* setting of the installed netcl packages, with its value and "
+        "where it came from. Exit codes: 0 all valid, 1 a set value is invalid, 2 usage.",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.set_defaults(func=_config)
+
+
+def _config(args: argparse.Namespace) -> int:
+    docs = [{"package": pkg, **_settings.describe(s)} for pkg, s in _declared()]
+    if args.json:
+        sys.stdout.write(json.dumps({"settings": docs}, indent=2) + "\n")
+    else:
+        rows = [(d["name"], d["value"], d["source"] + (" (INVALID)" if d["error"] else ""),
+                 d["package"]) for d in docs]  # fmt: skip
+        lines = _table.table(rows, ("SETTING", "VALUE", "SOURCE", "PACKAGE"))
+        sys.stdout.write("\n".join(lines) + "\n")
+    bad = [d["error"] for d in docs if d["error"]]
+    for error in bad:
+        sys.stderr.write(f"netcl config: {error}\n")
+    return 1 if bad else 0
+
+
+def _declared() -> list[tuple[str, _settings.Setting]]:
+    """(package, setting) for core and for each package whose ``netcl.cli`` entry-point module
+    declares ``SETTINGS``."""
+    found = [("netcl-core", s) for s in _settings.SETTINGS]
+    for ep in sorted(entry_points(group="netcl.cli"), key=lambda e: e.name):
+        try:
+            module = importlib.import_module(ep.module)
+        except Exception as exc:  # a broken plugin is reported, the rest still listed
+            sys.stderr.write(f"netcl config: the {ep.name!r} settings failed to load: {exc}\n")
+            continue
+        dist = ep.dist.name if ep.dist is not None else ep.name
+        found += [(dist, s) for s in getattr(module, "SETTINGS", ())]
+    return found
 
 
 def _netcl_distributions() -> dict[str, str]:

@@ -11,9 +11,9 @@ from netcl.core import _settings
 __all__ = ["NoDeviceError", "default_context", "default_queue", "device_identity", "pick_device"]
 
 #: pyopencl's variable choosing the platform and device (``0``, ``0:1``, a name's start).
-CTX_ENV = "PYOPENCL_CTX"
+CTX_ENV = _settings.PYOPENCL_CTX.name
 #: ``1`` makes :func:`default_queue` hand out a profiling queue unless told otherwise.
-PROFILE_ENV = "NETCL_PROFILE"
+PROFILE_ENV = _settings.PROFILE.name
 
 
 class NoDeviceError(RuntimeError):
@@ -34,7 +34,7 @@ def pick_device() -> cl.Device:
     first GPU of any platform, else the first device of any kind (PoCL's CPU device on a machine
     without a GPU driver). Raises :class:`NoDeviceError` when there is none to choose.
     """
-    if _settings.PYOPENCL_CTX.raw():
+    if _settings.PYOPENCL_CTX.value():
         return _context_from_env().devices[0]
     try:
         platforms = cl.get_platforms()
@@ -57,7 +57,7 @@ def _context_from_env() -> cl.Context:
 def _no_device(why: str) -> NoDeviceError:
     """The one error for every way of finding no device, on one line: what went wrong, the
     variable and its value, every platform and device, and what to do."""
-    value = _settings.PYOPENCL_CTX.raw()
+    value = _settings.PYOPENCL_CTX.value()
     setting = f"{CTX_ENV}={value!r}" if value else f"{CTX_ENV} is not set"
     listed, devices = _inventory()
     if devices:
@@ -104,7 +104,7 @@ def default_context() -> cl.Context:
     global _context
     with _lock:
         if _context is None:
-            if _settings.PYOPENCL_CTX.raw():
+            if _settings.PYOPENCL_CTX.value():
                 _context = _context_from_env()
             else:
                 _context = cl.Context([pick_device()])
@@ -122,7 +122,7 @@ def default_queue(
     ``NETCL_PROFILE`` (``1``/``0``, also ``true``/``false``, ``yes``/``no``, ``on``/``off``).
     """
     if profiling is None:
-        profiling = _profiling_from_env()
+        profiling = _settings.PROFILE.value(False)
     ctx = ctx or default_context()
     key = (ctx.int_ptr, bool(profiling))
     with _lock:
@@ -131,11 +131,6 @@ def default_queue(
             props = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0
             queue = _queues[key] = cl.CommandQueue(ctx, properties=props)
         return queue
-
-
-def _profiling_from_env() -> bool:
-    # the declaration's parser: the same answer and error netcl config shows
-    return bool(_settings.PROFILE.check(_settings.PROFILE.raw()))  # type: ignore[misc]
 
 
 def device_identity(device: cl.Device) -> str:

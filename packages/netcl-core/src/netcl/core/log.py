@@ -1,23 +1,15 @@
-"""Structured logging: structlog loggers over stdlib ``logging``, silent until configured.
+"""Structured logging: structlog loggers over stdlib ``logging``, silent until configured (the
+package README says how events reach ``logging``, and why structlog loads on first use).
 
-A library never configures logging. :func:`get_logger` returns a structlog logger that hands its
-events to the stdlib logger of the same name, so nothing is printed unless the application adds
-handlers; :func:`configure_logging` is the opt-in helper that does so, with console or JSON
-rendering and the current span's trace_id/span_id on every event.
-
-Each event reaches stdlib ``logging`` as a one-line message ``event key=value ...`` (values
-quoted when they contain spaces, newlines or quotes), so any handler, even a plain
-``logging.basicConfig()``, shows every field; the fields are also record attributes (``event``
-holds the event name) for handlers and filters that want them one by one.
-
-structlog is imported on first use, not with this module: :func:`get_logger` hands out a
-:class:`LazyLogger`, which checks the stdlib level first and loads structlog only for an event
-that passes it (or when :func:`configure_logging` runs). Importing a netcl package costs no
-structlog import, and a process that logs nothing never loads it.
+A library never configures logging. :func:`get_logger` returns a :class:`LazyLogger` that hands
+its events to the stdlib logger of the same name as one line, ``event key=value ...``, with the
+fields also as record attributes; :func:`configure_logging` is the opt-in helper for
+applications, with console or JSON rendering and the current span's trace_id/span_id.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
@@ -25,8 +17,6 @@ from collections.abc import Hashable, MutableMapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from opentelemetry import trace
-
-from netcl.core._otel_setup import _value
 
 if TYPE_CHECKING:
     import structlog
@@ -47,6 +37,14 @@ def add_trace_context(
         event_dict["trace_id"] = format(ctx.trace_id, "032x")
         event_dict["span_id"] = format(ctx.span_id, "016x")
     return event_dict
+
+
+def _value(v: object) -> str:
+    """One token of a key=value line: quoted (JSON, newlines escaped) when it has to be."""
+    s = v if isinstance(v, str) else str(v)
+    if not s or any(c.isspace() or c in '"=' for c in s):
+        return json.dumps(s)
+    return s
 
 
 def _to_stdlib(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> Any:

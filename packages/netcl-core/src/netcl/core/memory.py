@@ -1,4 +1,5 @@
-"""BufferPool: device memory for Tensors, reused by size class."""
+"""BufferPool: device memory for Tensors, reused by size class (see the package README for the
+design: size classes, threads, out of memory, the limit, the gauges)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import contextlib
 import gc
 import itertools
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -15,14 +17,48 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyopencl as cl
+import pyopencl.tools as cltools
 
-from netcl.core._pool_blocks import Bin, Blocks, is_oom
-from netcl.core._pool_limit import LIMIT_ENV as LIMIT_ENV
-from netcl.core._pool_limit import resolve_limit
-from netcl.core._pool_telemetry import POOLS
+from netcl.core import telemetry
+from netcl.core._settings import POOL_LIMIT
 from netcl.core.tensor import _RELEASED, Shape, Tensor, normalize_shape
+from netcl.core.version import __version__
 
 __all__ = ["BufferPool", "PoolStats"]
+
+#: The variable with the default pool limit (declared in ``netcl.core._settings``).
+LIMIT_ENV = POOL_LIMIT.name
+
+# pyopencl's read primitive, bound at import: netcl-capture intercepts the module attribute while
+# it records, and the pool's backing read (on its own queue) is not part of the application's work
+_read_buffer = cl._cl._enqueue_read_buffer
+
+# pyopencl reports running out of device memory with these codes (MemoryError covers the first)
+_OOM_CODES = frozenset(
+    {cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE, cl.status_code.OUT_OF_RESOURCES,
+     cl.status_code.OUT_OF_HOST_MEMORY}
+)  # fmt: skip
+
+
+def _is_oom(exc: cl.Error) -> bool:
+    """Whether a pyopencl error means the device ran out of memory."""
+    return isinstance(exc, cl.MemoryError) or getattr(exc, "code", None) in _OOM_CODES
+
+
+# -- the gauges: set whenever a pool looks at its exact figures (see BufferPool._look) ---------
+_TEL = telemetry.Scope("netcl.core.memory", __version__)
+_USED, _PEAK, _HELD = (telemetry.Counts("netcl.pool.id") for _ in range(3))
+for _name, _counts, _what in (
+    ("used", _USED, "Device bytes held by the live tensors of a BufferPool (block bytes)"),
+    ("peak", _PEAK, "Most bytes in use at once in a BufferPool since it was made or reset_peak()"),
+    ("held", _HELD, "Device bytes a BufferPool holds for reuse (free blocks)"),
+):
+    _TEL.observable_gauge(f"netcl.pool.{_name}", _counts.points, "By", _what)
+
+
+def _forget_gauges(name: str) -> None:
+    for counts in (_USED, _PEAK, _HELD):
+        counts.discard(name)
 
 
 @dataclass(frozen=True)
@@ -41,6 +77,110 @@ class PoolStats:
     misses: int
 
 
+class _DirectBuffer(cl.Buffer):  # type: ignore[misc]
+    """A block made by itself, of exactly its size class (a class pyopencl would round past the
+    device's maximum allocation). Weakly referable: the pool counts it until it is freed."""
+
+    __slots__ = ("__weakref__",)
+
+
+class _Bin:
+    """One size class of a pool: the block size, and the blocks held for reuse (LIFO).
+
+    ``owner`` is the pool's token, not the pool: a bin referring to its pool would make a
+    reference cycle, and a dropped pool would free its device memory only at the next garbage
+    collection."""
+
+    __slots__ = ("direct", "free", "nbytes", "owner")
+
+    def __init__(self, owner: object, nbytes: int, direct: bool) -> None:
+        self.owner = owner
+        self.nbytes = nbytes
+        self.direct = direct  # blocks are _DirectBuffers, not pyopencl pool blocks
+        self.free: list[Any] = []
+
+
+class _Blocks:
+    """A pool's source of device blocks (called with the pool's lock held, but for the counters'
+    reads: pyopencl's pool allocates under it only, so its counters are exact there)."""
+
+    def __init__(self, queue: cl.CommandQueue, lock: threading.RLock) -> None:
+        self.context = queue.context
+        self._lock = lock
+        # Not pyopencl's ImmediateAllocator: it enqueues clEnqueueMigrateMemObjects for every new
+        # block on the caller's queue, and NVIDIA's driver crashes when that runs while another
+        # thread is inside a blocking read or write on the same queue (pyopencl releases the GIL
+        # there). The pool makes plain buffers (clCreateBuffer only: no command) and backs each
+        # new one itself with a blocking 1-byte read on a queue of its own, so running out of
+        # memory shows at allocation (NVIDIA allocates lazily, at first use), nothing of the
+        # pool's lands on the caller's queue, and no allocation waits for the caller's work.
+        self.queue = cl.CommandQueue(queue.context, queue.device)
+        self._scratch = np.empty(1, np.uint8)
+        with warnings.catch_warnings():
+            # pyopencl warns that a deferred allocator reports no memory errors: make() does
+            warnings.filterwarnings("ignore", "Memory pools expect non-deferred", UserWarning)
+            # 6 leading bits per size class: a block is at most 1/64 larger than asked for
+            # (pyopencl's default of 4 wastes up to 1/16, which would show in graph plans).
+            self.pool = cltools.MemoryPool(
+                cltools.DeferredAllocator(queue.context), leading_bits_in_bin_id=6
+            )
+        self.direct_bytes = 0  # _DirectBuffers alive (out or held)
+        self.direct_blocks = 0
+
+    def class_bytes(self, nbytes: int) -> int:
+        """pyopencl's size class of a request (OpenCL refuses 0-byte buffers)."""
+        return int(self.pool.alloc_size(self.pool.bin_number(max(nbytes, 1))))
+
+    def make(self, bin_: _Bin) -> tuple[Any, bool]:
+        """A block and whether it is new (backed here); pyopencl's pool hands out a block a
+        dropped tensor gave back before it makes a new one."""
+        if bin_.direct:
+            block: Any = _DirectBuffer(self.context, cl.mem_flags.READ_WRITE, bin_.nbytes)
+            new = True
+        else:
+            before = self.pool.managed_bytes
+            block = self.pool.allocate(bin_.nbytes)
+            new = self.pool.managed_bytes != before
+        if new:
+            try:  # back it now: a blocking read on the pool's own queue changes nothing
+                _read_buffer(self.queue, block, self._scratch, 0, None, True)
+            except BaseException:
+                self.drop(block, bin_)
+                del block  # not kept alive by the traceback
+                raise
+            if bin_.direct:
+                self.direct_bytes += bin_.nbytes
+                self.direct_blocks += 1
+                freed = weakref.finalize(block, _direct_freed, weakref.ref(self), bin_.nbytes)
+                freed.atexit = False
+        return block, new
+
+    @staticmethod
+    def drop(block: Any, bin_: _Bin) -> None:
+        """Give up a block that is not handed out: a pool block goes back to pyopencl's pool
+        (freed by the next free_held); a direct block is freed with the caller's reference."""
+        if not bin_.direct:
+            block.release()
+
+    def active(self) -> tuple[int, int]:
+        """Bytes and blocks that are out or held in the bins (pyopencl counts those as active)."""
+        pool = self.pool
+        return (int(pool.active_bytes) + self.direct_bytes,
+                int(pool.active_blocks) + self.direct_blocks)  # fmt: skip
+
+    def total(self) -> int:
+        """Device bytes of every block: out, in the bins, held by pyopencl."""
+        return int(self.pool.managed_bytes) + self.direct_bytes
+
+
+def _direct_freed(ref: weakref.ref[_Blocks], nbytes: int) -> None:
+    blocks = ref()
+    if blocks is not None:
+        with blocks._lock:
+            blocks.direct_bytes -= nbytes
+            blocks.direct_blocks -= 1
+
+
 _ids = itertools.count(1)  # default pool names
 _new_tensor = object.__new__
 
@@ -51,9 +191,8 @@ class BufferPool:
     A released block is handed out again for a request of the same size class (requests are
     rounded up by at most 1/64, never past the device's maximum allocation). New blocks come from
     ``pyopencl.tools.MemoryPool`` and are backed by device memory before they are handed out, so
-    running out of memory shows here. Safe to use from several threads (see the package README
-    for what that rests on). A Tensor that is garbage-collected without being released returns
-    its block too.
+    running out of memory shows here. Safe to use from several threads. A Tensor that is
+    garbage-collected without being released returns its block too.
 
     ``limit`` caps the device bytes the pool holds (in use + held for reuse), as CuPy's
     ``set_limit``; ``None`` reads ``NETCL_POOL_LIMIT`` (bytes, or ``N%`` of the device's global
@@ -75,15 +214,21 @@ class BufferPool:
         self._device_name = str(device.name).strip()
         self._global_mem = int(device.global_mem_size)
         self._max_alloc = int(device.max_mem_alloc_size)
-        self._limit = resolve_limit(limit, self._global_mem)
+        if limit is None:
+            limit = POOL_LIMIT.value(lambda _: 0)(self._global_mem)
+        elif isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(
+                f"BufferPool: limit={limit!r} must be an int >= 0 (bytes; 0 means no limit)"
+            )
+        self._limit: int = limit
         # Threads (see the README): a hit is a list pop and a release a list append, both
         # atomic under the GIL, plus plain int counters; the lock serialises the rest (new
         # blocks, the limit, free_held, the exact figures behind stats and the peak).
         self._lock = threading.RLock()
-        self._blocks = Blocks(queue, self._lock)
+        self._blocks = _Blocks(queue, self._lock)
         self._token = object()  # what this pool's bins and their tensors know it by
-        self._bins: dict[int, Bin] = {}  # by block size
-        self._sizes: dict[Any, dict[Any, tuple[Shape, np.dtype[Any], Bin]]] = {}
+        self._bins: dict[int, _Bin] = {}  # by block size
+        self._sizes: dict[Any, dict[Any, tuple[Shape, np.dtype[Any], _Bin]]] = {}
         self._sizes_kept = 0
         self._hits = 0
         self._misses = 0  # changed under the lock only
@@ -97,7 +242,8 @@ class BufferPool:
         # -=, so a change made under the lock composes with those of the fast path.
         self._room = 0
         self._on_free_held: list[Callable[[], None]] = []
-        POOLS.add(self)
+        weakref.finalize(self, _forget_gauges, self.name)
+        self._new_peak()  # the gauges start at 0
 
     @property
     def limit(self) -> int:
@@ -142,7 +288,7 @@ class BufferPool:
         """Give a tensor's block back to the pool; any later use of the tensor raises."""
         try:
             bin_ = tensor._bin
-        except AttributeError:
+        except AttributeError:  # not a Tensor (try: cheaper than getattr on the fast path)
             bin_ = None
         if bin_ is None or bin_.owner is not self._token:
             self._bad_release(tensor)
@@ -183,7 +329,7 @@ class BufferPool:
 
     def _size_of(
         self, shape: int | Sequence[int], dtype: npt.DTypeLike
-    ) -> tuple[Shape, np.dtype[Any], Bin]:
+    ) -> tuple[Shape, np.dtype[Any], _Bin]:
         dims = normalize_shape(shape)
         dt = np.dtype(dtype)
         entry = (dims, dt, self._bin_for(prod(dims) * dt.itemsize))
@@ -194,10 +340,10 @@ class BufferPool:
                 self._sizes_kept += 1
         return entry
 
-    def _bin_for(self, nbytes: int) -> Bin:
+    def _bin_for(self, nbytes: int) -> _Bin:
         size = self.block_bytes(nbytes)
         if size > self._max_alloc:
-            return Bin(self._token, size, direct=True)  # not kept: allocating from it fails
+            return _Bin(self._token, size, direct=True)  # not kept: allocating from it fails
         bin_ = self._bins.get(size)
         if bin_ is not None:
             return bin_
@@ -206,11 +352,11 @@ class BufferPool:
             if bin_ is None:
                 # pyopencl's class of the device's maximum can be larger than the maximum
                 direct = self._blocks.class_bytes(size) != size
-                bin_ = self._bins[size] = Bin(self._token, size, direct)
+                bin_ = self._bins[size] = _Bin(self._token, size, direct)
             return bin_
 
     # -- the slow path: the size class holds no block ---------------------------------------
-    def _miss(self, bin_: Bin, shape: Shape, dt: np.dtype[Any]) -> Any:
+    def _miss(self, bin_: _Bin, shape: Shape, dt: np.dtype[Any]) -> Any:
         with self._lock:
             try:
                 block = bin_.free.pop()  # released by another thread meanwhile
@@ -219,22 +365,10 @@ class BufferPool:
             else:
                 self._hits += 1
                 self._room -= bin_.nbytes
-            self._new_peak()
+            self._look()
         return block
 
-    def _new_peak(self) -> None:
-        """Look at the exact bytes in use (the fast path's estimate passed the peak, or new
-        blocks were made)."""
-        with self._lock:
-            self._look(max(self._peak, self._figures()[0]))
-
-    def _look(self, peak: int) -> None:
-        # _room = peak - (_device_bytes - bytes in the bins), kept by increments (see __init__)
-        device = self._blocks.active()[0]
-        self._room += (peak - self._peak) - (device - self._device_bytes)
-        self._peak, self._device_bytes = peak, device
-
-    def _take(self, bin_: Bin, shape: Shape, dt: np.dtype[Any]) -> Any:
+    def _take(self, bin_: _Bin, shape: Shape, dt: np.dtype[Any]) -> Any:
         """A block from the device (or one a dropped tensor gave back), within the device's
         maximum allocation and the pool's limit; a new one counts as a miss."""
         if bin_.nbytes > self._max_alloc:
@@ -258,67 +392,76 @@ class BufferPool:
             self._hits += 1
         return block
 
-    def _make(self, bin_: Bin, shape: Shape, dt: np.dtype[Any]) -> tuple[Any, bool]:
+    def _make(self, bin_: _Bin, shape: Shape, dt: np.dtype[Any]) -> tuple[Any, bool]:
         """A block for ``bin_``. When the device cannot allocate or back it: free what the pool
         holds, collect garbage (dropped tensors give their blocks back), and try once more."""
         try:
             return self._blocks.make(bin_)
         except cl.Error as exc:
-            if not is_oom(exc):
+            if not _is_oom(exc):
                 raise
         gc.collect()
         self._free_held()
         try:
             return self._blocks.make(bin_)
         except cl.Error as again:
-            if not is_oom(again):
+            if not _is_oom(again):
                 raise
             self._free_held()  # the block that could not be backed is not kept
             raise self._oom(bin_, shape, dt, f"out of device memory ({again})") from again
 
-    def _oom(self, bin_: Bin, shape: Shape, dt: np.dtype[Any], why: str) -> MemoryError:
-        in_use, held, _ = self._figures()
+    def _oom(self, bin_: _Bin, shape: Shape, dt: np.dtype[Any], why: str) -> MemoryError:
+        s = self._look()
         limit = f", limit {self._limit}" if self._limit else ""
         asked = prod(shape) * dt.itemsize
         block = f" (a block of {bin_.nbytes})" if bin_.nbytes != asked else ""
         return MemoryError(
             f"BufferPool {self.name!r}: cannot allocate {asked} bytes{block} for shape {shape} "
-            f"{dt}: {why}; pool: {in_use} bytes in use, {held} held{limit}; device "
-            f"{self._device_name}: {self._global_mem} bytes of global memory, at most "
+            f"{dt}: {why}; pool: {s.bytes_in_use} bytes in use, {s.bytes_held} held{limit}; "
+            f"device {self._device_name}: {self._global_mem} bytes of global memory, at most "
             f"{self._max_alloc} per allocation"
         )
 
     # -- figures ----------------------------------------------------------------------------
-    def _figures(self) -> tuple[int, int, int]:
-        """Exact bytes in use, bytes held and live tensors (with the lock held). pyopencl's
-        counters are read before the bins: a concurrent hit or release moves a block that is
-        already counted as active, so no figure can go below zero."""
+    def _new_peak(self) -> None:
+        """The fast path's estimate passed the peak: look at the exact bytes in use."""
+        with self._lock:
+            self._look()
+
+    def _look(self, reset: bool = False) -> PoolStats:
+        """The exact figures (with the lock held), the peak raised to the bytes in use (``reset``:
+        set to them); brings the fast path's room and the gauges up to date."""
+        # pyopencl's counters are read before the bins: a concurrent hit or release moves a
+        # block that is already counted as active, so no figure can go below zero
+        pool = self._blocks.pool
         active, blocks = self._blocks.active()
-        held = self._blocks.held_by_pyopencl()
+        held = int(pool.managed_bytes) - int(pool.active_bytes)  # dropped tensors' blocks
         in_bins = in_bins_blocks = 0
         for bin_ in list(self._bins.values()):
             n = len(bin_.free)
             in_bins_blocks += n
             in_bins += n * bin_.nbytes
-        return active - in_bins, held + in_bins, blocks - in_bins_blocks
+        in_use = active - in_bins
+        peak = in_use if reset else max(self._peak, in_use)
+        # _room = peak - (_device_bytes - bytes in the bins), kept by increments (see __init__)
+        self._room += (peak - self._peak) - (active - self._device_bytes)
+        self._peak, self._device_bytes = peak, active
+        _USED.set(in_use, self.name)
+        _PEAK.set(peak, self.name)
+        _HELD.set(held + in_bins, self.name)
+        return PoolStats(in_use, peak, held + in_bins, blocks - in_bins_blocks, self._hits,
+                         self._misses)  # fmt: skip
 
     @property
     def stats(self) -> PoolStats:
+        """The pool's figures now (exact; also brings its gauges up to date)."""
         with self._lock:
-            in_use, held, live = self._figures()
-            return PoolStats(
-                bytes_in_use=in_use,
-                peak_bytes=max(self._peak, in_use),
-                bytes_held=held,
-                live_tensors=live,
-                hits=self._hits,
-                misses=self._misses,
-            )
+            return self._look()
 
     def reset_peak(self) -> None:
         """Start peak tracking afresh from the bytes in use now."""
         with self._lock:
-            self._look(self._figures()[0])
+            self._look(reset=True)
 
     def free_held(self) -> None:
         """Free the blocks the pool holds for reuse (live tensors are untouched)."""
@@ -332,15 +475,15 @@ class BufferPool:
             forget()
         for bin_ in list(self._bins.values()):
             while True:
-                try:
+                try:  # not `while bin_.free`: another thread's hit may take the last block
                     block = bin_.free.pop()
                 except IndexError:
                     break
                 self._room -= bin_.nbytes
                 self._blocks.drop(block, bin_)
                 del block  # a direct block is freed here
-        self._blocks.free_held()
-        self._look(self._peak)
+        self._blocks.pool.free_held()
+        self._look()
 
     def _add_free_held_hook(self, hook: Callable[[], None]) -> None:
         """Call ``hook`` (a weak method is kept) before held blocks are freed."""

@@ -1,80 +1,73 @@
-"""Device time: what the OpenCL device spent on the commands netcl enqueues, as spans and metrics.
+"""Device time: what the OpenCL device spent on the commands netcl enqueues, as spans and metrics
+(the package README says what is recorded, and what it costs).
 
-A queue created with ``PROFILING_ENABLE`` stamps every command with device start and end times.
-Packages (or an application) hand the events of a unit of work to the process-wide collector
-with :func:`watch` (the commands themselves: one device span per command) or
-:func:`watch_markers` (two markers around work whose commands are not visible, e.g. a graph node
-running user code). The collector reads the timestamps only once the events are complete, on a
-daemon thread (every 50 ms), at :func:`flush`, or when :meth:`DeviceTime.poll` is asked: it never
-waits for the caller's commands. Device timestamps are mapped onto the host clock
-(``time.time_ns()``) by a per-device calibration (see :class:`DeviceClock`), redone every 10 s.
-
-What it records, per watched unit of work:
-
-- a span ``netcl.device.<kind>`` (``netcl.device.replay``, ``netcl.device.node``,
-  ``netcl.device.plan``, ``netcl.device.commands``) from the first command's device start to the
-  last one's end, as a child of the host span given as ``parent`` (default: the span current
-  at the call), recorded when the events complete, which may be after the host span ended;
-  attributes ``netcl.device.name``, ``netcl.device.duration`` (busy seconds), and the kind's
-  name attribute;
-- under it, for :func:`watch`, one span per command: ``netcl.device.kernel`` (attribute
-  ``netcl.kernel.name``), ``netcl.device.transfer`` or ``netcl.device.command`` (attribute
-  ``netcl.device.command``, e.g. ``read_buffer``, ``marker``);
-- the histogram of the kind (seconds): ``netcl.capture.replay.device_duration``,
-  ``netcl.graph.node.device_duration`` (``netcl.node.name``),
-  ``netcl.scheduler.plan.device_duration`` (``netcl.plan.description``);
-- ``netcl.kernel.duration`` (seconds, ``netcl.kernel.name``) for every kernel command with a
-  label, and the gauge ``netcl.device.busy`` (``netcl.device.name``): the fraction of the last
-  5 seconds in which watched commands ran on the device.
-
-The device duration of a :func:`watch` is the device's busy time: the union of the commands'
-``[start, end]`` intervals (their sum on an in-order queue). For :func:`watch_markers` it is
-``after.end - before.end``: all the device did between the two markers.
-
-Without profiling nothing changes: check :func:`enabled` once per queue (about 0.1 µs) and don't
-call :func:`watch`. Watching a command of a queue without profiling drops it (counted in
-:attr:`Stats.dropped`).
+Packages (or an application) hand the events of a unit of work of a profiling queue to the
+process-wide collector with :func:`watch` (the commands themselves: one device span per command)
+or :func:`watch_markers` (two markers around work whose commands are not visible). The collector
+reads the timestamps only once the events are complete, on a daemon thread (every 50 ms), at
+:func:`flush`, or when :meth:`DeviceTime.poll` is asked: it never waits for the caller's commands.
+Device timestamps are mapped onto the host clock (``time.time_ns()``) by a per-device calibration
+(:class:`DeviceClock`). Without profiling nothing changes: check :func:`enabled` once per queue.
 """
 
 from __future__ import annotations
 
+import atexit
+import threading
+import time
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import pyopencl as cl
 from opentelemetry.util.types import AttributeValue
 
 from netcl.core import telemetry
-from netcl.core._collector import Collector, DeviceTime, Stats
-from netcl.core._device_clock import DeviceClock
-from netcl.core._profiling_emit import (
-    COMMANDS,
-    DEVICE_BUCKETS_S,
-    GRAPH_NODE,
-    REPLAY,
-    SCHEDULER_PLAN,
-    TEL,
-)
-from netcl.core._profiling_io import Command
+from netcl.core.log import get_logger, warn_once
+from netcl.core.version import __version__
 
 __all__ = [
-    "COMMANDS",
-    "DEVICE_BUCKETS_S",
-    "GRAPH_NODE",
-    "REPLAY",
-    "SCHEDULER_PLAN",
-    "Collector",
-    "Command",
-    "DeviceClock",
-    "DeviceTime",
-    "Stats",
-    "collector",
-    "enabled",
-    "flush",
-    "watch",
+    "COMMANDS", "DEVICE_BUCKETS_S", "GRAPH_NODE", "REPLAY", "SCHEDULER_PLAN", "Collector",
+    "Command", "DeviceClock", "DeviceTime", "Stats", "collector", "enabled", "flush", "watch",
     "watch_markers",
-]
+]  # fmt: skip
+
+#: Kinds of watched work (the first argument of :func:`watch`).
+REPLAY = "replay"
+GRAPH_NODE = "graph.node"
+SCHEDULER_PLAN = "scheduler.plan"
+COMMANDS = "commands"
+
+#: Histogram buckets for device durations in seconds, 1 µs to 10 s.
+DEVICE_BUCKETS_S: tuple[float, ...] = (
+    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025,
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+
+TEL = telemetry.Scope("netcl.core.profiling", __version__)
+_log = get_logger("netcl.core.profiling")
+_KERNEL_DURATION = TEL.histogram(
+    "netcl.kernel.duration", "s", "Device time of kernel commands, by kernel name", DEVICE_BUCKETS_S
+)
+# kind -> (its device span, the attribute naming a unit, its histogram)
+_KINDS = {
+    REPLAY: ("netcl.device.replay", "netcl.capture.name", TEL.histogram(
+        "netcl.capture.replay.device_duration", "s", "Device time of capture replays",
+        DEVICE_BUCKETS_S)),
+    GRAPH_NODE: ("netcl.device.node", "netcl.node.name", TEL.histogram(
+        "netcl.graph.node.device_duration", "s", "Device time of graph nodes", DEVICE_BUCKETS_S)),
+    SCHEDULER_PLAN: ("netcl.device.plan", "netcl.plan.description", TEL.histogram(
+        "netcl.scheduler.plan.device_duration", "s", "Device time of scheduler plans",
+        DEVICE_BUCKETS_S)),
+    COMMANDS: ("netcl.device.commands", "netcl.device.label", None),
+}  # fmt: skip
 
 _PROFILING = cl.command_queue_properties.PROFILING_ENABLE
+_QUEUED, _START, _END = cl.profiling_info.QUEUED, cl.profiling_info.START, cl.profiling_info.END
+_KERNELS = ("ndrange_kernel", "task")
+_TRANSFER_WORDS = ("buffer", "image", "map", "svm", "migrate")
+_type_names: dict[int, str] = {}
 
 
 def enabled(queue: cl.CommandQueue) -> bool:
@@ -82,6 +75,475 @@ def enabled(queue: cl.CommandQueue) -> bool:
     return bool(queue.properties & _PROFILING)
 
 
+# -- the device clock -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeviceClock:
+    """How a device's profiling timestamps map onto ``time.time_ns()``: ``host = device +
+    offset_ns``, right to within ``tolerance_ns``, measured at ``measured_ns`` (host clock)."""
+
+    offset_ns: int
+    tolerance_ns: int
+    measured_ns: int
+
+    def to_host(self, device_ns: int) -> int:
+        """A device timestamp on the host clock (ns since the epoch)."""
+        return device_ns + self.offset_ns
+
+
+def _calibrate(context: cl.Context, device: cl.Device, rounds: int = 8) -> DeviceClock:
+    """Measure ``device``'s clock against the host's with markers on a queue of its own: the
+    host reads t0, enqueues a marker, waits for it and reads t1; the marker was queued after t0
+    and ended before t1, so ``host - device`` lies in [t0 - queued, t1 - end]. The rounds'
+    intervals are intersected: the estimate is the middle, the tolerance half the width."""
+    queue = cl.CommandQueue(context, device, properties=_PROFILING)
+    bounds: list[tuple[int, int, int]] = []  # (lower via QUEUED, lower via START, upper via END)
+    try:
+        for _ in range(rounds):
+            t0 = time.time_ns()
+            marker = cl.enqueue_marker(queue)
+            marker.wait()
+            t1 = time.time_ns()
+            bounds.append((t0 - marker.get_profiling_info(_QUEUED),
+                           t0 - marker.get_profiling_info(_START),
+                           t1 - marker.get_profiling_info(_END)))  # fmt: skip
+    finally:
+        queue.finish()
+    now = time.time_ns()
+    high = min(b[2] for b in bounds)
+    # QUEUED gives the tighter lower bound; some drivers stamp it on another clock or late, which
+    # shows as an empty intersection: then START (which always follows the enqueue) is used.
+    for column in (0, 1):
+        low = max(b[column] for b in bounds)
+        if low <= high:
+            return DeviceClock((low + high) // 2, (high - low + 1) // 2, now)
+    # Still inconsistent (a clock that jumps): the narrowest single round, honestly wide.
+    _, a, b = min(bounds, key=lambda b: abs(b[2] - b[1]))
+    low, high = min(a, b), max(a, b)
+    return DeviceClock((low + high) // 2, max(1, (high - low + 1) // 2), now)
+
+
+# -- what is recorded -------------------------------------------------------------------------
+class Command(NamedTuple):
+    """One profiled command on the host clock: ``name`` (its label, e.g. the kernel's function
+    name, else the command type), ``command`` (the OpenCL command type in lower case, e.g.
+    ``ndrange_kernel``, ``read_buffer``), ``start_ns``/``end_ns`` (ns since the epoch)."""
+
+    name: str
+    command: str
+    start_ns: int
+    end_ns: int
+
+    @property
+    def kernel(self) -> bool:
+        """A kernel command with a label."""
+        return self.command in _KERNELS and self.name != self.command
+
+    @property
+    def span_name(self) -> str:
+        """``netcl.device.kernel``, ``netcl.device.transfer`` or ``netcl.device.command``."""
+        if self.command in _KERNELS:
+            return "netcl.device.kernel"
+        if any(w in self.command for w in _TRANSFER_WORDS):
+            return "netcl.device.transfer"
+        return "netcl.device.command"
+
+    @property
+    def attributes(self) -> dict[str, AttributeValue]:
+        """The command's span attributes."""
+        if self.kernel:
+            return {"netcl.kernel.name": self.name}
+        return {"netcl.device.command": self.command}
+
+
+class DeviceTime:
+    """The device time of one watched unit of work, filled in when its events complete.
+
+    ``duration`` (seconds), ``start_ns``/``end_ns`` (host clock, ns since the epoch) and
+    ``commands`` (one :class:`Command` per event of :func:`watch`) are None/empty until then.
+    """
+
+    __slots__ = ("_between", "_events", "_owner", "attributes", "commands", "done", "duration",
+                 "end_ns", "kind", "labels", "name", "parent", "start_ns")  # fmt: skip
+
+    def __init__(
+        self,
+        owner: Collector,
+        kind: str,
+        events: Sequence[cl.Event],
+        labels: Sequence[str],
+        name: str | None,
+        parent: telemetry.Span,
+        attributes: Mapping[str, AttributeValue] | None,
+        between: bool,
+    ) -> None:
+        self._owner = owner
+        self.kind, self.name, self.labels, self.parent = kind, name, labels, parent
+        self.attributes = attributes
+        self._events, self._between = events, between
+        self.done = False
+        self.duration: float | None = None
+        self.start_ns: int | None = None
+        self.end_ns: int | None = None
+        self.commands: tuple[Command, ...] = ()
+
+    def ready(self) -> bool:
+        """Whether every event has completed (or failed): a status read, no wait."""
+        complete = cl.command_execution_status.COMPLETE
+        return all(e.command_execution_status <= complete for e in reversed(self._events))
+
+    def poll(self) -> float | None:
+        """The device duration in seconds if the events have completed (collecting them now,
+        in the caller's thread), else None. Never waits."""
+        if not self.done and self.ready():
+            self._owner.collect_one(self)
+        return self.duration
+
+    def __repr__(self) -> str:
+        state = f"{self.duration * 1e3:.3f} ms" if self.duration is not None else "pending"
+        return f"DeviceTime({self.kind!r}, {self.name!r}, {state})"
+
+
+class Stats(NamedTuple):
+    """What a collector has seen: units of work watched, collected, dropped (a failed command,
+    a queue without profiling, or more than ``max_pending`` waiting), still pending, and
+    recorded without per-command spans (over the span budget); device seconds and counts per
+    kind and per kernel label."""
+
+    watched: int
+    collected: int
+    dropped: int
+    pending: int
+    spans_skipped: int
+    by_kind: dict[str, tuple[int, float]]
+    by_kernel: dict[str, tuple[int, float]]
+
+
+@dataclass
+class _Totals:
+    watched: int = 0
+    collected: int = 0
+    dropped: int = 0
+    spans_skipped: int = 0
+    by_kind: dict[str, list[float]] = field(default_factory=dict)  # [count, seconds]
+    by_kernel: dict[str, list[float]] = field(default_factory=dict)
+
+    @staticmethod
+    def add(to: dict[str, list[float]], key: str, seconds: float) -> None:
+        entry = to.setdefault(key, [0, 0.0])
+        entry[0] += 1
+        entry[1] += seconds
+
+
+class _CommandFailedError(Exception):
+    """A watched command ended in an error status: it has no device time."""
+
+
+class _Device(NamedTuple):
+    key: int  # the device's int_ptr
+    name: str
+    context: cl.Context
+    device: cl.Device
+
+
+def _type_name(code: int) -> str:
+    name = _type_names.get(code)
+    if name is None:
+        try:
+            name = cl.command_type.to_string(code).lower()
+        except ValueError:
+            name = f"command_{code:#x}"
+        _type_names[code] = name
+    return name
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    """Total length of the union of ``[start, end]`` intervals."""
+    total, reach = 0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+
+
+# -- the collector ----------------------------------------------------------------------------
+class Collector:
+    """Collects device time of watched events without waiting for them (see the module doc).
+
+    ``interval`` (s) is how often the daemon thread looks at pending events, ``recalibrate``
+    (s) how old a device clock calibration may get, ``busy_window`` (s) the window of
+    ``netcl.device.busy``, ``max_pending`` how many units may wait before the oldest is dropped.
+    ``span_budget`` is the share of one CPU core that recording spans may take, averaged over a
+    second: an SDK span costs 10-30 µs, so a replay of 64 kernels would cost a millisecond of
+    the application's interpreter; past the budget a unit gets its envelope span and all its
+    metric points but not its per-command spans (the envelope says how many were skipped).
+    """
+
+    def __init__(
+        self,
+        *,
+        interval: float = 0.05,
+        recalibrate: float = 10.0,
+        busy_window: float = 5.0,
+        max_pending: int = 100_000,
+        span_budget: float = 0.05,
+    ) -> None:
+        self.interval, self.recalibrate, self.busy_window = interval, recalibrate, busy_window
+        self.max_pending, self.span_budget = max_pending, span_budget
+        self._credit = span_budget  # seconds of span work allowed now (refills at span_budget/s)
+        self._credit_at = time.monotonic()
+        self._pending: deque[DeviceTime] = deque()
+        self._lock = threading.RLock()  # one collection at a time; guards the fields below
+        self._clocks: dict[int, DeviceClock] = {}
+        self._devices: dict[int, _Device] = {}
+        self._busy: dict[str, deque[tuple[int, int]]] = {}
+        self._totals = _Totals()
+        self._thread: threading.Thread | None = None
+
+    # -- hand-off (the caller's thread: no OpenCL call, no wait) -----------------------------
+    def watch(
+        self,
+        kind: str,
+        events: Sequence[cl.Event],
+        *,
+        labels: Sequence[str] = (),
+        name: str | None = None,
+        parent: telemetry.Span | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> DeviceTime:
+        """Watch the commands behind ``events`` (one unit of work of ``kind``); ``labels[i]``
+        names event i (a kernel's function name), ``name`` the unit (node name, plan
+        description), ``parent`` the host span (default: the current span)."""
+        if len(labels) > len(events):
+            raise ValueError(
+                f"profiling.watch: {len(labels)} labels for {len(events)} events; expected at "
+                "most one label per event"
+            )
+        return self._add(kind, tuple(events), tuple(labels), name, parent, attributes, False)
+
+    def watch_markers(
+        self,
+        kind: str,
+        before: cl.Event,
+        after: cl.Event,
+        *,
+        name: str | None = None,
+        parent: telemetry.Span | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> DeviceTime:
+        """Watch the work between two markers enqueued on one in-order queue, ``before`` and
+        ``after`` it: its device time is ``after.end - before.end``."""
+        return self._add(kind, (before, after), (), name, parent, attributes, True)
+
+    def _add(
+        self,
+        kind: str,
+        events: tuple[cl.Event, ...],
+        labels: tuple[str, ...],
+        name: str | None,
+        parent: telemetry.Span | None,
+        attributes: Mapping[str, AttributeValue] | None,
+        between: bool,
+    ) -> DeviceTime:
+        if kind not in _KINDS:
+            raise ValueError(
+                f"profiling.watch: unknown kind {kind!r}; expected one of {sorted(_KINDS)}"
+            )
+        if not events:
+            raise ValueError("profiling.watch: no events; expected at least one cl.Event")
+        if parent is None:
+            parent = telemetry.current_span()
+        unit = DeviceTime(self, kind, events, labels, name, parent, attributes, between)
+        if self._thread is None:
+            self._start()
+        pending = self._pending
+        pending.append(unit)
+        self._totals.watched += 1
+        if len(pending) > self.max_pending:
+            pending.popleft()
+            self._totals.dropped += 1
+        return unit
+
+    # -- collection (daemon thread, flush, poll, metric readers) -----------------------------
+    def collect(self) -> int:
+        """Record every pending unit whose events have completed; returns how many are still
+        pending. Never waits for events."""
+        with self._lock:
+            pending = self._pending
+            waiting: list[DeviceTime] = []
+            for _ in range(len(pending)):
+                unit = pending.popleft()
+                if unit.done:
+                    continue
+                if unit.ready():
+                    self._record(unit)
+                else:
+                    waiting.append(unit)
+            pending.extendleft(reversed(waiting))
+            return len(waiting)
+
+    def collect_one(self, unit: DeviceTime) -> None:
+        """Record ``unit`` now if its events have completed (it leaves the pending list on the
+        next :meth:`collect`)."""
+        with self._lock:
+            if not unit.done and unit.ready():
+                self._record(unit)
+
+    def flush(self, timeout: float = 5.0) -> int:
+        """Collect, waiting up to ``timeout`` seconds for pending events to complete (an explicit
+        host wait, for the end of a run); returns how many are still pending."""
+        deadline = time.monotonic() + timeout
+        left = self.collect()
+        while left and time.monotonic() < deadline:
+            time.sleep(min(0.005, max(0.0, deadline - time.monotonic())))
+            left = self.collect()
+        return left
+
+    def clock(self, device: cl.Device) -> DeviceClock | None:
+        """The current calibration of ``device``'s clock (None before its first collection)."""
+        return self._clocks.get(device.int_ptr)
+
+    def stats(self) -> Stats:
+        """A snapshot of what was watched and collected."""
+        with self._lock:
+            t = self._totals
+
+            def freeze(d: dict[str, list[float]]) -> dict[str, tuple[int, float]]:
+                return {k: (int(v[0]), v[1]) for k, v in d.items()}
+
+            return Stats(t.watched, t.collected, t.dropped, len(self._pending), t.spans_skipped,
+                         freeze(t.by_kind), freeze(t.by_kernel))  # fmt: skip
+
+    def busy(self, now_ns: int | None = None) -> dict[str, float]:
+        """Per device name, the fraction of the last ``busy_window`` seconds in which watched
+        commands ran (commands seen so far; a command still running counts from the next
+        collection)."""
+        self.collect()
+        now = now_ns if now_ns is not None else time.time_ns()
+        low = now - int(self.busy_window * 1e9)
+        out = {}
+        with self._lock:
+            for dev, intervals in self._busy.items():
+                while intervals and intervals[0][1] < low - int(1e9):
+                    intervals.popleft()
+                clipped = [(max(s, low), min(e, now)) for s, e in intervals if e > low and s < now]
+                out[dev] = _union_ns(clipped) / (now - low)
+        return out
+
+    def _record(self, unit: DeviceTime) -> None:
+        unit.done = True
+        try:
+            device, commands = self._read(unit)
+        except (cl.Error, _CommandFailedError) as exc:  # a queue without profiling, a failure
+            self._totals.dropped += 1
+            warn_once(_log, ("device_time_not_collected", type(exc)),
+                      "device_time_not_collected", error=repr(exc))  # fmt: skip
+            return
+        if unit._between:
+            before, after = commands[0], commands[-1]
+            unit.start_ns, unit.end_ns = before.end_ns, max(after.end_ns, before.end_ns)
+            busy_ns = unit.end_ns - unit.start_ns
+        else:
+            unit.commands = tuple(commands)
+            unit.start_ns = min(c.start_ns for c in commands)
+            unit.end_ns = max(c.end_ns for c in commands)
+            busy_ns = _union_ns([(c.start_ns, c.end_ns) for c in commands])
+            self._busy.setdefault(device.name, deque()).extend(
+                (c.start_ns, c.end_ns) for c in commands
+            )
+        unit.duration = busy_ns / 1e9
+        t = self._totals
+        t.collected += 1
+        t.add(t.by_kind, unit.kind, unit.duration)
+        for c in unit.commands:
+            if c.kernel:
+                t.add(t.by_kernel, c.name, (c.end_ns - c.start_ns) / 1e9)
+        self._emit(unit, device.name)
+
+    def _read(self, unit: DeviceTime) -> tuple[_Device, list[Command]]:
+        """The commands behind a unit's completed events, on the host clock. Raises ``cl.Error``
+        for an event without profiling information (its queue has no profiling) and
+        :class:`_CommandFailedError` for a command that ended in an error."""
+        queue = unit._events[0].command_queue
+        device = self._devices.get(queue.int_ptr)
+        if device is None:
+            dev = queue.device
+            device = self._devices[queue.int_ptr] = _Device(
+                dev.int_ptr, dev.name.strip(), queue.context, dev
+            )
+        clock = self._clocks.get(device.key)
+        if clock is None or time.time_ns() - clock.measured_ns > self.recalibrate * 1e9:
+            clock = self._clocks[device.key] = _calibrate(device.context, device.device)
+        commands = []
+        for i, event in enumerate(unit._events):
+            if event.command_execution_status < 0:
+                raise _CommandFailedError(
+                    f"command {i} failed: status {event.command_execution_status}"
+                )
+            start = event.get_profiling_info(_START)
+            end = max(event.get_profiling_info(_END), start)
+            kind = _type_name(event.command_type)
+            label = unit.labels[i] if i < len(unit.labels) else kind
+            commands.append(Command(label, kind, clock.to_host(start), clock.to_host(end)))
+        return device, commands
+
+    def _emit(self, unit: DeviceTime, device: str) -> None:
+        """The unit's histogram points and (when tracing) its spans: the envelope, and one span
+        per command while the span budget has credit."""
+        now = time.monotonic()
+        budget = self.span_budget
+        self._credit = min(budget, self._credit + (now - self._credit_at) * budget)
+        self._credit_at = now
+        command_spans = self._credit > 0 or not unit.commands
+        if not command_spans:
+            self._totals.spans_skipped += 1
+        span_name, name_attribute, histogram = _KINDS[unit.kind]
+        dev = {"netcl.device.name": device}
+        named = {**dev, name_attribute: unit.name} if unit.name is not None else dev
+        duration = unit.duration or 0.0
+        if histogram is not None:
+            histogram.record(duration, named)
+        for c in unit.commands:
+            if c.kernel:
+                _KERNEL_DURATION.record((c.end_ns - c.start_ns) / 1e9,
+                                        {"netcl.kernel.name": c.name, **dev})  # fmt: skip
+        if not telemetry.tracing():
+            return
+        attrs: dict[str, AttributeValue] = {**named, "netcl.device.duration": duration}
+        if not command_spans:
+            attrs["netcl.device.commands_skipped"] = len(unit.commands)
+        attrs.update(unit.attributes or {})
+        envelope = TEL.span(span_name, attrs, start_time=unit.start_ns, current=False,
+                            parent=unit.parent)  # fmt: skip
+        for c in unit.commands if command_spans else ():
+            TEL.record_span(c.span_name, c.start_ns, c.end_ns, {**c.attributes, **dev},
+                            parent=envelope)  # fmt: skip
+        envelope.end(end_time=unit.end_ns)
+        if unit.commands:
+            self._credit -= time.monotonic() - now
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="netcl-profiling", daemon=True)
+            self._thread.start()
+            atexit.register(self.flush, 1.0)  # before the SDK's own exit hooks (LIFO)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            try:
+                self.collect()
+            except Exception as exc:  # never let the collector thread die
+                warn_once(_log, ("device_time_not_collected", type(exc)),
+                          "device_time_not_collected", error=repr(exc))  # fmt: skip
+
+
+# -- the process-wide collector ---------------------------------------------------------------
 _collector = Collector()
 
 
@@ -124,6 +586,7 @@ def flush(timeout: float = 5.0) -> int:
 
 
 def _observe_busy() -> Iterable[tuple[float, Mapping[str, AttributeValue]]]:
+    # read when a metric reader collects: a fraction of a sliding window, not a number to set
     return [(v, {"netcl.device.name": d}) for d, v in _collector.busy().items()]
 
 

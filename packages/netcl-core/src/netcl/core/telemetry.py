@@ -1,19 +1,17 @@
 """The one way netcl packages emit OpenTelemetry: a :class:`Scope` per package (its tracer, meter
 and instruments), spans opened through :meth:`Scope.span`, one failure policy and one
-``error.type``; plus the cheap :func:`tracing` check and, for applications, :func:`configure`.
+``error.type``; plus the cheap :func:`tracing` check and, for applications, :func:`configure`
+(both from ``netcl.core._sdk``).
 
 Libraries depend on ``opentelemetry-api`` only. With no SDK configured the API's no-op spans still
-cost microseconds, so :meth:`Scope.span` asks :func:`tracing` first (tens of nanoseconds) and hands
-out a shared do-nothing span when it is False.
-
-The failure policy: telemetry never changes what a caller gets. An SDK that raises (a span
-processor's ``on_start``/``on_end``, an exporter, a view or reader behind an instrument) is caught
-here, logged once per kind of failure on the ``netcl.core.telemetry`` logger, and the call goes on.
+cost microseconds, so :meth:`Scope.span` asks :func:`tracing` first and hands out a shared
+do-nothing span when it is False. The failure policy: telemetry never changes what a caller gets.
+An SDK that raises is caught here, logged once per kind of failure on the
+``netcl.core.telemetry`` logger, and the call goes on.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
@@ -24,17 +22,14 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
+from netcl.core._sdk import ConfigError, configure, export_failures, flush, shutdown, tracing
+from netcl.core._sdk import _switch as _switch  # tests/conftest.py clears it
+from netcl.core.log import get_logger, warn_once
+
 __all__ = [
-    "DURATION_BUCKETS_S",
-    "ERROR_TYPE",
-    "Counts",
-    "Scope",
-    "Span",
-    "configure",
-    "error_type",
-    "shutdown",
-    "tracing",
-]
+    "DURATION_BUCKETS_S", "ERROR_TYPE", "NO_SPAN", "ConfigError", "Counts", "Scope", "Span",
+    "configure", "current_span", "error_type", "export_failures", "flush", "shutdown", "tracing",
+]  # fmt: skip
 
 #: The semantic-conventions attribute every netcl failure (span or metric point) carries: the
 #: exception's fully qualified class name (:func:`error_type`), or a short reason such as
@@ -48,7 +43,7 @@ DURATION_BUCKETS_S: tuple[float, ...] = (
     0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
 
-_log = logging.getLogger(__name__)
+_log = get_logger(__name__)
 
 
 def error_type(why: BaseException | str) -> str:
@@ -62,61 +57,11 @@ def error_type(why: BaseException | str) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-# -- is anything recording? -------------------------------------------------------------------
-# The public way to ask whether an SDK is installed, ``trace.get_tracer_provider()``, costs ~1 µs
-# while none is (it looks up an environment variable each call): too much for a hot path. A global
-# provider can be set only once, so a True answer is latched for good; a False answer is re-checked
-# every _RECHECK calls. A provider installed before netcl's first call (configure(),
-# opentelemetry-instrument, a test's conftest) is seen at once; one installed by hand after netcl
-# already ran is seen within _RECHECK calls.
-_RECHECK = 1024
-
-
-class _Switch:
-    # Attributes of one object rather than module globals: rebinding a global on every call
-    # would also invalidate the interpreter's global-lookup caches of this module.
-    __slots__ = ("countdown", "on")
-
-    def __init__(self) -> None:
-        self.on = False
-        self.countdown = 1
-
-
-_switch = _Switch()
-
-
-def _recheck() -> bool:
-    _switch.on = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-    _switch.countdown = _RECHECK
-    return _switch.on
-
-
-def tracing() -> bool:
-    """Whether a real (SDK) tracer provider is installed: the hot-path check before span work
-    (a few tens of nanoseconds)."""
-    s = _switch
-    if s.on:
-        return True
-    s.countdown -= 1
-    if s.countdown > 0:
-        return False
-    return _recheck()
-
-
 # -- the failure policy -----------------------------------------------------------------------
-_reported: set[tuple[str, type[BaseException]]] = set()
-
-
 def _sdk_failed(stage: str, exc: Exception) -> None:
     """An SDK call raised: log it the first time this stage fails with this type, never raise."""
-    key = (stage, type(exc))
-    if key in _reported:
-        return
-    _reported.add(key)
-    _log.warning(
-        "telemetry_failed stage=%s error=%r (OpenTelemetry SDK error, ignored; later ones of "
-        "this kind are not logged)", stage, exc,
-    )  # fmt: skip
+    warn_once(_log, ("telemetry_failed", stage, type(exc)), "telemetry_failed", stage=stage,
+              error=repr(exc), note="an OpenTelemetry SDK error, ignored; logged once")  # fmt: skip
 
 
 # -- spans ------------------------------------------------------------------------------------
@@ -237,7 +182,7 @@ class _Safe:
 
     def __init__(self, instrument: Any, name: str) -> None:
         self._instrument = instrument
-        self._stage = f"metric {name}"
+        self._stage = f"metric:{name}"
 
     def add(self, amount: float, attributes: Mapping[str, AttributeValue] | None = None) -> None:
         try:
@@ -408,11 +353,6 @@ def _callback(observe: Observe) -> Callable[[CallbackOptions], Iterable[Observat
     return callback
 
 
-# The application side lives in its own module; imported last because it reads _recheck above.
-from netcl.core._otel_setup import configure, shutdown  # noqa: E402
-
-
-# -- added for device time (netcl.core.profiling) and polite export ---------------------------
 def current_span() -> Span:
     """The span current in this thread as a :class:`Span`, to pass as ``parent=`` to spans
     recorded later or from another thread; the do-nothing span when nothing records or no span
@@ -427,10 +367,3 @@ def current_span() -> Span:
         _sdk_failed("current_span", exc)
         return NO_SPAN
     return Span(span, None)
-
-
-__all__ += ["current_span"]
-
-from netcl.core._otel_setup import ConfigError, export_failures, flush  # noqa: E402
-
-__all__ += ["ConfigError", "export_failures", "flush"]

@@ -1,0 +1,391 @@
+"""The OpenTelemetry SDK as netcl sees it: whether one is installed (:func:`tracing`, the hot-path
+check), and for applications installing one from the standard ``OTEL_*`` variables
+(:func:`configure`), bounding its export (:func:`flush`, :func:`shutdown`) and keeping what
+failed (:func:`export_failures`). Re-exported by :mod:`netcl.core.telemetry`; libraries call
+only :func:`tracing`."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, TextIO
+
+from opentelemetry import metrics, trace
+from opentelemetry.util.types import AttributeValue
+
+from netcl.core.log import _value, get_logger
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricsData
+    from opentelemetry.sdk.trace import ReadableSpan
+
+__all__ = ["ConfigError", "configure", "export_failures", "flush", "shutdown", "tracing"]
+
+_log = get_logger("netcl.core.telemetry")
+
+# -- is anything recording? -------------------------------------------------------------------
+# The public way to ask whether an SDK is installed, ``trace.get_tracer_provider()``, costs ~1 µs
+# while none is (it looks up an environment variable each call): too much for a hot path. A global
+# provider can be set only once, so a True answer is latched for good; a False answer is re-checked
+# every _RECHECK calls. A provider installed before netcl's first call is seen at once; one
+# installed by hand after netcl already ran, within _RECHECK calls.
+_RECHECK = 1024
+
+
+class _Switch:
+    # Attributes of one object rather than module globals: rebinding a global on every call
+    # would also invalidate the interpreter's global-lookup caches of this module.
+    __slots__ = ("countdown", "on")
+
+    def __init__(self) -> None:
+        self.on = False
+        self.countdown = 1
+
+
+_switch = _Switch()
+
+
+def _recheck() -> bool:
+    _switch.on = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    _switch.countdown = _RECHECK
+    return _switch.on
+
+
+def tracing() -> bool:
+    """Whether a real (SDK) tracer provider is installed: the hot-path check before span work
+    (a few tens of nanoseconds)."""
+    s = _switch
+    if s.on:
+        return True
+    s.countdown -= 1
+    if s.countdown > 0:
+        return False
+    return _recheck()
+
+
+# -- the variables configure() checks: only what the SDK accepts silently or reports badly -------
+class ConfigError(ValueError):
+    """An ``OTEL_*`` variable has a value the SDK cannot use: ``variable``, ``value`` and what it
+    ``accepts``; the message is one line."""
+
+    def __init__(self, variable: str, value: str, accepts: str) -> None:
+        self.variable, self.value, self.accepts = variable, value, accepts
+        super().__init__(f"{variable}={value!r} is not valid: expected {accepts}")
+
+
+_SIGNALS = ("traces", "metrics", "logs")
+_PROTOCOLS = ("grpc", "http/protobuf")
+# numbers the SDK reads (a bad one is a traceback, or a warning and its default): unit, integer
+_NUMBERS = {
+    **{f"OTEL_EXPORTER_OTLP{s}_TIMEOUT": ("seconds", False)
+       for s in ("", "_TRACES", "_METRICS", "_LOGS")},
+    "OTEL_BSP_EXPORT_TIMEOUT": ("milliseconds", True),
+    "OTEL_BSP_SCHEDULE_DELAY": ("milliseconds", True),
+    "OTEL_BSP_MAX_QUEUE_SIZE": ("spans", True),
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": ("spans", True),
+    "OTEL_METRIC_EXPORT_TIMEOUT": ("milliseconds", False),
+    "OTEL_METRIC_EXPORT_INTERVAL": ("milliseconds", False),
+}  # fmt: skip
+# Bounded export where the user set nothing: an OTLP request (with its retries) gives up after
+# 2 s, and the export at shutdown after 2 s per signal (traces and metrics side by side). The
+# SDK's defaults (10 s per request, 30 s per shutdown) let a dead collector hold an
+# application's exit for 20-30 s. The OTLP exporters read seconds, the others milliseconds.
+_BOUNDED = {"OTEL_EXPORTER_OTLP_TIMEOUT": "2", "OTEL_BSP_EXPORT_TIMEOUT": "2000",
+            "OTEL_METRIC_EXPORT_TIMEOUT": "2000"}  # fmt: skip
+_OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_{}_ENDPOINT")
+
+
+def _names(group: str) -> list[str]:
+    return sorted({ep.name for ep in entry_points(group=group)})
+
+
+def _number(text: str, integer: bool = False) -> float:
+    try:
+        return int(text) if integer else float(text)
+    except ValueError:
+        return math.nan
+
+
+def _check(variable: str, accepts: str, ok: Callable[..., bool], *args: object) -> None:
+    value = os.environ.get(variable)
+    if value and not ok(value.strip(), *args):
+        raise ConfigError(variable, value, accepts)
+
+
+def _exporters_ok(value: str, known: list[str]) -> bool:
+    return value.lower() == "none" or all(n.strip() in known for n in value.split(","))
+
+
+def _positive(value: str, integer: bool) -> bool:
+    return not value or 0 < _number(value, integer) < math.inf
+
+
+def _check_environment() -> None:
+    """Raise :class:`ConfigError` for the first ``OTEL_*`` value that the SDK would reject with
+    a traceback (or an error that names no variable), or silently replace with its default."""
+    _check("OTEL_SDK_DISABLED", "true or false", lambda v: v.lower() in ("true", "false", ""))
+    for s in ("", "_TRACES", "_METRICS", "_LOGS"):
+        _check(f"OTEL_EXPORTER_OTLP{s}_PROTOCOL", " or ".join(_PROTOCOLS), _PROTOCOLS.__contains__)
+    for signal in _SIGNALS:
+        known = ["otlp", *_names(f"opentelemetry_{signal}_exporter")]
+        hint = "" if "otlp_proto_grpc" in known else "; OTLP needs netcl-core[otel]"
+        accepts = f"a comma-separated list of {', '.join([*known, 'none'])}{hint}"
+        _check(f"OTEL_{signal.upper()}_EXPORTER", accepts, _exporters_ok, known)
+    for variable, (unit, integer) in _NUMBERS.items():
+        kind = "an integer" if integer else "a number"
+        _check(variable, f"{kind} > 0 ({unit})", _positive, integer)
+    samplers = _names("opentelemetry_traces_sampler")
+    _check("OTEL_TRACES_SAMPLER", f"one of {', '.join(samplers)}", samplers.__contains__)
+    if "traceidratio" in os.environ.get("OTEL_TRACES_SAMPLER", ""):
+        _check("OTEL_TRACES_SAMPLER_ARG", "a ratio from 0 to 1", lambda v: 0 <= _number(v) <= 1)
+
+
+# -- configure --------------------------------------------------------------------------------
+_configured: dict[str, Any] = {}
+_unfinished: list[str] = []  # flushes and shutdowns that ran past their deadline
+
+
+def configure(
+    *,
+    service_name: str = "netcl",
+    console: bool = False,
+    console_out: TextIO | None = None,
+    prometheus_port: int | None = None,
+) -> dict[str, Any]:
+    """Install the OpenTelemetry SDK for an application (idempotent; needs ``netcl-core[otel]``).
+
+    This is the SDK's own environment-driven configuration (the one ``opentelemetry-instrument``
+    runs), so every standard ``OTEL_*`` variable applies. netcl adds defaults where a variable is
+    unset: with no ``OTEL_{SIGNAL}_EXPORTER`` but an OTLP endpoint set, that signal goes over
+    OTLP (with neither, nothing is exported); OTLP requests and each signal's export at
+    :func:`shutdown` give up after 2 s; ``service.name`` is ``service_name`` unless the
+    environment names one; console lines are one line per span or metric point.
+    ``console=True`` also prints spans and metrics to ``console_out`` (stderr);
+    ``prometheus_port`` serves metrics for Prometheus on that port (host
+    ``OTEL_EXPORTER_PROMETHEUS_HOST``, default 127.0.0.1).
+
+    A value the SDK would reject or silently replace raises :class:`ConfigError` before anything
+    is installed. With ``OTEL_SDK_DISABLED=true`` nothing is installed. An SDK already installed
+    (by ``opentelemetry-instrument`` or the application) is left alone.
+
+    Returns the providers (``tracer_provider``, ``meter_provider``), ``exporters``, the exporter
+    names per signal as the SDK resolved them (``{"traces": ["otlp_proto_grpc"], ...}``; empty
+    when the SDK was already installed, empty lists when disabled), and ``disabled``.
+    """
+    if _configured:
+        return _configured
+    _check_environment()
+    exporters: dict[str, list[str]] = {}
+    disabled = False
+    if _recheck():
+        if prometheus_port is not None:
+            _log.warning(
+                "telemetry_prometheus_port_ignored", prometheus_port=prometheus_port,
+                reason="an OpenTelemetry SDK is already installed: set "
+                "OTEL_METRICS_EXPORTER=prometheus and OTEL_EXPORTER_PROMETHEUS_PORT instead",
+            )  # fmt: skip
+    elif os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        disabled = True
+        exporters = {signal: [] for signal in _SIGNALS}
+    else:
+        exporters = _install(service_name, console, console_out or sys.stderr, prometheus_port)
+    _configured.update(
+        tracer_provider=trace.get_tracer_provider(),
+        meter_provider=metrics.get_meter_provider(),
+        exporters=exporters,
+        disabled=disabled,
+    )
+    return _configured
+
+
+def _install(
+    service_name: str, console: bool, out: TextIO, prometheus_port: int | None
+) -> dict[str, list[str]]:
+    # The SDK's configurator, as opentelemetry-distro subclasses it for opentelemetry-instrument.
+    # Private API: tests/core/test_telemetry.py pins the names and parameters used here.
+    from opentelemetry.sdk._configuration import _get_exporter_names, _OTelSDKConfigurator
+    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+    from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+    resource: dict[str, AttributeValue] = {}
+    if SERVICE_NAME not in OTELResourceDetector().detect().attributes:
+        resource[SERVICE_NAME] = service_name
+    # Like opentelemetry-distro, netcl's defaults are environment defaults, set only for the
+    # duration of the configuration so that the SDK resolves them as it resolves the user's.
+    env = {variable: value for variable, value in _BOUNDED.items() if variable not in os.environ}
+    if any(f"OTEL_EXPORTER_OTLP_{s.upper()}_TIMEOUT" in os.environ for s in _SIGNALS):
+        env.pop("OTEL_EXPORTER_OTLP_TIMEOUT", None)  # a per-signal timeout counts as set
+    for signal in ("TRACES", "METRICS"):
+        endpoint = any(os.environ.get(v.format(signal)) for v in _OTLP_ENDPOINTS)
+        if f"OTEL_{signal}_EXPORTER" not in os.environ and endpoint:
+            env[f"OTEL_{signal}_EXPORTER"] = "otlp"
+    extra = ["console"] if console else []
+    metric_names = list(extra)
+    if prometheus_port is not None:
+        metric_names.append("prometheus")  # the SDK's reader serves on these variables
+        env["OTEL_EXPORTER_PROMETHEUS_PORT"] = str(prometheus_port)
+        env["OTEL_EXPORTER_PROMETHEUS_HOST"] = os.environ.get(
+            "OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"
+        )
+    saved = {v: os.environ.get(v) for v in env}
+    os.environ.update(env)
+    try:
+        exporters = {
+            "traces": _get_exporter_names("traces") + extra,
+            "metrics": _get_exporter_names("metrics") + metric_names,
+            "logs": _get_exporter_names("logs"),
+        }
+        try:
+            _OTelSDKConfigurator().configure(  # type: ignore[no-untyped-call]
+                trace_exporter_names=extra,
+                metric_exporter_names=metric_names,
+                resource_attributes=resource,
+                exporter_args_map={
+                    ConsoleSpanExporter: {"out": out, "formatter": _span_line},
+                    ConsoleMetricExporter: {"out": out, "formatter": _metric_lines},
+                },
+            )
+        except RuntimeError as exc:  # raised before any provider is installed
+            raise RuntimeError(
+                f"telemetry.configure(): {exc} (exporters {exporters} as resolved from the "
+                "OTEL_* variables; OTLP needs netcl-core[otel])"
+            ) from exc
+    finally:
+        for v, value in saved.items():
+            if value is None:
+                del os.environ[v]
+            else:
+                os.environ[v] = value
+    for name in _EXPORT_LOGGERS:
+        logging.getLogger(name).addHandler(_failures)
+    _recheck()
+    return {signal: list(dict.fromkeys(names)) for signal, names in exporters.items()}
+
+
+# -- bounded flush and shutdown ---------------------------------------------------------------
+def flush(timeout: float | None = None) -> bool:
+    """Export what the providers :func:`configure` installed hold now, waiting at most
+    ``timeout`` seconds (default as :func:`shutdown`); False when it ran past that (the rest
+    goes on in the background)."""
+    return _bounded("force_flush", timeout)
+
+
+def shutdown(timeout: float | None = None) -> bool:
+    """Flush and stop what :func:`configure` installed (no-op when it did nothing), in at most
+    ``timeout`` seconds: by default the larger of ``OTEL_BSP_EXPORT_TIMEOUT`` and
+    ``OTEL_METRIC_EXPORT_TIMEOUT`` (2 s each unless set), traces and metrics side by side. Device
+    time still pending in :mod:`netcl.core.profiling` is collected first (up to 1 s). Returns
+    False when an exporter was still busy at the deadline: it is left behind on a daemon thread
+    (recorded in :func:`export_failures`), so the application exits on time."""
+    profiling = sys.modules.get("netcl.core.profiling")  # not imported: only if in use
+    if profiling is not None and _configured:
+        profiling.flush(1.0)
+    return _bounded("shutdown", timeout)
+
+
+def export_failures() -> list[str]:
+    """One line per exporter that failed to export since :func:`configure` (its error count and
+    first message), and per flush or shutdown that ran past its deadline; empty when all went
+    well."""
+    _failures.acquire()  # the handler's own lock, which emit() runs under
+    try:
+        lines = [f"{n} export error(s), first: {first}" for n, first in _failures.seen.values()]
+    finally:
+        _failures.release()
+    return lines + _unfinished
+
+
+def _bounded(method: str, timeout: float | None) -> bool:
+    threads = []
+    for signal, provider in (("traces", "tracer_provider"), ("metrics", "meter_provider")):
+        call = getattr(_configured.get(provider), method, None)
+        if call is not None:
+            name = f"netcl-otel-{method}-{signal}"
+            threads.append((signal, threading.Thread(target=_quietly, args=(call,), name=name,
+                                                     daemon=True)))  # fmt: skip
+    if not threads:
+        return True
+    if timeout is None:  # the values were checked by configure()
+        variables = ("OTEL_BSP_EXPORT_TIMEOUT", "OTEL_METRIC_EXPORT_TIMEOUT")
+        timeout = max(_number(os.environ.get(v) or _BOUNDED[v]) for v in variables) / 1e3
+    deadline = time.monotonic() + timeout
+    for _, thread in threads:
+        thread.start()
+    done = True
+    for signal, thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            done = False
+            _unfinished.append(f"{signal}: {method} still exporting after {timeout:g} s, abandoned")
+    return done
+
+
+def _quietly(call: Callable[[], object]) -> None:
+    try:
+        call()
+    except Exception as exc:  # an SDK that raises never reaches the application
+        _log.warning("telemetry_call_failed", call=getattr(call, "__name__", str(call)),
+                     error=repr(exc))  # fmt: skip
+
+
+# The exporters report a failed export only by logging it (the batch processor and the metric
+# reader drop the result). These are the loggers they use.
+_EXPORT_LOGGERS = (
+    "opentelemetry.exporter",  # OTLP gRPC and HTTP: "Failed to export ...", transient errors
+    "opentelemetry.sdk._shared_internal",  # batch processor: "Exception while exporting ..."
+    "opentelemetry.sdk.trace.export",
+    "opentelemetry.sdk.metrics._internal.export",  # "Exception while exporting metrics"
+)
+
+
+class _ExportFailures(logging.Handler):
+    """Keeps the count and first error logged by each exporter. Attached to the SDK's export
+    loggers, it also keeps Python's last-resort handler from printing every retry."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)  # a warning is a transient error being retried
+        self.seen: dict[str, tuple[int, str]] = {}  # logger name -> (errors, first one)
+
+    def emit(self, record: logging.LogRecord) -> None:  # called with the handler's lock held
+        message = record.getMessage()
+        n, first = self.seen.get(record.name, (0, message.splitlines()[0] if message else ""))
+        self.seen[record.name] = (n + 1, first or record.name)
+
+
+_failures = _ExportFailures()
+
+
+# -- one line per span and metric point (the console exporters' formatters) ------------------
+def _span_line(span: ReadableSpan) -> str:
+    ms = ((span.end_time or 0) - (span.start_time or 0)) / 1e6
+    ctx = span.context
+    parent = format(span.parent.span_id, "016x") if span.parent else "-"
+    fields = [
+        f"span {span.name} {ms:.3f} ms trace_id={ctx.trace_id:032x} span_id={ctx.span_id:016x} "
+        f"parent_id={parent} status={span.status.status_code.name}"
+    ]
+    if span.status.description:
+        fields.append(f"status.description={_value(span.status.description)}")
+    fields += [f"{k}={_value(v)}" for k, v in (span.attributes or {}).items()]
+    return " ".join(fields) + "\n"
+
+
+def _metric_lines(data: MetricsData) -> str:
+    lines = []
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                for p in m.data.data_points:
+                    attrs = ",".join(f"{k}={_value(v)}" for k, v in (p.attributes or {}).items())
+                    value = getattr(p, "value", None)
+                    if value is None:  # histogram point
+                        value = f"count={p.count} sum={p.sum:.6g}"  # type: ignore[union-attr]
+                    lines.append(f"metric {m.name}{{{attrs}}} {value}\n")
+    return "".join(lines)
