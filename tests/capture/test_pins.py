@@ -59,7 +59,8 @@ def test_transfer_argument_names_used_by_capture() -> None:
     assert _params(_cl._enqueue_fill_buffer)[:5] == ["queue", "mem", "pattern", "offset", "size"]
     assert _params(_cl._enqueue_read_buffer)[:4] == ["queue", "mem", "hostbuf", "src_offset"]
     assert _params(_cl._enqueue_write_buffer)[:4] == ["queue", "mem", "hostbuf", "dst_offset"]
-    assert _contract.TRANSFERS["_enqueue_copy_buffer"].params == (
+    copy = next(e for e in _contract.ENTRY_POINTS if e.name == "_enqueue_copy_buffer")
+    assert copy.params == (
         "queue", "src", "dst", "byte_count", "src_offset", "dst_offset")
 
 

@@ -1,10 +1,8 @@
 """netcl.runtime.capture: record OpenCL kernel launches once, replay them cheaply.
 
-``capture_step`` turns a step function into one that runs normally, records its launches on
-the next call and replays them afterwards (a capture per argument shape, bounded).
-``KernelCapture`` records every ``cl.Kernel.__call__`` (and ``cl.enqueue_nd_range_kernel``,
-copies and fills) of the thread that called ``begin()``; ``replay()`` enqueues the same sequence
-with per-launch host cost close to a bare ``enqueue_nd_range_kernel``.
+``capture_step`` runs a step function, records its launches on the next call and replays them
+afterwards; ``KernelCapture`` records the launches, copies and fills of the thread that called
+``begin()`` and ``replay()`` enqueues them again at close to the cost of bare enqueues.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -35,12 +33,5 @@ def __getattr__(name: str) -> Any:
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__all__ = [
-    "CapturedStep",
-    "KernelCapture",
-    "StepCheckError",
-    "StepStats",
-    "capture_disabled",
-    "capture_step",
-    "get_capture",
-]
+__all__ = ["CapturedStep", "KernelCapture", "StepCheckError", "StepStats", "capture_disabled",
+           "capture_step", "get_capture"]  # fmt: skip

@@ -186,7 +186,7 @@ class KernelCapture:
         program = self._program
         if program is None:
             raise self._cannot("replay_with_new_buffers")
-        return self._replay(program, program.validate(buffer_map))
+        return self._replay(program, program.index.validate(buffer_map))
 
     def _replay(
         self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
@@ -273,10 +273,7 @@ class KernelCapture:
 
     def __repr__(self) -> str:
         state = "recording" if self.is_recording else "ready" if self._program else "empty"
-        return (
-            f"KernelCapture({state}, launches={self.num_launches}, "
-            f"replays={self._replays})"
-        )
+        return f"KernelCapture({state}, launches={self.num_launches}, replays={self._replays})"
 
 
 def _native_refusal(rec: Recording) -> str:
@@ -300,8 +297,7 @@ _singleton_lock = threading.Lock()
 def get_capture() -> KernelCapture:
     """The process-wide KernelCapture, created on first call."""
     global _singleton
-    if _singleton is None:
-        with _singleton_lock:
-            if _singleton is None:
-                _singleton = KernelCapture()
-    return _singleton
+    with _singleton_lock:
+        if _singleton is None:
+            _singleton = KernelCapture()
+        return _singleton

@@ -1,16 +1,12 @@
 """What netcl-capture relies on in pyopencl, stated once.
 
 ``ENTRY_POINTS`` lists every pyopencl attribute capture replaces while recording (or calls
-directly at replay): where it lives, what kind of entry point it is, the position of its
-``wait_for`` argument, the leading parameter names capture reads, and what is recorded. The
-interception layer makes its hooks from this table, the recording and the replay read argument
-positions and names from it, and ``tests/capture/test_pins.py`` checks it against pyopencl's own
-signatures.
-
-The objects are read once, at import: ``ORIGINALS`` maps ``(owner, name)`` to pyopencl's own
-object. A pyopencl outside the supported range, or one missing an attribute of the table, fails
-the import with an ``ImportError`` naming the attribute and the supported versions, rather than
-recording wrongly later.
+at replay): where it lives, its kind, the position of its ``wait_for`` argument, the parameter
+names capture reads, what is recorded. The hooks are made from it, the recording and the replay
+read argument positions from it, and ``tests/capture/test_pins.py`` checks it against
+pyopencl's signatures. The objects are read once, at import (``ORIGINALS``); a pyopencl outside
+the supported range, or missing an attribute of the table, fails the import with an
+``ImportError`` naming it, rather than recording wrongly later.
 """
 
 from __future__ import annotations
@@ -23,16 +19,7 @@ import pyopencl as cl
 import pyopencl._cl as _cl
 import pyopencl.invoker as _invoker
 
-__all__ = [
-    "BOUND",
-    "ENTRY_POINTS",
-    "ORIGINALS",
-    "SUPPORTED",
-    "TRANSFERS",
-    "EntryPoint",
-    "Operand",
-    "original",
-]
+__all__ = ["BOUND", "ENTRY_POINTS", "ORIGINALS", "SUPPORTED", "EntryPoint", "Operand", "original"]
 
 #: The pyopencl versions whose entry points this table was checked against (the package's
 #: dependency pins the same range).
@@ -169,11 +156,6 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
     # called by the replay, never replaced
     EntryPoint("pyopencl.CommandQueue", "flush", "replay", "nothing"),
 )
-
-#: pyopencl's transfer primitives by name (``_enqueue_copy_buffer`` ...), markers included.
-TRANSFERS: dict[str, EntryPoint] = {
-    e.name: e for e in ENTRY_POINTS if e.kind in ("transfer", "order")
-}
 
 _OWNERS: dict[str, Any] = {
     "pyopencl": cl,

@@ -3,24 +3,18 @@
 The hooks are installed while at least one capture records and removed (the exact original
 objects put back) when the last one ends, so launches outside a capture pay nothing.
 
-Interrupt safety: the original objects are read once, at import, and the hooks are made once, so
-installing and removing are idempotent assignments of fixed objects. ``reconcile()`` makes
-pyopencl match the set of live recordings (patched if any is live, exactly original otherwise);
-every begin/end/reset calls it, so whatever a KeyboardInterrupt interrupted, the next call of
-any of them repairs it. Hooks never stack: a hook is only ever replaced by an original.
+Interrupt safety: the originals are read once, at import, and the hooks made once, so
+installing and removing are idempotent assignments of fixed objects; ``reconcile()`` (called by
+every begin/end/reset) makes pyopencl match the live recordings, repairing whatever a
+KeyboardInterrupt interrupted. Hooks never stack. A hook finds its thread's recording in a
+``threading.local`` (a dead thread's slot goes with it; thread ids are reused, slots are not).
 
-A hook finds the recording of its thread in a ``threading.local``: a thread that exits takes
-its slot with it, so a capture begun in a dead thread never records another thread (thread
-ids are reused by the OS, ``threading.local`` slots are not).
-
-Each hook calls pyopencl's function, then the recording's note for it. ``rec.busy`` counts
-hooks between "the function may have run" and "noted": if anything (a KeyboardInterrupt)
-escapes in between, it stays non-zero and ``end()`` refuses to freeze a recording that may have
-missed a command. An ``Exception`` from the function itself means the command was not issued,
-so it is not counted. The three hooks every launch goes through (``Kernel.__call__``, the
-pair-wise argument setters, the driver's enqueue) are written out with their notes inlined
-(each saves what a call of a note method would cost, for every launch recorded); the rest share
-``_make_hook``.
+Each hook calls pyopencl's function, then notes it. ``rec.busy`` counts hooks between "the
+function may have run" and "noted": if anything escapes in between, ``end()`` refuses the
+recording, which may have missed a command (an ``Exception`` from the function means the
+command was not issued). The three hooks every launch goes through (``Kernel.__call__``, the
+pair-wise argument setters, the driver's enqueue) are written out with their notes inlined,
+saving a call per launch recorded; the rest share ``_make_hook``.
 """
 
 from __future__ import annotations
@@ -170,30 +164,20 @@ def _call_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
     return hook
 
 
-def _handle_hook(prop: property, reached: str) -> property:
-    """An ``int_ptr`` property noting who reads it on a recording thread."""
-    fget = prop.fget
-    assert fget is not None
+def _native_hook(entry: EntryPoint, orig: Any) -> Any:
+    """An ``int_ptr`` property (kind ``handle``) or a ``from_int_ptr`` (``wrap``) noting who
+    reaches the raw handle on a recording thread."""
+    reached = f"{entry.owner.removeprefix('pyopencl.')}.{entry.name}"
+    fn = orig.fget if entry.kind == "handle" else orig
 
-    def get(obj: Any) -> Any:
+    def hook(*args: Any, **kwargs: Any) -> Any:
         rec = _tls.rec
         if rec is not None and rec.live:
             rec.note_native(reached, sys._getframe(1))
-        return fget(obj)
+        return fn(*args, **kwargs)
 
-    return property(_named(get, fget), doc=prop.__doc__)
-
-
-def _wrap_hook(orig: Callable[..., Any], reached: str) -> staticmethod[..., Any]:
-    """A ``from_int_ptr`` noting who calls it on a recording thread."""
-
-    def from_int_ptr(*args: Any, **kwargs: Any) -> Any:
-        rec = _tls.rec
-        if rec is not None and rec.live:
-            rec.note_native(reached, sys._getframe(1))
-        return orig(*args, **kwargs)
-
-    return staticmethod(_named(from_int_ptr, orig))
+    hook = _named(hook, fn)
+    return property(hook, doc=orig.__doc__) if entry.kind == "handle" else staticmethod(hook)
 
 
 _invoker_memo: dict[Any, Any] = {}
@@ -216,7 +200,8 @@ def _memo_invoker(*args: Any, **kwargs: Any) -> Any:
     return found
 
 
-# the generic hooks by kind, with the note each records with
+# the hooks by kind: the three of every launch, and the generic ones with the note of each
+_LAUNCH_HOOKS = {"call": _call_hook, "launch": _launch_hook, "setter_pairs": _pairs_hook}
 _NOTES: dict[str, Note] = {
     "setter_triples": Recording.note_pack, "setter": Recording.note_one,
     "transfer": Recording.note_transfer, "order": Recording.note_transfer,
@@ -228,22 +213,13 @@ _NOTES: dict[str, Note] = {
 def _hook_for(entry: EntryPoint, orig: Any) -> Any:
     """The stand-in for one table entry (None: never replaced)."""
     kind = entry.kind
-    what = f"{entry.owner.removeprefix('pyopencl.')}.{entry.name}"
     if kind in _NOTES:
         return _make_hook(entry, orig, _NOTES[kind])
-    if kind == "call":
-        return _named(_call_hook(orig), orig)
-    if kind == "launch":
-        return _named(_launch_hook(orig), orig)
-    if kind == "setter_pairs":
-        return _named(_pairs_hook(orig), orig)
-    if kind == "invoker":
-        return _memo_invoker
-    if kind == "handle":
-        return _handle_hook(orig, what)
-    if kind == "wrap":
-        return _wrap_hook(orig, what)
-    return None
+    if kind in _LAUNCH_HOOKS:
+        return _named(_LAUNCH_HOOKS[kind](orig), orig)
+    if kind in ("handle", "wrap"):
+        return _native_hook(entry, orig)
+    return _memo_invoker if kind == "invoker" else None
 
 
 def _hooks() -> dict[tuple[Any, str], Any]:

@@ -26,17 +26,14 @@ class BoundLaunch:
     """What the launches of one ``LaunchShape`` share: the replay kernel, the enqueue call and
     keywords, the buffers among its arguments."""
 
-    __slots__ = ("buffers", "call", "flags", "kernel", "name", "queue")
+    __slots__ = ("buffers", "call", "flags", "kernel", "name")
 
-    def __init__(
-        self, shape: LaunchShape, kernel: cl.Kernel, flags: dict[str, Any],
-        buffers: tuple[tuple[int, cl.MemoryObjectHolder], ...],
-    ) -> None:  # fmt: skip
-        self.queue = shape.queue
+    def __init__(self, shape: LaunchShape, kernel: cl.Kernel,
+                 buffers: tuple[tuple[int, cl.MemoryObjectHolder], ...]) -> None:  # fmt: skip
         self.kernel = kernel
         self.name: str = shape.kernel.function_name
         # {"allow_empty_ndrange": True} for a launch recorded with it, else empty
-        self.flags = flags
+        self.flags = _EMPTY_NDRANGE if shape.allow_empty else _NO_FLAGS
         self.buffers = buffers  # (argument index, buffer) of every memory object argument
         # enqueue_nd_range_kernel's leading arguments: queue, kernel, global, local, offset
         self.call: tuple[Any, ...] = (shape.queue, kernel, *launch_sizes(shape))
@@ -44,8 +41,6 @@ class BoundLaunch:
 
 # id(LaunchShape) -> what its launches replay with (the recording holds the shapes)
 Binds = Mapping[int, BoundLaunch]
-# one replay kernel per kernel and argument values
-_ArgsKey = tuple[int, tuple[Any, ...]]
 
 
 class Binder:
@@ -54,30 +49,18 @@ class Binder:
     def __init__(self, clones: dict[int, cl.Kernel | None]) -> None:
         self._clones = clones  # id(kernel) -> its clone from the first launch
         self.by_shape: dict[int, BoundLaunch] = {}
-        self._replicas: dict[_ArgsKey, cl.Kernel] = {}
+        # one replay kernel per kernel and argument values
+        self._replicas: dict[tuple[int, tuple[Any, ...]], cl.Kernel] = {}
         self._buffers: dict[int, tuple[tuple[int, cl.MemoryObjectHolder], ...]] = {}
-        self._num_args: dict[int, int] = {}
-        self._opaque: dict[str, None] = {}  # kernels launched with preset arguments
+        self.opaque: dict[str, None] = {}  # kernels launched with arguments set before begin()
 
-    def opaque(self) -> tuple[str, ...]:
-        """Names of the kernels some launch of which used arguments set before begin()."""
-        return tuple(self._opaque)
-
-    def bind(self, shape: LaunchShape) -> BoundLaunch:
-        found = self.by_shape.get(id(shape))
-        if found is None:
-            found = self.by_shape[id(shape)] = self._bind(shape)
-        return found
-
-    def _bind(self, shape: LaunchShape) -> BoundLaunch:
+    def bind(self, shape: LaunchShape) -> None:
+        """Make the ``BoundLaunch`` of a shape not bound yet."""
         kernel, snap = shape.kernel, shape.args
-        n = self._num_args.get(id(kernel))
-        if n is None:
-            n = self._num_args[id(kernel)] = kernel.num_args
-        known = len(snap) >= n
+        known = len(snap) >= kernel.num_args
         if not known:
-            self._opaque[kernel.function_name] = None
-        key = (id(kernel), tuple(_arg_key(a) for a in snap))
+            self.opaque[kernel.function_name] = None
+        key = (id(kernel), tuple((a.arg_index, id(a.setter), _value_key(a.payload)) for a in snap))
         replica = self._replicas.get(key)
         if replica is None:
             replica = self._replicas[key] = _replicate(
@@ -91,8 +74,7 @@ class Binder:
                 for value in _flat_values(arg.payload)
                 if isinstance(value, cl.MemoryObjectHolder)
             )
-        flags = _EMPTY_NDRANGE if shape.allow_empty else _NO_FLAGS
-        return BoundLaunch(shape, replica, flags, buffers)
+        self.by_shape[id(shape)] = BoundLaunch(shape, replica, buffers)
 
 
 def _flat_values(payload: tuple[Any, ...]) -> Iterator[Any]:
@@ -115,10 +97,6 @@ def _value_key(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(_value_key(v) for v in value)
     return ("id", id(value))  # held alive by the recording
-
-
-def _arg_key(arg: ArgSet) -> Any:
-    return (arg.arg_index, id(arg.setter), _value_key(arg.payload))
 
 
 def _replicate(

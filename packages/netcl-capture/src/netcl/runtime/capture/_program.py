@@ -24,7 +24,7 @@ from netcl.core import profiling
 from netcl.runtime.capture import _contract
 from netcl.runtime.capture._kernels import Binder, Binds
 from netcl.runtime.capture._ordering import Schedule, schedule
-from netcl.runtime.capture._rebind import BufferIndex, BufferUse
+from netcl.runtime.capture._rebind import BufferIndex
 from netcl.runtime.capture._recording import (
     Op,
     RawFinish,
@@ -64,7 +64,6 @@ class ReplayProgram:
         self.binds = binds
         # None: one in-order queue, where queue order is every dependency there is
         self.plan = plan
-        self.ordered = plan is None
         self.num_launches = launches
         self.num_commands = sum(type(op) is not RawFinish for op in ops)
         self.opaque_launches = opaque  # kernels launched with arguments set before begin()
@@ -86,15 +85,6 @@ class ReplayProgram:
         if self._index is None:
             self._index = BufferIndex(self.ops, self.binds)
         return self._index
-
-    @property
-    def buffers(self) -> dict[int, BufferUse]:
-        """Recorded buffers by ``int_ptr``."""
-        return self.index.uses
-
-    def validate(self, buffer_map: Mapping[int, Any]) -> dict[int, cl.MemoryObjectHolder]:
-        """Check a substitution map (see ``BufferIndex.validate``) before anything runs."""
-        return self.index.validate(buffer_map)
 
     def run(self, subst: Subst | None = None, keep: list[Any] | None = None) -> cl.Event | None:
         """Enqueue the recorded commands, with buffers substituted (a map ``validate``
@@ -214,7 +204,8 @@ def build(rec: Recording) -> ReplayProgram:
             if raw[0] is not shape:
                 shape = raw[0]
                 if id(shape) not in binds:
-                    queues[id(shape.queue)] = binder.bind(shape).queue
+                    binder.bind(shape)
+                    queues[id(shape.queue)] = shape.queue
         elif isinstance(raw, RawHostWait):
             host_waits.append((len(ops), raw.events))
         else:
@@ -226,4 +217,4 @@ def build(rec: Recording) -> ReplayProgram:
     )
     profiled = bool(distinct) and all(profiling.enabled(q) for q in distinct.values())
     plan = None if ordered else schedule(ops, host_waits)
-    return ReplayProgram(ops, binds, launches, plan, binder.opaque(), profiled)
+    return ReplayProgram(ops, binds, launches, plan, tuple(binder.opaque), profiled)

@@ -1,209 +1,217 @@
 """capture_step: a step function that runs normally, records its launches, then replays them.
 
-A :class:`CapturedStep` keeps one :class:`KernelCapture` per guard key (what the arguments look
-like: see ``_step_plan``), at most ``max_captures`` of them, least recently used dropped first.
-While a capture is the most recently used one, the step's ``__call__`` is a function generated
-for that capture's arguments (``_step_fast``): attribute checks, the buffer map, the replay.
-Any other call builds the guard key and looks it up.
+A :class:`CapturedStep` keeps one :class:`KernelCapture` per guard key, at most
+``max_captures``, least recently used dropped first. A call builds its guard key, looks it up,
+and replays that capture with the call's argument buffers substituted for the recorded ones.
+
+A guard key is a tuple with one part per argument: ``("Tensor", shape, dtype, queue)``,
+``("Array", shape, dtype, strides, offset, queue)`` or ``(type, value)``; then, when keyword
+arguments were given, ``("keywords", names)``, and, when two buffer arguments share a buffer,
+``("aliasing", pattern)``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import math
 import sys
 import threading
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import MethodType
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, NamedTuple, ParamSpec, TypeVar, overload
 
-from netcl.core.log import get_logger
-from netcl.runtime.capture import KernelCapture
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+from netcl.core.log import get_logger, warn_once
+from netcl.core.telemetry import Counts
+from netcl.core.tensor import Tensor
 from netcl.runtime.capture import _telemetry as tm
-from netcl.runtime.capture._step_fast import (
-    NESTING,
-    RECORDING,
-    compile_fast,
-    enter_recording,
-    leave_recording,
-)
-from netcl.runtime.capture._step_outputs import (
-    StepCheckError,
-    check_error,
-    compare,
-    copies,
-    finish,
-    outputs_of,
-)
-from netcl.runtime.capture._step_plan import (
-    Capture,
-    GuardKey,
-    change_reason,
-    check_options,
-    guard,
-    labels,
-    positional_names,
-    unhashable_error,
-)
-from netcl.runtime.capture._step_tally import (
-    CAPTURES,
-    EVICTIONS,
-    REPLAYS,
-    RUNS,
-    StepStats,
-    counts,
-    register,
-)
+from netcl.runtime.capture._capture import KernelCapture
+from netcl.runtime.capture._intercept import thread_records
 
 __all__ = ["CapturedStep", "StepCheckError", "StepStats", "capture_step"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+GuardKey = tuple[Any, ...]
 
 log = get_logger("netcl.runtime.capture")
 
+_Array = cla.Array
+_TENSOR, _ARRAY, _KEYWORDS, _ALIASING = "Tensor", "Array", "keywords", "aliasing"
+_FIELDS = {_TENSOR: ("shape", "dtype", "queue"),
+           _ARRAY: ("shape", "dtype", "strides", "offset", "queue")}  # fmt: skip
 _DROPPED = sys.maxsize  # warm-up count of a key whose capture was dropped: record at once
+_OUT_OF_ORDER = int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+
+# By step name; a counter never goes down, so a step's counts outlive the step.
+_RUNS, _CAPTURES, _REPLAYS, _EVICTIONS, _KEPT = (Counts(tm.STEP_NAME) for _ in range(5))
+for _name, _counts, _unit, _what in (
+    ("replays", _REPLAYS, "{replay}", "Replays made by captured steps"),
+    ("captures", _CAPTURES, "{capture}",
+     "Captures recorded by captured steps (one per new guard key, again after one was dropped)"),
+    ("runs", _RUNS, "{call}",
+     "Calls of captured steps that ran the function normally (warm-up, check mode, nested)"),
+    ("evictions", _EVICTIONS, "{capture}",
+     "Captures dropped to keep a captured step within max_captures"),
+):  # fmt: skip
+    tm.TEL.observable_counter(f"netcl.step.{_name}", _counts.points, _unit, _what)
+tm.TEL.observable_gauge("netcl.step.captures_kept", _KEPT.points, "{capture}",
+                        "Captures a captured step keeps now (at most its max_captures)")
+
+
+class StepStats(NamedTuple):
+    """Counts of one captured step's calls since it was made."""
+
+    runs: int  # calls that ran the function (warm-up, check mode, nested in a recording)
+    captures: int  # captures recorded
+    replays: int  # calls answered by a replay
+    evictions: int  # captures dropped to stay within max_captures
+
+
+class StepCheckError(RuntimeError):
+    """Check mode: the first replay of a capture differed from running the step normally.
+
+    ``output`` is the index of the first differing output (0 for a single output) and
+    ``max_abs_diff`` the largest absolute difference in it (``inf`` for a shape or NaN
+    mismatch, or a different number of outputs).
+    """
+
+    def __init__(self, message: str, *, output: int, max_abs_diff: float) -> None:
+        super().__init__(message)
+        self.output = output
+        self.max_abs_diff = max_abs_diff
+
+
+class _Call(NamedTuple):
+    """A call on its way past the guard: its key, arguments, and buffer arguments."""
+
+    key: GuardKey
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    flat: tuple[Any, ...]  # the positional arguments, then keyword values in key order
+    bufs: list[Any]  # the buffers of its Tensor and Array arguments, in order
+    ptrs: list[int]  # their int_ptr values
 
 
 class CapturedStep(Generic[P, R]):
-    """A step function whose kernel launches are recorded once per guard key and replayed.
-
-    Made by :func:`capture_step` (see it for the options). For each guard key (every Tensor
-    or pyopencl Array argument's shape, dtype and queue, an Array's strides and offset, and
-    the type and value of every other argument):
-
-    - the first ``warmup`` calls run the function normally (compiling, allocating);
-    - the next call records its launches while running normally;
-    - every later call replays them, with each Tensor/Array argument's buffer substituted for
-      the recorded one (validated as ``KernelCapture.replay_with_new_buffers`` does).
-
-    **Outputs are the capture's own buffers**: a replay returns the Tensors (or Arrays) the
-    recorded call returned, and the next call with the same key overwrites them. Copy what you
-    keep (or pass ``copy_outputs=True``). Passing an output back as an argument is recognised
-    (the replay works on a copy of it), never aliased. **Host-side effects** (a ``print``, a
-    Python counter, a value read on the host) happen only when the function really runs: not
-    on replays. For example::
-
-        calls = []
-
-        @capture_step
-        def step(x):
-            calls.append(1)  # runs on the warm-up and the recording call only
-            return x * 2
-
-        for _ in range(10):
-            step(x)
-        assert len(calls) == 2 and step.stats.replays == 8
-    """
+    """A step function whose kernel launches are recorded once per guard key and replayed
+    (made by :func:`capture_step`, which describes the options). Per key the first ``warmup``
+    calls run the function, the next one records its launches while running, later calls
+    replay them with each argument's buffer in place of the recorded one and return the
+    recorded call's outputs, which the next call with that key overwrites."""
 
     def __init__(
-        self,
-        fn: Callable[P, R],
-        *,
-        warmup: int = 1,
-        max_captures: int = 8,
-        copy_outputs: bool = False,
-        check: bool = False,
-        check_atol: float = 0.0,
+        self, fn: Callable[P, R], *, warmup: int = 1, max_captures: int = 8,
+        copy_outputs: bool = False, check: bool = False, check_atol: float = 0.0,
         name: str | None = None,
-    ) -> None:
-        check_options(fn, warmup, max_captures, check_atol, name)
-        functools.update_wrapper(self, fn)
+    ) -> None:  # fmt: skip
+        _check_options(fn, warmup, max_captures, check_atol, name)
         self._fn = fn
         self.name: str = name or getattr(fn, "__qualname__", None) or repr(fn)
-        self._warmup = warmup
-        self._max = max_captures
-        self._copy = bool(copy_outputs)
-        self._check = bool(check)
-        self._atol = float(check_atol)
-        self._params, self._varargs = positional_names(fn)
-        self._captures: OrderedDict[GuardKey, Capture] = OrderedDict()
+        self._warmup, self._max = warmup, max_captures
+        self._copy, self._check, self._atol = bool(copy_outputs), bool(check), float(check_atol)
+        self._captures: OrderedDict[GuardKey, _Capture] = OrderedDict()  # least recent first
         self._warm: OrderedDict[GuardKey, int] = OrderedDict()  # normal runs per uncaptured key
-        self._mru: Capture | None = None
+        self._mru: _Capture | None = None
         self._lock = threading.RLock()
-        self._counts = [0, 0, 0, 0]
+        self._runs = self._recorded = self._replays = self._evictions = 0
         self._last_reason: str | None = None
-        self._warned = False
-        register(self)
-
-    # -- the call ------------------------------------------------------------------------
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> CapturedStep[P, R]:
-        # A class of its own per step, so that its __call__ can be the generated call path of
-        # its most recently used capture (see _step_fast, set by _use): a __call__ calling
-        # that path would add a Python frame, ~0.2 µs, 3 % of replaying a 4-launch step.
-        own = type(cls.__name__, (cls,), {"__module__": cls.__module__,
-                                          "__qualname__": cls.__qualname__})
-        return super().__new__(own)
+        # the captures_kept gauge sums the live steps of a name: this one's leave with it
+        weakref.finalize(self, _forget, self.name, self._captures)
+        # functools.update_wrapper's names, but not its __dict__ update: an instance whose
+        # __dict__ was read loses CPython's fast attribute reads (~20 ns each, per call)
+        for attr in functools.WRAPPER_ASSIGNMENTS:
+            with contextlib.suppress(AttributeError):
+                setattr(self, attr, getattr(fn, attr))
+        self.__wrapped__ = fn
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        # while no capture is the most recently used one; see __new__
-        return self._call(args, kwargs)  # type: ignore[no-any-return]
-
-    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        names: tuple[str, ...] | None = None
         flat: tuple[Any, ...] = args
+        names = None
         if kwargs:
             names = tuple(sorted(kwargs))
-            flat = args + tuple(kwargs[k] for k in names)
-        key, bufs, ptrs = guard(flat, names)
+            flat += tuple(kwargs[k] for k in names)
+        # the guard key, and the buffers of the Tensor and Array arguments with their int_ptr
+        parts: list[Any] = []
+        bufs: list[Any] = []
+        ptrs: list[int] = []
+        for a in flat:
+            if isinstance(a, Tensor):
+                buf = a.buffer
+                parts.append((_TENSOR, a.shape, a.dtype, a.queue))
+            elif isinstance(a, _Array):
+                buf = a.base_data  # None for an empty array
+                parts.append((_ARRAY, a.shape, a.dtype, a.strides, a.offset, a.queue))
+            else:
+                parts.append((type(a), a))
+                continue
+            if buf is not None:
+                bufs.append(buf)
+                ptrs.append(buf.int_ptr)
+        if names is not None:
+            parts.append((_KEYWORDS, names))
+        if len(ptrs) > 1 and len(set(ptrs)) < len(ptrs):
+            parts.append((_ALIASING, tuple(ptrs.index(p) for p in ptrs)))
+        key = tuple(parts)
         try:
             entry = self._captures.get(key)
         except TypeError:
-            raise unhashable_error(self.name, key, self._labels(len(args), names)) from None
-        if entry is None or entry.pending_check or RECORDING[0]:
-            return self._slow(key, args, kwargs, flat, bufs, ptrs)
-        return finish(entry, flat, bufs, self._replay(entry, key, bufs, ptrs), self._copy)
-
-    def _use(self, entry: Capture | None) -> None:
-        """Make ``entry`` the most recently used capture (its call path the step's call)."""
-        self._mru = entry
-        fast = None if entry is None or entry.pending_check else entry.fast
-        type(self).__call__ = CapturedStep.__call__ if fast is None else fast  # type: ignore[method-assign]
-
-    def _replay(self, entry: Capture, key: GuardKey, bufs: list[Any], ptrs: list[int]) -> Any:
-        if self._mru is not entry:
-            # KeyError: dropped by another thread meanwhile; replay it this once
-            with contextlib.suppress(KeyError):
-                self._captures.move_to_end(key)
+            raise _unhashable(self.name, key, _labels(self._fn, len(args), names)) from None
+        if entry is None or entry.pending_check or thread_records():
+            return self._slow(_Call(key, args, kwargs, flat, bufs, ptrs))  # type: ignore[no-any-return]
+        if entry is not self._mru:
             self._use(entry)
-        subst = entry.substitution(bufs, ptrs)
-        cap = entry.capture
-        if subst is None:
-            event = cap.replay()
-        else:
-            try:
-                event = cap.replay_with_new_buffers(subst)
-            except ValueError:  # refused before anything was enqueued
-                small = entry.small_substitution(bufs, ptrs)
-                if small is None:
-                    raise
-                event = cap.replay_with_new_buffers(small)
+        event = entry.replay(bufs, ptrs)
+        self._replays += 1
+        _REPLAYS.add(1, self.name)
+        result = entry.result if entry.plain else entry.outputs(flat, bufs, event)
+        return _copies(result, event) if self._copy else result  # type: ignore[no-any-return]
+
+    def _slow(self, call: _Call) -> Any:
+        if thread_records():
+            # inside a recording (the caller's KernelCapture, or another step's): plain code,
+            # whose launches that recording records (a replay would not be recorded)
+            return self._run(call)
+        with self._lock:
+            entry = self._captures.get(call.key)
+            if entry is not None and entry.pending_check:
+                return self._checked_replay(entry, call)
+            if entry is not None:  # recorded by another thread meanwhile
+                event = self._replay(entry, call)
+                result = entry.outputs(call.flat, call.bufs, event)
+                return _copies(result, event) if self._copy else result
+            seen = self._warm.get(call.key, 0)
+            if seen < self._warmup:
+                result = self._run(call)
+                self._remember(call.key, seen + 1)
+                return result
+            return self._record(call, seen == _DROPPED)
+
+    def _use(self, entry: _Capture) -> None:
+        with contextlib.suppress(KeyError):  # dropped by another thread: replayed this once
+            self._captures.move_to_end(entry.key)
+        self._mru = entry
+
+    def _replay(self, entry: _Capture, call: _Call) -> cl.Event | None:
+        """``__call__``'s replay, for the calls that take the long way round."""
+        self._use(entry)
+        event = entry.replay(call.bufs, call.ptrs)
+        self._replays += 1
+        _REPLAYS.add(1, self.name)
         return event
 
-    def _slow(self, key: GuardKey, args: tuple[Any, ...], kwargs: dict[str, Any],
-              flat: tuple[Any, ...], bufs: list[Any], ptrs: list[int]) -> Any:
-        if getattr(NESTING, "depth", 0):  # inside another step's recording: plain code (and
-            return self._run(args, kwargs)  # no lock: two threads nesting steps crosswise)
-        with self._lock:
-            entry = self._captures.get(key)
-            if entry is not None and entry.pending_check:
-                return self._checked_replay(entry, key, args, kwargs, flat, bufs, ptrs)
-            if entry is not None:  # a step recording in another thread sent us here
-                event = self._replay(entry, key, bufs, ptrs)
-                return finish(entry, flat, bufs, event, self._copy)
-            seen = self._warm.get(key, 0)
-            if seen < self._warmup:
-                result = self._run(args, kwargs)
-                self._remember(key, seen + 1)
-                return result
-            return self._record(key, args, kwargs, flat, bufs, ptrs, dropped=seen == _DROPPED)
-
-    def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        result = self._fn(*args, **kwargs)
-        outputs_of(result, self.name)  # fail on the first call, not at the recording
-        self._counts[RUNS] += 1
+    def _run(self, call: _Call) -> Any:
+        result = self._fn(*call.args, **call.kwargs)
+        _outputs_of(result, self.name)  # fail on the first call, not at the recording
+        self._runs += 1
+        _RUNS.add(1, self.name)
         return result
 
     def _remember(self, key: GuardKey, seen: int) -> None:
@@ -212,126 +220,86 @@ class CapturedStep(Generic[P, R]):
         while len(self._warm) > max(16, 2 * self._max):
             self._warm.popitem(last=False)
 
-    # -- recording -----------------------------------------------------------------------
-
-    def _record(self, key: GuardKey, args: tuple[Any, ...], kwargs: dict[str, Any],
-                flat: tuple[Any, ...], bufs: list[Any], ptrs: list[int], dropped: bool) -> Any:
-        labels = self._labels(len(args), tuple(sorted(kwargs)) if kwargs else None)
-        reason = change_reason(next(reversed(self._captures), None), key, labels)
+    def _record(self, call: _Call, dropped: bool) -> Any:
+        key, kwargs = call.key, call.kwargs
+        labels = _labels(self._fn, len(call.args), tuple(sorted(kwargs)) if kwargs else None)
+        reason = _change_reason(next(reversed(self._captures), None), key, labels)
         if dropped and not reason.startswith("recorded again"):
             reason += f" (recorded before, dropped to keep {self._max} captures)"
         attributes = {tm.STEP_NAME: self.name, tm.STEP_REASON: reason}
         with tm.TEL.span(tm.STEP_CAPTURE_SPAN, attributes) as span:
             cap = KernelCapture()
             try:
-                cap.begin()
-            except RuntimeError as exc:
-                if "already recording" not in str(exc):
-                    raise
-                # this thread records into a KernelCapture of the caller's: run as plain code,
-                # that capture records the launches
-                span.set("netcl.step.nested", True)
-                return self._run(args, kwargs)
-            enter_recording()
-            try:
-                result = self._fn(*args, **kwargs)
+                with cap:  # discarded if the function raises
+                    result = self._fn(*call.args, **kwargs)
+                entry = _Capture(cap, call, reason, result, _outputs_of(result, self.name))
             except BaseException:
                 cap.reset()
                 raise
-            finally:
-                leave_recording()
-            try:
-                cap.end()
-                entry = Capture(cap, key, labels, flat, bufs, ptrs, result,
-                                outputs_of(result, self.name))
-            except BaseException:
-                cap.reset()
-                raise
-            entry.reason = reason
             entry.pending_check = self._check
-            copy = self._copy
-            entry.fast = compile_fast(
-                entry, flat, bufs,
-                None if entry.plain and not copy else functools.partial(finish, copy=copy),
-            )
-            evicted = self._insert(key, entry)
-            self._counts[CAPTURES] += 1
+            self._captures[key] = self._mru = entry
+            self._warm.pop(key, None)
+            self._recorded += 1
             self._last_reason = reason
-            span.set_many({"netcl.capture.launches": entry.launches,
-                           "netcl.step.captures_kept": len(self._captures),
-                           "netcl.step.evicted": evicted})
-        return copies(result, None) if self._copy else result
-
-    def _insert(self, key: GuardKey, entry: Capture) -> int:
-        self._captures[key] = entry
-        self._captures.move_to_end(key)
-        self._use(entry)
-        self._warm.pop(key, None)
-        evicted = 0
-        while len(self._captures) > self._max:
-            old_key, old = self._captures.popitem(last=False)
-            self._release(old)
-            self._remember(old_key, _DROPPED)
-            evicted += 1
-            self._counts[EVICTIONS] += 1
-            if not self._warned:
-                self._warned = True
-                log.warning(
-                    "captured_step_evicted", step=self.name, max_captures=self._max,
-                    reason=entry.reason,
+            _CAPTURES.add(1, self.name)
+            _KEPT.add(1, self.name)
+            evicted = 0
+            while len(self._captures) > self._max:
+                self._drop(next(iter(self._captures)))
+                evicted += 1
+            if evicted:
+                self._evictions += evicted
+                _EVICTIONS.add(evicted, self.name)
+                warn_once(
+                    log, ("captured_step_evicted", weakref.ref(self)), "captured_step_evicted",
+                    step=self.name, max_captures=self._max, reason=reason,
                     detail="more distinct guard keys than max_captures; a non-Tensor argument "
                     "that changes on every call (a step counter) makes every call a new key",
-                )
-        return evicted
+                )  # fmt: skip
+            span.set_many({tm.LAUNCHES: entry.launches, "netcl.step.evicted": evicted,
+                           "netcl.step.captures_kept": len(self._captures)})  # fmt: skip
+        return _copies(result, None) if self._copy else result
 
-    # -- check mode ----------------------------------------------------------------------
-
-    def _checked_replay(self, entry: Capture, key: GuardKey, args: tuple[Any, ...],
-                        kwargs: dict[str, Any], flat: tuple[Any, ...], bufs: list[Any],
-                        ptrs: list[int]) -> Any:
+    def _checked_replay(self, entry: _Capture, call: _Call) -> Any:
         with tm.TEL.span(tm.STEP_CHECK_SPAN, {tm.STEP_NAME: self.name}) as span:
-            event = self._replay(entry, key, bufs, ptrs)
-            replayed = entry.outputs(flat, bufs, event)
+            event = self._replay(entry, call)
+            replayed = entry.outputs(call.flat, call.bufs, event)
             if event is not None:
                 event.wait()
-            normal = self._run(args, kwargs)
-            found = compare(outputs_of(replayed, self.name), outputs_of(normal, self.name),
-                            self._atol)
+            normal = self._run(call)
+            found = _compare(_outputs_of(replayed, self.name), _outputs_of(normal, self.name),
+                             self._atol)  # fmt: skip
             if found is not None:
                 index, diff = found
                 span.set_many({"netcl.step.output": index, "netcl.step.max_abs_diff": diff})
-                self._drop(key, entry)
-                raise check_error(self.name, entry.reason, replayed, index, diff, self._atol)
+                self._drop(entry.key)
+                what = f"output {index}" if isinstance(replayed, (tuple, list)) else "the output"
+                raise StepCheckError(
+                    f"captured step {self.name}: check failed on the first replay of a capture "
+                    f"({entry.reason}): {what} differs from running the step normally (max abs "
+                    f"diff {diff:.6g}, tolerance {self._atol:g}). The step depends on something "
+                    "its guards do not see (a global or closure value that changed, a host-side "
+                    "decision): pass it as an argument. The capture was dropped; the next call "
+                    "with these arguments records again.", output=index, max_abs_diff=diff)
             entry.pending_check = False
-            self._use(entry)
-        return copies(replayed, event) if self._copy else replayed
+        return _copies(replayed, event) if self._copy else replayed
 
-    def _labels(self, npos: int, names: tuple[str, ...] | None) -> tuple[str, ...]:
-        return labels(self._params, self._varargs, npos, names)
-
-    def _release(self, entry: Capture) -> None:
-        # replays are counted by each KernelCapture (nothing to add per call): keep its count
-        self._counts[REPLAYS] += entry.capture.replay_count
-        entry.release()
-
-    def _drop(self, key: GuardKey, entry: Capture) -> None:
-        if self._captures.get(key) is entry:
-            del self._captures[key]
-        self._release(entry)
+    def _drop(self, key: GuardKey) -> None:
+        """Drop a capture; its key records at its next call."""
+        entry = self._captures.pop(key)
+        entry.capture.reset()  # its OpenCL references go now, whoever still holds the entry
+        entry.scratch.clear()
+        _KEPT.add(-1, self.name)
         if self._mru is entry:
-            self._use(None)
+            self._mru = None
         self._remember(key, _DROPPED)
-
-    # -- the public rest -----------------------------------------------------------------
 
     def reset(self) -> None:
         """Drop every capture (releasing the buffers each holds) and the warm-up counts."""
         with self._lock:
-            for entry in self._captures.values():
-                self._release(entry)
-            self._captures.clear()
+            for key in list(self._captures):
+                self._drop(key)
             self._warm.clear()
-            self._use(None)
 
     @property
     def num_captures(self) -> int:
@@ -351,7 +319,7 @@ class CapturedStep(Generic[P, R]):
     @property
     def stats(self) -> StepStats:
         """Counts of calls by what they did (normal runs, captures, replays, evictions)."""
-        return StepStats(*counts(self._counts, self._captures))
+        return StepStats(self._runs, self._recorded, self._replays, self._evictions)
 
     @property
     def last_reason(self) -> str | None:
@@ -364,57 +332,274 @@ class CapturedStep(Generic[P, R]):
 
     def __repr__(self) -> str:
         return (f"CapturedStep({self.name}, captures={len(self._captures)}/{self._max}, "
-                f"replays={self.stats.replays})")
+                f"replays={self._replays})")
 
 
-@overload
-def capture_step(fn: Callable[P, R], /) -> CapturedStep[P, R]: ...
+def _forget(name: str, captures: OrderedDict[GuardKey, _Capture]) -> None:
+    _KEPT.add(-len(captures), name)
+
+
+class _Capture:
+    """One recorded call of a step: its KernelCapture and, worked out once, which argument
+    buffers to substitute, which an argument must not be, how a replay builds the result."""
+
+    __slots__ = ("arrays", "capture", "fixed", "hazard", "key", "launches", "pending_check",
+                 "plain", "plan", "queues", "reason", "result", "scratch", "sizes", "slots")
+
+    def __init__(self, capture: KernelCapture, call: _Call, reason: str, result: Any,
+                 outputs: tuple[Any, ...]) -> None:  # fmt: skip
+        program = capture._program  # its buffer index: the buffers the recorded commands use
+        assert program is not None  # end() made it
+        used, flat, ptrs = program.index.uses, call.flat, call.ptrs
+        self.capture, self.key, self.reason, self.result = capture, call.key, reason, result
+        self.launches = capture.num_launches
+        self.pending_check = False  # check mode: the first replay also runs the step
+        # (position among the buffer arguments, recorded int_ptr) of the first argument of
+        # each buffer the commands use; of every one if some launch had its arguments set
+        # beforehand (their buffers are not indexed)
+        self.slots = tuple((j, p) for j, p in enumerate(ptrs) if p not in ptrs[:j]
+                           and (program.opaque_launches or p in used))  # fmt: skip
+        self.sizes = [int(b.size) for b in call.bufs]
+        # a buffer of the capture that is no argument of the recorded call (an output, an
+        # intermediate): passed as an argument, the replay would overwrite it while reading it
+        self.hazard = frozenset(used).difference(ptrs)
+        # where a staging copy of each buffer argument goes: its own queue (an Array may have
+        # none: the first command's)
+        first = program.ops[0].queue if program.ops else None
+        self.queues: list[Any] = [a.queue or first for a in flat if isinstance(a, Tensor) or (
+            isinstance(a, _Array) and a.base_data is not None)]  # fmt: skip
+        self.scratch: dict[int, cl.Buffer] = {}
+        # per output: ("fixed", the recorded object), ("arg", its index among the call's
+        # arguments) or ("view", (buffer position, recorded view of an argument's buffer))
+        self.plan: list[tuple[str, Any]] = []
+        for out in outputs:
+            ptr = (out.buffer if isinstance(out, Tensor) else out.base_data).int_ptr
+            if ptr not in ptrs:
+                self.plan.append(("fixed", out))
+            elif any(out is a for a in flat):
+                self.plan.append(("arg", next(i for i, a in enumerate(flat) if out is a)))
+            else:
+                self.plan.append(("view", (ptrs.index(ptr), out)))
+        # pyopencl arrays among the outputs: each replay gives them its event
+        self.arrays = [o for kind, o in self.plan if kind == "fixed" and isinstance(o, _Array)]
+        # a replay returns the recorded result itself (no output is an argument, and it is no
+        # list the caller could have changed); plain: nor does it tell Arrays of its event
+        self.fixed = type(result) is not list and all(kind == "fixed" for kind, _ in self.plan)
+        self.plain = self.fixed and not self.arrays
+
+    def replay(self, bufs: list[Any], ptrs: list[int]) -> cl.Event | None:
+        """Replay with these argument buffers in place of the recorded ones."""
+        subst: dict[int, Any] | None = None
+        for j, recorded in self.slots:
+            ptr = ptrs[j]
+            if ptr != recorded:
+                if subst is None:
+                    subst = {}
+                subst[recorded] = self.stage(j, bufs[j]) if ptr in self.hazard else bufs[j]
+        if subst is None:
+            return self.capture.replay()
+        try:
+            return self.capture.replay_with_new_buffers(subst)
+        except ValueError:  # refused before anything was enqueued: an argument too small?
+            small = [(j, r) for j, r in self.slots if int(bufs[j].size) < self.sizes[j]]
+            if not small:
+                raise
+            for j, recorded in small:  # a replay needs the recorded size
+                subst[recorded] = self.stage(j, bufs[j], self.sizes[j])
+            return self.capture.replay_with_new_buffers(subst)
+
+    def stage(self, j: int, buf: Any, size: int = 0) -> cl.Buffer:
+        """A buffer of the capture's own holding a copy of argument buffer ``j``."""
+        need = max(int(buf.size), size)
+        scratch = self.scratch.get(j)
+        if scratch is None or int(scratch.size) < need:
+            scratch = self.scratch[j] = cl.Buffer(buf.context, cl.mem_flags.READ_WRITE, need)
+        queue = self.queues[j]
+        event = cl.enqueue_copy(queue, scratch, buf, byte_count=int(buf.size))
+        if int(queue.properties) & _OUT_OF_ORDER:
+            event.wait()  # the replay's first command does not wait for this copy otherwise
+        return scratch
+
+    def outputs(self, flat: tuple[Any, ...], bufs: list[Any], event: cl.Event | None) -> Any:
+        """The result of a replay: the recorded outputs (Arrays told about the replay's event),
+        those that were arguments of the recorded call taken from this call."""
+        if event is not None:
+            for array in self.arrays:
+                array.events.clear()
+                array.events.append(event)
+        if self.fixed:
+            return self.result
+        items = [o if kind == "fixed" else flat[o] if kind == "arg" else _view(o[1], bufs[o[0]])
+                 for kind, o in self.plan]  # fmt: skip
+        if isinstance(self.result, (tuple, list)):
+            return type(self.result)(items)
+        return items[0] if items else None
+
+
+def _view(view: Any, buf: cl.MemoryObjectHolder) -> Any:
+    """``view`` (a Tensor or Array) on ``buf`` instead of its own buffer."""
+    if isinstance(view, Tensor):
+        return Tensor(buf, view.shape, view.dtype, view.queue)
+    return _Array(view.queue, view.shape, view.dtype, strides=view.strides, data=buf,
+                  offset=view.offset)  # fmt: skip
+
+
+def _outputs_of(result: Any, step: str) -> tuple[Any, ...]:
+    """The Tensors and Arrays a step returned, in order; ``TypeError`` for anything else."""
+    if result is None:
+        return ()
+    items = result if isinstance(result, (tuple, list)) else (result,)
+    for i, item in enumerate(items):
+        if not isinstance(item, (Tensor, _Array)):
+            where = "" if items is not result else f" (item {i} of the {type(result).__name__})"
+            raise TypeError(
+                f"captured step {step}: returned {type(item).__name__}{where}; a captured step "
+                "must return None, a Tensor, a pyopencl Array, or a tuple or list of them (a "
+                "host value computed inside the step would not be recomputed by a replay)")
+    return tuple(items)
+
+
+def _copies(result: Any, event: cl.Event | None) -> Any:
+    """Copies of a result's Tensors and Arrays (in the same tuple, list or alone)."""
+    if isinstance(result, (tuple, list)):
+        return type(result)(_copies(item, event) for item in result)
+    if result is None or isinstance(result, _Array):  # an Array's copy waits for its events
+        return None if result is None else result.copy()
+    new = Tensor.empty(result.shape, result.dtype, result.queue)
+    if result.nbytes:
+        cl.enqueue_copy(result.queue, new.buffer, result.buffer, byte_count=result.nbytes,
+                        wait_for=None if event is None else [event])  # fmt: skip
+    return new
+
+
+def _compare(mine: Sequence[Any], theirs: Sequence[Any], atol: float) -> tuple[int, float] | None:
+    """The first output (index, max abs diff) where a replay's outputs differ from a normal
+    run's by more than ``atol`` (NaN in both places counts as equal, in one as infinite)."""
+    if len(mine) != len(theirs):
+        return min(len(mine), len(theirs)), math.inf
+    for i, pair in enumerate(zip(mine, theirs, strict=True)):
+        x, y = (np.asarray(o.get() if isinstance(o, _Array) else o.to_numpy()) for o in pair)
+        if x.shape != y.shape:
+            return i, math.inf
+        if not x.size:
+            continue
+        wide = np.complex128 if np.iscomplexobj(x) or np.iscomplexobj(y) else np.float64
+        x, y = x.astype(wide), y.astype(wide)
+        diff = np.abs(x - y)
+        diff[np.isnan(x) & np.isnan(y)] = 0.0
+        diff[np.isnan(diff)] = np.inf
+        if not diff.max() <= atol:
+            return i, float(diff.max())
+    return None
+
+
+def _labels(fn: Callable[..., Any], npos: int, names: tuple[str, ...] | None) -> list[str]:
+    """What messages call each argument of a call: parameter names, ``args[i]`` beyond them."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature
+        params = []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    found = [p.name for p in params if p.kind in kinds][:npos]
+    rest = next((p.name for p in params if p.kind is inspect.Parameter.VAR_POSITIONAL), "args")
+    return found + [f"{rest}[{i}]" for i in range(npos - len(found))] + list(names or ())
+
+
+def _unhashable(step: str, key: GuardKey, labels: Sequence[str]) -> TypeError:
+    """The error for a call whose key cannot be hashed, naming the first such argument."""
+    i = 0
+    for i, part in enumerate(key):  # noqa: B007 - the first that fails is named
+        try:
+            hash(part)
+        except TypeError:
+            break
+    return TypeError(
+        f"captured step {step}: argument {labels[i] if i < len(labels) else '?'} is an "
+        f"unhashable {type(key[i][1]).__name__}; a captured step keys its captures on the "
+        "values of its non-Tensor arguments, so they must be hashable: pass a tuple instead of "
+        "a list, a Tensor instead of a numpy array, or read the value from outside the step")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _kind(part: tuple[Any, ...]) -> str:
+    if part[0] in _FIELDS:
+        return "a Tensor" if part[0] == _TENSOR else "a pyopencl Array"
+    return f"a {part[0].__name__}"
+
+
+def _change_reason(old: GuardKey | None, new: GuardKey, labels: Sequence[str]) -> str:
+    """Why ``new`` needs a capture of its own, compared with ``old`` (the key used last):
+    the first difference, e.g. ``shape of x changed (4,) -> (8,)``."""
+    if old is None:
+        return "first capture"
+    if old == new:
+        return "recorded again (its capture had been dropped)"
+    extra_old, extra_new = ({p[0]: p[1] for p in k if p[0] in (_KEYWORDS, _ALIASING)}
+                            for k in (old, new))  # fmt: skip
+    if extra_old.get(_KEYWORDS) != extra_new.get(_KEYWORDS):
+        return (f"keyword arguments changed {extra_old.get(_KEYWORDS, ())} -> "
+                f"{extra_new.get(_KEYWORDS, ())}")
+    n_old, n_new = len(old) - len(extra_old), len(new) - len(extra_new)
+    if n_old != n_new:
+        return f"number of arguments changed {n_old} -> {n_new}"
+    for a, b, label in zip(old, new[:n_new], labels, strict=False):
+        if a == b:
+            continue
+        if a[0] != b[0] or len(a) != len(b):
+            return f"{label} changed from {_kind(a)} to {_kind(b)}"
+        if a[0] not in _FIELDS:
+            return f"value of {label} changed {_short(a[1])} -> {_short(b[1])}"
+        name, x, y = next(f for f in zip(_FIELDS[a[0]], a[1:], b[1:], strict=True) if f[1] != f[2])
+        if name == "queue":
+            same = x is not None and y is not None and x.context == y.context
+            return f"{'queue' if same else 'context'} of {label} changed"
+        return f"{name} of {label} changed {_short(x)} -> {_short(y)}"
+    return "aliasing between Tensor arguments changed"
+
+
+def _check_options(fn: Any, warmup: Any, max_captures: Any, check_atol: Any, name: Any) -> None:
+    """Raise naming the option when an option of capture_step is not valid."""
+    if not callable(fn):
+        raise TypeError(f"capture_step: expected a callable step function, got "
+                        f"{type(fn).__name__} {fn!r}")  # fmt: skip
+    for option, value, least in (("warmup", warmup, 0), ("max_captures", max_captures, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"capture_step: {option} must be an int >= {least}, got {value!r}")
+    if isinstance(check_atol, bool) or not isinstance(check_atol, (int, float)) \
+            or not 0 <= check_atol < math.inf:
+        raise ValueError(f"capture_step: check_atol must be a finite number >= 0, got "
+                         f"{check_atol!r}")  # fmt: skip
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ValueError(f"capture_step: name must be a non-empty str or None, got {name!r}")
 
 
 @overload
 def capture_step(
-    *,
-    warmup: int = 1,
-    max_captures: int = 8,
-    copy_outputs: bool = False,
-    check: bool = False,
-    check_atol: float = 0.0,
-    name: str | None = None,
+    fn: Callable[P, R], /, *, warmup: int = 1, max_captures: int = 8, copy_outputs: bool = False,
+    check: bool = False, check_atol: float = 0.0, name: str | None = None,
+) -> CapturedStep[P, R]: ...
+@overload
+def capture_step(
+    *, warmup: int = 1, max_captures: int = 8, copy_outputs: bool = False, check: bool = False,
+    check_atol: float = 0.0, name: str | None = None,
 ) -> Callable[[Callable[P, R]], CapturedStep[P, R]]: ...
-
-
 def capture_step(
-    fn: Callable[P, R] | None = None,
-    /,
-    *,
-    warmup: int = 1,
-    max_captures: int = 8,
-    copy_outputs: bool = False,
-    check: bool = False,
-    check_atol: float = 0.0,
-    name: str | None = None,
+    fn: Callable[P, R] | None = None, /, **options: Any
 ) -> CapturedStep[P, R] | Callable[[Callable[P, R]], CapturedStep[P, R]]:
     """Decorate a step function so that it is captured and replayed (``@capture_step`` or
     ``@capture_step(max_captures=4, ...)``); returns a :class:`CapturedStep`.
 
-    - ``warmup``: normal calls per guard key before the recording one (default 1: the first
-      call compiles and allocates, the second records, later calls replay; 0 records the
-      first call).
-    - ``max_captures``: captures kept (default 8); the least recently used is dropped, with
-      the buffers it holds, when a new key would exceed it.
-    - ``copy_outputs``: return copies of the outputs instead of the capture's own buffers
-      (one device copy and one allocation per output and call).
-    - ``check``: on the first replay of each capture, also run the function normally and
-      compare the outputs; :class:`StepCheckError` names the first output that differs by
-      more than ``check_atol`` (default 0: identical). The check runs the step twice, so use
-      it on steps that do not update their inputs in place.
-    - ``name``: the step's name in telemetry and messages (default: the function's
-      qualified name).
+    Options: ``warmup`` normal calls per guard key before the recording one (default 1);
+    ``max_captures`` kept, the least recently used dropped beyond it (default 8);
+    ``copy_outputs`` returns copies instead of the capture's own buffers; ``check`` runs the
+    function beside the first replay of each capture and raises :class:`StepCheckError` when an
+    output differs by more than ``check_atol`` (default 0); ``name`` in telemetry and messages
+    (default: the function's qualified name).
     """
-    options = {"warmup": warmup, "max_captures": max_captures, "copy_outputs": copy_outputs,
-               "check": check, "check_atol": check_atol, "name": name}
-
-    def decorate(f: Callable[P, R]) -> CapturedStep[P, R]:
-        return CapturedStep(f, **options)  # type: ignore[arg-type]
-
-    return decorate if fn is None else decorate(fn)
+    if fn is None:
+        return lambda f: CapturedStep(f, **options)
+    return CapturedStep(fn, **options)
