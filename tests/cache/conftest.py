@@ -176,7 +176,6 @@ def own_server(redis_exe: str, tmp_path: Path) -> Iterator[RedisServer]:
 def fresh_remote(monkeypatch: pytest.MonkeyPatch) -> None:
     """As in a new process: no remote tier or warning remembered, no remote in the environment."""
     monkeypatch.setattr(_remote, "_TIERS", {})
-    monkeypatch.setattr(_remote, "_UNUSABLE", {})
     monkeypatch.setattr(log, "_warned", set())  # warn_once's memory
     for name in ("NETCL_CACHE_REMOTE", "NETCL_CACHE_REMOTE_KEY", "NETCL_CACHE_REMOTE_UNSIGNED"):
         monkeypatch.delenv(name, raising=False)

@@ -127,3 +127,23 @@ def test_entry_header_is_plain_data(
 
     meta = json.loads(data[HEADER.size : HEADER.size + meta_len])
     assert meta["device"] == device.name and meta["options"] == ""
+
+
+def test_an_entry_written_for_another_device_identity_is_refused(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    check_add: Callable[..., None], caplog: pytest.LogCaptureFixture,
+    log_events: Callable[[str], list[logging.LogRecord]],
+) -> None:
+    """Right key and checksum, another driver's binary: never handed to this driver (the disk
+    tier reads the one entry format as the remote tier does, identity check included)."""
+    src = add_src(6.0, "other-identity")
+    ProgramCache(cache_dir).get_program(ctx, src, device)
+    (entry,) = ProgramCache(cache_dir).entries()
+    meta, binary = decode(entry.path.read_bytes(), entry.key)
+    entry.path.write_bytes(encode(entry.key, bytes(binary), {**meta, "identity": "x|y|z"}))
+    c = ProgramCache(cache_dir)
+    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
+        check_add(c.get_program(ctx, src, device), 6.0)
+    assert c.stats.recoveries == 1 and c.stats.compiles == 1 and c.stats.disk_hits == 0
+    (event,) = log_events("cache_entry_corrupt")
+    assert event.reason == "identity: written for 'x|y|z'"  # type: ignore[attr-defined]

@@ -152,3 +152,27 @@ def test_memory_hit_without_sdk_is_cheap(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert float(out.stdout) < 8  # ~3 on PoCL; a span or a sha256 per hit would be > 20
+
+
+def test_memory_hits_of_a_cache_that_is_gone_still_count(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    metric_points: Callable[[str], list[Any]],
+) -> None:
+    """An in-process hit bumps only its cache's counter; the lookups metric gets it when a reader
+    collects, and when the cache is collected before any reader did."""
+    import gc
+
+    from netcl.runtime.cache import _telemetry
+
+    src = add_src(0.0, "gone-hits")
+    watched = len(_telemetry._reporters)
+    c = ProgramCache(cache_dir)
+    c.get_program(ctx, src, device)
+    before = _lookups(metric_points).get("memory", 0)
+    for _ in range(3):
+        c.get_program(ctx, src, device)
+    assert len(_telemetry._reporters) == watched + 1
+    del c
+    gc.collect()
+    assert len(_telemetry._reporters) == watched  # reported a last time, then forgotten
+    assert _lookups(metric_points)["memory"] - before == 3

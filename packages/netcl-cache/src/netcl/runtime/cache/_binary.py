@@ -1,11 +1,8 @@
-"""Checks of a driver's program binary before it is handed back to the driver.
-
-A cached binary is authentic (signed, or in a private folder) and intact (checksum), yet it may
-still have been cut before it was stored or signed: PoCL reads the lengths inside its own binary
-without bounds and crashes the process on a truncated one. So the structure of the formats we
-know is walked first: every length they declare must land inside the binary, and the last
-record must end exactly at its end. PoCL binaries (``poclbin``) and ELF files (Intel, AMD) are
-checked; other formats (NVIDIA's PTX text) have no lengths to check and pass.
+"""Checks of a cached binary before it goes back to the driver. Authentic and intact, it may
+still have been cut before it was stored or signed, and PoCL reads the lengths inside its own
+binary without bounds (a cut one crashes the process). So every length a known format declares
+must land inside the binary, the last record ending at its end: PoCL binaries (``poclbin``) and
+ELF files (Intel, AMD); other formats (NVIDIA's PTX text) have no lengths and pass.
 """
 
 from __future__ import annotations

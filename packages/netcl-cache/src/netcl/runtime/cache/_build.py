@@ -42,14 +42,10 @@ class ProgramBuildError(RuntimeError):
 ProgramBuildError.__module__ = "netcl.runtime.cache"
 
 
-def _build(prg: Any, options: bytes, dev: cl.Device) -> None:
+def _build(prg: Any, options: str, dev: cl.Device) -> None:
     # The raw clBuildProgram: pyopencl's `build` wrapper also fetches every device's build log
     # after a success (to warn about compiler output), ~0.1 ms a disk hit does not need.
-    raw = getattr(prg, "_build", None)
-    if raw is not None:
-        raw(options=options, devices=[dev])
-    else:
-        prg.build(options, [dev])
+    prg._build(options=options.encode("utf-8", "surrogateescape"), devices=[dev])
 
 
 def from_binary(ctx: cl.Context, dev: cl.Device, opts: str, binary: Any) -> cl.Program:
@@ -58,20 +54,14 @@ def from_binary(ctx: cl.Context, dev: cl.Device, opts: str, binary: Any) -> cl.P
     it."""
     check_binary(binary)
     prg = cl._cl._Program(ctx, [dev], [binary])
-    _build(prg, opts.encode("utf-8", "surrogateescape"), dev)
+    _build(prg, opts, dev)
     return cl.Program(prg)
 
 
 def entry_meta(dev: cl.Device, ident: str, opts: str, src_len: int) -> dict[str, Any]:
     """The metadata stored beside a binary (disk entry and remote value)."""
-    return {
-        "device": dev.name,
-        "identity": ident,
-        "options": opts,
-        "source_bytes": src_len,
-        "created": time.time(),
-        "writer": f"netcl-cache {__version__}",
-    }
+    return {"device": dev.name, "identity": ident, "options": opts, "source_bytes": src_len,
+            "created": time.time(), "writer": f"netcl-cache {__version__}"}  # fmt: skip
 
 
 def _build_error(prg: Any, dev: cl.Device, opts: str, exc: cl.Error) -> ProgramBuildError:
@@ -96,7 +86,7 @@ def compile_program(
         with tel.TEL.span(tel.SPAN_COMPILE, {tel.ATTR_OPTIONS: opts, tel.ATTR_KEY: key}) as span:
             prg = cl._cl._Program(ctx, src_code)
             try:
-                _build(prg, opts.encode("utf-8", "surrogateescape"), dev)
+                _build(prg, opts, dev)
             except cl.Error as exc:
                 err = _build_error(prg, dev, opts, exc)
                 span.set(tel.ATTR_LOG, err.log)

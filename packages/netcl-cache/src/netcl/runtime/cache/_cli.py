@@ -1,11 +1,5 @@
 """``netcl cache stats | list | clear | zero | prune``: the disk tier from the shell (ccache -s).
-
-Contract for scripts: ``--dir`` and ``--json`` go before or after the action; with ``--json``
-stdout carries exactly one JSON document (an error too: ``{"error": ..., "exit_code": ...}``)
-and every message goes to stderr. Exit codes: 0 done, 1 refused or failed (a folder the cache
-itself would not use: "unusable: <reason>"; a removal that fails), 2 usage (bad argument, bad
-``NETCL_CACHE_*``).
-"""
+The contract for scripts (one JSON document with ``--json``, exit codes 0/1/2) is the README's."""
 
 from __future__ import annotations
 
@@ -14,7 +8,6 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +15,12 @@ from netcl.core import _table, paths
 from netcl.runtime.cache._config import DEFAULT_MAX_BYTES, DISABLE, MAX_BYTES, SETTINGS, parse_size
 from netcl.runtime.cache._entry import EntryError, decode
 from netcl.runtime.cache._remote import remote_info
-from netcl.runtime.cache._stats import CacheStats, load_totals, reset_totals
+from netcl.runtime.cache._stats import COUNTERS, load_totals, reset_totals
 from netcl.runtime.cache._store import DiskStore, probe, refusal
 
 __all__ = ["SETTINGS", "register"]  # SETTINGS: what `netcl config` lists for this package
 
-_COUNTERS = tuple(f.name for f in fields(CacheStats))
+_plural = _table.plural
 
 
 class _CliError(Exception):
@@ -51,40 +44,28 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``cache`` subcommand to the ``netcl`` command."""
     common = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: an option given before the action is not reset by the action's parser
-    common.add_argument(
-        "--dir", default=argparse.SUPPRESS, metavar="DIR",
-        help="cache folder (default: NETCL_CACHE_DIR or ~/.cache/netcl)",
-    )
-    common.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS,
-        help="print exactly one JSON document on stdout (messages go to stderr)",
-    )
+    common.add_argument("--dir", default=argparse.SUPPRESS, metavar="DIR",
+                        help="cache folder (default: NETCL_CACHE_DIR or ~/.cache/netcl)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print exactly one JSON document on stdout (messages go to stderr)")
     p = sub.add_parser(
         "cache", parents=[common], help="the OpenCL program cache: stats, list, clear, zero, prune",
         description="Exit codes: 0 done, 1 refused or failed, 2 usage.",
-    )
+    )  # fmt: skip
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
-    actions: list[tuple[str, Callable[[argparse.Namespace, Path], dict[str, Any]], str]] = [
-        ("stats", _stats, "size, entries, temporary files and hit/miss totals"),
-        ("list", _list, "one line per entry (least recently used first) and temporary file"),
-        ("clear", _clear, "delete every entry and the hit/miss totals (a running writer's "
-         "temporary file stays)"),
-        ("zero", _zero, "reset the hit/miss statistics to zero (entries stay)"),
-        ("prune", _prune, "delete damaged entries and temporary files of writers that are "
-         "gone, then evict least recently used entries down to the size cap"),
-    ]
-    for name, func, help_ in actions:
+    for name, (help_, action, text) in _ACTIONS.items():
         a = csub.add_parser(name, parents=[common], help=help_, description=help_)
-        a.set_defaults(func=_runner(name, func))
+        a.set_defaults(func=_runner(name, action, text))
         if name == "prune":
-            a.add_argument(
-                "--max-bytes", type=_size, metavar="SIZE", default=None,
-                help="cap to prune to, e.g. 500M (default: the cache's cap)",
-            )
+            a.add_argument("--max-bytes", type=_size, metavar="SIZE", default=None,
+                           help="cap to prune to, e.g. 500M (default: the cache's cap)")
+
+
+_Action = Callable[[argparse.Namespace, Path], dict[str, Any]]
 
 
 def _runner(
-    name: str, action: Callable[[argparse.Namespace, Path], dict[str, Any]]
+    name: str, action: _Action, text: Callable[[dict[str, Any]], str]
 ) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         as_json = getattr(args, "json", False)
@@ -94,20 +75,14 @@ def _runner(
             doc = action(args, root)
         except _CliError as exc:
             sys.stderr.write(f"netcl cache {name}: {exc}\n")
+            doc = {"cache_dir": str(root), "error": str(exc), "exit_code": exc.code}
             if as_json:
-                _emit({"cache_dir": str(root), "error": str(exc), "exit_code": exc.code})
+                sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
             return exc.code
-        if as_json:
-            _emit(doc)
-        else:
-            sys.stdout.write(_TEXT[name](doc))
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n" if as_json else text(doc))
         return 0
 
     return run
-
-
-def _emit(doc: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
 def _open(root: Path, *, write: bool = False) -> DiskStore | None:
@@ -124,29 +99,32 @@ def _open(root: Path, *, write: bool = False) -> DiskStore | None:
     return DiskStore(root) if exists else None
 
 
+def _setting(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except ValueError as exc:  # a bad NETCL_CACHE_* value: a usage error for actions needing it
+        raise _CliError(2, str(exc)) from None
+
+
 def _cap() -> int:
-    try:
-        return int(MAX_BYTES.value(DEFAULT_MAX_BYTES))
-    except ValueError as exc:
-        raise _CliError(2, str(exc)) from None
+    return int(_setting(lambda: MAX_BYTES.value(DEFAULT_MAX_BYTES)))
 
 
-def _enabled() -> bool:
+def _changing(root: Path, change: Callable[[], Any]) -> Any:
     try:
-        return not DISABLE.value(False)
-    except ValueError as exc:
-        raise _CliError(2, str(exc)) from None
+        return change()
+    except OSError as exc:
+        raise _CliError(1, f"cannot change {root}: {exc.strerror or exc}") from None
 
 
 def _stats(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    cap, enabled = _cap(), _enabled()
+    cap, enabled = _cap(), not _setting(lambda: DISABLE.value(False))
     store = _open(root, write=enabled)
     files = store.entries() if store is not None else []
     temps = store.temp_files() if store is not None else []
-    counters = load_totals(store) if store is not None else {}
-    doc: dict[str, Any] = {k: counters.get(k, 0) for k in _COUNTERS}
-    entry_bytes = sum(f.size for f in files)
-    temp_bytes = sum(t.size for t in temps)
+    totals = load_totals(store) if store is not None else {}
+    doc: dict[str, Any] = {k: totals.get(k, 0) for k in COUNTERS}
+    entry_bytes, temp_bytes = sum(f.size for f in files), sum(t.size for t in temps)
     doc.update(
         cache_dir=str(root), exists=store is not None, enabled=enabled,
         entries=sum(f.regular for f in files), other_files=sum(not f.regular for f in files),
@@ -154,32 +132,28 @@ def _stats(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         live_temp_files=sum(t.alive for t in temps), bytes=entry_bytes + temp_bytes,
         max_bytes=cap, hits=doc["memory_hits"] + doc["disk_hits"] + doc["remote_hits"],
         remote=remote_info(),  # NETCL_CACHE_REMOTE, password redacted, PINGed now
-    )
+    )  # fmt: skip
     doc["lookups"] = doc["hits"] + doc["misses"]
     return doc
 
 
 def _stats_text(doc: dict[str, Any]) -> str:
     state = ("" if doc["exists"] else " (not created yet)") + (
-        "" if doc["enabled"] else " (disabled by NETCL_CACHE_DISABLE)"
-    )
-    other = doc["other_files"]
-    cap, used = doc["max_bytes"], doc["bytes"]
-    pct = 100.0 * used / cap if cap else 0.0
+        "" if doc["enabled"] else " (disabled by NETCL_CACHE_DISABLE)")
+    other, cap, used = doc["other_files"], doc["max_bytes"], doc["bytes"]
     hits, lookups = doc["hits"], doc["lookups"]
     rows: list[tuple[str, object]] = [
         ("cache dir", f"{doc['cache_dir']}{state}"),
         ("entries", f"{doc['entries']}" + (f" (+{other} not regular files)" if other else "")),
-        ("cache size", f"{_human(used)} of {_human(cap)} ({pct:.1f} %)"),
+        ("cache size", f"{_human(used)} of {_human(cap)} ({100 * used / cap if cap else 0:.1f} %)"),
         ("temporary files", f"{doc['temp_files']} ({_human(doc['temp_bytes'])}, "
                             f"{doc['live_temp_files']} of running writers)"),
-        ("hits", f"{hits}" + (f" ({100.0 * hits / lookups:.1f} % of {lookups} lookups)"
+        ("hits", f"{hits}" + (f" ({100 * hits / lookups:.1f} % of {lookups} lookups)"
                               if lookups else "")),
+        *[(f"  {name}", doc[name]) for name in COUNTERS if not name.startswith("bytes_")],
+        ("bytes read/written", f"{_human(doc['bytes_read'])} / {_human(doc['bytes_written'])}"),
+        ("remote", _remote_state(doc["remote"])),
     ]  # fmt: skip
-    rows += [(f"  {name}", doc[name]) for name in _COUNTERS if not name.startswith("bytes_")]
-    rows.append(("bytes read/written",
-                 f"{_human(doc['bytes_read'])} / {_human(doc['bytes_written'])}"))  # fmt: skip
-    rows.append(("remote", _remote_state(doc["remote"])))
     return "\n".join(_table.pairs(rows)) + "\n"
 
 
@@ -197,87 +171,74 @@ def _remote_state(remote: dict[str, Any]) -> str:
 
 def _list(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     store = _open(root)
-    rows: list[dict[str, Any]] = []
-    temps: list[dict[str, Any]] = []
-    if store is not None:
-        for f in store.entries():
-            row: dict[str, Any] = {
-                "key": f.key, "kind": f.kind, "bytes": f.size, "last_used": f.mtime,
-                "status": "ok", "device": None, "options": None,
-            }
-            try:
-                data = store.read(f.key) if f.regular else None
-                if not f.regular:
-                    raise EntryError("special", f"a {f.kind}")
-                if data is None:
-                    continue  # removed meanwhile
-                meta, _ = decode(data, f.key)
-                row.update(device=meta.get("device"), options=meta.get("options"))
-            except (OSError, EntryError) as exc:
-                row["status"] = f"damaged ({exc})"
-            rows.append(row)
-        for t in store.temp_files():
-            temps.append({
-                "name": t.path.name, "bytes": t.size, "mtime": t.mtime, "pid": t.pid,
-                "writer_running": t.alive,
-            })
-    return {"cache_dir": str(root), "exists": store is not None, "entries": rows,
-            "temp_files": temps}
+    doc: dict[str, Any] = {"cache_dir": str(root), "exists": store is not None, "entries": [],
+                           "temp_files": []}  # fmt: skip
+    if store is None:
+        return doc
+    for f in store.entries():
+        row: dict[str, Any] = {"key": f.key, "kind": f.kind, "bytes": f.size,
+                               "last_used": f.mtime, "status": "ok", "device": None,
+                               "options": None}  # fmt: skip
+        try:
+            if not f.regular:
+                raise EntryError("special", f"a {f.kind}")
+            data = store.read(f.key)
+            if data is None:
+                continue  # removed meanwhile
+            meta, _ = decode(data, f.key)
+            row.update(device=meta.get("device"), options=meta.get("options"))
+        except (OSError, EntryError) as exc:
+            row["status"] = f"damaged ({exc})"
+        doc["entries"].append(row)
+    doc["temp_files"] = [{"name": t.path.name, "bytes": t.size, "mtime": t.mtime, "pid": t.pid,
+                          "writer_running": t.alive} for t in store.temp_files()]  # fmt: skip
+    return doc
 
 
 def _list_text(doc: dict[str, Any]) -> str:
     out: list[str] = []
     if doc["entries"]:
-        rows = []
-        for r in doc["entries"]:
-            used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["last_used"]))
-            ok = r["status"] == "ok"
-            rows.append((r["key"][:16], _human(r["bytes"]), used,
-                         r["device"] if ok else r["status"], (r["options"] or "-") if ok else ""))
+        rows = [(r["key"][:16], _human(r["bytes"]),
+                 time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["last_used"])),
+                 r["device"] if r["status"] == "ok" else r["status"],
+                 (r["options"] or "-") if r["status"] == "ok" else "")
+                for r in doc["entries"]]  # fmt: skip
         out += _table.table(rows, ("KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"), right=(1,))
     if doc["temp_files"]:
-        if out:
-            out.append("")
         temps = [(t["name"], _human(t["bytes"]), t["pid"],
                   "running" if t["writer_running"] else "gone") for t in doc["temp_files"]]
+        if out:
+            out.append("")
         out += _table.table(temps, ("TEMPORARY FILE", "SIZE", "WRITER", "STATE"), right=(1, 2))
-    out.append(f"{_table.plural(len(doc['entries']), 'entry', 'entries')}, "
-               f"{_table.plural(len(doc['temp_files']), 'temporary file')}")  # fmt: skip
+    out.append(f"{_plural(len(doc['entries']), 'entry', 'entries')}, "
+               f"{_plural(len(doc['temp_files']), 'temporary file')}")  # fmt: skip
     if not doc["exists"]:
         out.append(f"cache dir: {doc['cache_dir']} (not created yet)")
     return "\n".join(out) + "\n"
 
 
-def _writable(root: Path, what: Callable[[], int | dict[str, int]]) -> Any:
-    try:
-        return what()
-    except OSError as exc:
-        raise _CliError(1, f"cannot change {root}: {exc.strerror or exc}") from None
-
-
 def _clear(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     store = _open(root)
     doc: dict[str, Any] = {"cache_dir": str(root), "exists": store is not None, "removed": 0,
-                           "kept_temp_files": 0}
-    if store is None:
-        return doc
-    doc["removed"] = _writable(root, store.clear)
-    _writable(root, lambda: int(reset_totals(store)))
-    doc["kept_temp_files"] = len(store.temp_files())
+                           "kept_temp_files": 0}  # fmt: skip
+    if store is not None:
+        doc["removed"] = _changing(root, store.clear)
+        _changing(root, lambda: reset_totals(store))
+        doc["kept_temp_files"] = len(store.temp_files())
     return doc
 
 
 def _clear_text(doc: dict[str, Any]) -> str:
     kept = doc["kept_temp_files"]
-    note = f" (kept {_table.plural(kept, 'temporary file')} of running writers)" if kept else ""
-    return f"removed {_table.plural(doc['removed'], 'file')} from {doc['cache_dir']}{note}\n"
+    note = f" (kept {_plural(kept, 'temporary file')} of running writers)" if kept else ""
+    return f"removed {_plural(doc['removed'], 'file')} from {doc['cache_dir']}{note}\n"
 
 
 def _zero(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     store = _open(root)
     doc: dict[str, Any] = {"cache_dir": str(root), "exists": store is not None, "zeroed": False}
     if store is not None:
-        doc["zeroed"] = bool(_writable(root, lambda: int(reset_totals(store))))
+        doc["zeroed"] = bool(_changing(root, lambda: reset_totals(store)))
         doc["entries"] = len(store.entries())
     return doc
 
@@ -285,7 +246,7 @@ def _zero(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 def _zero_text(doc: dict[str, Any]) -> str:
     if not doc["exists"]:
         return f"nothing to zero: {doc['cache_dir']} (not created yet)\n"
-    kept = _table.plural(doc["entries"], "entry", "entries")
+    kept = _plural(doc["entries"], "entry", "entries")
     return f"statistics zeroed in {doc['cache_dir']} ({kept} kept)\n"
 
 
@@ -293,31 +254,33 @@ def _prune(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     cap = args.max_bytes if args.max_bytes is not None else _cap()
     store = _open(root)
     doc: dict[str, Any] = {"cache_dir": str(root), "exists": store is not None, "max_bytes": cap,
-                           "damaged": 0, "temp": 0, "evicted": 0}
+                           "damaged": 0, "temp": 0, "evicted": 0}  # fmt: skip
     if store is not None:
-        doc.update(_writable(root, lambda: store.prune(cap)))
+        doc.update(_changing(root, lambda: store.prune(cap)))
     return doc
 
 
 def _prune_text(doc: dict[str, Any]) -> str:
-    p = _table.plural
-    return (
-        f"removed {p(doc['damaged'], 'damaged entry', 'damaged entries')}, "
-        f"{p(doc['temp'], 'temporary file')} of writers that are gone, "
-        f"evicted {p(doc['evicted'], 'entry', 'entries')}\n"
-    )
+    return (f"removed {_plural(doc['damaged'], 'damaged entry', 'damaged entries')}, "
+            f"{_plural(doc['temp'], 'temporary file')} of writers that are gone, "
+            f"evicted {_plural(doc['evicted'], 'entry', 'entries')}\n")  # fmt: skip
 
 
-_TEXT: dict[str, Callable[[dict[str, Any]], str]] = {
-    "stats": _stats_text, "list": _list_text, "clear": _clear_text, "zero": _zero_text,
-    "prune": _prune_text,
-}
+_ACTIONS: dict[str, tuple[str, _Action, Callable[[dict[str, Any]], str]]] = {
+    "stats": ("size, entries, temporary files and hit/miss totals", _stats, _stats_text),
+    "list": ("one line per entry (least recently used first) and temporary file", _list,
+             _list_text),
+    "clear": ("delete every entry and the hit/miss totals (a running writer's temporary file "
+              "stays)", _clear, _clear_text),
+    "zero": ("reset the hit/miss statistics to zero (entries stay)", _zero, _zero_text),
+    "prune": ("delete damaged entries and temporary files of writers that are gone, then evict "
+              "least recently used entries down to the size cap", _prune, _prune_text),
+}  # fmt: skip
 
 
 def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB"):
+        if abs(n) < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
-

@@ -13,10 +13,8 @@ from netcl.core import paths
 from netcl.core._settings import Setting, flag
 from netcl.core.log import get_logger, warn_once
 
-__all__ = [
-    "DEFAULT_LOCK_TIMEOUT_S", "DEFAULT_MAX_BYTES", "DEFAULT_REMOTE_TIMEOUT_S", "SETTINGS",
-    "RemoteSettings", "Settings", "parse_size", "read", "redact", "remote_settings",
-]
+__all__ = ["DEFAULT_LOCK_TIMEOUT_S", "DEFAULT_MAX_BYTES", "SETTINGS", "RemoteSettings", "Settings",
+           "parse_size", "read", "redact", "remote_settings"]  # fmt: skip
 
 log = get_logger("netcl.runtime.cache")
 

@@ -1,7 +1,4 @@
-"""The one entry format of both tiers (a file on disk, a value in Redis): header, JSON metadata,
-binary, tag.
-
-Layout (little endian)::
+"""The one entry format of both tiers (a file on disk, a value in Redis), little endian::
 
     0   8s  magic b"NETCLPRG"
     8   H   format version (FORMAT_VERSION, also part of the key)
@@ -12,11 +9,10 @@ Layout (little endian)::
     end     tag over the cache key and every byte before it: crc32 (4 bytes) on disk,
             HMAC-SHA256 with the fleet's secret (32 bytes) in Redis
 
-Disk entries only need to detect damage (who may write the folder is checked apart), and crc32
-verifies a 125 kB hit in ~25 µs where sha256 takes ~80 µs; anyone may write to Redis, so its
-values are signed. Readers check the lengths first, then the tag (constant-time), and only then
-parse the metadata. Nothing is ever unpickled or executed: the binary goes to the driver as
-opaque bytes.
+A disk entry only needs to show damage (who may write the folder is checked apart; crc32 checks
+a 125 kB hit in ~25 µs where sha256 takes ~80 µs); anyone may write to Redis, so values are
+signed. Readers check the lengths, then the tag (constant-time), and only then parse the
+metadata. Nothing is ever unpickled or executed: the binary goes to the driver as opaque bytes.
 """
 
 from __future__ import annotations
@@ -33,10 +29,8 @@ from typing import Any
 
 from netcl.runtime.cache._key import FORMAT_VERSION
 
-__all__ = [
-    "HEADER", "MAGIC", "MAX_ENTRY_BYTES", "MAX_META_BYTES", "EntryError", "decode", "encode",
-    "parse_meta", "read_file", "tag_size",
-]
+__all__ = ["HEADER", "MAGIC", "MAX_ENTRY_BYTES", "MAX_META_BYTES", "EntryError", "decode",
+           "encode", "parse_meta", "read_file", "tag_size"]  # fmt: skip
 
 MAGIC = b"NETCLPRG"
 HEADER = struct.Struct("<8sHHIQ")

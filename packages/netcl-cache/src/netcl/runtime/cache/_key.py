@@ -27,9 +27,7 @@ def normalize_options(options: str | Sequence[str] | None) -> str:
     if isinstance(options, str):
         return options
     if isinstance(options, (bytes, bytearray)) or not all(isinstance(o, str) for o in options):
-        raise TypeError(
-            f"get_program: options must be a str or a sequence of str, got {options!r}"
-        )
+        raise TypeError(f"get_program: options must be a str or a sequence of str, got {options!r}")
     return " ".join(options)
 
 
@@ -42,17 +40,11 @@ def include_dirs(options: str) -> list[str]:
     except ValueError:  # unbalanced quotes: the driver will complain; key on the raw words
         words = options.split()
     dirs: list[str] = []
-    i = 0
-    while i < len(words):
-        w = words[i]
-        if w.startswith(("-I", "/I")):
-            if len(w) == 2:
-                if i + 1 < len(words):
-                    dirs.append(words[i + 1])
-                i += 2
-                continue
-            dirs.append(w[2:].lstrip("="))
-        i += 1
+    for before, word in zip(["", *words], words, strict=False):
+        if before in ("-I", "/I"):
+            dirs.append(word)
+        elif word.startswith(("-I", "/I")) and len(word) > 2:
+            dirs.append(word[2:].lstrip("="))
     return dirs
 
 

@@ -1,13 +1,11 @@
-"""The lookup across the tiers below the in-process one: disk, then remote, then compile.
-
-It owns the order, the locks that make one process (and one machine of a fleet) compile a
-missing program while the others wait for its binary, the write-back of what it found to the
-faster tiers, and the counters. The tiers themselves only store: :class:`DiskStore` and
-:class:`RemoteTier` offer get, lock and put.
-"""
+"""The lookup across the tiers below the in-process one: disk, then remote, then compile. It
+owns the order, the locks that make one process (and one machine of a fleet) compile a missing
+program while the others wait for its binary, the write-back to the faster tiers, and the
+counters; the tiers only get, lock and put."""
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,28 +31,21 @@ log = get_logger("netcl.runtime.cache")
 
 
 class _Registry:
-    """What caches of one process share: folders found trusted (a fresh instance skips the
-    three stat calls; only this user or root could make them untrusted) and the device
-    identities and names (a few slow driver queries, once per device). Pass your own to
-    ``ProgramCache(registry=...)`` to start as a new process would (warnings already given
-    stay given)."""
+    """What caches of one process share: folders found trusted (only this user or root could
+    change that) and device identities and names (slow driver queries), by device. Pass your
+    own to ``ProgramCache(registry=...)`` to start as a new process would (warnings already
+    given stay given)."""
 
     def __init__(self) -> None:
         self.stores: dict[Path, DiskStore] = {}
-        self.identities: dict[tuple[cl.Device, Callable[[cl.Device], str]], str] = {}
-        self.names: dict[cl.Device, str] = {}
+        self.devices: dict[tuple[cl.Device, Callable[[cl.Device], str]], tuple[str, str]] = {}
 
-    def identity(self, dev: cl.Device, fn: Callable[[cl.Device], str]) -> str:
-        ident = self.identities.get((dev, fn))
-        if ident is None:
-            ident = self.identities[(dev, fn)] = fn(dev)
-        return ident
-
-    def name(self, dev: cl.Device) -> str:
-        name = self.names.get(dev)
-        if name is None:
-            name = self.names[dev] = dev.name
-        return name
+    def device(self, dev: cl.Device, identity: Callable[[cl.Device], str]) -> tuple[str, str]:
+        """(identity, name) of ``dev``."""
+        found = self.devices.get((dev, identity))
+        if found is None:
+            found = self.devices[(dev, identity)] = (identity(dev), dev.name)
+        return found
 
 
 REGISTRY = _Registry()
@@ -88,9 +79,8 @@ class _Request:
 
 
 class _Session:
-    """One lookup's use of the remote tier: after the first failed call no more calls are made
-    (one lookup pays at most one deadline), except releasing a lock it holds while the server
-    still answers."""
+    """One lookup's use of the remote tier: no call after a failed one (a lookup pays at most
+    one deadline), except releasing a lock it holds while the server still answers."""
 
     __slots__ = ("c", "ok", "reachable", "reported", "tier")
 
@@ -136,18 +126,13 @@ class Lookup:
         self._device_identity = device_identity
         self._store: DiskStore | None = None
         self._store_state = "unopened"  # unopened | open | unusable
-        # remote tier: configured on the first miss (redis is imported only then, if at all)
         self._remote_args = remote_args
-        self._remote: RemoteTier | None = None
-        self._remote_resolved = False
 
     def run(self, ctx: cl.Context, src: str, dev: cl.Device, opts: str) -> tuple[cl.Program, str]:
         """(program, key) of a program not in memory; the ``get_program`` span."""
-        name = self.registry.name(dev)
+        ident, name = self.registry.device(dev, self._device_identity)
         # a failure leaving the block marks the span (status ERROR, error.type)
         with tel.TEL.span(tel.SPAN_GET_PROGRAM, {tel.ATTR_DEVICE: name}) as span:
-            # the identity: a few slow driver queries (~0.1 ms on PoCL), once per device
-            ident = self.registry.identity(dev, self._device_identity)
             raw = src.encode("utf-8", "surrogateescape")
             req = _Request(ctx, src, dev, opts, compute_key(raw, opts, ident), ident, len(raw),
                            name)  # fmt: skip
@@ -187,7 +172,7 @@ class Lookup:
 
     def _beyond_disk(self, req: _Request) -> tuple[cl.Program, bytes, str]:
         """(program, binary, "remote") from the remote tier, else (.., "compiled")."""
-        tier = self.remote_tier()
+        tier = self.remote
         if tier is None:
             return (*self._compile(req), "compiled")
         s = _Session(tier, self.c)
@@ -223,11 +208,10 @@ class Lookup:
 
     # remote tier --------------------------------------------------------------------------------
 
-    def remote_tier(self) -> RemoteTier | None:
-        if not self._remote_resolved:
-            self._remote = _remote.tier_for(*self._remote_args)
-            self._remote_resolved = True
-        return self._remote
+    @functools.cached_property
+    def remote(self) -> RemoteTier | None:
+        """The remote tier, set up on the first miss (redis is imported only then, if at all)."""
+        return _remote.tier_for(*self._remote_args)
 
     def _fetch(self, s: _Session, req: _Request) -> tuple[cl.Program | None, bytes]:
         data = s.call(s.tier.get, req.key)

@@ -35,11 +35,10 @@ def _purge_dead(tier_ref: weakref.ref[MemoryTier]) -> None:
 
 
 class MemoryTier:
-    """``entries`` maps (weakref to ctx, device, source, options) to a :class:`MemoryEntry`,
-    in insertion order. Keyed on the caller's own objects: a hit hashes a tuple whose source
-    string caches its hash, no sha256. The context is held weakly (a weakref without callback
-    is shared, so making one per lookup costs ~0.1 µs). The bound evicts by CLOCK (second
-    chance), an LRU approximation whose hit only sets ``used`` (move_to_end would rehash)."""
+    """``entries`` maps (weakref to ctx, device, source, options) to a :class:`MemoryEntry`:
+    a hit hashes the caller's own objects (a str caches its hash), no sha256; a weakref without
+    callback is shared (~0.1 µs per lookup). The bound evicts by CLOCK (second chance), an LRU
+    approximation whose hit only sets ``used`` (move_to_end would rehash)."""
 
     __slots__ = ("__weakref__", "_dead_pending", "_lock", "_watched", "entries", "key_locks",
                  "max_programs")  # fmt: skip
@@ -55,8 +54,7 @@ class MemoryTier:
     @contextlib.contextmanager
     def builder(self, mkey: tuple[Any, ...]) -> Iterator[None]:
         """Held while this thread builds ``mkey``: threads wanting the same program wait, then
-        find it in ``entries``. The lock is dropped after the build, also a failed one (never
-        cached), so no lock stays behind per source."""
+        find it in ``entries``; the lock goes after the build, also after a failed one."""
         with self._lock:
             key_lock = self.key_locks.setdefault(mkey, threading.Lock())
         try:

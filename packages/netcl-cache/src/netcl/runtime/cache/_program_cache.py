@@ -27,19 +27,13 @@ _ref = weakref.ref
 
 
 class ProgramCache:
-    """Compiled OpenCL programs, cached in this process and on disk.
-
-    ``cache_dir=None`` means ``NETCL_CACHE_DIR`` or the platform cache folder
-    (``~/.cache/netcl``), resolved on first use; nothing touches the disk before that.
-    ``max_bytes`` caps the disk tier (default ``NETCL_CACHE_MAX_BYTES`` or 1 GiB; least recently
-    used entries go first). ``lock_timeout`` bounds the wait for another process compiling the
-    same program, after which this one compiles too. ``NETCL_CACHE_DISABLE=1`` turns the disk
-    tier off. ``max_programs`` bounds the in-process tier (least recently used programs go; it
-    holds contexts weakly: a context's programs go with it). ``device_identity`` maps a device to
-    the string keyed on disk (default :func:`netcl.core.device.device_identity`). ``remote`` is a
-    ``redis://`` or ``rediss://`` URL of a shared remote tier (default ``NETCL_CACHE_REMOTE``;
-    ``""`` turns it off) and ``remote_key`` the secret that signs its values (default
-    ``NETCL_CACHE_REMOTE_KEY``); a remote without a key is not used.
+    """Compiled OpenCL programs, cached in this process, on disk and optionally in a shared
+    Redis. Arguments left out come from the environment (``NETCL_CACHE_*``) when first needed;
+    nothing touches the disk before the first lookup. The README's API section has them all:
+    ``cache_dir`` (default ``~/.cache/netcl``), ``max_bytes`` (the disk tier's cap),
+    ``lock_timeout`` (the wait for another process's compile), ``max_programs`` (the in-process
+    bound), ``device_identity`` (what the key holds of a device), ``registry`` (what instances
+    of a process share), ``remote`` and ``remote_key`` (the Redis tier and its signing key).
     """
 
     #: The error :meth:`get_program` raises when the compiler rejects a program.
@@ -60,14 +54,11 @@ class ProgramCache:
         if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 0):
             raise ValueError(f"ProgramCache: max_bytes must be an int >= 0, got {max_bytes!r}")
         if not isinstance(max_programs, int) or max_programs < 1:
-            raise ValueError(
-                f"ProgramCache: max_programs must be an int >= 1, got {max_programs!r}"
-            )
+            raise ValueError(f"ProgramCache: max_programs must be an int >= 1, got "
+                             f"{max_programs!r}")  # fmt: skip
         if lock_timeout is not None and not lock_timeout >= 0:
-            raise ValueError(
-                f"ProgramCache: lock_timeout must be a number of seconds >= 0, "
-                f"got {lock_timeout!r}"
-            )
+            raise ValueError(f"ProgramCache: lock_timeout must be a number of seconds >= 0, got "
+                             f"{lock_timeout!r}")  # fmt: skip
         if remote is not None and not isinstance(remote, str):
             raise TypeError(f"ProgramCache: remote must be a redis:// or rediss:// URL string or "
                             f"None, got {remote!r}")  # fmt: skip
@@ -101,14 +92,12 @@ class ProgramCache:
 
     @property
     def max_bytes(self) -> int:
-        """The size cap of the disk tier in bytes (an invalid ``NETCL_CACHE_MAX_BYTES``: one
-        warning ``cache_config_invalid``, then the default)."""
+        """The size cap of the disk tier in bytes."""
         return self._lookup.settings.max_bytes
 
     @property
     def enabled(self) -> bool:
-        """Whether the disk tier is on (``NETCL_CACHE_DISABLE`` unset or 0/false/no/off; an
-        invalid value: one warning, then on)."""
+        """Whether the disk tier is on (``NETCL_CACHE_DISABLE``)."""
         return self._lookup.settings.enabled
 
     @property
@@ -125,16 +114,11 @@ class ProgramCache:
         device: cl.Device | None = None,
         options: str | Sequence[str] | None = None,
     ) -> cl.Program:
-        """A built ``cl.Program`` of ``src_code`` for ``device`` in ``ctx``.
-
-        Looked up in this process first, then on disk (a binary is loaded, not compiled), else
-        compiled from source and stored. ``device`` may be left out when ``ctx`` has one device.
-        ``options`` are the build options (a string or a list of strings); headers reached
-        through their ``-I`` folders are part of the key. Raises
-        :class:`~netcl.runtime.cache.ProgramBuildError` (alias ``ProgramCache.BuildError``) with
-        the build log when the compiler rejects the source; nothing found on disk and no
-        configuration error makes it fail.
-        """
+        """A built ``cl.Program`` of ``src_code`` for ``device`` (may be left out when ``ctx``
+        has one) in ``ctx``, with build ``options`` (a string or a list of strings): from this
+        process, else the disk, else the remote tier, else compiled and stored. Raises
+        :class:`~netcl.runtime.cache.ProgramBuildError` when the compiler rejects the source;
+        nothing found in a tier and no configuration error makes it fail."""
         try:
             mkey = (_ref(ctx), device, src_code, options)
             hit = self._memory.get(mkey)
@@ -179,10 +163,8 @@ class ProgramCache:
         return store.entries() if store is not None else []
 
     def clear(self, *, memory: bool = True, disk: bool = True) -> int:
-        """Forget the in-process programs and/or delete the disk entries (whatever kind of file
-        sits at an entry's path) and the temporary files of writers that are gone; a running
-        writer's temporary file is kept (its rename then adds one valid entry). Returns the
-        number of files removed."""
+        """Forget the in-process programs and/or delete the disk entries (whatever kind of file)
+        and the temporary files of writers that are gone. Returns the number of files removed."""
         if memory:
             self._tier.clear()
         if disk:
@@ -192,10 +174,9 @@ class ProgramCache:
         return 0
 
     def prune(self, max_bytes: int | None = None) -> dict[str, int]:
-        """Delete damaged entries (anything that is not a valid entry for its name: a folder,
-        a FIFO, a link, a truncated or oversized file) and the temporary files of writers that
-        are gone, then evict down to ``max_bytes`` (default: the cap). Returns counts by kind:
-        ``damaged``, ``temp``, ``evicted``."""
+        """Delete what is not a valid entry and the temporary files of writers that are gone,
+        then evict down to ``max_bytes`` (default: the cap). Counts ``damaged``, ``temp``,
+        ``evicted``."""
         store = self._lookup.open_store()
         if store is None:
             return {"damaged": 0, "temp": 0, "evicted": 0}
@@ -207,8 +188,7 @@ class ProgramCache:
         _stats.flush(self._lookup.store, self._c, self._flushed)
 
     def __repr__(self) -> str:
-        arg = self._lookup.settings.dir_arg
-        where = arg if arg is not None else "default"
+        where = self._lookup.settings.dir_arg or "default"
         return f"ProgramCache(cache_dir={where!s}, in_memory={len(self._memory)})"
 
 
@@ -216,24 +196,19 @@ def _check_args(ctx: Any, src_code: Any, device: Any) -> cl.Device:
     if not isinstance(ctx, cl.Context):
         raise TypeError(f"get_program: ctx must be a pyopencl.Context, got {ctx!r}")
     if not isinstance(src_code, str):
-        raise TypeError(
-            f"get_program: src_code must be a str of OpenCL C, got {type(src_code).__name__}"
-        )
+        raise TypeError(f"get_program: src_code must be a str of OpenCL C, got "
+                        f"{type(src_code).__name__}")  # fmt: skip
     if not src_code.strip():
         raise ValueError("get_program: src_code is empty")
     devices = ctx.devices
     if device is None:
         if len(devices) != 1:
-            raise ValueError(
-                f"get_program: ctx has {len(devices)} devices "
-                f"({', '.join(d.name for d in devices)}); pass device="
-            )
+            raise ValueError(f"get_program: ctx has {len(devices)} devices "
+                             f"({', '.join(d.name for d in devices)}); pass device=")  # fmt: skip
         return devices[0]
     if not isinstance(device, cl.Device):
         raise TypeError(f"get_program: device must be a pyopencl.Device, got {device!r}")
     if device not in devices:
-        raise ValueError(
-            f"get_program: device {device.name!r} is not in ctx, whose devices are "
-            f"{[d.name for d in devices]}"
-        )
+        raise ValueError(f"get_program: device {device.name!r} is not in ctx, whose devices are "
+                         f"{[d.name for d in devices]}")  # fmt: skip
     return device

@@ -1,12 +1,7 @@
 """The remote (fleet) tier on Redis, shaped like the disk tier: ``get`` a value, ``decode`` it,
-``lock`` a key while compiling it, ``put`` the result, ``unlock``. The lookup decides the order
-and counts; this module only talks to Redis.
-
-redis-py is imported only when a remote is configured. One :class:`RemoteTier` per
-configuration per process, shared by every ``ProgramCache`` (one connection pool, one breaker).
-Time is bounded by redis-py's own options (short socket timeouts, no retries, no health
-checks), by a deadline per call, and by the circuit breaker.
-"""
+``lock`` a key while compiling it, ``put`` the result, ``unlock``; the lookup decides the order.
+One :class:`RemoteTier` per configuration and process (one connection pool, one breaker); time
+is bounded by redis-py's own options, a deadline per call and the circuit breaker."""
 
 from __future__ import annotations
 
@@ -68,9 +63,8 @@ _AT_LEAST = {"socket_read_size": 1, "max_connections": 1, "health_check_interval
 
 
 class RemoteError(Exception):
-    """A Redis call failed (``failed``: it was tried and counts as an error) or was skipped
-    while the breaker is open. ``down``: the server did not answer (connection or timeout);
-    the lookup then makes no more calls."""
+    """A Redis call failed (``failed``: tried, an error) or was skipped (breaker open);
+    ``down``: the server did not answer (connection, timeout)."""
 
     def __init__(self, message: str, *, failed: bool, down: bool) -> None:
         super().__init__(message)
@@ -80,8 +74,8 @@ class RemoteError(Exception):
 
 @dataclass
 class Lease:
-    """The outcome of :meth:`RemoteTier.lock`: ``token`` is None when the wait timed out;
-    ``waited``: another machine held the lock first (its value may be there now)."""
+    """:meth:`RemoteTier.lock`'s outcome: ``token`` None when the wait timed out; ``waited``:
+    another machine held the lock first (its value may be there now)."""
 
     key: str
     token: str | None
@@ -89,7 +83,7 @@ class Lease:
 
 
 class RemoteTier:
-    """A Redis store of signed program binaries; see the module docstring."""
+    """A Redis store of signed program binaries."""
 
     def __init__(
         self,
@@ -141,7 +135,7 @@ class RemoteTier:
                             open_s=self.breaker_open_s)  # fmt: skip
 
     def _call(self, op: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        """``fn(*args, **kw)`` within the deadline, timed; a failure is logged, counted and
+        """``fn(*args, **kw)`` within the deadline, timed; a failure is logged, counted,
         raised as :class:`RemoteError`."""
         if self.breaker_open:
             raise RemoteError("breaker open", failed=False, down=True)
@@ -149,7 +143,6 @@ class RemoteTier:
         try:
             out = self._within_deadline(fn, *args, **kw)
         except Exception as exc:  # redis' errors, and whatever else: never into get_program
-            tel.remote_duration.record(time.perf_counter() - t0, {tel.ATTR_REMOTE_OP: op})
             kind = telemetry.error_type(exc)
             tel.REMOTE_ERRORS.add(1, kind)
             log.warning("cache_remote_error", url=self.url, op=op, error_type=kind,
@@ -159,9 +152,11 @@ class RemoteTier:
             if down:
                 self._failed()
             raise RemoteError(f"{kind}: {exc}", failed=True, down=down) from exc
-        tel.remote_duration.record(time.perf_counter() - t0, {tel.ATTR_REMOTE_OP: op})
-        self._succeeded()
-        return out
+        else:
+            self._succeeded()
+            return out
+        finally:
+            tel.remote_duration.record(time.perf_counter() - t0, {tel.ATTR_REMOTE_OP: op})
 
     def _within_deadline(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         # redis-py's timeouts bound each socket operation, not a call: a server that sends a
@@ -195,8 +190,7 @@ class RemoteTier:
         return bytes(data) if data else None
 
     def decode(self, key: str, ident: str, data: bytes) -> memoryview:
-        """The binary of an authentic value of ``key`` written for device ``ident``; raises
-        :class:`~netcl.runtime.cache._entry.EntryError` naming why not."""
+        """The binary of an authentic value of ``key`` for device ``ident``, else EntryError."""
         return decode(data, key, secret=self._secret, ident=ident, max_bytes=self.max_bytes)[1]
 
     def lock(self, key: str, wait_s: float) -> Lease:
@@ -217,7 +211,7 @@ class RemoteTier:
         return Lease(key, None, waited=True)
 
     def _take(self, key: str, token: str, px: int) -> bool:
-        taken = self._call("lock", self._r.eval, _TAKE, 1, _PREFIX + "lock:" + key, token, px)
+        taken = self._call("lock", self._r.eval, _TAKE, 1, f"{_PREFIX}lock:{key}", token, px)
         if taken == 2:
             log.warning("cache_remote_lock_stale", url=self.url, key=key)
         return bool(taken)
@@ -225,7 +219,7 @@ class RemoteTier:
     def unlock(self, lease: Lease) -> None:
         """Release a lock taken by :meth:`lock` (only if it is still ours)."""
         if lease.token is not None:
-            self._call("unlock", self._r.eval, _RELEASE, 1, _PREFIX + "lock:" + lease.key,
+            self._call("unlock", self._r.eval, _RELEASE, 1, f"{_PREFIX}lock:{lease.key}",
                        lease.token)  # fmt: skip
 
     def put(self, key: str, binary: bytes, meta: dict[str, Any]) -> bool:
@@ -246,9 +240,8 @@ class RemoteTier:
 
 
 def _client(url: str) -> Any:
-    """A redis client for ``url`` with every option checked now (``ValueError`` naming the
-    option otherwise): our socket timeouts unless the URL gives its own, no retries, no health
-    check pings."""
+    """A redis client for ``url``, every option checked now (``ValueError`` naming it): our
+    socket timeouts unless the URL gives its own, no retries, no health check pings."""
     import redis
     from redis.backoff import NoBackoff
     from redis.connection import parse_url
@@ -281,29 +274,32 @@ def _check_option(name: str, value: Any) -> None:
 
 # one tier per configuration ---------------------------------------------------------------------
 
-_TIERS: dict[RemoteSettings, RemoteTier | None] = {}
-_UNUSABLE: dict[RemoteSettings, str] = {}  # why a configuration has no tier
+_TIERS: dict[RemoteSettings, RemoteTier | str] = {}  # the tier, or why there is none
 _TIERS_LOCK = threading.Lock()
 
 
-def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | None:
-    """The process-wide tier for this configuration (``None`` arguments: the environment), or
-    None when no remote is configured or it cannot be used (one warning per configuration)."""
-    cfg = remote_settings(url, secret)
-    if cfg is None:
-        return None
+def _tier(cfg: RemoteSettings) -> RemoteTier | str:
     with _TIERS_LOCK:
         if cfg not in _TIERS:
             try:
                 _TIERS[cfg] = RemoteTier(cfg)
-            except (ImportError, ValueError) as exc:  # no redis-py; an option it would refuse
-                _TIERS[cfg] = None
-                _UNUSABLE[cfg] = str(exc) if isinstance(exc, ValueError) else (
-                    "redis-py is not installed: python3 -m pip install redis "
-                    "(what netcl-cache's redis extra adds)")  # fmt: skip
+            except ImportError:
+                _TIERS[cfg] = ("redis-py is not installed: python3 -m pip install redis (what "
+                               "netcl-cache's redis extra adds)")  # fmt: skip
+            except ValueError as exc:  # a malformed URL or an option redis-py would refuse
+                _TIERS[cfg] = str(exc)
+            if isinstance(_TIERS[cfg], str):
                 warn_once(log, ("cache_remote_unusable", cfg.url), "cache_remote_unusable",
-                          url=redact(cfg.url), reason=_UNUSABLE[cfg])  # fmt: skip
+                          url=redact(cfg.url), reason=_TIERS[cfg])  # fmt: skip
         return _TIERS[cfg]
+
+
+def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | None:
+    """The process-wide tier of this configuration (``None`` arguments: the environment), None
+    when there is none or it cannot be used (one warning per configuration)."""
+    cfg = remote_settings(url, secret)
+    tier = _tier(cfg) if cfg is not None else None
+    return tier if isinstance(tier, RemoteTier) else None
 
 
 def remote_info(url: str | None = None, secret: str | bytes | None = None) -> dict[str, Any]:
@@ -312,12 +308,12 @@ def remote_info(url: str | None = None, secret: str | bytes | None = None) -> di
     if not raw:
         return {"configured": False}
     info: dict[str, Any] = {"configured": True, "url": redact(raw)}
-    tier = tier_for(url, secret)
-    if tier is None:
+    cfg = remote_settings(url, secret)
+    tier = _tier(cfg) if cfg is not None else None
+    if not isinstance(tier, RemoteTier):
         info.update(usable=False, reachable=False)
-        cfg = remote_settings(url, secret)
-        if cfg is not None and cfg in _UNUSABLE:
-            info["error"] = _UNUSABLE[cfg]
+        if tier:
+            info["error"] = tier
         return info
     error = tier.ping()
     info.update(usable=True, signed=tier.signed, reachable=error is None)

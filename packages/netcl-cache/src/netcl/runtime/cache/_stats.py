@@ -1,5 +1,5 @@
-"""Counters of a ProgramCache, and their totals written to the folder's ``stats.json`` at exit
-(what ``netcl cache stats`` shows, like ``ccache -s``: under a lock, atomic rewrite)."""
+"""Counters of a ProgramCache, and their totals in the folder's ``stats.json``, added at exit
+under a lock, atomic rewrite (what ``netcl cache stats`` shows, like ``ccache -s``)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,8 @@ import filelock
 from netcl.core.log import get_logger
 from netcl.runtime.cache._store import DiskStore, write_atomic
 
-__all__ = [
-    "COUNTERS", "CacheStats", "Counters", "add_totals", "flush", "flush_at_exit", "load_totals",
-    "reset_totals",
-]
+__all__ = ["COUNTERS", "CacheStats", "Counters", "add_totals", "flush", "flush_at_exit",
+           "load_totals", "new_counters", "reset_totals"]  # fmt: skip
 
 _MAX_STATS_BYTES = 1 << 20
 _NOFOLLOW = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -30,16 +28,8 @@ log = get_logger("netcl.runtime.cache")
 
 @dataclass(frozen=True)
 class CacheStats:
-    """A snapshot of a cache's counters (this process, this instance).
-
-    ``misses`` counts lookups that found the program in no tier and compiled it (with or
-    without a disk tier); ``compiles`` counts every build from source, failed builds too;
-    ``recoveries`` counts damaged entries that were compiled again and overwritten;
-    ``corrupt`` counts damaged entries seen (a recovery done by another process meanwhile is a
-    ``disk_hit``). ``remote_*`` count the remote tier: hits, values published, failed Redis
-    calls, values refused (bad signature, truncated, other device), lookups that waited for
-    another machine's compile and waits that timed out.
-    """
+    """A snapshot of a cache's counters (this process, this instance); the README's API
+    section says what each counts."""
 
     memory_hits: int = 0
     disk_hits: int = 0
@@ -104,23 +94,18 @@ def _flush_all() -> None:
         cache.flush_stats()
 
 
-def _safe_read(path: str, max_bytes: int) -> bytes:
-    """A small regular file's bytes, opened without blocking or following links; raises
-    ``OSError`` for anything else (or a file over ``max_bytes``)."""
-    fd = os.open(path, _NOFOLLOW)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
-            raise OSError(errno.EINVAL, f"not a regular file of at most {max_bytes} bytes", path)
-        return os.read(fd, max_bytes)
-    finally:
-        os.close(fd)
-
-
 def load_totals(store: DiskStore) -> Counters:
-    """The folder's totals (``{}`` when there are none or they are unreadable)."""
+    """The folder's totals (``{}`` when there are none or they are unreadable). The file is
+    opened without blocking or following links, and read only when small and regular."""
     try:
-        data = json.loads(_safe_read(str(store.root / "stats.json"), _MAX_STATS_BYTES))
+        fd = os.open(store.root / "stats.json", _NOFOLLOW)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_STATS_BYTES:
+                raise OSError(errno.EINVAL, "not a small regular file")
+            data = json.loads(os.read(fd, _MAX_STATS_BYTES))
+        finally:
+            os.close(fd)
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):

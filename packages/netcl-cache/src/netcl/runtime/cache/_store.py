@@ -1,12 +1,8 @@
 """The disk tier: one file per key in a private folder, atomic writes, a lock per key stripe,
-LRU eviction by modification time (a hit touches its file).
-
-Anything may sit at an entry's path (a FIFO, a symbolic link, a folder, a sparse 8 GB file):
-entries are opened without blocking or following links and read only as far as their header
-declares (:func:`~netcl.runtime.cache._entry.read_file`), and every maintenance operation handles
-every kind of file. Temporary files are named ``.<key>.<writer pid>.<random>.tmp``: they count
-against the cap, and a temporary file whose writer is gone is removed by ``prune``.
-"""
+LRU eviction by modification time (a hit touches its file). Anything may sit at an entry's path
+(a FIFO, a link, a folder, a sparse 8 GB file): entries are opened without blocking or following
+links, read only as far as their header declares, and every operation handles every kind of
+file. Temporary files, ``.<key>.<writer pid>.<random>.tmp``, count against the cap."""
 
 from __future__ import annotations
 
@@ -27,9 +23,8 @@ import filelock
 from netcl.core.log import get_logger
 from netcl.runtime.cache._entry import EntryError, decode, read_file
 
-__all__ = [
-    "DiskStore", "EntryFile", "TempFile", "UntrustedFolderError", "pid_alive", "probe", "refusal",
-]
+__all__ = ["DiskStore", "EntryFile", "TempFile", "UntrustedFolderError", "pid_alive", "probe",
+           "refusal", "write_atomic"]  # fmt: skip
 
 log = get_logger("netcl.runtime.cache")
 
@@ -79,27 +74,19 @@ def pid_alive(pid: int) -> bool:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
     except PermissionError:  # exists, owned by someone else
         return True
-    except OSError:
+    except OSError:  # ProcessLookupError among them
         return False
     return True
 
 
+_KINDS = ((stat.S_ISREG, "file"), (stat.S_ISDIR, "directory"), (stat.S_ISLNK, "symlink"),
+          (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"))  # fmt: skip
+
+
 def _kind(mode: int) -> str:
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "directory"
-    if stat.S_ISLNK(mode):
-        return "symlink"
-    if stat.S_ISFIFO(mode):
-        return "fifo"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    return "device"
+    return next((name for test, name in _KINDS if test(mode)), "device")
 
 
 def _usage(st: os.stat_result) -> int:
@@ -110,34 +97,42 @@ def _usage(st: os.stat_result) -> int:
 
 
 def _why(path: Path | str, st: os.stat_result) -> str | None:
-    why = _untrusted(st)
-    if why is None:
-        return None
-    if why == "not a directory":
+    """Why the folder ``path`` cannot be trusted (None: it can). A folder others can write
+    lets them plant binaries that this process would run on its device."""
+    if not stat.S_ISDIR(st.st_mode):
         return f"{path} is not a directory"
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        why = f"owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    else:
+        return None
     return f"{path} is not trusted ({why})"
 
 
-def refusal(root: Path) -> str | None:
-    """Why the cache would refuse the folder ``root`` as it is now (it, ``programs/`` or
-    ``locks/`` is not a folder, or not trusted), checked without creating anything; None when
-    it would use it. Raises ``OSError`` when a folder cannot even be examined."""
-    for d in (root, root / "programs", root / "locks"):
+def refusal(root: Path, *, create: bool = False) -> str | None:
+    """Why the cache would refuse the folder ``root`` (it, ``programs/`` or ``locks/`` is not a
+    folder, or not trusted), None when it would use it; with ``create`` the missing ones are made
+    (0700) first. Raises ``OSError`` when a folder cannot be examined (or made)."""
+    # plain str paths and one stat per folder: every fresh instance pays this on first use
+    for d in (str(root), os.path.join(root, "programs"), os.path.join(root, "locks")):
         try:
             st = os.stat(d)
         except FileNotFoundError:
-            continue
-        why = _why(d, st)
-        if why is not None:
+            if not create:
+                continue
+            with contextlib.suppress(FileExistsError):  # another process made it first
+                os.makedirs(d, mode=0o700)
+            st = os.stat(d)
+        if why := _why(d, st):
             return why
     return None
 
 
 def probe(root: Path, *, write: bool) -> str | None:
     """Why the cache could not create ``root`` (when missing) or, with ``write``, write in it;
-    None when it could. Found out by making and removing an empty folder in it (or in the
-    nearest existing folder above it): the one test that also holds for root and for special
-    file systems such as /proc."""
+    None when it could. Found out by making and removing a folder in it (or the nearest one
+    above): the one test that also holds for root and for special file systems (/proc)."""
     if root.exists():
         if not write:
             return None
@@ -153,21 +148,9 @@ def probe(root: Path, *, write: bool) -> str | None:
     return None
 
 
-def _untrusted(st: os.stat_result) -> str | None:
-    # ours and writable by nobody else: a folder others can write lets them plant binaries
-    # that this process would run on its device
-    if not stat.S_ISDIR(st.st_mode):
-        return "not a directory"
-    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
-        return f"owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
-
-
 def write_atomic(target: Path, data: bytes, prefix: str) -> None:
-    """Write ``target`` through a temporary file in its folder, renamed into place, so a reader
-    sees the old file or the new one, never a part; nothing is left behind on error."""
+    """Write ``target`` through a temporary file renamed into place: a reader sees the old file
+    or the new one, never a part; nothing is left behind on error."""
     # `<prefix><pid>.<random>.tmp`: prune knows whose it is and whether its writer still runs
     fd, tmp = tempfile.mkstemp(
         prefix=f"{prefix}{os.getpid()}.", suffix=TMP_SUFFIX, dir=target.parent
@@ -188,7 +171,7 @@ def write_atomic(target: Path, data: bytes, prefix: str) -> None:
 
 class DiskStore:
     """Entries under ``root/programs``, lock files under ``root/locks``, counters in
-    ``root/stats.json``. Create with :meth:`open`, which refuses a folder it cannot trust."""
+    ``root/stats.json``; :meth:`open` refuses a folder it cannot trust."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -198,22 +181,12 @@ class DiskStore:
 
     @classmethod
     def open(cls, root: Path) -> DiskStore:
-        """Create the folders (0700) when missing and check that they can be trusted; raises
+        """The store at ``root``, its folders made (0700) when missing; raises
         :class:`UntrustedFolderError` or ``OSError`` (cannot create)."""
-        store = cls(root)
-        # plain str paths and one stat per folder: every fresh instance pays this on first use
-        for d in (str(root), str(store.programs), str(store.locks)):
-            try:
-                st = os.stat(d)
-            except FileNotFoundError:
-                # another process may make it first; the trust check below still applies
-                with contextlib.suppress(FileExistsError):
-                    os.makedirs(d, mode=0o700)
-                st = os.stat(d)
-            why = _why(d, st)
-            if why is not None:
-                raise UntrustedFolderError(why)
-        return store
+        why = refusal(root, create=True)
+        if why is not None:
+            raise UntrustedFolderError(why)
+        return cls(root)
 
     # entries ------------------------------------------------------------------------------------
 
@@ -221,9 +194,8 @@ class DiskStore:
         return self.programs / (key + SUFFIX)
 
     def read(self, key: str) -> bytes | None:
-        """The bytes of entry ``key``, or None when there is none. Raises
-        :class:`~netcl.runtime.cache._entry.EntryError` for what is not a regular file or is
-        too large, ``OSError`` when it cannot be read."""
+        """The bytes of entry ``key`` (None: there is none); EntryError for what is not a
+        regular file or is too large, ``OSError`` when it cannot be read."""
         try:
             fd = os.open(self._prefix + key + SUFFIX, _OPEN_FLAGS)
         except FileNotFoundError:
@@ -245,54 +217,35 @@ class DiskStore:
             os.utime(self._prefix + key + SUFFIX)
 
     def write(self, key: str, data: bytes) -> None:
-        """Write an entry atomically (a reader sees the old file or the new one, never a part);
-        a folder in the way is moved aside and removed first. Raises ``OSError``."""
+        """Write an entry atomically (a folder in the way is removed first); raises OSError."""
         try:
             write_atomic(self.path(key), data, prefix=f".{key}.")
         except IsADirectoryError:
             self.remove(self.path(key))
             write_atomic(self.path(key), data, prefix=f".{key}.")
 
+    def _scan(self) -> Iterator[tuple[os.DirEntry[str], os.stat_result]]:
+        """Every file of ``programs/`` with its own (not a link's target's) status."""
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.programs) as it:
+            for e in it:
+                with contextlib.suppress(FileNotFoundError):  # removed by another process
+                    yield e, e.stat(follow_symlinks=False)
+
     def entries(self) -> list[EntryFile]:
         """Every entry file (valid or not), oldest use first."""
-        found: list[EntryFile] = []
-        try:
-            it = os.scandir(self.programs)
-        except FileNotFoundError:
-            return found
-        with it:
-            for e in it:
-                if not e.name.endswith(SUFFIX) or e.name.startswith("."):
-                    continue
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except FileNotFoundError:  # evicted by another process meanwhile
-                    continue
-                found.append(
-                    EntryFile(
-                        e.name[: -len(SUFFIX)], Path(e.path), _usage(st), st.st_mtime,
-                        _kind(st.st_mode),
-                    )
-                )
-        found.sort(key=lambda f: f.mtime)
-        return found
+        found = [EntryFile(e.name[: -len(SUFFIX)], Path(e.path), _usage(st), st.st_mtime,
+                           _kind(st.st_mode))
+                 for e, st in self._scan() if e.name.endswith(SUFFIX) and e.name[0] != "."]
+        return sorted(found, key=lambda f: f.mtime)
 
     def temp_files(self) -> list[TempFile]:
         """This cache's temporary files (and folders moved aside), with their writer's state."""
         out: list[TempFile] = []
         now = time.time()
-        with contextlib.suppress(FileNotFoundError), os.scandir(self.programs) as it:
-            for e in it:
-                m = _TMP_NAME.match(e.name)
-                if m is None:
-                    continue
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
+        for e, st in self._scan():
+            if m := _TMP_NAME.match(e.name):
                 pid = int(m.group(1)) if m.group(1) else None
-                young = now - st.st_mtime < STALE_TMP_S
-                alive = young and (pid_alive(pid) if pid is not None else True)
+                alive = now - st.st_mtime < STALE_TMP_S and (pid is None or pid_alive(pid))
                 out.append(TempFile(Path(e.path), _usage(st), st.st_mtime, pid, alive))
         return out
 
@@ -317,10 +270,8 @@ class DiskStore:
         return True
 
     def evict(self, max_bytes: int, keep: str | None = None) -> list[EntryFile]:
-        """Remove least recently used entries until entries and temporary files together take
-        at most ``max_bytes``; ``keep`` (the entry just written) survives even when it alone is
-        larger than the cap. Entries that are not regular files are left to recovery and
-        ``prune``."""
+        """Remove least recently used regular entries until entries and temporary files take at
+        most ``max_bytes``; ``keep`` (the entry just written) stays, even alone over the cap."""
         files = [f for f in self.entries() if f.regular]
         total = sum(f.size for f in files) + sum(t.size for t in self.temp_files())
         removed: list[EntryFile] = []
@@ -335,26 +286,19 @@ class DiskStore:
         return removed
 
     def clear(self) -> int:
-        """Remove every entry (whatever kind of file) and the temporary files of writers that
-        are gone; a running writer's temporary file stays. Files removed; raises ``OSError``."""
+        """Remove every entry and the temporary files of writers that are gone; the count."""
         removed = sum(self.remove(f.path) for f in self.entries())
         return removed + self.remove_dead_temps()
 
     def prune(self, max_bytes: int) -> dict[str, int]:
-        """Remove what is not a valid entry for its name, the temporary files of writers that
-        are gone, then evict down to ``max_bytes``. Counts by kind; raises ``OSError``."""
+        """Remove what is not a valid entry for its name and the temporary files of writers
+        that are gone, then evict down to ``max_bytes``; counts by kind."""
         out = {"damaged": 0, "temp": 0, "evicted": 0}
         for f in self.entries():
-            if f.regular:
-                try:
-                    data = self.read(f.key)
-                    if data is None:  # gone meanwhile
-                        continue
-                    decode(data, f.key)
+            with contextlib.suppress(OSError, EntryError):
+                if f.regular and decode(self.read(f.key) or b"", f.key):
                     continue
-                except (OSError, EntryError):
-                    pass
-            out["damaged"] += self.remove(f.path)
+            out["damaged"] += self.remove(f.path)  # 0 when it went meanwhile
         out["temp"] = self.remove_dead_temps()
         out["evicted"] = len(self.evict(max_bytes))
         return out
@@ -367,10 +311,8 @@ class DiskStore:
 
     @contextlib.contextmanager
     def lock(self, key: str, timeout: float) -> Iterator[str]:
-        """Hold the lock of ``key``'s stripe (256 lock files, so the folder stays bounded).
-
-        Yields ``"held"``, or ``"timeout"`` / ``"failed"`` (read-only folder, full disk) instead
-        of raising: the caller then compiles without coordination."""
+        """Hold the lock of ``key``'s stripe (256 lock files: the folder stays bounded). Yields
+        ``"held"``, else ``"timeout"`` or ``"failed"`` (read-only, full): go on uncoordinated."""
         lock = filelock.FileLock(str(self.locks / f"{key[:2]}.lock"), timeout=timeout, mode=0o600)
         try:
             self.check_locks()
