@@ -146,8 +146,14 @@ def test_input_from_another_context_is_rejected(pool: BufferPool, ctx: cl.Contex
     x = Tensor.empty((4,), np.float32, other_q)
     g = Graph()
     g.add_op("a", _noop, [x], (4,), "float32")
+    executor = GraphExecutor(pool)
     with pytest.raises(ValueError, match=r"op 'a': input 0 .* another OpenCL context"):
-        GraphExecutor(pool).run(g)
+        executor.run(g)
+    # refused by plan() too, every time: a graph refused once is not cached as planned
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"op 'a': input 0 .* another OpenCL context"):
+            executor.plan(g)
+    assert pool.stats.bytes_in_use == 0
 
 
 def test_to_dot(queue: cl.CommandQueue) -> None:

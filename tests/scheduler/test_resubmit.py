@@ -186,3 +186,71 @@ def test_a_plan_keeps_its_last_events_only_as_long_as_it_lives(
     finally:
         gc.enable()
     queue.finish()
+
+
+@pytest.mark.parametrize("async_mode", [False, True])
+def test_a_run_writes_nothing_onto_the_plans(
+    async_mode: bool, queue: cl.CommandQueue, queue_b: cl.CommandQueue
+) -> None:
+    # what a run keeps of a plan (its last events, for later plans) is the scheduler's own: the
+    # plan objects keep exactly their fields, through a run, a failed run and a resubmission
+    def fields(plan: ExecutionPlan) -> set[str]:
+        return set(vars(plan))
+
+    sched = Scheduler(async_mode=async_mode)
+    first = sched.submit(lambda: cl.enqueue_marker(queue))
+    second = ExecutionPlan(ops=[lambda: cl.enqueue_marker(queue_b)], queue=queue_b, after=first)
+    failing = ExecutionPlan(ops=[_bad_input], queue=queue, after=second)
+    for p in (second, failing):
+        sched.submit(p)
+    with pytest.raises(Scheduler.Error):
+        sched.run()
+    sched.submit(failing)
+    failing.ops[0] = lambda: None
+    sched.run()
+    for p in (first, second, failing):
+        assert fields(p) == {"ops", "description", "queue", "after"}
+
+
+def test_a_plan_whose_last_run_left_nothing_orders_nothing(
+    queue: cl.CommandQueue, queue_b: cl.CommandQueue, gate: cl.UserEvent,
+    spans: InMemorySpanExporter,
+) -> None:
+    # 'produce' first returns an event held back by the gate; run again, its op returns None:
+    # a plan after it follows its last run, which left nothing to wait for (not the held event)
+    results: list[cl.Event | None] = [cl.enqueue_marker(queue, wait_for=[gate]), None]
+    produce = ExecutionPlan(ops=[lambda: results.pop(0)], description="produce", queue=queue)
+    sched = Scheduler(async_mode=True)
+    sched.submit(produce)
+    sched.run(wait=False)
+    sched.submit(produce)
+    sched.run(wait=False)
+    follow = ExecutionPlan(ops=[lambda: None], description="follow", queue=queue_b, after=produce)
+    sched.submit(follow)
+    assert sched.run() == []
+    assert _ordering(spans)["follow"] == "none"
+
+
+def test_a_plan_follows_a_plan_another_scheduler_ran(
+    queue: cl.CommandQueue, queue_b: cl.CommandQueue, gate: cl.UserEvent,
+    spans: InMemorySpanExporter,
+) -> None:
+    # a plan's last events are the plan's, whichever scheduler ran it
+    produce = ExecutionPlan(
+        ops=[lambda: cl.enqueue_marker(queue, wait_for=[gate])], description="produce",
+        queue=queue,
+    )
+    first = Scheduler(async_mode=True)
+    first.submit(produce)
+    (held,) = first.run(wait=False)
+    second = Scheduler(async_mode=True)
+    second.submit(
+        ExecutionPlan(ops=[lambda: cl.enqueue_marker(queue_b)], description="follow",
+                      queue=queue_b, after=produce)
+    )
+    (followed,) = second.run(wait=False)
+    assert _ordering(spans)["follow"] == "device"
+    assert followed.command_execution_status != COMPLETE  # held back with 'produce'
+    gate.set_status(COMPLETE)
+    followed.wait()
+    assert held.command_execution_status == COMPLETE

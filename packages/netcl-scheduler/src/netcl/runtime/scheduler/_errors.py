@@ -65,11 +65,10 @@ def describe_op(op: object) -> str:
 def describe_plan(plan: ExecutionPlan, index: int | None) -> str:
     """``plan 2 'compute'``; ``index`` None names a plan of an earlier run."""
     where = "of an earlier run" if index is None else str(index)
-    if isinstance(plan.description, str) and plan.description:  # the field may be reassigned
-        if index is None:
-            return f"plan {plan.description!r} {where}"
-        return f"plan {where} {plan.description!r}"
-    return f"plan {where} (no description)"
+    name = plan.description
+    if not isinstance(name, str) or not name:  # empty, or the field was reassigned
+        return f"plan {where} (no description)"
+    return f"plan {name!r} {where}" if index is None else f"plan {where} {name!r}"
 
 
 def describe_value(value: object) -> str:

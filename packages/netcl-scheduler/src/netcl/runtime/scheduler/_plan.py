@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Protocol, TypeAlias
 
 import pyopencl as cl
 
@@ -13,7 +13,6 @@ __all__ = ["EventLike", "ExecutionPlan", "Op", "after_of", "plan_of"]
 _NO_PLANS: tuple[ExecutionPlan, ...] = ()  # the default of ``after``: normalised already
 
 
-@runtime_checkable
 class EventLike(Protocol):
     """Anything with a ``wait()`` method: a ``pyopencl.Event`` in practice."""
 

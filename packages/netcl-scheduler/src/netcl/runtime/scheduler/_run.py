@@ -37,29 +37,25 @@ __all__ = ["Barriers", "PlanRecord", "Run", "run_order"]
 _Event = cl.Event
 
 
-@dataclass(slots=True, eq=False)
 class PlanRecord:
     """A plan as the run that last reached it saw it: the ops it took (a resumed record adds the
     ops appended since), what each op that returned gave back, and how it was ordered. It holds
     no reference to its own plan."""
 
-    ops: tuple[Op, ...] | None = None  # None until a run reaches the plan
-    results: list[object] = field(default_factory=list)  # one per op that returned, in order
-    first: int = 0  # len(results) when the current run reached it (for the ops counter)
-    ordering: str | None = None  # how it was ordered (netcl.plan.ordering), once done
-    via: tuple[_Source, ...] = ()  # what its ordering waited for
-    barrier: cl.Event | None = None  # the barrier that ordered it, kept (see Barriers)
-    settled: bool = False  # its events were waited for and succeeded
+    __slots__ = ("barrier", "first", "ops", "ordering", "results", "settled", "via")
+
+    def __init__(self) -> None:  # by hand: a dataclass's __init__ takes half as long again
+        self.ops: tuple[Op, ...] | None = None  # None until a run reaches the plan
+        self.results: list[object] = []  # one per op that returned, in op order
+        self.first = 0  # len(results) when the current run reached it (for the ops counter)
+        self.ordering: str | None = None  # how it was ordered (netcl.plan.ordering), once done
+        self.via: tuple[_Source, ...] = ()  # what its ordering waited for
+        self.barrier: cl.Event | None = None  # the barrier that ordered it (see Barriers)
+        self.settled = False  # its events were waited for and succeeded
 
     def events(self) -> list[EventLike]:
         """The events its ops returned (or were), in op order."""
-        out: list[EventLike] = []
-        for r in self.results:
-            if isinstance(r, (list, tuple)):
-                out += [x for x in r if x is not None]
-            elif r is not None:
-                out.append(r)  # type: ignore[arg-type]
-        return out
+        return [e for e in _flat(self.results) if e is not None]  # type: ignore[misc]
 
 
 class _Source(NamedTuple):
@@ -70,24 +66,17 @@ class _Source(NamedTuple):
 
 
 class _LastRecord(weakref.ref[ExecutionPlan]):
-    """An entry of ``_last_records``: a weak reference to a plan, with the plan's last record."""
+    """A weak reference to a plan, with the record of the run that last reached it."""
 
     __slots__ = ("record",)
     record: PlanRecord
 
 
-# The record of the run that last reached each plan, for the plans that come after it in later
-# runs; by id(plan) (an ExecutionPlan is an unhashable dataclass), so that nothing is written onto
-# users' plans. An entry leaves with its plan: the weak reference's callback is _last_records.pop
-# bound to the key, C code that no interrupt can cut short. Only records that leave something to
-# follow (events, or an ordering that waited for some) are kept: the others order nothing, like
-# no record at all, and a plan made by submit(op) then costs no weak reference.
+# The last records, for the plans that come after theirs in later runs, by id(plan): plans are
+# unhashable dataclasses, and nothing is written onto them. An entry leaves with its plan: its
+# callback is _last_records.pop bound to the key, C code that no interrupt can cut short. Records
+# that leave nothing to follow (no events, no ordering) are left out, like no record at all.
 _last_records: dict[int, _LastRecord] = {}
-
-
-def _last_record(plan: ExecutionPlan) -> PlanRecord | None:
-    entry = _last_records.get(id(plan))
-    return None if entry is None else entry.record
 
 
 def _remember(plan: ExecutionPlan, record: PlanRecord) -> None:
@@ -98,16 +87,14 @@ def _remember(plan: ExecutionPlan, record: PlanRecord) -> None:
     entry.record = record
 
 
+@dataclass(slots=True, eq=False)
 class Barriers:
     """Barrier events kept until they are done. PoCL 3.0 aborts the process when a barrier is
     released before the failure of an event in its wait list has reached it."""
 
-    __slots__ = ("_events", "_limit", "_lock")
-
-    def __init__(self) -> None:
-        self._events: list[cl.Event] = []
-        self._limit = 64  # pruned when the list reaches it; then twice what is left
-        self._lock = threading.Lock()
+    _events: list[cl.Event] = field(default_factory=list)
+    _limit: int = 64  # pruned when the list reaches it; then twice what is left
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def hold(self, barrier: cl.Event) -> None:
         with self._lock:
@@ -119,9 +106,8 @@ class Barriers:
 
 def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
     """The plans in run order: submission order unless a plan comes ``after`` one submitted
-    later; then the stable topological order (the earliest submitted ready plan first). Plans
-    named in ``after`` that are not part of this run move nothing. Raises ``ValueError`` naming
-    a cycle, ``TypeError`` naming a plan whose ``after`` holds something else than plans."""
+    later; then the stable topological order (the earliest submitted ready plan first). Raises
+    ``ValueError`` naming a cycle, ``TypeError`` naming an ``after`` that holds no plans."""
     position = {id(p): k for k, p in enumerate(plans)}
     # per plan: the positions of the plans of this run it comes after
     preds = [
@@ -165,17 +151,16 @@ def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
 
 
 def _watch_plan(plan: ExecutionPlan, record: PlanRecord, span: Span) -> None:
-    """Hand the OpenCL events the plan's ops returned in this run to the device-time collector
-    (no wait), under the plan's span."""
-    events: list[cl.Event] = []
-    for r in record.results[record.first :]:
-        if isinstance(r, (list, tuple)):
-            events += [e for e in r if isinstance(e, _Event)]
-        elif isinstance(r, _Event):
-            events.append(r)
+    """Hand the cl.Events the plan's ops returned in this run to the device-time collector."""
+    events = [e for e in _flat(record.results[record.first :]) if isinstance(e, _Event)]
     if events:
         profiling.watch(profiling.SCHEDULER_PLAN, events, name=plan.description or None,
                         parent=span)  # fmt: skip
+
+
+def _flat(results: Iterable[object]) -> list[object]:
+    """Ops' results, the items of a returned list or tuple one by one."""
+    return [x for r in results for x in (r if isinstance(r, (list, tuple)) else (r,))]
 
 
 def _is_events(value: object) -> bool:
@@ -200,8 +185,7 @@ class Run:
     waited: bool = False  # sync mode: the host waited for the previous plan's events
 
     def execute(self, wait: bool) -> list[EventLike]:
-        """Order, issue and (sync mode) wait for each plan in turn; return the run's events, in
-        op order."""
+        """Order, issue and (sync mode) wait for each plan in turn; return the run's events."""
         plans, records = self.plans, self.records
         last = len(plans) - 1
         sync = not self.async_mode
@@ -266,17 +250,16 @@ class Run:
         return events
 
     def _order(self, plan: ExecutionPlan, record: PlanRecord) -> str:
-        """Order ``plan`` after what it must follow; return how (a netcl.plan.ordering): after
-        the unfinished last events of the plans it comes ``after`` (of this run or an earlier
-        one), with a barrier on its ``queue`` in async mode, else on the host. Sync mode: the
-        host waited for the previous plan already (``host`` when it had events)."""
+        """Order ``plan`` after the unfinished last events of the plans it comes ``after`` (of
+        this run or an earlier one): a barrier on its ``queue`` in async mode, else on the host.
+        Return how (netcl.plan.ordering; in sync mode the host waited for the plan before)."""
         ordering = tm.ORDER_HOST if self.waited else tm.ORDER_NONE
         sources: dict[int, _Source] = {}  # by id(record): each followed once
         for earlier in after_of(plan) if plan.after else ():
-            last = _last_record(earlier)
-            if last is not None:
-                # its own events, else what its ordering waited for: the order passes through
-                # a plan that left nothing to wait for (one whose first op raised, say)
+            entry = _last_records.get(id(earlier))
+            if entry is not None:  # a run reached it: its last events, else what its ordering
+                # waited for (the order passes through a plan that left nothing to wait for)
+                last = entry.record
                 theirs = (_Source(earlier, last),) if last.events() else last.via
                 sources.update((id(s.record), s) for s in theirs if not s.record.settled)
         events = [e for s in sources.values() for e in s.record.events()]
@@ -347,7 +330,7 @@ class Run:
         finally:  # the plans after this one follow what it did, whether or not an op raised
             if found or record.via:
                 _remember(plan, record)
-            else:
+            elif _last_records:
                 _last_records.pop(id(plan), None)
         return found
 
@@ -357,13 +340,13 @@ class Run:
         if not events:
             return
         where = list(sources)  # read again to name a failed event
+        # other event-likes first, by their own wait(); then the cl.Events in one
+        # clWaitForEvents (a separate wait() costs ~4 µs each on PoCL)
+        self._wait_each([e for e in events if not isinstance(e, _Event)], where)
         cl_events = [e for e in events if isinstance(e, _Event)]
-        if len(cl_events) < len(events):  # other event-likes: their own wait(), in order
-            self._wait_each([e for e in events if not isinstance(e, _Event)], where)
-        if not cl_events:
-            return
-        try:  # one clWaitForEvents for the lot (a separate wait() costs ~4 µs each on PoCL)
-            cl.wait_for_events(cl_events)
+        try:
+            if cl_events:
+                cl.wait_for_events(cl_events)
         except Exception:
             # find the culprit; a batch refused for another reason (events of several
             # contexts) passes here when every event waits fine on its own
@@ -385,9 +368,7 @@ class Run:
                 what = f"failed{detail}: wait() raised {type(exc).__name__}: {exc}"
                 raise self._event_error(ev, what, where) from exc
 
-    def _event_error(
-        self, event: EventLike, what: str, where: Sequence[_Source]
-    ) -> SchedulerError:
+    def _event_error(self, event: EventLike, what: str, where: Sequence[_Source]) -> SchedulerError:
         """The error for ``event`` failing, named after the op (of a plan in ``where``) that
         returned it or was it."""
         plan, record, i = next(

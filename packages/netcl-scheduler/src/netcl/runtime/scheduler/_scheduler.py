@@ -32,10 +32,9 @@ class Scheduler:
             )
         self.async_mode = async_mode
         self._lock = threading.Lock()
-        # The plans of the next run, keyed by id(plan), in submission order. A scheduled plan
-        # is referenced here, so its id cannot be reused while it waits.
+        # the plans of the next run by id (referenced here: no id is reused), in submission order
         self._plans: dict[int, ExecutionPlan] = {}
-        # The records of scheduled plans that an interrupted run began: resumed where they stopped.
+        # the records of scheduled plans that an interrupted run began: resumed where they stopped
         self._kept: dict[int, PlanRecord] = {}
         self._barriers = Barriers()
 
@@ -80,8 +79,7 @@ class Scheduler:
 
     @property
     def plans(self) -> tuple[ExecutionPlan, ...]:
-        """The plans scheduled for the next run, in submission order (an interrupted run's
-        plans first)."""
+        """The plans scheduled for the next run, in order (an interrupted run's plans first)."""
         with self._lock:
             return tuple(self._plans.values())
 
@@ -119,18 +117,17 @@ class Scheduler:
             plans = list(self._plans.values())
             if any(p.after for p in plans):
                 plans = run_order(plans)  # refused (a cycle, a bad after): nothing is taken
-            kept = self._kept  # usually empty: then every plan gets a new record
-            records = [kept.get(id(p)) or PlanRecord() for p in plans]
-            run.plans, run.records = plans, records
+            if self._kept:  # the records of an interrupted run, resumed
+                run.records = [self._kept.get(id(p)) or PlanRecord() for p in plans]
+            else:  # the usual case, made fast: every plan gets a new record
+                run.records = [PlanRecord() for _ in plans]
+            run.plans = plans
             run.taken = True
-            self._plans = {}
-            self._kept = {}
+            self._plans, self._kept = {}, {}
 
     def _keep(self, run: Run) -> None:
         """Put what an interrupted run did not complete back in front of the scheduled plans."""
         left = range(run.done, len(run.plans))
-        if not left:
-            return
         plans = {id(run.plans[k]): run.plans[k] for k in left}
         # the records a run reached (one interrupted before that is made again)
         kept = {id(run.plans[k]): run.records[k] for k in left if run.records[k].ops is not None}
