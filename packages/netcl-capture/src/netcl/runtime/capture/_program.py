@@ -1,40 +1,46 @@
 """The frozen form of a recording and its hot loops: replay at the cost of the bare enqueues.
 
-``build`` turns a ``Recording`` into a ``ReplayProgram`` once, in ``end()``: every launch gets
-the kernel object bound for its arguments (``_kernels``). A capture on one in-order queue is
-cut into segments: consecutive plain launches are one segment driven by ``itertools.starmap``
-over the driver entry point, so Python does no work per launch; a copy, fill or launch with
-keywords is a pre-bound ``functools.partial``. Anything else (several queues, an out-of-order
-queue, contexts) is issued command by command with the flushes, host waits and wait lists of
-its ``Schedule`` (``_ordering``). Every replay calls pyopencl's own driver entry points, never
-a capture hook. The buffer index that rebinding needs (``_rebind``) is made on first use.
+``build`` turns a ``Recording`` into a ``ReplayProgram`` once, in ``end()``. Every launch gets
+a kernel object holding its arguments (``Binder``): one per distinct (kernel, argument set), so
+200 identical launches share one; each a ``clone()`` of the kernel as its first recorded launch
+left it, with every argument set in the capture re-applied (a clone alone drops NULL arguments
+on some drivers), or where the driver cannot clone, a fresh kernel of the same program.
+
+A capture on one in-order queue is cut into segments: consecutive plain launches are one,
+driven by ``itertools.starmap`` over the driver entry point (no Python work per launch); a
+copy, fill or launch with keywords is a pre-bound ``functools.partial``. Anything else (queues,
+an out-of-order queue, contexts) is issued command by command as its ``Schedule``
+(``_ordering``) says. A replay calls pyopencl's driver entry points, never a capture hook.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from itertools import starmap
 from typing import Any
 
+import numpy as np
 import pyopencl as cl
 
 from netcl.core import profiling
 from netcl.runtime.capture import _contract
-from netcl.runtime.capture._kernels import Binder, Binds
 from netcl.runtime.capture._ordering import Schedule, schedule
 from netcl.runtime.capture._rebind import BufferIndex
 from netcl.runtime.capture._recording import (
+    ArgSet,
+    LaunchShape,
     Op,
     RawFinish,
     RawHostWait,
     RawLaunch,
     RawTransfer,
     Recording,
+    launch_sizes,
 )
 
-__all__ = ["ReplayProgram", "build"]
+__all__ = ["BoundLaunch", "ReplayProgram", "build"]
 
 _enqueue = _contract.enqueue_nd_range_kernel
 _set_arg = _contract.set_arg
@@ -47,6 +53,108 @@ _OUT_OF_ORDER = int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
 # (callable, argument tuples): a run of plain launches, or one call
 Segment = tuple[Callable[..., Any], list[tuple[Any, ...]]]
 Subst = Mapping[int, cl.MemoryObjectHolder]  # recorded int_ptr -> this replay's buffer
+
+
+_NO_FLAGS: dict[str, Any] = {}
+_EMPTY_NDRANGE: dict[str, Any] = {"allow_empty_ndrange": True}
+
+
+class BoundLaunch:
+    """What the launches of one ``LaunchShape`` share: the replay kernel, the enqueue call and
+    keywords, the buffers among its arguments."""
+
+    __slots__ = ("buffers", "call", "flags", "kernel", "name")
+
+    def __init__(self, shape: LaunchShape, kernel: cl.Kernel,
+                 buffers: tuple[tuple[int, cl.MemoryObjectHolder], ...]) -> None:  # fmt: skip
+        self.kernel = kernel
+        self.name: str = shape.kernel.function_name
+        # {"allow_empty_ndrange": True} for a launch recorded with it, else empty
+        self.flags = _EMPTY_NDRANGE if shape.allow_empty else _NO_FLAGS
+        self.buffers = buffers  # (argument index, buffer) of every memory object argument
+        # enqueue_nd_range_kernel's leading arguments: queue, kernel, global, local, offset
+        self.call: tuple[Any, ...] = (shape.queue, kernel, *launch_sizes(shape))
+
+
+# id(LaunchShape) -> what its launches replay with (the recording holds the shapes)
+Binds = Mapping[int, BoundLaunch]
+
+
+class Binder:
+    """Makes the ``BoundLaunch`` of every recorded launch, sharing whatever can be shared."""
+
+    def __init__(self, clones: dict[int, cl.Kernel | None]) -> None:
+        self._clones = clones  # id(kernel) -> its clone from the first launch
+        self.by_shape: dict[int, BoundLaunch] = {}
+        # one replay kernel per kernel and argument values
+        self._replicas: dict[tuple[int, tuple[Any, ...]], cl.Kernel] = {}
+        self._buffers: dict[int, tuple[tuple[int, cl.MemoryObjectHolder], ...]] = {}
+        self.opaque: dict[str, None] = {}  # kernels launched with arguments set before begin()
+
+    def bind(self, shape: LaunchShape) -> None:
+        """Make the ``BoundLaunch`` of a shape not bound yet."""
+        kernel, snap = shape.kernel, shape.args
+        known = len(snap) >= kernel.num_args
+        if not known:
+            self.opaque[kernel.function_name] = None
+        key = (id(kernel), tuple((a.arg_index, id(a.setter), _value_key(a.payload)) for a in snap))
+        replica = self._replicas.get(key)
+        if replica is None:
+            replica = self._replicas[key] = _replicate(
+                kernel, self._clones.get(id(kernel)), snap, known
+            )
+        buffers = self._buffers.get(id(snap))
+        if buffers is None:
+            buffers = self._buffers[id(snap)] = tuple(
+                (arg.arg_index, value)
+                for arg in snap
+                for value in _flat_values(arg.payload)
+                if isinstance(value, cl.MemoryObjectHolder)
+            )
+        self.by_shape[id(shape)] = BoundLaunch(shape, replica, buffers)
+
+
+def _flat_values(payload: tuple[Any, ...]) -> Iterator[Any]:
+    for value in payload:
+        if isinstance(value, tuple):
+            yield from value
+        else:
+            yield value
+
+
+def _value_key(value: Any) -> Any:
+    if isinstance(value, cl.MemoryObjectHolder):
+        return ("mem", id(value))  # the recording's own reference, one per buffer
+    if isinstance(value, cl.LocalMemory):
+        return ("local", value.size)
+    if isinstance(value, (np.ndarray, np.generic)):
+        return ("np", value.dtype.str, value.tobytes())
+    if value is None or isinstance(value, (int, float, bytes, str)):
+        return value
+    if isinstance(value, tuple):
+        return tuple(_value_key(v) for v in value)
+    return ("id", id(value))  # held alive by the recording
+
+
+def _replicate(
+    kernel: cl.Kernel, template: cl.Kernel | None, snap: tuple[ArgSet, ...], known: bool
+) -> cl.Kernel:
+    """A kernel object of its own holding the arguments of one recorded launch: a clone of the
+    kernel as its first recorded launch left it, with every argument set in the capture
+    re-applied (a clone alone drops NULL arguments on PoCL)."""
+    if template is not None:
+        replica = template.clone()
+    elif known:
+        replica = cl.Kernel(kernel.program, kernel.function_name)
+    else:
+        raise RuntimeError(
+            f"KernelCapture: cannot record kernel {kernel.function_name!r}: the device cannot "
+            f"clone kernels and only {len(snap)} of its {kernel.num_args} arguments were set "
+            "inside the capture; pass the arguments in the call"
+        )
+    for arg in snap:
+        arg.setter(replica, *arg.payload)
+    return replica
 
 
 class ReplayProgram:

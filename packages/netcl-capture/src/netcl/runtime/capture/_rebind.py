@@ -11,13 +11,12 @@ ranges of one buffer.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import pyopencl as cl
 
 from netcl.core.tensor import Tensor
 from netcl.runtime.capture._contract import mem_ptr
-from netcl.runtime.capture._kernels import Binds
 from netcl.runtime.capture._recording import Op, RawLaunch, RawTransfer
 
 __all__ = ["BufferIndex", "BufferUse"]
@@ -31,6 +30,13 @@ class _Need(NamedTuple):
     nbytes: int
     what: str
     op: int
+
+
+class _Bound(Protocol):
+    """What the index reads of a launch's ``_program.BoundLaunch``."""
+
+    kernel: cl.Kernel  # the replay kernel
+    buffers: tuple[tuple[int, cl.MemoryObjectHolder], ...]  # (argument index, buffer)
 
 
 class BufferUse:
@@ -49,9 +55,8 @@ class BufferUse:
 class BufferIndex:
     """Every recorded buffer (by ``int_ptr``) with its uses."""
 
-    def __init__(self, ops: Sequence[Op], binds: Binds) -> None:
+    def __init__(self, ops: Sequence[Op], binds: Mapping[int, _Bound]) -> None:
         self.ops = ops
-        self.binds = binds
         self.uses: dict[int, BufferUse] = {}
         seen: set[int] = set()
         for i, op in enumerate(ops):
