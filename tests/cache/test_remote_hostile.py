@@ -322,7 +322,7 @@ def test_a_cut_binary_never_reaches_the_driver(
 
 
 def test_the_cut_is_named(ctx: cl.Context) -> None:
-    from netcl.runtime.cache._binary import check_binary
+    from netcl.runtime.cache._build import check_binary
     from netcl.runtime.cache._entry import EntryError
 
     prg = cl.Program(ctx, "__kernel void k(__global float *x) { x[0] = 1.0f; }").build()

@@ -85,22 +85,15 @@ class Lease:
 class RemoteTier:
     """A Redis store of signed program binaries."""
 
-    def __init__(
-        self,
-        settings: RemoteSettings,
-        *,
-        max_bytes: int = MAX_VALUE_BYTES,
-        breaker_failures: int = BREAKER_FAILURES,
-        breaker_open_s: float = BREAKER_OPEN_S,
-    ) -> None:
+    def __init__(self, settings: RemoteSettings) -> None:
         import redis  # only here: with no remote configured redis is never imported
 
         self.url = redact(settings.url)
         self.signed = settings.signed
         self.timeout_s = settings.timeout_s
-        self.max_bytes = max_bytes
-        self.breaker_failures = breaker_failures
-        self.breaker_open_s = breaker_open_s
+        self.max_bytes = MAX_VALUE_BYTES
+        self.breaker_failures = BREAKER_FAILURES
+        self.breaker_open_s = BREAKER_OPEN_S
         self._secret = settings.secret
         self._r = _client(settings.url)
         self._timeout_error = redis.TimeoutError
