@@ -317,7 +317,7 @@ def test_out_of_device_memory_retries_after_freeing_held_blocks(
     pool = BufferPool(queue)
     pool.release(pool.allocate((4096,), "float32"))
     dropped = pool.allocate((2048,), "float32")
-    real = pool._blocks.pool
+    real = pool._mempool
     fail = [1]
 
     class Flaky:
@@ -332,7 +332,7 @@ def test_out_of_device_memory_retries_after_freeing_held_blocks(
             return real.allocate(nbytes)
 
     flaky = Flaky()
-    monkeypatch.setattr(pool._blocks, "pool", flaky)
+    monkeypatch.setattr(pool, "_mempool", flaky)
     del dropped  # garbage the retry collects
     t = pool.allocate((100,), "float32")
     assert fail == [0] and pool.stats.bytes_held == 0 and pool.stats.live_tensors == 1
@@ -394,7 +394,7 @@ def test_a_new_block_that_cannot_be_backed_is_retried_then_a_memory_error(
     backed: list[Any] = []
 
     def flaky_read(q: cl.CommandQueue, mem: Any, host: Any, *args: Any) -> Any:
-        if q is pool._blocks.queue:  # the pool backing a new block
+        if q is pool._backing:  # the pool backing a new block
             backed.append(mem)
             if fail[0]:
                 fail[0] -= 1

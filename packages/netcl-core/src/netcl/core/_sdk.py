@@ -151,32 +151,20 @@ _configured: dict[str, Any] = {}
 _unfinished: list[str] = []  # flushes and shutdowns that ran past their deadline
 
 
-def configure(
-    *,
-    service_name: str = "netcl",
-    console: bool = False,
-    console_out: TextIO | None = None,
-    prometheus_port: int | None = None,
-) -> dict[str, Any]:
-    """Install the OpenTelemetry SDK for an application (idempotent; needs ``netcl-core[otel]``).
+def configure(*, service_name: str = "netcl", console: bool = False,
+              console_out: TextIO | None = None,
+              prometheus_port: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """Install the OpenTelemetry SDK for an application (idempotent; needs ``netcl-core[otel]``)
+    with the SDK's own configurator, so every standard ``OTEL_*`` variable applies; netcl's
+    defaults for unset ones are in the package README. ``console=True`` also prints spans and
+    metrics to ``console_out`` (stderr), one line each; ``prometheus_port`` serves metrics on
+    that port (host ``OTEL_EXPORTER_PROMETHEUS_HOST``, default 127.0.0.1).
 
-    This is the SDK's own environment-driven configuration (the one ``opentelemetry-instrument``
-    runs), so every standard ``OTEL_*`` variable applies. netcl adds defaults where a variable is
-    unset: with no ``OTEL_{SIGNAL}_EXPORTER`` but an OTLP endpoint set, that signal goes over
-    OTLP (with neither, nothing is exported); OTLP requests and each signal's export at
-    :func:`shutdown` give up after 2 s; ``service.name`` is ``service_name`` unless the
-    environment names one; console lines are one line per span or metric point.
-    ``console=True`` also prints spans and metrics to ``console_out`` (stderr);
-    ``prometheus_port`` serves metrics for Prometheus on that port (host
-    ``OTEL_EXPORTER_PROMETHEUS_HOST``, default 127.0.0.1).
-
-    A value the SDK would reject or silently replace raises :class:`ConfigError` before anything
-    is installed. With ``OTEL_SDK_DISABLED=true`` nothing is installed. An SDK already installed
-    (by ``opentelemetry-instrument`` or the application) is left alone.
-
-    Returns the providers (``tracer_provider``, ``meter_provider``), ``exporters``, the exporter
-    names per signal as the SDK resolved them (``{"traces": ["otlp_proto_grpc"], ...}``; empty
-    when the SDK was already installed, empty lists when disabled), and ``disabled``.
+    Raises :class:`ConfigError` before installing anything for a value the SDK would reject or
+    silently replace. Installs nothing under ``OTEL_SDK_DISABLED=true``, and leaves an SDK that
+    is already installed alone. Returns ``tracer_provider``, ``meter_provider``, ``exporters``
+    (the exporter names per signal as the SDK resolved them; empty when an SDK was already
+    installed) and ``disabled``.
     """
     if _configured:
         return _configured
@@ -204,9 +192,8 @@ def configure(
     return _configured
 
 
-def _install(
-    service_name: str, console: bool, out: TextIO, prometheus_port: int | None
-) -> dict[str, list[str]]:
+def _install(service_name: str, console: bool, out: TextIO,
+             prometheus_port: int | None) -> dict[str, list[str]]:  # fmt: skip
     # The SDK's configurator, as opentelemetry-distro subclasses it for opentelemetry-instrument.
     # Private API: tests/core/test_telemetry.py pins the names and parameters used here.
     from opentelemetry.sdk._configuration import _get_exporter_names, _OTelSDKConfigurator
@@ -278,12 +265,11 @@ def flush(timeout: float | None = None) -> bool:
 
 
 def shutdown(timeout: float | None = None) -> bool:
-    """Flush and stop what :func:`configure` installed (no-op when it did nothing), in at most
-    ``timeout`` seconds: by default the larger of ``OTEL_BSP_EXPORT_TIMEOUT`` and
-    ``OTEL_METRIC_EXPORT_TIMEOUT`` (2 s each unless set), traces and metrics side by side. Device
-    time still pending in :mod:`netcl.core.profiling` is collected first (up to 1 s). Returns
-    False when an exporter was still busy at the deadline: it is left behind on a daemon thread
-    (recorded in :func:`export_failures`), so the application exits on time."""
+    """Flush and stop what :func:`configure` installed, traces and metrics side by side, in at
+    most ``timeout`` seconds (default: the larger of ``OTEL_BSP_EXPORT_TIMEOUT`` and
+    ``OTEL_METRIC_EXPORT_TIMEOUT``, 2 s unless set), after collecting pending device time (up to
+    1 s). False when an exporter was still busy at the deadline: it is left on its daemon thread
+    (see :func:`export_failures`), so the application exits on time."""
     profiling = sys.modules.get("netcl.core.profiling")  # not imported: only if in use
     if profiling is not None and _configured:
         profiling.flush(1.0)
@@ -294,12 +280,8 @@ def export_failures() -> list[str]:
     """One line per exporter that failed to export since :func:`configure` (its error count and
     first message), and per flush or shutdown that ran past its deadline; empty when all went
     well."""
-    _failures.acquire()  # the handler's own lock, which emit() runs under
-    try:
-        lines = [f"{n} export error(s), first: {first}" for n, first in _failures.seen.values()]
-    finally:
-        _failures.release()
-    return lines + _unfinished
+    seen = dict(_failures.seen)  # a copy (atomic under the GIL): emit() may add to it meanwhile
+    return [f"{n} export error(s), first: {first}" for n, first in seen.values()] + _unfinished
 
 
 def _bounded(method: str, timeout: float | None) -> bool:

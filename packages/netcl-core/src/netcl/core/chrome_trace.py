@@ -1,18 +1,7 @@
 """A span exporter that writes a timeline file: Chrome trace-event JSON, which Perfetto UI
-(ui.perfetto.dev, "Open trace file") and ``chrome://tracing`` open.
-
-Select it with the SDK's standard variable, ``OTEL_TRACES_EXPORTER=chrome_trace`` (an entry point
-of netcl-core in the ``opentelemetry_traces_exporter`` group), or add it to a provider by hand.
-The file is ``NETCL_TRACE_FILE`` (default ``netcl-trace.json`` in the working directory), written
-whole at ``force_flush()`` and at shutdown (a temporary file renamed over it, so a reader never
-sees half a file).
-
-Host spans go to one process track ("host: <service.name>"), device spans (names starting with
-``netcl.device.``, recorded by :mod:`netcl.core.profiling`) to one process track per device
-("device: <netcl.device.name>"). Within a track, spans are laid out on as few rows as keeps every
-row properly nested; a kernel's slice is titled with its ``netcl.kernel.name``. An arrow (a flow
-event) leads from each host span to the device spans recorded under it. Times are microseconds
-from the first span; ``otherData.epoch_ns`` gives that instant on the host clock.
+(ui.perfetto.dev, "Open trace file") and ``chrome://tracing`` open; selected with
+``OTEL_TRACES_EXPORTER=chrome_trace``. The package README says what goes where. Times in the file
+are microseconds from the first span; ``otherData.epoch_ns`` gives that instant on the host clock.
 """
 
 from __future__ import annotations
@@ -118,26 +107,19 @@ def _slice(span: ReadableSpan) -> _Slice:
     return _Slice(track, title, start, end, span_id, parent, args)
 
 
-def _tree_depths(slices: list[_Slice]) -> list[int]:
-    """How many ancestors each slice has in the file (a parent before its child when both
-    cover the same interval, e.g. a device envelope around its only kernel)."""
+def _ordered(slices: list[_Slice]) -> list[_Slice]:
+    """By start, longest first, parents before children (a device envelope and its only kernel
+    cover the same interval): the order that nests."""
     parent = {s.span_id: s.parent_id for s in slices}
-    depths = []
-    for s in slices:
-        depth, up, seen = 0, s.parent_id, set()
+
+    def depth(s: _Slice) -> int:  # ancestors in the file
+        n, up, seen = 0, s.parent_id, set()
         while up in parent and up not in seen:
             seen.add(up)
-            depth, up = depth + 1, parent[up]
-        depths.append(depth)
-    return depths
+            n, up = n + 1, parent[up]
+        return n
 
-
-def _ordered(slices: list[_Slice]) -> list[_Slice]:
-    """By start, longest first, parents before children: the order that nests."""
-    depth = _tree_depths(slices)
-    order = sorted(range(len(slices)),
-                   key=lambda i: (slices[i].start_ns, -slices[i].end_ns, depth[i]))  # fmt: skip
-    return [slices[i] for i in order]
+    return sorted(slices, key=lambda s: (s.start_ns, -s.end_ns, depth(s)))
 
 
 def _lanes(slices: list[_Slice]) -> list[int]:
@@ -190,7 +172,7 @@ def _flows(slices: list[_Slice], where: dict[int, tuple[int, int, float]]) -> li
     flows: list[dict[str, Any]] = []
     host = {s.span_id for s in slices if s.track.startswith("host")}
     for n, s in enumerate(slices):
-        if s.track.startswith("device") and s.parent_id in host and s.span_id in where:
+        if s.track.startswith("device") and s.parent_id in host:
             src, dst = where[s.parent_id], where[s.span_id]
             common = {"name": "device work", "cat": "flow", "id": n + 1}
             flows.append({**common, "ph": "s", "pid": src[0], "tid": src[1], "ts": src[2]})

@@ -86,9 +86,14 @@ def _main(argv: list[str]) -> int:
     for name, dist in missing.items():
         sub.add_parser(name, help=f"(not installed: the {dist} distribution)")
     command = next((a for a in argv if not a.startswith("-")), None)
-    if command in missing:
+    if command in missing:  # the distributions are not on PyPI: a clone or pip's git URL form
         dist = missing[command]
-        sys.stderr.write(f"netcl {command}: not installed; {_install_hint(dist)}\n")
+        sys.stderr.write(
+            f"netcl {command}: not installed; it comes with the {dist} distribution, which is "
+            f"not on PyPI: from a clone of the repository, python3 -m pip install "
+            f'./packages/{dist}; or python3 -m pip install "{dist} @ git+{_REPO_URL}'
+            f'#subdirectory=packages/{dist}"\n'
+        )
         return 2
     args, extra = parser.parse_known_args(argv)
     if extra:  # reported by the subcommand that was given them: "netcl cache stats: error: ..."
@@ -109,38 +114,17 @@ def _interrupted() -> None:
     # Ctrl-C: one line, no traceback; a reader that went away must not turn it into another error
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
-    try:
+    with contextlib.suppress(OSError, ValueError):
         # on a terminal, start a fresh line after the ^C the terminal echoed
-        sys.stderr.write(("\n" if _isatty(sys.stderr) else "") + "netcl: interrupted\n")
+        tty = getattr(sys.stderr, "isatty", lambda: False)()
+        sys.stderr.write(("\n" if tty else "") + "netcl: interrupted\n")
         sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-
-
-def _isatty(stream: object) -> bool:
-    try:
-        return bool(stream.isatty())  # type: ignore[attr-defined]
-    except (AttributeError, ValueError):  # a replaced or closed stream
-        return False
-
-
-def _install_hint(dist: str) -> str:
-    """How to install ``dist``: the distributions are not on PyPI, so from a clone of the
-    repository or pip's git URL form."""
-    return (
-        f"it comes with the {dist} distribution, which is not on PyPI: from a clone of the "
-        f"repository, python3 -m pip install ./packages/{dist}; or python3 -m pip install "
-        f'"{dist} @ git+{_REPO_URL}#subdirectory=packages/{dist}"'
-    )
 
 
 def _silence_stdout() -> None:
     # the reader went away: point stdout at /dev/null so the interpreter's final flush is quiet
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor
-        pass
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # stdout without a descriptor
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def register_info(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -162,10 +146,10 @@ def _info(_: argparse.Namespace) -> int:
         out.write(f"  {name} {ver}\n")
     out.write(f"pyopencl {cl.VERSION_TEXT}\n")
     out.write("OpenCL platforms:\n")
+    platforms = []
     try:
         platforms = cl.get_platforms()
     except cl.Error as exc:
-        platforms = []
         out.write(f"  none ({exc})\n")
     for i, plat in enumerate(platforms):
         out.write(f"  [{i}] {plat.name} ({plat.version})\n")
@@ -175,8 +159,7 @@ def _info(_: argparse.Namespace) -> int:
     try:
         chosen = device.pick_device()
     except device.NoDeviceError as exc:
-        out.write("default device: none\n")
-        out.write(f"cache dir: {paths.default_cache_dir()}\n")
+        out.write(f"default device: none\ncache dir: {paths.default_cache_dir()}\n")
         out.flush()
         sys.stderr.write(f"netcl info: {exc}\n")
         return 1

@@ -104,10 +104,8 @@ def default_context() -> cl.Context:
     global _context
     with _lock:
         if _context is None:
-            if _settings.PYOPENCL_CTX.value():
-                _context = _context_from_env()
-            else:
-                _context = cl.Context([pick_device()])
+            from_env = _settings.PYOPENCL_CTX.value()
+            _context = _context_from_env() if from_env else cl.Context([pick_device()])
         return _context
 
 
@@ -140,11 +138,5 @@ def device_identity(device: cl.Device) -> str:
     makes compiled binaries stale.
     """
     platform = device.platform
-    parts = (
-        platform.name,
-        platform.version,
-        device.name,
-        device.version,
-        device.driver_version,
-    )
+    parts = (platform.name, platform.version, device.name, device.version, device.driver_version)
     return " | ".join(p.strip() for p in parts)

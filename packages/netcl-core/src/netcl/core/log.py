@@ -9,6 +9,7 @@ applications, with console or JSON rendering and the current span's trace_id/spa
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -97,34 +98,18 @@ class LazyLogger:
             self._logger = logger
         return logger
 
-    def _emit(self, level: int, method: str, event: str, fields: dict[str, Any]) -> Any:
+    def _emit(self, level: int, method: str, event: str, **fields: Any) -> Any:
         if not self._stdlib.isEnabledFor(level):  # what structlog's filter_by_level asks
             return None
         return getattr(self._structlog(), method)(event, **fields)
 
-    def debug(self, event: str, **fields: Any) -> Any:
-        """Log ``event`` with ``fields`` at DEBUG."""
-        return self._emit(logging.DEBUG, "debug", event, fields)
-
-    def info(self, event: str, **fields: Any) -> Any:
-        """Log ``event`` with ``fields`` at INFO."""
-        return self._emit(logging.INFO, "info", event, fields)
-
-    def warning(self, event: str, **fields: Any) -> Any:
-        """Log ``event`` with ``fields`` at WARNING."""
-        return self._emit(logging.WARNING, "warning", event, fields)
-
-    def error(self, event: str, **fields: Any) -> Any:
-        """Log ``event`` with ``fields`` at ERROR."""
-        return self._emit(logging.ERROR, "error", event, fields)
-
-    def critical(self, event: str, **fields: Any) -> Any:
-        """Log ``event`` with ``fields`` at CRITICAL."""
-        return self._emit(logging.CRITICAL, "critical", event, fields)
-
-    def exception(self, event: str, **fields: Any) -> Any:
-        """Log ``event`` at ERROR with the exception being handled."""
-        return self._emit(logging.ERROR, "exception", event, fields)
+    # log(event, **fields) at each level; exception() adds the exception being handled
+    debug = functools.partialmethod(_emit, logging.DEBUG, "debug")
+    info = functools.partialmethod(_emit, logging.INFO, "info")
+    warning = functools.partialmethod(_emit, logging.WARNING, "warning")
+    error = functools.partialmethod(_emit, logging.ERROR, "error")
+    critical = functools.partialmethod(_emit, logging.CRITICAL, "critical")
+    exception = functools.partialmethod(_emit, logging.ERROR, "exception")
 
     def bind(self, **fields: Any) -> LazyLogger:
         """A logger that adds ``fields`` to every event."""

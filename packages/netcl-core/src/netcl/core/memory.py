@@ -100,85 +100,12 @@ class _Bin:
         self.free: list[Any] = []
 
 
-class _Blocks:
-    """A pool's source of device blocks (called with the pool's lock held, but for the counters'
-    reads: pyopencl's pool allocates under it only, so its counters are exact there)."""
-
-    def __init__(self, queue: cl.CommandQueue, lock: threading.RLock) -> None:
-        self.context = queue.context
-        self._lock = lock
-        # Not pyopencl's ImmediateAllocator: it enqueues clEnqueueMigrateMemObjects for every new
-        # block on the caller's queue, and NVIDIA's driver crashes when that runs while another
-        # thread is inside a blocking read or write on the same queue (pyopencl releases the GIL
-        # there). The pool makes plain buffers (clCreateBuffer only: no command) and backs each
-        # new one itself with a blocking 1-byte read on a queue of its own, so running out of
-        # memory shows at allocation (NVIDIA allocates lazily, at first use), nothing of the
-        # pool's lands on the caller's queue, and no allocation waits for the caller's work.
-        self.queue = cl.CommandQueue(queue.context, queue.device)
-        self._scratch = np.empty(1, np.uint8)
-        with warnings.catch_warnings():
-            # pyopencl warns that a deferred allocator reports no memory errors: make() does
-            warnings.filterwarnings("ignore", "Memory pools expect non-deferred", UserWarning)
-            # 6 leading bits per size class: a block is at most 1/64 larger than asked for
-            # (pyopencl's default of 4 wastes up to 1/16, which would show in graph plans).
-            self.pool = cltools.MemoryPool(
-                cltools.DeferredAllocator(queue.context), leading_bits_in_bin_id=6
-            )
-        self.direct_bytes = 0  # _DirectBuffers alive (out or held)
-        self.direct_blocks = 0
-
-    def class_bytes(self, nbytes: int) -> int:
-        """pyopencl's size class of a request (OpenCL refuses 0-byte buffers)."""
-        return int(self.pool.alloc_size(self.pool.bin_number(max(nbytes, 1))))
-
-    def make(self, bin_: _Bin) -> tuple[Any, bool]:
-        """A block and whether it is new (backed here); pyopencl's pool hands out a block a
-        dropped tensor gave back before it makes a new one."""
-        if bin_.direct:
-            block: Any = _DirectBuffer(self.context, cl.mem_flags.READ_WRITE, bin_.nbytes)
-            new = True
-        else:
-            before = self.pool.managed_bytes
-            block = self.pool.allocate(bin_.nbytes)
-            new = self.pool.managed_bytes != before
-        if new:
-            try:  # back it now: a blocking read on the pool's own queue changes nothing
-                _read_buffer(self.queue, block, self._scratch, 0, None, True)
-            except BaseException:
-                self.drop(block, bin_)
-                del block  # not kept alive by the traceback
-                raise
-            if bin_.direct:
-                self.direct_bytes += bin_.nbytes
-                self.direct_blocks += 1
-                freed = weakref.finalize(block, _direct_freed, weakref.ref(self), bin_.nbytes)
-                freed.atexit = False
-        return block, new
-
-    @staticmethod
-    def drop(block: Any, bin_: _Bin) -> None:
-        """Give up a block that is not handed out: a pool block goes back to pyopencl's pool
-        (freed by the next free_held); a direct block is freed with the caller's reference."""
-        if not bin_.direct:
-            block.release()
-
-    def active(self) -> tuple[int, int]:
-        """Bytes and blocks that are out or held in the bins (pyopencl counts those as active)."""
-        pool = self.pool
-        return (int(pool.active_bytes) + self.direct_bytes,
-                int(pool.active_blocks) + self.direct_blocks)  # fmt: skip
-
-    def total(self) -> int:
-        """Device bytes of every block: out, in the bins, held by pyopencl."""
-        return int(self.pool.managed_bytes) + self.direct_bytes
-
-
-def _direct_freed(ref: weakref.ref[_Blocks], nbytes: int) -> None:
-    blocks = ref()
-    if blocks is not None:
-        with blocks._lock:
-            blocks.direct_bytes -= nbytes
-            blocks.direct_blocks -= 1
+def _direct_freed(ref: weakref.ref[BufferPool], nbytes: int) -> None:
+    pool = ref()
+    if pool is not None:
+        with pool._lock:
+            pool._direct_bytes -= nbytes
+            pool._direct_blocks -= 1
 
 
 _ids = itertools.count(1)  # default pool names
@@ -200,9 +127,10 @@ class BufferPool:
     """
 
     __slots__ = (
-        "__weakref__", "_bins", "_blocks", "_device_bytes", "_device_name", "_global_mem",
-        "_hits", "_limit", "_lock", "_max_alloc", "_misses", "_on_free_held", "_peak", "_room",
-        "_sizes", "_sizes_kept", "_token", "name", "queue",
+        "__weakref__", "_backing", "_bins", "_device_bytes", "_device_name", "_direct_blocks",
+        "_direct_bytes", "_global_mem", "_hits", "_limit", "_lock", "_max_alloc", "_mempool",
+        "_misses", "_on_free_held", "_peak", "_room", "_scratch", "_sizes", "_sizes_kept",
+        "_token", "name", "queue",
     )  # fmt: skip
 
     def __init__(
@@ -225,7 +153,24 @@ class BufferPool:
         # atomic under the GIL, plus plain int counters; the lock serialises the rest (new
         # blocks, the limit, free_held, the exact figures behind stats and the peak).
         self._lock = threading.RLock()
-        self._blocks = _Blocks(queue, self._lock)
+        # Not pyopencl's ImmediateAllocator: it enqueues clEnqueueMigrateMemObjects for every new
+        # block on the caller's queue, and NVIDIA's driver crashes when that runs while another
+        # thread is inside a blocking read or write on the same queue (pyopencl releases the GIL
+        # there). The pool makes plain buffers (clCreateBuffer only: no command) and backs each
+        # new one itself with a blocking 1-byte read on a queue of its own, so running out of
+        # memory shows at allocation (NVIDIA allocates lazily, at first use), nothing of the
+        # pool's lands on the caller's queue, and no allocation waits for the caller's work.
+        self._backing = cl.CommandQueue(queue.context, device)
+        self._scratch = np.empty(1, np.uint8)
+        with warnings.catch_warnings():
+            # pyopencl warns that a deferred allocator reports no memory errors: the pool does
+            warnings.filterwarnings("ignore", "Memory pools expect non-deferred", UserWarning)
+            # 6 leading bits per size class: a block is at most 1/64 larger than asked for
+            # (pyopencl's default of 4 wastes up to 1/16, which would show in graph plans).
+            self._mempool = cltools.MemoryPool(
+                cltools.DeferredAllocator(queue.context), leading_bits_in_bin_id=6
+            )
+        self._direct_bytes = self._direct_blocks = 0  # _DirectBuffers alive (out or held)
         self._token = object()  # what this pool's bins and their tensors know it by
         self._bins: dict[int, _Bin] = {}  # by block size
         self._sizes: dict[Any, dict[Any, tuple[Shape, np.dtype[Any], _Bin]]] = {}
@@ -325,11 +270,10 @@ class BufferPool:
         more, and never more than the device's maximum allocation."""
         if nbytes > self._max_alloc:
             return nbytes  # refused at allocation with a MemoryError
-        return min(self._blocks.class_bytes(nbytes), self._max_alloc)
+        return min(self._class_bytes(nbytes), self._max_alloc)
 
-    def _size_of(
-        self, shape: int | Sequence[int], dtype: npt.DTypeLike
-    ) -> tuple[Shape, np.dtype[Any], _Bin]:
+    def _size_of(self, shape: int | Sequence[int],
+                 dtype: npt.DTypeLike) -> tuple[Shape, np.dtype[Any], _Bin]:  # fmt: skip
         dims = normalize_shape(shape)
         dt = np.dtype(dtype)
         entry = (dims, dt, self._bin_for(prod(dims) * dt.itemsize))
@@ -351,11 +295,15 @@ class BufferPool:
             bin_ = self._bins.get(size)
             if bin_ is None:
                 # pyopencl's class of the device's maximum can be larger than the maximum
-                direct = self._blocks.class_bytes(size) != size
+                direct = self._class_bytes(size) != size
                 bin_ = self._bins[size] = _Bin(self._token, size, direct)
             return bin_
 
-    # -- the slow path: the size class holds no block ---------------------------------------
+    def _class_bytes(self, nbytes: int) -> int:
+        """pyopencl's size class of a request (OpenCL refuses 0-byte buffers)."""
+        return int(self._mempool.alloc_size(self._mempool.bin_number(max(nbytes, 1))))
+
+    # -- the slow path: the size class holds no block (the lock is held) --------------------
     def _miss(self, bin_: _Bin, shape: Shape, dt: np.dtype[Any]) -> Any:
         with self._lock:
             try:
@@ -376,13 +324,13 @@ class BufferPool:
                 bin_, shape, dt, f"the device allocates at most {self._max_alloc} bytes at once"
             )
         block, new = self._make(bin_, shape, dt)
-        if self._limit and self._blocks.total() > self._limit:
-            self._blocks.drop(block, bin_)
+        if self._limit and self._total() > self._limit:
+            self._drop(block, bin_)
             del block
             self._free_held()
             block, new = self._make(bin_, shape, dt)
-            if self._blocks.total() > self._limit:
-                self._blocks.drop(block, bin_)
+            if self._total() > self._limit:
+                self._drop(block, bin_)
                 del block  # a direct block is freed now, not kept by the traceback
                 self._free_held()
                 raise self._oom(bin_, shape, dt, f"the pool limit is {self._limit} bytes")
@@ -396,19 +344,55 @@ class BufferPool:
         """A block for ``bin_``. When the device cannot allocate or back it: free what the pool
         holds, collect garbage (dropped tensors give their blocks back), and try once more."""
         try:
-            return self._blocks.make(bin_)
+            return self._new_block(bin_)
         except cl.Error as exc:
             if not _is_oom(exc):
                 raise
         gc.collect()
         self._free_held()
         try:
-            return self._blocks.make(bin_)
+            return self._new_block(bin_)
         except cl.Error as again:
             if not _is_oom(again):
                 raise
             self._free_held()  # the block that could not be backed is not kept
             raise self._oom(bin_, shape, dt, f"out of device memory ({again})") from again
+
+    def _new_block(self, bin_: _Bin) -> tuple[Any, bool]:
+        """A block and whether it is new (backed here); pyopencl's pool hands out a block a
+        dropped tensor gave back before it makes a new one (its counters are exact here: it
+        allocates under the lock only)."""
+        if bin_.direct:
+            block: Any = _DirectBuffer(self.queue.context, cl.mem_flags.READ_WRITE, bin_.nbytes)
+            new = True
+        else:
+            before = self._mempool.managed_bytes
+            block = self._mempool.allocate(bin_.nbytes)
+            new = self._mempool.managed_bytes != before
+        if new:
+            try:  # back it now: a blocking read on the pool's own queue changes nothing
+                _read_buffer(self._backing, block, self._scratch, 0, None, True)
+            except BaseException:
+                self._drop(block, bin_)
+                del block  # not kept alive by the traceback
+                raise
+            if bin_.direct:
+                self._direct_bytes += bin_.nbytes
+                self._direct_blocks += 1
+                freed = weakref.finalize(block, _direct_freed, weakref.ref(self), bin_.nbytes)
+                freed.atexit = False
+        return block, new
+
+    @staticmethod
+    def _drop(block: Any, bin_: _Bin) -> None:
+        """Give up a block that is not handed out: a pool block goes back to pyopencl's pool
+        (freed by the next free_held); a direct block is freed with the caller's reference."""
+        if not bin_.direct:
+            block.release()
+
+    def _total(self) -> int:
+        """Device bytes of every block: out, in the bins, held by pyopencl."""
+        return int(self._mempool.managed_bytes) + self._direct_bytes
 
     def _oom(self, bin_: _Bin, shape: Shape, dt: np.dtype[Any], why: str) -> MemoryError:
         s = self._look()
@@ -433,8 +417,9 @@ class BufferPool:
         set to them); brings the fast path's room and the gauges up to date."""
         # pyopencl's counters are read before the bins: a concurrent hit or release moves a
         # block that is already counted as active, so no figure can go below zero
-        pool = self._blocks.pool
-        active, blocks = self._blocks.active()
+        pool = self._mempool  # pyopencl counts the blocks out and in the bins as active
+        active = int(pool.active_bytes) + self._direct_bytes
+        blocks = int(pool.active_blocks) + self._direct_blocks
         held = int(pool.managed_bytes) - int(pool.active_bytes)  # dropped tensors' blocks
         in_bins = in_bins_blocks = 0
         for bin_ in list(self._bins.values()):
@@ -480,9 +465,9 @@ class BufferPool:
                 except IndexError:
                     break
                 self._room -= bin_.nbytes
-                self._blocks.drop(block, bin_)
+                self._drop(block, bin_)
                 del block  # a direct block is freed here
-        self._blocks.pool.free_held()
+        self._mempool.free_held()
         self._look()
 
     def _add_free_held_hook(self, hook: Callable[[], None]) -> None:

@@ -1,18 +1,15 @@
-"""Device time: what the OpenCL device spent on the commands netcl enqueues, as spans and metrics
-(the package README says what is recorded, and what it costs).
+"""Device time: what the OpenCL device spent on the commands netcl enqueues, as spans and metrics.
 
-Packages (or an application) hand the events of a unit of work of a profiling queue to the
-process-wide collector with :func:`watch` (the commands themselves: one device span per command)
-or :func:`watch_markers` (two markers around work whose commands are not visible). The collector
-reads the timestamps only once the events are complete, on a daemon thread (every 50 ms), at
-:func:`flush`, or when :meth:`DeviceTime.poll` is asked: it never waits for the caller's commands.
-Device timestamps are mapped onto the host clock (``time.time_ns()``) by a per-device calibration
-(:class:`DeviceClock`). Without profiling nothing changes: check :func:`enabled` once per queue.
+Work of a profiling queue is handed to the process-wide collector with :func:`watch` (the events
+of its commands) or :func:`watch_markers` (two markers around it); the collector reads the
+timestamps once the events are complete, never waiting for them, and maps them onto the host
+clock. The package README says what is recorded and what it costs.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import threading
 import time
 from collections import deque
@@ -63,11 +60,11 @@ _KINDS = {
     COMMANDS: ("netcl.device.commands", "netcl.device.label", None),
 }  # fmt: skip
 
+_Attrs = Mapping[str, AttributeValue]
 _PROFILING = cl.command_queue_properties.PROFILING_ENABLE
 _QUEUED, _START, _END = cl.profiling_info.QUEUED, cl.profiling_info.START, cl.profiling_info.END
 _KERNELS = ("ndrange_kernel", "task")
 _TRANSFER_WORDS = ("buffer", "image", "map", "svm", "migrate")
-_type_names: dict[int, str] = {}
 
 
 def enabled(queue: cl.CommandQueue) -> bool:
@@ -155,6 +152,7 @@ class Command(NamedTuple):
         return {"netcl.device.command": self.command}
 
 
+@dataclass(eq=False, slots=True)
 class DeviceTime:
     """The device time of one watched unit of work, filled in when its events complete.
 
@@ -162,29 +160,19 @@ class DeviceTime:
     ``commands`` (one :class:`Command` per event of :func:`watch`) are None/empty until then.
     """
 
-    __slots__ = ("_between", "_events", "_owner", "attributes", "commands", "done", "duration",
-                 "end_ns", "kind", "labels", "name", "parent", "start_ns")  # fmt: skip
-
-    def __init__(
-        self,
-        owner: Collector,
-        kind: str,
-        events: Sequence[cl.Event],
-        labels: Sequence[str],
-        name: str | None,
-        parent: telemetry.Span,
-        attributes: Mapping[str, AttributeValue] | None,
-        between: bool,
-    ) -> None:
-        self._owner = owner
-        self.kind, self.name, self.labels, self.parent = kind, name, labels, parent
-        self.attributes = attributes
-        self._events, self._between = events, between
-        self.done = False
-        self.duration: float | None = None
-        self.start_ns: int | None = None
-        self.end_ns: int | None = None
-        self.commands: tuple[Command, ...] = ()
+    _owner: Collector
+    kind: str
+    _events: tuple[cl.Event, ...]
+    labels: tuple[str, ...]
+    name: str | None
+    parent: telemetry.Span
+    attributes: _Attrs | None
+    _between: bool  # watch_markers: the time from the first event's end to the last one's
+    done: bool = False
+    duration: float | None = None
+    start_ns: int | None = None
+    end_ns: int | None = None
+    commands: tuple[Command, ...] = ()
 
     def ready(self) -> bool:
         """Whether every event has completed (or failed): a status read, no wait."""
@@ -245,52 +233,38 @@ class _Device(NamedTuple):
     device: cl.Device
 
 
+@functools.cache
 def _type_name(code: int) -> str:
-    name = _type_names.get(code)
-    if name is None:
-        try:
-            name = cl.command_type.to_string(code).lower()
-        except ValueError:
-            name = f"command_{code:#x}"
-        _type_names[code] = name
-    return name
+    try:
+        return str(cl.command_type.to_string(code)).lower()
+    except ValueError:
+        return f"command_{code:#x}"
 
 
 def _union_ns(intervals: list[tuple[int, int]]) -> int:
     """Total length of the union of ``[start, end]`` intervals."""
-    total, reach = 0, None
+    total, reach = 0, min((start for start, _ in intervals), default=0)
     for start, end in sorted(intervals):
-        if reach is None or start > reach:
-            total += end - start
-            reach = end
-        elif end > reach:
-            total += end - reach
+        if end > reach:
+            total += end - max(start, reach)
             reach = end
     return total
 
 
 # -- the collector ----------------------------------------------------------------------------
 class Collector:
-    """Collects device time of watched events without waiting for them (see the module doc).
+    """Collects device time of watched events without waiting for them.
 
-    ``interval`` (s) is how often the daemon thread looks at pending events, ``recalibrate``
-    (s) how old a device clock calibration may get, ``busy_window`` (s) the window of
-    ``netcl.device.busy``, ``max_pending`` how many units may wait before the oldest is dropped.
-    ``span_budget`` is the share of one CPU core that recording spans may take, averaged over a
-    second: an SDK span costs 10-30 µs, so a replay of 64 kernels would cost a millisecond of
-    the application's interpreter; past the budget a unit gets its envelope span and all its
-    metric points but not its per-command spans (the envelope says how many were skipped).
+    ``interval`` (s): how often the daemon thread looks at pending events; ``recalibrate`` (s):
+    how old a clock calibration may get; ``busy_window`` (s): the window of ``netcl.device.busy``;
+    ``max_pending``: how many units may wait before the oldest is dropped; ``span_budget``: the
+    share of a CPU core that per-command spans may take, averaged over a second (an SDK span costs
+    10-30 µs); past it a unit gets its envelope span and metric points only.
     """
 
-    def __init__(
-        self,
-        *,
-        interval: float = 0.05,
-        recalibrate: float = 10.0,
-        busy_window: float = 5.0,
-        max_pending: int = 100_000,
-        span_budget: float = 0.05,
-    ) -> None:
+    def __init__(self, *, interval: float = 0.05, recalibrate: float = 10.0,
+                 busy_window: float = 5.0, max_pending: int = 100_000,
+                 span_budget: float = 0.05) -> None:  # fmt: skip
         self.interval, self.recalibrate, self.busy_window = interval, recalibrate, busy_window
         self.max_pending, self.span_budget = max_pending, span_budget
         self._credit = span_budget  # seconds of span work allowed now (refills at span_budget/s)
@@ -304,16 +278,9 @@ class Collector:
         self._thread: threading.Thread | None = None
 
     # -- hand-off (the caller's thread: no OpenCL call, no wait) -----------------------------
-    def watch(
-        self,
-        kind: str,
-        events: Sequence[cl.Event],
-        *,
-        labels: Sequence[str] = (),
-        name: str | None = None,
-        parent: telemetry.Span | None = None,
-        attributes: Mapping[str, AttributeValue] | None = None,
-    ) -> DeviceTime:
+    def watch(self, kind: str, events: Sequence[cl.Event], *, labels: Sequence[str] = (),
+              name: str | None = None, parent: telemetry.Span | None = None,
+              attributes: _Attrs | None = None) -> DeviceTime:  # fmt: skip
         """Watch the commands behind ``events`` (one unit of work of ``kind``); ``labels[i]``
         names event i (a kernel's function name), ``name`` the unit (node name, plan
         description), ``parent`` the host span (default: the current span)."""
@@ -322,41 +289,26 @@ class Collector:
                 f"profiling.watch: {len(labels)} labels for {len(events)} events; expected at "
                 "most one label per event"
             )
-        return self._add(kind, tuple(events), tuple(labels), name, parent, attributes, False)
+        parent = parent if parent is not None else telemetry.current_span()
+        return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
+                                    attributes, False))  # fmt: skip
 
-    def watch_markers(
-        self,
-        kind: str,
-        before: cl.Event,
-        after: cl.Event,
-        *,
-        name: str | None = None,
-        parent: telemetry.Span | None = None,
-        attributes: Mapping[str, AttributeValue] | None = None,
-    ) -> DeviceTime:
+    def watch_markers(self, kind: str, before: cl.Event, after: cl.Event, *,
+                      name: str | None = None, parent: telemetry.Span | None = None,
+                      attributes: _Attrs | None = None) -> DeviceTime:  # fmt: skip
         """Watch the work between two markers enqueued on one in-order queue, ``before`` and
         ``after`` it: its device time is ``after.end - before.end``."""
-        return self._add(kind, (before, after), (), name, parent, attributes, True)
+        parent = parent if parent is not None else telemetry.current_span()
+        return self._add(DeviceTime(self, kind, (before, after), (), name, parent, attributes,
+                                    True))  # fmt: skip
 
-    def _add(
-        self,
-        kind: str,
-        events: tuple[cl.Event, ...],
-        labels: tuple[str, ...],
-        name: str | None,
-        parent: telemetry.Span | None,
-        attributes: Mapping[str, AttributeValue] | None,
-        between: bool,
-    ) -> DeviceTime:
-        if kind not in _KINDS:
+    def _add(self, unit: DeviceTime) -> DeviceTime:
+        if unit.kind not in _KINDS:
             raise ValueError(
-                f"profiling.watch: unknown kind {kind!r}; expected one of {sorted(_KINDS)}"
+                f"profiling.watch: unknown kind {unit.kind!r}; expected one of {sorted(_KINDS)}"
             )
-        if not events:
+        if not unit._events:
             raise ValueError("profiling.watch: no events; expected at least one cl.Event")
-        if parent is None:
-            parent = telemetry.current_span()
-        unit = DeviceTime(self, kind, events, labels, name, parent, attributes, between)
         if self._thread is None:
             self._start()
         pending = self._pending
@@ -552,40 +504,13 @@ def collector() -> Collector:
     return _collector
 
 
-def watch(
-    kind: str,
-    events: Sequence[cl.Event],
-    *,
-    labels: Sequence[str] = (),
-    name: str | None = None,
-    parent: telemetry.Span | None = None,
-    attributes: Mapping[str, AttributeValue] | None = None,
-) -> DeviceTime:
-    """:meth:`Collector.watch` on the process-wide collector."""
-    return _collector.watch(kind, events, labels=labels, name=name, parent=parent,
-                            attributes=attributes)  # fmt: skip
+# the process-wide collector's hand-off and flush (see the Collector's methods)
+watch = _collector.watch
+watch_markers = _collector.watch_markers
+flush = _collector.flush
 
 
-def watch_markers(
-    kind: str,
-    before: cl.Event,
-    after: cl.Event,
-    *,
-    name: str | None = None,
-    parent: telemetry.Span | None = None,
-    attributes: Mapping[str, AttributeValue] | None = None,
-) -> DeviceTime:
-    """:meth:`Collector.watch_markers` on the process-wide collector."""
-    return _collector.watch_markers(kind, before, after, name=name, parent=parent,
-                                    attributes=attributes)  # fmt: skip
-
-
-def flush(timeout: float = 5.0) -> int:
-    """:meth:`Collector.flush` on the process-wide collector."""
-    return _collector.flush(timeout)
-
-
-def _observe_busy() -> Iterable[tuple[float, Mapping[str, AttributeValue]]]:
+def _observe_busy() -> Iterable[tuple[float, _Attrs]]:
     # read when a metric reader collects: a fraction of a sliding window, not a number to set
     return [(v, {"netcl.device.name": d}) for d, v in _collector.busy().items()]
 

@@ -44,6 +44,7 @@ DURATION_BUCKETS_S: tuple[float, ...] = (
 )  # fmt: skip
 
 _log = get_logger(__name__)
+_Attrs = Mapping[str, AttributeValue]
 
 
 def error_type(why: BaseException | str) -> str:
@@ -93,7 +94,7 @@ class Span:
         except Exception as exc:
             _sdk_failed("set_attribute", exc)
 
-    def set_many(self, attributes: Mapping[str, AttributeValue]) -> None:
+    def set_many(self, attributes: _Attrs) -> None:
         """Set several attributes."""
         try:
             self._span.set_attributes(attributes)
@@ -131,9 +132,8 @@ class Span:
     def __enter__(self) -> Span:
         return self
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:  # fmt: skip
         self.end(ev)
 
 
@@ -142,8 +142,7 @@ class _NoSpan(Span):
 
     __slots__ = ()
 
-    def __init__(self) -> None:
-        pass
+    def __init__(self) -> None: ...
 
     @property
     def recording(self) -> bool:
@@ -153,22 +152,16 @@ class _NoSpan(Span):
     def context(self) -> trace.SpanContext | None:
         return None
 
-    def set(self, key: str, value: AttributeValue) -> None:
-        pass
+    def set(self, key: str, value: AttributeValue) -> None: ...
 
-    def set_many(self, attributes: Mapping[str, AttributeValue]) -> None:
-        pass
+    def set_many(self, attributes: _Attrs) -> None: ...
 
-    def fail(self, why: BaseException | str, message: str | None = None) -> None:
-        pass
+    def fail(self, why: BaseException | str, message: str | None = None) -> None: ...
 
-    def end(self, exc: BaseException | None = None, *, end_time: int | None = None) -> None:
-        pass
+    def end(self, exc: BaseException | None = None, *, end_time: int | None = None) -> None: ...
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        pass
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None: ...  # fmt: skip
 
 
 NO_SPAN: Span = _NoSpan()
@@ -184,13 +177,13 @@ class _Safe:
         self._instrument = instrument
         self._stage = f"metric:{name}"
 
-    def add(self, amount: float, attributes: Mapping[str, AttributeValue] | None = None) -> None:
+    def add(self, amount: float, attributes: _Attrs | None = None) -> None:
         try:
             self._instrument.add(amount, attributes)
         except Exception as exc:
             _sdk_failed(self._stage, exc)
 
-    def record(self, amount: float, attributes: Mapping[str, AttributeValue] | None = None) -> None:
+    def record(self, amount: float, attributes: _Attrs | None = None) -> None:
         try:
             self._instrument.record(amount, attributes)
         except Exception as exc:
@@ -230,7 +223,7 @@ class Counts:
         """The number of ``label`` (0 when never added to)."""
         return self._values.get(label, 0)
 
-    def points(self) -> list[tuple[float, Mapping[str, AttributeValue]]]:
+    def points(self) -> list[tuple[float, _Attrs]]:
         """``(value, attributes)`` for every label, as the observable instruments report them."""
         with self._lock:
             items = list(self._values.items())
@@ -239,7 +232,7 @@ class Counts:
         return [(value, {self.attribute: label}) for label, value in items]
 
 
-Observe = Callable[[], Iterable[tuple[float, Mapping[str, AttributeValue]]]]
+Observe = Callable[[], Iterable[tuple[float, _Attrs]]]
 
 
 class Scope:
@@ -255,15 +248,8 @@ class Scope:
         self.tracer = trace.get_tracer(name, version)
         self.meter = metrics.get_meter(name, version)
 
-    def span(
-        self,
-        name: str,
-        attributes: Mapping[str, AttributeValue] | None = None,
-        *,
-        start_time: int | None = None,
-        current: bool = True,
-        parent: Span | None = None,
-    ) -> Span:
+    def span(self, name: str, attributes: _Attrs | None = None, *, start_time: int | None = None,
+             current: bool = True, parent: Span | None = None) -> Span:  # fmt: skip
         """Start span ``name``; the do-nothing span when nothing records.
 
         ``current`` makes it the current span until it ends (use it with ``with``; a span that
@@ -285,20 +271,13 @@ class Scope:
         token = context.attach(trace.set_span_in_context(span)) if current else None
         return Span(span, token)
 
-    def record_span(
-        self,
-        name: str,
-        start_time: int,
-        end_time: int,
-        attributes: Mapping[str, AttributeValue] | None = None,
-        *,
-        parent: Span | None = None,
-    ) -> None:
+    def record_span(self, name: str, start_time: int, end_time: int,
+                    attributes: _Attrs | None = None, *,
+                    parent: Span | None = None) -> None:  # fmt: skip
         """Record a span that already happened (e.g. device time), from ``start_time`` to
         ``end_time`` (ns since the epoch), under ``parent`` or the current span."""
-        self.span(name, attributes, start_time=start_time, current=False, parent=parent).end(
-            end_time=end_time
-        )
+        span = self.span(name, attributes, start_time=start_time, current=False, parent=parent)
+        span.end(end_time=end_time)
 
     # instruments: the API's own, wrapped so that recording a value never raises
     def counter(self, name: str, unit: str, description: str) -> _Safe:
@@ -310,13 +289,8 @@ class Scope:
         instrument = self.meter.create_up_down_counter(name, unit=unit, description=description)
         return _Safe(instrument, name)
 
-    def histogram(
-        self,
-        name: str,
-        unit: str,
-        description: str,
-        buckets: tuple[float, ...] | None = DURATION_BUCKETS_S,
-    ) -> _Safe:
+    def histogram(self, name: str, unit: str, description: str,
+                  buckets: tuple[float, ...] | None = DURATION_BUCKETS_S) -> _Safe:  # fmt: skip
         """A histogram; durations (seconds) get :data:`DURATION_BUCKETS_S` by default."""
         instrument = self.meter.create_histogram(
             name, unit=unit, description=description,
@@ -337,9 +311,8 @@ class Scope:
             name, [_callback(observe)], unit=unit, description=description
         )
 
-    def observable_up_down_counter(
-        self, name: str, observe: Observe, unit: str, description: str
-    ) -> None:
+    def observable_up_down_counter(self, name: str, observe: Observe, unit: str,
+                                   description: str) -> None:  # fmt: skip
         """An up-down counter read when a metric reader collects, as :meth:`observable_counter`."""
         self.meter.create_observable_up_down_counter(
             name, [_callback(observe)], unit=unit, description=description

@@ -57,13 +57,8 @@ class Tensor:
 
     __slots__ = ("__weakref__", "_bin", "_buffer", "dtype", "queue", "shape")
 
-    def __init__(
-        self,
-        buffer: cl.MemoryObjectHolder,
-        shape: int | Sequence[int],
-        dtype: npt.DTypeLike,
-        queue: cl.CommandQueue,
-    ) -> None:
+    def __init__(self, buffer: cl.MemoryObjectHolder, shape: int | Sequence[int],
+                 dtype: npt.DTypeLike, queue: cl.CommandQueue) -> None:  # fmt: skip
         self.shape: Shape = normalize_shape(shape)
         self.dtype: np.dtype[Any] = np.dtype(dtype)
         need = self.nbytes
@@ -121,7 +116,11 @@ class Tensor:
     def write(self, array: npt.ArrayLike, *, wait: bool = True) -> cl.Event | None:
         """Copy a host array of the same shape and dtype into this tensor, in place."""
         host = np.asarray(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
-        self._check_like(host.shape, host.dtype, "write")
+        if host.shape != self.shape or host.dtype != self.dtype:
+            raise ValueError(
+                f"write: expected shape {self.shape} and dtype {self.dtype}, "
+                f"got shape {host.shape} and dtype {host.dtype}"
+            )
         if not host.nbytes:
             return None
         return cl.enqueue_copy(self.queue, self.buffer, host, is_blocking=wait)
@@ -139,13 +138,6 @@ class Tensor:
         import pyopencl.array as cla
 
         return cla.Array(self.queue, self.shape, self.dtype, data=self.buffer)
-
-    def _check_like(self, shape: Shape, dtype: np.dtype[Any], what: str) -> None:
-        if shape != self.shape or dtype != self.dtype:
-            raise ValueError(
-                f"{what}: expected shape {self.shape} and dtype {self.dtype}, "
-                f"got shape {shape} and dtype {dtype}"
-            )
 
     def __repr__(self) -> str:
         return f"Tensor(shape={self.shape}, dtype={self.dtype}, nbytes={self.nbytes})"
