@@ -47,8 +47,6 @@ class KernelCapture:
         self._replays = 0
         self._span = telemetry.NO_SPAN  # the record span, begin() .. end()
 
-    # -- recording -------------------------------------------------------------------------
-
     def begin(self) -> None:
         """Start recording the calling thread's launches (drops any earlier recording)."""
         with self._lock:
@@ -80,12 +78,10 @@ class KernelCapture:
     def end(self, *, allow_native: bool = False) -> int:
         """Stop recording and freeze it for replay; returns the number of kernel launches.
 
-        Raises ``RuntimeError`` (and discards the recording) if a recorded command was
-        interrupted (e.g. by KeyboardInterrupt) between being issued and being recorded, since
-        the recording may then miss it; and, unless ``allow_native`` is True, if code outside
-        pyopencl and netcl reached a queue or memory object through its raw handle while
-        recording (``int_ptr``, ``from_int_ptr``): a native library enqueuing through it does
-        work the capture cannot see, which no replay would repeat.
+        ``RuntimeError`` (the recording discarded) if an exception such as KeyboardInterrupt
+        struck between a command being issued and recorded, and, unless ``allow_native``, if
+        code outside pyopencl and netcl reached a queue or memory object through its raw handle
+        (a native library's work through it is invisible to the capture).
         """
         with self._lock:
             rec = self._recording
@@ -155,18 +151,12 @@ class KernelCapture:
         self.begin()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:  # fmt: skip
         if exc_type is None:
             self.end()
         else:
             self.reset()
-
-    # -- replay ----------------------------------------------------------------------------
 
     def replay(self) -> cl.Event | None:
         """Enqueue the recorded sequence again; returns the last event (None if it is empty)."""
@@ -205,11 +195,8 @@ class KernelCapture:
         self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
     ) -> cl.Event | None:
         """A replay with a span (when tracing) and, on profiling queues, every command's event
-        kept (no wait) and handed to the device-time collector.
-
-        The span is made after the launches are enqueued, with the start time taken before:
-        the same span, but its ~10 µs of SDK work overlaps the device's work instead of
-        delaying the first launch."""
+        kept and handed to the device-time collector. The span is made after the launches,
+        backdated: its ~10 µs of SDK work overlaps the device's instead of delaying it."""
         start = time.time_ns()
         error: BaseException | None = None
         keep: list[cl.Event] | None = [] if program.profiled else None
@@ -237,8 +224,6 @@ class KernelCapture:
         return RuntimeError(
             f"KernelCapture.{what}: nothing captured; record with begin() ... end() first"
         )
-
-    # -- properties ------------------------------------------------------------------------
 
     @property
     def is_recording(self) -> bool:

@@ -157,19 +157,13 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
     EntryPoint("pyopencl.CommandQueue", "flush", "replay", "nothing"),
 )
 
-_OWNERS: dict[str, Any] = {
-    "pyopencl": cl,
-    "pyopencl._cl": _cl,
-    "pyopencl.invoker": _invoker,
-}
+_OWNERS: dict[str, Any] = {"pyopencl": cl, "pyopencl._cl": _cl, "pyopencl.invoker": _invoker}
 
 
 def _owner(path: str) -> Any:
-    found = _OWNERS.get(path)
+    found = _OWNERS.get(path) or getattr(cl, path.removeprefix("pyopencl."), None)
     if found is None:
-        found = getattr(cl, path.removeprefix("pyopencl."), None)
-        if found is None:
-            raise _unsupported(path)
+        raise _unsupported(path)
     return found
 
 
@@ -207,8 +201,7 @@ def _resolve() -> list[tuple[EntryPoint, Any, Any]]:
     return found
 
 
-#: (entry, owner object, pyopencl's own object) of every entry this pyopencl has, read once
-#: at import.
+#: (entry, owner object, pyopencl's own object) of every entry this pyopencl has.
 BOUND: list[tuple[EntryPoint, Any, Any]] = _resolve()
 #: (owner, attribute) -> pyopencl's own object.
 ORIGINALS: dict[tuple[Any, str], Any] = {(owner, e.name): obj for e, owner, obj in BOUND}
@@ -217,11 +210,6 @@ ORIGINALS: dict[tuple[Any, str], Any] = {(owner, e.name): obj for e, owner, obj 
 def original(owner: str, name: str) -> Any:
     """pyopencl's own object for ``owner.name`` (as read at import)."""
     return ORIGINALS[(_owner(owner), name)]
-
-
-def _getter(owner: str) -> Callable[[Any], int]:
-    prop = original(owner, "int_ptr")
-    return prop.fget  # type: ignore[no-any-return]
 
 
 # The driver entry points the replay calls (never a hook), and the raw handle getters
@@ -233,5 +221,5 @@ flush: Callable[[Any], Any] = original("pyopencl.CommandQueue", "flush")
 marker: Callable[..., Any] = original("pyopencl._cl", "_enqueue_marker_with_wait_list")
 wait_for_events: Callable[[Any], Any] = original("pyopencl._cl", "wait_for_events")
 retain: Callable[..., Any] = original("pyopencl.MemoryObject", "from_int_ptr")
-mem_ptr: Callable[[Any], int] = _getter("pyopencl.MemoryObjectHolder")
-queue_ptr: Callable[[Any], int] = _getter("pyopencl.CommandQueue")
+mem_ptr: Callable[[Any], int] = original("pyopencl.MemoryObjectHolder", "int_ptr").fget
+queue_ptr: Callable[[Any], int] = original("pyopencl.CommandQueue", "int_ptr").fget

@@ -53,30 +53,17 @@ class Schedule(NamedTuple):
     other_sinks: tuple[tuple[int, ...], ...]  # host-waited last commands, per other context
 
 
-class _Queues:
-    """Per-queue facts, looked up once per queue."""
-
-    def __init__(self) -> None:
-        self.context: dict[int, int] = {}  # queue int_ptr -> context int_ptr
-        self.in_order: dict[int, bool] = {}
-
-    def learn(self, queue: cl.CommandQueue) -> int:
-        key: int = queue_ptr(queue)
-        if key not in self.context:
-            self.context[key] = queue.context.int_ptr
-            self.in_order[key] = not int(queue.properties) & _OUT_OF_ORDER
-        return key
-
-
 def schedule(ops: Sequence[Op], host_waits: Sequence[tuple[int, tuple[cl.Event, ...]]]) -> Schedule:
     """How to issue the commands of a replay of ``ops``; ``host_waits`` holds the (index of
     the first command issued after it, events) of every recorded host-side wait."""
     waits = [() if isinstance(op, RawFinish) else op.wait_for for op in ops]
     events = [None if isinstance(op, RawFinish) else op.event for op in ops]
     producer = {ev.int_ptr: i for i, ev in enumerate(events) if isinstance(ev, cl.Event)}
-    info = _Queues()
-    keys = [info.learn(op.queue) for op in ops]
-    ctx = [info.context[k] for k in keys]
+    keys = [queue_ptr(op.queue) for op in ops]
+    queues = dict(zip(keys, (op.queue for op in ops), strict=True))
+    context = {k: q.context.int_ptr for k, q in queues.items()}  # queue int_ptr -> context's
+    in_order = {k: not int(q.properties) & _OUT_OF_ORDER for k, q in queues.items()}
+    ctx = [context[k] for k in keys]
     fences: list[int] = []  # producers of host-waited events, in order of the waits
     fenced: dict[int, int] = {}  # in-order queue -> how many fences its commands took
     pending = deque(host_waits)
@@ -94,7 +81,7 @@ def schedule(ops: Sequence[Op], host_waits: Sequence[tuple[int, tuple[cl.Event, 
             issues.append(Issue((), (), ()))
             continue
         deps = {producer.get(w.int_ptr, -1) for w in waits[i] if isinstance(w, cl.Event)}
-        if info.in_order[key]:
+        if in_order[key]:
             deps.update(d for d in fences[fenced.get(key, 0):] if keys[d] != key)
             fenced[key] = len(fences)
         else:
@@ -108,7 +95,7 @@ def schedule(ops: Sequence[Op], host_waits: Sequence[tuple[int, tuple[cl.Event, 
                         if keys[d] in dirty and keys[d] != key)  # fmt: skip
         issues.append(Issue(device, _by_context(host, ctx), flushes))
         dirty[key] = op.queue
-    return _closing(ops, issues, ctx, info, dirty, waited | on_host, events)
+    return _closing(ops, issues, ctx, context, dirty, waited | on_host, events)
 
 
 def _by_context(indices: Sequence[int], ctx: Sequence[int]) -> tuple[tuple[int, ...], ...]:
@@ -120,7 +107,7 @@ def _by_context(indices: Sequence[int], ctx: Sequence[int]) -> tuple[tuple[int, 
 
 
 def _closing(
-    ops: Sequence[Op], issues: list[Issue], ctx: Sequence[int], info: _Queues,
+    ops: Sequence[Op], issues: list[Issue], ctx: Sequence[int], context: dict[int, int],
     dirty: dict[int, cl.CommandQueue], covered: set[int], events: Sequence[Any],
 ) -> Schedule:  # fmt: skip
     """The schedule with what follows the last command: the marker over the last command's
@@ -132,6 +119,6 @@ def _closing(
     mine = tuple(i for i in sinks if ctx[i] == ctx[last])
     last_queue = ops[last].queue
     flushes = tuple(q for k, q in dirty.items()
-                    if k != queue_ptr(last_queue) and info.context[k] == ctx[last])  # fmt: skip
+                    if k != queue_ptr(last_queue) and context[k] == ctx[last])  # fmt: skip
     others = _by_context([i for i in sinks if ctx[i] != ctx[last]], ctx)
     return Schedule(tuple(issues), last_queue, mine, flushes, others)

@@ -16,7 +16,7 @@ an out-of-order queue, contexts) is issued command by command as its ``Schedule`
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from itertools import starmap
 from typing import Any
@@ -53,8 +53,6 @@ _OUT_OF_ORDER = int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
 # (callable, argument tuples): a run of plain launches, or one call
 Segment = tuple[Callable[..., Any], list[tuple[Any, ...]]]
 Subst = Mapping[int, cl.MemoryObjectHolder]  # recorded int_ptr -> this replay's buffer
-
-
 _NO_FLAGS: dict[str, Any] = {}
 _EMPTY_NDRANGE: dict[str, Any] = {"allow_empty_ndrange": True}
 
@@ -104,22 +102,13 @@ class Binder:
                 kernel, self._clones.get(id(kernel)), snap, known
             )
         buffers = self._buffers.get(id(snap))
-        if buffers is None:
+        if buffers is None:  # a payload is (index, value...), pairs' values in a tuple
             buffers = self._buffers[id(snap)] = tuple(
-                (arg.arg_index, value)
-                for arg in snap
-                for value in _flat_values(arg.payload)
-                if isinstance(value, cl.MemoryObjectHolder)
-            )
+                (arg.arg_index, v) for arg in snap for p in arg.payload
+                for v in (p if isinstance(p, tuple) else (p,))
+                if isinstance(v, cl.MemoryObjectHolder)
+            )  # fmt: skip
         self.by_shape[id(shape)] = BoundLaunch(shape, replica, buffers)
-
-
-def _flat_values(payload: tuple[Any, ...]) -> Iterator[Any]:
-    for value in payload:
-        if isinstance(value, tuple):
-            yield from value
-        else:
-            yield value
 
 
 def _value_key(value: Any) -> Any:

@@ -31,18 +31,13 @@ __all__ = ["ArgSet", "CapturedLaunch", "CapturedTransfer", "LaunchShape", "Nativ
 _MemoryObject = cl.MemoryObjectHolder
 _retain = _contract.retain
 _mem_ptr = _contract.mem_ptr
-# a NamedTuple from a tuple in one C call (its generated __new__ costs twice as much): records
-# are made once per recorded command
-_new = tuple.__new__
+_new = tuple.__new__  # a NamedTuple in one C call: half of what its __new__ costs
 
 
 @dataclass(frozen=True)
 class CapturedLaunch:
-    """One recorded kernel launch.
-
-    ``args`` are the positional kernel arguments exactly as passed to ``Kernel.__call__`` (empty
-    for a launch through ``cl.enqueue_nd_range_kernel`` with preset arguments).
-    """
+    """One recorded kernel launch; ``args`` as passed to ``Kernel.__call__`` (empty for a
+    launch through ``cl.enqueue_nd_range_kernel`` with preset arguments)."""
 
     kernel_name: str
     queue: cl.CommandQueue
@@ -54,11 +49,8 @@ class CapturedLaunch:
 
 @dataclass(frozen=True)
 class CapturedTransfer:
-    """One recorded copy or fill (``cl.enqueue_copy`` / ``cl.enqueue_fill_buffer`` and friends).
-
-    ``operation`` names pyopencl's primitive (``write_buffer``, ``read_buffer``, ``copy_buffer``,
-    ``fill_buffer``, ...); ``args`` and ``kwargs`` are what it was called with, minus ``wait_for``.
-    """
+    """One recorded copy or fill: pyopencl's primitive (``operation``: ``write_buffer``,
+    ``copy_buffer``, ``fill_buffer``, ...) and its arguments, minus ``wait_for``."""
 
     operation: str
     queue: cl.CommandQueue
@@ -315,8 +307,7 @@ class Recording:
         if plain:
             state.last = (setter, flat)
 
-    # the generic hooks' notes (see _intercept._make_hook): each gets the table entry,
-    # pyopencl's function, and the call's arguments and result
+    # the generic hooks' notes (_intercept._make_hook): entry, function, arguments, result
 
     def note_pack(self, entry: EntryPoint, setter: Callable[..., Any], args: tuple[Any, ...],
                   kwargs: dict[str, Any], _: Any) -> None:  # fmt: skip
@@ -375,11 +366,9 @@ class Recording:
 
     def note_wait(self, entry: EntryPoint, fn: Callable[..., Any], args: tuple[Any, ...],
                   kwargs: dict[str, Any], _: Any) -> None:  # fmt: skip
-        """Record a host-side wait (``Event.wait()``, or ``wait_for_events`` with its one
-        positional-only sequence): every command issued after it ran after those events in
-        the recording, so the replay makes them wait for the replayed events (pyopencl.array's
-        ``finish()`` waits this way and then forgets the events, so the next command's own
-        wait list no longer names them)."""
+        """Record a host-side wait (``Event.wait()``, ``wait_for_events(events)``): the
+        commands issued after it ran after those events, so the replay orders them so too
+        (pyopencl.array's ``finish()`` waits, then forgets the events from wait lists)."""
         events = (args[0],) if entry.kind == "event_wait" else args[0]
         waited = tuple(e for e in events if isinstance(e, cl.Event))
         if waited:
@@ -449,11 +438,7 @@ Sizes = tuple[tuple[int, ...], tuple[int, ...] | None, tuple[int, ...] | None]
 
 
 def _dims(size: Any) -> tuple[int, ...]:
-    if isinstance(size, int):
-        return (size,)
-    if type(size) is tuple and all(type(s) is int for s in size):
-        return size
-    return tuple(int(s) for s in size)
+    return (size,) if isinstance(size, int) else tuple(int(s) for s in size)
 
 
 def launch_sizes(shape: LaunchShape) -> Sizes:

@@ -4,10 +4,9 @@ A :class:`CapturedStep` keeps one :class:`KernelCapture` per guard key, at most
 ``max_captures``, least recently used dropped first. A call builds its guard key, looks it up,
 and replays that capture with the call's argument buffers substituted for the recorded ones.
 
-A guard key is a tuple with one part per argument: ``("Tensor", shape, dtype, queue)``,
-``("Array", shape, dtype, strides, offset, queue)`` or ``(type, value)``; then, when keyword
-arguments were given, ``("keywords", names)``, and, when two buffer arguments share a buffer,
-``("aliasing", pattern)``.
+A guard key is ``(parts, keyword names or None, aliasing or None)``: a part per argument,
+``("Tensor", shape, dtype, queue)``, ``("Array", shape, dtype, strides, offset, queue)`` or
+``(type, value)``, and, when buffer arguments share a buffer, the pattern of that sharing.
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ GuardKey = tuple[Any, ...]
 log = get_logger("netcl.runtime.capture")
 
 _Array = cla.Array
-_TENSOR, _ARRAY, _KEYWORDS, _ALIASING = "Tensor", "Array", "keywords", "aliasing"
+_TENSOR, _ARRAY = "Tensor", "Array"
 _FIELDS = {_TENSOR: ("shape", "dtype", "queue"),
            _ARRAY: ("shape", "dtype", "strides", "offset", "queue")}  # fmt: skip
 _DROPPED = sys.maxsize  # warm-up count of a key whose capture was dropped: record at once
@@ -155,11 +154,10 @@ class CapturedStep(Generic[P, R]):
             if buf is not None:
                 bufs.append(buf)
                 ptrs.append(buf.int_ptr)
-        if names is not None:
-            parts.append((_KEYWORDS, names))
+        aliasing = None
         if len(ptrs) > 1 and len(set(ptrs)) < len(ptrs):
-            parts.append((_ALIASING, tuple(ptrs.index(p) for p in ptrs)))
-        key = tuple(parts)
+            aliasing = tuple(ptrs.index(p) for p in ptrs)
+        key = (tuple(parts), names, aliasing)
         try:
             entry = self._captures.get(key)
         except TypeError:
@@ -508,14 +506,14 @@ def _labels(fn: Callable[..., Any], npos: int, names: tuple[str, ...] | None) ->
 def _unhashable(step: str, key: GuardKey, labels: Sequence[str]) -> TypeError:
     """The error for a call whose key cannot be hashed, naming the first such argument."""
     i = 0
-    for i, part in enumerate(key):  # noqa: B007 - the first that fails is named
+    for i, part in enumerate(key[0]):  # noqa: B007 - the first that fails is named
         try:
             hash(part)
         except TypeError:
             break
     return TypeError(
-        f"captured step {step}: argument {labels[i] if i < len(labels) else '?'} is an "
-        f"unhashable {type(key[i][1]).__name__}; a captured step keys its captures on the "
+        f"captured step {step}: argument {labels[i]} is an unhashable "
+        f"{type(key[0][i][1]).__name__}; a captured step keys its captures on the "
         "values of its non-Tensor arguments, so they must be hashable: pass a tuple instead of "
         "a list, a Tensor instead of a numpy array, or read the value from outside the step")
 
@@ -538,15 +536,12 @@ def _change_reason(old: GuardKey | None, new: GuardKey, labels: Sequence[str]) -
         return "first capture"
     if old == new:
         return "recorded again (its capture had been dropped)"
-    extra_old, extra_new = ({p[0]: p[1] for p in k if p[0] in (_KEYWORDS, _ALIASING)}
-                            for k in (old, new))  # fmt: skip
-    if extra_old.get(_KEYWORDS) != extra_new.get(_KEYWORDS):
-        return (f"keyword arguments changed {extra_old.get(_KEYWORDS, ())} -> "
-                f"{extra_new.get(_KEYWORDS, ())}")
-    n_old, n_new = len(old) - len(extra_old), len(new) - len(extra_new)
-    if n_old != n_new:
-        return f"number of arguments changed {n_old} -> {n_new}"
-    for a, b, label in zip(old, new[:n_new], labels, strict=False):
+    (parts_old, names_old, _), (parts_new, names_new, _) = old, new
+    if names_old != names_new:
+        return f"keyword arguments changed {names_old or ()} -> {names_new or ()}"
+    if len(parts_old) != len(parts_new):
+        return f"number of arguments changed {len(parts_old)} -> {len(parts_new)}"
+    for a, b, label in zip(parts_old, parts_new, labels, strict=True):
         if a == b:
             continue
         if a[0] != b[0] or len(a) != len(b):
