@@ -12,12 +12,7 @@ from netcl.runtime.capture._intercept import capture_disabled
 from netcl.runtime.capture.version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from netcl.runtime.capture._step import (
-        CapturedStep,
-        StepCheckError,
-        StepStats,
-        capture_step,
-    )
+    from netcl.runtime.capture._step import CapturedStep, StepCheckError, StepStats, capture_step
 
 # capture_step and its types load on first use: the step modules (and pyopencl.array, which
 # they need) are most of this package's import time, and a KernelCapture user never needs them

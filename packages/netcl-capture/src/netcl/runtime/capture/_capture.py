@@ -30,14 +30,10 @@ log = get_logger("netcl.runtime.capture")
 
 
 class KernelCapture:
-    """Records the kernel launches of one thread between :meth:`begin` and :meth:`end`, then
-    replays them with per-launch host cost close to a bare ``enqueue_nd_range_kernel``.
-
-    Launches run normally while recorded. Copies and fills issued in the capture are recorded
-    too and replayed in order with the same buffers and host arrays (CUDA-graph static-buffer
-    semantics). Also a context manager: ``with cap: ...`` records the block; if the block raises,
-    the partial recording is discarded.
-    """
+    """Records the kernel launches, copies and fills of one thread between :meth:`begin` and
+    :meth:`end` (they run normally meanwhile), then replays them with per-launch host cost close
+    to a bare ``enqueue_nd_range_kernel``, with the same buffers and host arrays (CUDA-graph
+    static-buffer semantics). ``with cap:`` records the block, discarding it if it raises."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -221,9 +217,8 @@ class KernelCapture:
     def _cannot(self, what: str) -> RuntimeError:
         if self._recording is not None:
             return RuntimeError(f"KernelCapture.{what}: still recording; call end() first")
-        return RuntimeError(
-            f"KernelCapture.{what}: nothing captured; record with begin() ... end() first"
-        )
+        return RuntimeError(f"KernelCapture.{what}: nothing captured; record with begin() ... "
+                            "end() first")  # fmt: skip
 
     @property
     def is_recording(self) -> bool:
@@ -235,9 +230,7 @@ class KernelCapture:
     def num_launches(self) -> int:
         """Kernel launches recorded (so far, while recording)."""
         rec, program = self._recording, self._program
-        if rec is not None:
-            return rec.launches
-        return program.num_launches if program is not None else 0
+        return rec.launches if rec is not None else program.num_launches if program else 0
 
     @property
     def launches(self) -> tuple[CapturedLaunch, ...]:

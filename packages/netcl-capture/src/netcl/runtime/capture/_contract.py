@@ -26,11 +26,10 @@ __all__ = ["BOUND", "ENTRY_POINTS", "ORIGINALS", "SUPPORTED", "EntryPoint", "Ope
 SUPPORTED = "pyopencl>=2026.1,<2027"
 _LOWEST, _BEYOND = (2026, 1), (2027,)
 
-# call: Kernel.__call__; launch: the driver's enqueue; setter (index, value...), setter_pairs
-# (flat (index, value) pairs), setter_triples (flat (index, struct code, value) triples): kernel
-# argument setters; transfer and order: copies, fills, markers, barriers; finish; host_wait (a
-# sequence of events) and event_wait (Event.wait); invoker: pyopencl's invoker generation;
-# handle (an int_ptr property) and wrap (from_int_ptr): raw handles; replay: called, never hooked
+# call: Kernel.__call__; launch: the driver's enqueue; setter, setter_pairs, setter_triples:
+# argument setters (index, value...; flat pairs; flat (index, struct code, value) triples);
+# transfer, order: copies, fills, markers, barriers; host_wait (events), event_wait (Event.wait);
+# invoker generation; handle (int_ptr) and wrap (from_int_ptr): raw handles; replay: not hooked
 Kind = Literal[
     "call", "launch", "setter", "setter_pairs", "setter_triples", "transfer", "order", "finish",
     "host_wait", "event_wait", "invoker", "handle", "wrap", "replay",
@@ -51,13 +50,10 @@ class Operand:
 
 @dataclass(frozen=True, slots=True)
 class EntryPoint:
-    """One pyopencl attribute capture relies on.
-
-    ``owner`` is where the attribute lives (``pyopencl``, ``pyopencl._cl``, ``pyopencl.Kernel``,
-    ...), ``wait_for`` the position of the ``wait_for`` argument (-1: none), ``params`` the
-    leading parameter names capture binds arguments to, ``records`` what a call adds to a
-    recording. ``optional`` entries (image transfers) may be missing from a pyopencl build.
-    """
+    """One pyopencl attribute capture relies on: where it lives (``owner``: ``pyopencl._cl``,
+    ``pyopencl.Kernel``, ...), the position of its ``wait_for`` argument (-1: none), the leading
+    parameter names capture binds arguments to, what a call records; ``optional`` entries
+    (image transfers) may be missing from a pyopencl build."""
 
     owner: str
     name: str

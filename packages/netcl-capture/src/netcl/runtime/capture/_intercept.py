@@ -1,20 +1,13 @@
-"""Interception of pyopencl's entry points (``_contract.ENTRY_POINTS``) during a capture.
+"""Interception of pyopencl's entry points (``_contract.ENTRY_POINTS``) while captures record
+(README, "How it works": Interception, Interrupts, Threads).
 
-The hooks are installed while at least one capture records and removed (the exact original
-objects put back) when the last one ends, so launches outside a capture pay nothing.
-
-Interrupt safety: the originals are read once, at import, and the hooks made once, so
-installing and removing are idempotent assignments of fixed objects; ``reconcile()`` (called by
-every begin/end/reset) makes pyopencl match the live recordings, repairing whatever a
-KeyboardInterrupt interrupted. Hooks never stack. A hook finds its thread's recording in a
-``threading.local`` (a dead thread's slot goes with it; thread ids are reused, slots are not).
-
-Each hook calls pyopencl's function, then notes it. ``rec.busy`` counts hooks between "the
-function may have run" and "noted": if anything escapes in between, ``end()`` refuses the
-recording, which may have missed a command (an ``Exception`` from the function means the
-command was not issued). The three hooks every launch goes through (``Kernel.__call__``, the
-pair-wise argument setters, the driver's enqueue) are written out with their notes inlined,
-saving a call per launch recorded; the rest share ``_make_hook``.
+The hooks are made once, at import, from the originals read then: installing and removing are
+idempotent assignments of fixed objects, and ``reconcile()`` (every begin/end/reset calls it)
+makes pyopencl match the live recordings whatever an interrupt cut short. A hook finds its
+thread's recording in a ``threading.local``, calls pyopencl's function, then notes it;
+``rec.busy`` counts hooks between the two, so ``end()`` refuses a recording that may have
+missed a command. The three hooks every launch goes through are written out with their notes
+inlined (a call saved per launch recorded); the rest share ``_make_hook``.
 """
 
 from __future__ import annotations
@@ -26,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from netcl.runtime.capture._contract import BOUND, ORIGINALS, EntryPoint, original
-from netcl.runtime.capture._recording import RawLaunch, Recording
+from netcl.runtime.capture._recording import Args, Fn, Kwargs, RawLaunch, Recording
 
 __all__ = ["capture_disabled", "install", "is_patched", "reconcile", "thread_records",
            "uninstall"]
@@ -43,8 +36,7 @@ _new = tuple.__new__  # a NamedTuple from a tuple in one C call
 _lock = threading.RLock()
 # every recording begun and not yet stopped (its thread may have exited)
 _live: set[Recording] = set()
-Note = Callable[[Recording, EntryPoint, Callable[..., Any], tuple[Any, ...], dict[str, Any], Any],
-               None]
+Note = Callable[[Recording, EntryPoint, Fn, Args, Kwargs, Any], None]
 
 
 def _make_hook(entry: EntryPoint, orig: Callable[..., Any], note: Note) -> Callable[..., Any]:
@@ -184,9 +176,8 @@ _invoker_memo: dict[Any, Any] = {}
 
 
 def _memo_invoker(*args: Any, **kwargs: Any) -> Any:
-    """pyopencl builds an invoker for every new Kernel object (a hash and an sqlite query,
-    ~1 ms); while a capture records, identical requests get the first answer (the generated
-    functions are pure code), so cloning kernels for replay costs microseconds."""
+    """pyopencl builds an invoker for every new Kernel object (an sqlite query, ~1 ms); while
+    recording, identical requests get the first (pure code) answer: a replay clone costs µs."""
     orig = original("pyopencl.invoker", "generate_enqueue_and_set_args")
     try:
         key = (args, tuple(sorted(

@@ -1,20 +1,12 @@
-"""The order of a replay that spans queues, an out-of-order queue or contexts.
+"""The order of a replay that spans queues, an out-of-order queue or contexts (README, "How
+it works": Ordering, Several contexts, Host-side waits, Flushes).
 
-A command depends on the recorded commands whose events it waited on, and on those whose events
-the host waited on before issuing it (the host wait ordered them in the recording; nothing orders
-them in a replay that does not wait on the host). A command on an in-order queue takes a host
-wait's dependencies once: later commands there follow it anyway.
-
-Within one context a dependency is a device-side wait (``wait_for`` mapped from recorded events
-to this replay's events). OpenCL cannot wait on another context's events, so a dependency on a
-command of another context is a host-side wait before the command is issued (once per replay:
-a command waited for is complete for every later one). OpenCL requires a queue to be flushed
-before a command of another queue waits on its events, so the queue of such a dependency is
-flushed first (once per run of commands).
-
-The replay returns one event: a marker on the last command's queue waiting for every command
-of that context no later command waited on. An event cannot stand for another context's work,
-so the replay waits on the host for the other contexts' last commands before it returns.
+A command depends on the commands whose events it, or the host before issuing it, waited on in
+the recording (on an in-order queue a host wait's dependencies are taken once). Within one
+context a dependency is a device-side wait; on another context's command it is a host-side
+wait, once per replay; a queue is flushed before another queue's command waits on it. The
+replay returns a marker on the last command's queue, after waiting on the host for the other
+contexts' last commands.
 """
 
 from __future__ import annotations
@@ -34,9 +26,8 @@ _OUT_OF_ORDER = int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
 
 
 class Issue(NamedTuple):
-    """How one command is issued: after flushing ``flushes``, waiting on the host for the
-    replayed events of ``host`` (one group per other context), with the replayed events of
-    ``deps`` as its wait list."""
+    """How one command is issued: after flushing ``flushes`` and waiting on the host for the
+    replayed events of ``host`` (a group per other context), waiting on those of ``deps``."""
 
     deps: tuple[int, ...]
     host: tuple[tuple[int, ...], ...]

@@ -53,8 +53,6 @@ _OUT_OF_ORDER = int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
 # (callable, argument tuples): a run of plain launches, or one call
 Segment = tuple[Callable[..., Any], list[tuple[Any, ...]]]
 Subst = Mapping[int, cl.MemoryObjectHolder]  # recorded int_ptr -> this replay's buffer
-_NO_FLAGS: dict[str, Any] = {}
-_EMPTY_NDRANGE: dict[str, Any] = {"allow_empty_ndrange": True}
 
 
 class BoundLaunch:
@@ -67,8 +65,7 @@ class BoundLaunch:
                  buffers: tuple[tuple[int, cl.MemoryObjectHolder], ...]) -> None:  # fmt: skip
         self.kernel = kernel
         self.name: str = shape.kernel.function_name
-        # {"allow_empty_ndrange": True} for a launch recorded with it, else empty
-        self.flags = _EMPTY_NDRANGE if shape.allow_empty else _NO_FLAGS
+        self.flags = {"allow_empty_ndrange": True} if shape.allow_empty else {}
         self.buffers = buffers  # (argument index, buffer) of every memory object argument
         # enqueue_nd_range_kernel's leading arguments: queue, kernel, global, local, offset
         self.call: tuple[Any, ...] = (shape.queue, kernel, *launch_sizes(shape))
@@ -147,16 +144,11 @@ def _replicate(
 
 
 class ReplayProgram:
-    """Launches and transfers of one capture, with every argument bound once.
+    """Launches and transfers of one capture, every argument bound once; holds the recorded
+    buffers (its own OpenCL references), kernels and host arrays alive."""
 
-    Holds the recorded buffers (its own OpenCL references), kernels and host arrays alive for
-    as long as it exists.
-    """
-
-    def __init__(
-        self, ops: list[Op], binds: Binds, launches: int, plan: Schedule | None,
-        opaque: tuple[str, ...], profiled: bool,
-    ) -> None:  # fmt: skip
+    def __init__(self, ops: list[Op], binds: Binds, launches: int, plan: Schedule | None,
+                 opaque: tuple[str, ...], profiled: bool) -> None:  # fmt: skip
         self.ops = tuple(ops)
         self.binds = binds
         # None: one in-order queue, where queue order is every dependency there is
@@ -184,17 +176,15 @@ class ReplayProgram:
         return self._index
 
     def run(self, subst: Subst | None = None, keep: list[Any] | None = None) -> cl.Event | None:
-        """Enqueue the recorded commands, with buffers substituted (a map ``validate``
+        """Enqueue the recorded commands with buffers substituted (a map ``index.validate``
         returned); an event that completes when all of them have (None if there are none).
         ``keep`` (a profiled replay) gets every command's event, in the order of ``labels``.
-
-        OpenCL takes a kernel's argument values at enqueue time, so setting an argument,
-        enqueuing, and setting it back leaves the enqueued launch with the substitute and the
-        recorded arguments in place afterwards.
-        """
+        OpenCL takes a kernel's arguments at enqueue time: an argument set, enqueued with and
+        set back leaves the launch with the substitute and the recorded arguments in place."""
+        subst = subst or {}
         touched: list[tuple[cl.Kernel, int, cl.MemoryObjectHolder, cl.MemoryObjectHolder]] = []
         transfers = False
-        for key, new in (subst or {}).items():
+        for key, new in subst.items():
             use = self.index.uses[key]
             touched += [(kernel, index, use.buffer, new) for kernel, index in use.kernel_args]
             transfers = transfers or use.transfers
@@ -202,8 +192,8 @@ class ReplayProgram:
             for kernel, index, _, new in touched:
                 _set_arg(kernel, index, new)
             if self.plan is not None:
-                return _run_scheduled(self.ops, self.binds, self.plan, subst or {}, keep)
-            found = _segments(self.ops, self.binds, subst or {}) if transfers else self._segments
+                return _run_scheduled(self.ops, self.binds, self.plan, subst, keep)
+            found = _segments(self.ops, self.binds, subst) if transfers else self._segments
             if keep is not None:
                 for fn, calls in found:
                     keep += starmap(fn, calls)
@@ -287,7 +277,7 @@ def _run_scheduled(
 
 def build(rec: Recording) -> ReplayProgram:
     """The replay form of a finished recording."""
-    binder = Binder(rec.clones())
+    binder = Binder({k: state.clone for k, state in rec.kernels.items()})
     binds = binder.by_shape
     ops: list[Op] = []
     host_waits: list[tuple[int, tuple[cl.Event, ...]]] = []

@@ -1,11 +1,8 @@
 """Buffer substitution for one replay: which recorded commands use each buffer, and the checks
-a substitution map passes before anything is enqueued.
-
-A replacement must be a memory object of the same kind (buffer or image) in the recorded
-buffer's context, large enough for every recorded command using it (a kernel argument needs the
-recorded buffer's size; a read, write, copy or fill its offset plus its byte count; rectangles
-and images the recorded size), and no recorded copy may end up copying between overlapping
-ranges of one buffer.
+a substitution map passes before anything is enqueued: a replacement is a memory object of the
+recorded one's kind and context, large enough for every command using it (a kernel argument:
+the recorded size; a read, write, copy or fill: its offset plus byte count; rectangles and
+images: the recorded size), and no recorded copy comes to copy between overlapping ranges.
 """
 
 from __future__ import annotations
@@ -84,9 +81,7 @@ class BufferIndex:
     def validate(self, buffer_map: Mapping[int, Any]) -> dict[int, cl.MemoryObjectHolder]:
         """Check a substitution map against every recorded command using each buffer; raise
         before anything is enqueued. Returns recorded int_ptr -> replacement."""
-        subst: dict[int, cl.MemoryObjectHolder] = {}
-        for key, value in buffer_map.items():
-            subst[key] = self._check(key, value)
+        subst = {key: self._check(key, value) for key, value in buffer_map.items()}
         self._check_overlaps(subst)
         return subst
 

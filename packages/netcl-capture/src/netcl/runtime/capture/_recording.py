@@ -1,14 +1,8 @@
-"""What one begin()..end() sees: commands in order, with what replay needs, and the read-only
-records ``KernelCapture.launches`` / ``.commands`` give of them.
-
-Recording is cheap on purpose: a launch appends one ``RawLaunch`` (the kernel, its sizes, a
-snapshot of its argument table, its wait list and event). The replay form is built once, in
-``end()`` (see ``_program.build``).
-
-Retention: the first time a memory object shows up (a kernel argument or a transfer operand) the
-recording takes an OpenCL reference of its own (``cl.MemoryObject.from_int_ptr(...,
-retain=True)``) and uses that object from then on, so an application's ``buffer.release()``
-cannot free memory a replay uses. Kernels are cloned on first sight for the same reason.
+"""What one begin()..end() sees: commands in order with what replay needs (a launch appends one
+``RawLaunch``: its shape, wait list and event), and the read-only records ``KernelCapture
+.launches`` / ``.commands`` give of them. The first time a memory object shows up the
+recording takes an OpenCL reference of its own and uses it from then on, so an application's
+``buffer.release()`` cannot free memory a replay uses; kernels are cloned on first sight.
 """
 
 from __future__ import annotations
@@ -32,6 +26,9 @@ _MemoryObject = cl.MemoryObjectHolder
 _retain = _contract.retain
 _mem_ptr = _contract.mem_ptr
 _new = tuple.__new__  # a NamedTuple in one C call: half of what its __new__ costs
+Fn = Callable[..., Any]
+Args = tuple[Any, ...]
+Kwargs = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -236,10 +233,6 @@ class Recording:
         self.call_kernel = None
         self.call_args = ()
 
-    def clones(self) -> dict[int, cl.Kernel | None]:
-        """id(kernel) -> its clone from the first launch (None: the driver cannot clone)."""
-        return {k: s.clone for k, s in self.kernels.items()}  # type: ignore[misc]
-
     def retain(self, mem: cl.MemoryObjectHolder) -> cl.MemoryObjectHolder:
         """This recording's reference to ``mem`` (taken on first sight)."""
         ptr = _mem_ptr(mem)
@@ -309,8 +302,7 @@ class Recording:
 
     # the generic hooks' notes (_intercept._make_hook): entry, function, arguments, result
 
-    def note_pack(self, entry: EntryPoint, setter: Callable[..., Any], args: tuple[Any, ...],
-                  kwargs: dict[str, Any], _: Any) -> None:  # fmt: skip
+    def note_pack(self, entry: EntryPoint, setter: Fn, args: Args, kwargs: Kwargs, _: Any) -> None:
         """Record ``_set_arg_buf_pack_multi(kernel, flat)``: (index, struct code, value)
         triples, flat (positional-only)."""
         kernel, flat = args
@@ -324,8 +316,7 @@ class Recording:
                 state.table[i] = _new(ArgSet, (i, setter, ((i, code, value),)))
                 state.snapshot = None
 
-    def note_one(self, entry: EntryPoint, setter: Callable[..., Any], args: tuple[Any, ...],
-                 kwargs: dict[str, Any], _: Any) -> None:  # fmt: skip
+    def note_one(self, entry: EntryPoint, setter: Fn, args: Args, kwargs: Kwargs, _: Any) -> None:
         """Record ``set_arg``, ``_set_arg_null``, ``_set_arg_buf``, ``_set_arg_svm``:
         (kernel, index[, value])."""
         values = args[1:]
@@ -337,8 +328,8 @@ class Recording:
         state.table[i] = _new(ArgSet, (i, setter, (i, *(self._hold(v) for v in values[1:]))))
         state.snapshot = None
 
-    def note_transfer(self, entry: EntryPoint, fn: Callable[..., Any], args: tuple[Any, ...],
-                      kwargs: dict[str, Any], event: Any) -> None:  # fmt: skip
+    def note_transfer(self, entry: EntryPoint, fn: Fn, args: Args, kwargs: Kwargs,
+                      event: Any) -> None:  # fmt: skip
         """Record a copy, fill, marker or barrier."""
         pos = list(args)
         at = entry.wait_for
@@ -360,12 +351,10 @@ class Recording:
         self.raw.append(RawTransfer(entry, fn, tuple(pos), kw, tuple(waits) if waits else (),
                                     event, tuple(where)))
 
-    def note_finish(self, entry: EntryPoint, fn: Callable[..., Any], args: tuple[Any, ...],
-                    kwargs: dict[str, Any], _: Any) -> None:  # fmt: skip
+    def note_finish(self, entry: EntryPoint, fn: Fn, args: Args, kwargs: Kwargs, _: Any) -> None:
         self.raw.append(RawFinish(args[0]))
 
-    def note_wait(self, entry: EntryPoint, fn: Callable[..., Any], args: tuple[Any, ...],
-                  kwargs: dict[str, Any], _: Any) -> None:  # fmt: skip
+    def note_wait(self, entry: EntryPoint, fn: Fn, args: Args, kwargs: Kwargs, _: Any) -> None:
         """Record a host-side wait (``Event.wait()``, ``wait_for_events(events)``): the
         commands issued after it ran after those events, so the replay orders them so too
         (pyopencl.array's ``finish()`` waits, then forgets the events from wait lists)."""
@@ -410,9 +399,8 @@ _COPIED = (np.ndarray, bytearray, memoryview)
 
 
 def _same(old: Any, new: Any) -> bool:
-    """Whether two values of one argument are the same: identity for objects (a memory
-    object is the recording's own reference, so the same buffer is the same object), equality
-    for scalars and bytes."""
+    """Whether two values of one argument are the same: identity for objects (a buffer is the
+    recording's own reference, one per buffer), equality for scalars and bytes."""
     return old is new or (
         type(old) is type(new) and isinstance(new, _SCALARS) and bool(old == new)
     )

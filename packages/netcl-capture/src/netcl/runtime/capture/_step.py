@@ -1,12 +1,10 @@
 """capture_step: a step function that runs normally, records its launches, then replays them.
 
-A :class:`CapturedStep` keeps one :class:`KernelCapture` per guard key, at most
-``max_captures``, least recently used dropped first. A call builds its guard key, looks it up,
-and replays that capture with the call's argument buffers substituted for the recorded ones.
-
-A guard key is ``(parts, keyword names or None, aliasing or None)``: a part per argument,
-``("Tensor", shape, dtype, queue)``, ``("Array", shape, dtype, strides, offset, queue)`` or
-``(type, value)``, and, when buffer arguments share a buffer, the pattern of that sharing.
+A :class:`CapturedStep` keeps a :class:`KernelCapture` per guard key (at most ``max_captures``,
+least recently used dropped first): a call builds its key, looks it up, and replays that capture
+with its argument buffers substituted. A key is ``(parts, keyword names, aliasing)``: a part per
+argument (``("Tensor", shape, dtype, queue)``, ``("Array", shape, dtype, strides, offset,
+queue)`` or ``(type, value)``), and the pattern of buffer arguments sharing a buffer, if any.
 """
 
 from __future__ import annotations
@@ -75,12 +73,9 @@ class StepStats(NamedTuple):
 
 
 class StepCheckError(RuntimeError):
-    """Check mode: the first replay of a capture differed from running the step normally.
-
-    ``output`` is the index of the first differing output (0 for a single output) and
-    ``max_abs_diff`` the largest absolute difference in it (``inf`` for a shape or NaN
-    mismatch, or a different number of outputs).
-    """
+    """Check mode: the first replay of a capture differed from running the step normally;
+    ``output`` is the first differing output's index (0 for a single one), ``max_abs_diff``
+    the largest absolute difference in it (``inf``: a shape or NaN mismatch, or a count)."""
 
     def __init__(self, message: str, *, output: int, max_abs_diff: float) -> None:
         super().__init__(message)
@@ -352,17 +347,15 @@ class _Capture:
         self.capture, self.key, self.reason, self.result = capture, call.key, reason, result
         self.launches = capture.num_launches
         self.pending_check = False  # check mode: the first replay also runs the step
-        # (position among the buffer arguments, recorded int_ptr) of the first argument of
-        # each buffer the commands use; of every one if some launch had its arguments set
-        # beforehand (their buffers are not indexed)
+        # (buffer argument position, recorded int_ptr) of the first argument of each buffer
+        # the commands use (of every one if some launch had preset, unindexed arguments)
         self.slots = tuple((j, p) for j, p in enumerate(ptrs) if p not in ptrs[:j]
                            and (program.opaque_launches or p in used))  # fmt: skip
         self.sizes = [int(b.size) for b in call.bufs]
         # a buffer of the capture that is no argument of the recorded call (an output, an
         # intermediate): passed as an argument, the replay would overwrite it while reading it
         self.hazard = frozenset(used).difference(ptrs)
-        # where a staging copy of each buffer argument goes: its own queue (an Array may have
-        # none: the first command's)
+        # each buffer argument's queue, for its staging copies (else the first command's)
         first = program.ops[0].queue if program.ops else None
         self.queues: list[Any] = [a.queue or first for a in flat if isinstance(a, Tensor) or (
             isinstance(a, _Array) and a.base_data is not None)]  # fmt: skip
@@ -588,12 +581,10 @@ def capture_step(
     """Decorate a step function so that it is captured and replayed (``@capture_step`` or
     ``@capture_step(max_captures=4, ...)``); returns a :class:`CapturedStep`.
 
-    Options: ``warmup`` normal calls per guard key before the recording one (default 1);
-    ``max_captures`` kept, the least recently used dropped beyond it (default 8);
-    ``copy_outputs`` returns copies instead of the capture's own buffers; ``check`` runs the
-    function beside the first replay of each capture and raises :class:`StepCheckError` when an
-    output differs by more than ``check_atol`` (default 0); ``name`` in telemetry and messages
-    (default: the function's qualified name).
+    Options: ``warmup`` normal calls per key before the recording one (1); ``max_captures``
+    kept (8), the least recently used dropped beyond; ``copy_outputs`` returns copies;
+    ``check`` runs the function beside each capture's first replay, :class:`StepCheckError` if
+    an output differs by more than ``check_atol`` (0); ``name`` (the function's qualname).
     """
     if fn is None:
         return lambda f: CapturedStep(f, **options)

@@ -1,9 +1,6 @@
-"""Spans and metrics of netcl.runtime.capture: names and instruments (names are API).
-
-The counters are observable (``telemetry.Counts``): a replay adds to two numbers and the SDK
-reads them when a metric reader collects; a synchronous ``Counter.add`` would cost ~3 µs per
-call with an SDK installed, a few percent of a replay.
-"""
+"""Spans and metrics of netcl.runtime.capture (names are API). The counters are observable
+(``telemetry.Counts``, read at collection): a synchronous ``Counter.add`` would cost ~3 µs per
+replay with an SDK installed."""
 
 from __future__ import annotations
 
@@ -28,14 +25,11 @@ STEP_NAME = "netcl.step.name"
 STEP_REASON = "netcl.step.reason"  # why the guard key was new
 
 # process totals since import
-REPLAYS = telemetry.Counts()
-REPLAYED_LAUNCHES = telemetry.Counts()
-RECORDED_LAUNCHES = telemetry.Counts()
-for _totals in (REPLAYS, REPLAYED_LAUNCHES, RECORDED_LAUNCHES):
+REPLAYS, REPLAYED_LAUNCHES, RECORDED_LAUNCHES = (telemetry.Counts() for _ in range(3))
+for _name, _totals, _unit, _what in (
+    ("replays", REPLAYS, "{replay}", "Replays of captured launch sequences"),
+    ("replayed_launches", REPLAYED_LAUNCHES, "{launch}", "Kernel launches enqueued by replays"),
+    ("recorded_launches", RECORDED_LAUNCHES, "{launch}", "Kernel launches recorded by captures"),
+):  # fmt: skip
     _totals.add(0)  # reported from import on, 0 before the first replay
-TEL.observable_counter("netcl.capture.replays", REPLAYS.points, "{replay}",
-                       "Replays of captured launch sequences")  # fmt: skip
-TEL.observable_counter("netcl.capture.replayed_launches", REPLAYED_LAUNCHES.points, "{launch}",
-                       "Kernel launches enqueued by replays")  # fmt: skip
-TEL.observable_counter("netcl.capture.recorded_launches", RECORDED_LAUNCHES.points, "{launch}",
-                       "Kernel launches recorded by captures")  # fmt: skip
+    TEL.observable_counter(f"netcl.capture.{_name}", _totals.points, _unit, _what)
