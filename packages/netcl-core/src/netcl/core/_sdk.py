@@ -1,8 +1,7 @@
 """The OpenTelemetry SDK as netcl sees it: whether one is installed (:func:`tracing`, the hot-path
-check), and for applications installing one from the standard ``OTEL_*`` variables
-(:func:`configure`), bounding its export (:func:`flush`, :func:`shutdown`) and keeping what
-failed (:func:`export_failures`). Re-exported by :mod:`netcl.core.telemetry`; libraries call
-only :func:`tracing`."""
+check), and for applications installing one from the ``OTEL_*`` variables (:func:`configure`),
+its bounded export (:func:`flush`, :func:`shutdown`) and what failed (:func:`export_failures`).
+Re-exported by :mod:`netcl.core.telemetry`."""
 
 from __future__ import annotations
 
@@ -30,11 +29,9 @@ __all__ = ["ConfigError", "configure", "export_failures", "flush", "shutdown", "
 _log = get_logger("netcl.core.telemetry")
 
 # -- is anything recording? -------------------------------------------------------------------
-# The public way to ask whether an SDK is installed, ``trace.get_tracer_provider()``, costs ~1 µs
-# while none is (it looks up an environment variable each call): too much for a hot path. A global
-# provider can be set only once, so a True answer is latched for good; a False answer is re-checked
-# every _RECHECK calls. A provider installed before netcl's first call is seen at once; one
-# installed by hand after netcl already ran, within _RECHECK calls.
+# The public check, ``trace.get_tracer_provider()``, costs ~1 µs while no SDK is installed (an
+# environment lookup per call): too much for a hot path. A global provider can be set only once,
+# so True is latched for good and False re-checked every _RECHECK calls.
 _RECHECK = 1024
 
 
@@ -85,12 +82,10 @@ _PROTOCOLS = ("grpc", "http/protobuf")
 _NUMBERS = {
     **{f"OTEL_EXPORTER_OTLP{s}_TIMEOUT": ("seconds", False)
        for s in ("", "_TRACES", "_METRICS", "_LOGS")},
-    "OTEL_BSP_EXPORT_TIMEOUT": ("milliseconds", True),
-    "OTEL_BSP_SCHEDULE_DELAY": ("milliseconds", True),
-    "OTEL_BSP_MAX_QUEUE_SIZE": ("spans", True),
-    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": ("spans", True),
-    "OTEL_METRIC_EXPORT_TIMEOUT": ("milliseconds", False),
-    "OTEL_METRIC_EXPORT_INTERVAL": ("milliseconds", False),
+    **dict.fromkeys(("OTEL_BSP_EXPORT_TIMEOUT", "OTEL_BSP_SCHEDULE_DELAY"), ("milliseconds", True)),
+    **dict.fromkeys(("OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"), ("spans", True)),
+    **dict.fromkeys(("OTEL_METRIC_EXPORT_TIMEOUT", "OTEL_METRIC_EXPORT_INTERVAL"),
+                    ("milliseconds", False)),
 }  # fmt: skip
 # Bounded export where the user set nothing: an OTLP request (with its retries) gives up after
 # 2 s, and the export at shutdown after 2 s per signal (traces and metrics side by side). The
@@ -118,14 +113,6 @@ def _check(variable: str, accepts: str, ok: Callable[..., bool], *args: object) 
         raise ConfigError(variable, value, accepts)
 
 
-def _exporters_ok(value: str, known: list[str]) -> bool:
-    return value.lower() == "none" or all(n.strip() in known for n in value.split(","))
-
-
-def _positive(value: str, integer: bool) -> bool:
-    return not value or 0 < _number(value, integer) < math.inf
-
-
 def _check_environment() -> None:
     """Raise :class:`ConfigError` for the first ``OTEL_*`` value that the SDK would reject with
     a traceback (or an error that names no variable), or silently replace with its default."""
@@ -136,10 +123,12 @@ def _check_environment() -> None:
         known = ["otlp", *_names(f"opentelemetry_{signal}_exporter")]
         hint = "" if "otlp_proto_grpc" in known else "; OTLP needs netcl-core[otel]"
         accepts = f"a comma-separated list of {', '.join([*known, 'none'])}{hint}"
-        _check(f"OTEL_{signal.upper()}_EXPORTER", accepts, _exporters_ok, known)
+        _check(f"OTEL_{signal.upper()}_EXPORTER", accepts, lambda v, k: v.lower() == "none"
+               or all(n.strip() in k for n in v.split(",")), known)  # fmt: skip
     for variable, (unit, integer) in _NUMBERS.items():
         kind = "an integer" if integer else "a number"
-        _check(variable, f"{kind} > 0 ({unit})", _positive, integer)
+        _check(variable, f"{kind} > 0 ({unit})",
+               lambda v, i: not v or 0 < _number(v, i) < math.inf, integer)  # fmt: skip
     samplers = _names("opentelemetry_traces_sampler")
     _check("OTEL_TRACES_SAMPLER", f"one of {', '.join(samplers)}", samplers.__contains__)
     if "traceidratio" in os.environ.get("OTEL_TRACES_SAMPLER", ""):

@@ -1,9 +1,6 @@
-"""Settings read from the environment, declared once per package: the code reads a setting
-through its declaration, and ``netcl config`` lists every declaration of the installed packages
-with its value and where the value came from.
-
-A package declares ``SETTINGS`` (a tuple of :class:`Setting`) in the module its ``netcl.cli``
-entry point names; core's own are :data:`SETTINGS` here."""
+"""Settings read from the environment, each declared once and read through its declaration;
+``netcl config`` lists the declarations of the installed packages: ``SETTINGS`` (a tuple of
+:class:`Setting`) in the module each ``netcl.cli`` entry point names (core's are here)."""
 
 from __future__ import annotations
 
@@ -116,29 +113,18 @@ def _pool_limit(raw: str) -> Callable[[int], int]:
     )
 
 
-CACHE_DIR = Setting(
-    "NETCL_CACHE_DIR", _cache_dir_default,
-    "folder of the OpenCL program cache (and its statistics)",
-)  # fmt: skip
-POOL_LIMIT = Setting(
-    "NETCL_POOL_LIMIT", "0 (no limit)",
-    "BufferPool limit: bytes, or N% of the device's global memory",
-    _pool_limit,
-)  # fmt: skip
-PROFILE = Setting(
-    "NETCL_PROFILE", "0",
-    "default queue with device timestamps (profiling) on or off",
-    flag("NETCL_PROFILE", "to turn profiling on for the default queue"),
-)  # fmt: skip
-TRACE_FILE = Setting(
-    "NETCL_TRACE_FILE", "netcl-trace.json",
-    "file the chrome_trace span exporter writes (a Chrome/Perfetto timeline)",
-)  # fmt: skip
-PYOPENCL_CTX = Setting(
-    "PYOPENCL_CTX", "(unset)",
-    "pyopencl's own device choice, e.g. 0 or 0:1; unset: netcl takes the first GPU, else the "
-    "first device",
-)  # fmt: skip
+CACHE_DIR = Setting("NETCL_CACHE_DIR", _cache_dir_default,
+                    "folder of the OpenCL program cache (and its statistics)")  # fmt: skip
+POOL_LIMIT = Setting("NETCL_POOL_LIMIT", "0 (no limit)",
+                     "BufferPool limit: bytes, or N% of the device's global memory",
+                     _pool_limit)  # fmt: skip
+PROFILE = Setting("NETCL_PROFILE", "0",
+                  "default queue with device timestamps (profiling) on or off",
+                  flag("NETCL_PROFILE", "to turn profiling on for the default queue"))  # fmt: skip
+TRACE_FILE = Setting("NETCL_TRACE_FILE", "netcl-trace.json", "file the chrome_trace span "
+                     "exporter writes (a Chrome/Perfetto timeline)")  # fmt: skip
+PYOPENCL_CTX = Setting("PYOPENCL_CTX", "(unset)", "pyopencl's own device choice, e.g. 0 or 0:1; "
+                       "unset: netcl takes the first GPU, else the first device")  # fmt: skip
 
 #: core's settings, in the order ``netcl config`` lists them.
 SETTINGS: tuple[Setting, ...] = (CACHE_DIR, POOL_LIMIT, PROFILE, TRACE_FILE, PYOPENCL_CTX)

@@ -46,12 +46,11 @@ def table(
     headers: Sequence[str] | None = None,
     *,
     right: Sequence[int] = (),
-    cols: int | None = -1,
 ) -> list[str]:
     """Rows as aligned columns two spaces apart, ``headers`` first; column indexes in ``right``
-    are right-aligned. ``cols`` (default: :func:`width`) caps the line length by cutting the
-    widest columns, the last first, with ``…``."""
-    limit = width() if cols == -1 else cols
+    are right-aligned. Lines longer than :func:`width` are cut in their widest columns, the
+    last first, with ``…``."""
+    limit = width()
     cells = [[str(c) for c in r] for r in ([list(headers)] if headers else []) + list(rows)]
     if not cells:
         return []
@@ -80,10 +79,10 @@ def table(
     return lines
 
 
-def pairs(rows: Sequence[tuple[str, object]], *, cols: int | None = -1) -> list[str]:
+def pairs(rows: Sequence[tuple[str, object]]) -> list[str]:
     """``label  value`` lines with the values in one column; a value that does not fit next to
     its label goes on the next line, indented, cut with ``…`` if still too long."""
-    limit = width() if cols == -1 else cols
+    limit = width()
     label_w = max((len(k) for k, _ in rows), default=0)
     lines = []
     for label, value in rows:

@@ -146,12 +146,11 @@ def _document(slices: list[_Slice], left_out: int) -> dict[str, Any]:
     tracks = sorted({s.track for s in slices}, key=lambda t: (not t.startswith("host"), t))
     pid = {t: n + 1 for n, t in enumerate(tracks)}
     events: list[dict[str, Any]] = []
+    where: dict[int, tuple[int, int, float]] = {}  # span id -> pid, tid, ts
     for t in tracks:
         events.append({"ph": "M", "name": "process_name", "pid": pid[t], "args": {"name": t}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": pid[t],
                        "args": {"sort_index": pid[t]}})  # fmt: skip
-    where: dict[int, tuple[int, int, float]] = {}  # span id -> pid, tid, ts
-    for t in tracks:
         mine = _ordered([s for s in slices if s.track == t])
         for s, tid in zip(mine, _lanes(mine), strict=True):
             ts = (s.start_ns - epoch) / 1e3

@@ -47,27 +47,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     2 usage. A closed stdout (``netcl info | head -1``) ends the command quietly."""
     args = sys.argv[1:] if argv is None else list(argv)
     try:
-        code = _guarded(args)
+        from netcl.core import device  # pyopencl: inside the try, for a Ctrl-C while it loads
+
+        try:
+            code = _main(args)
+        except device.NoDeviceError as exc:  # any subcommand that needs a device: one line
+            sys.stdout.flush()
+            command = next((a for a in args if not a.startswith("-")), None)
+            sys.stderr.write(f"{'netcl ' + command if command else 'netcl'}: {exc}\n")
+            code = 1
         sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at exit
     except BrokenPipeError:
         _silence_stdout()
         return 1
-    except KeyboardInterrupt:  # also while pyopencl loads: imported inside, not at the top
+    except KeyboardInterrupt:
         _interrupted()
         return 130
     return code
-
-
-def _guarded(args: list[str]) -> int:
-    from netcl.core import device
-
-    try:
-        return _main(args)
-    except device.NoDeviceError as exc:  # any subcommand that needs a device: one line
-        sys.stdout.flush()
-        command = next((a for a in args if not a.startswith("-")), None)
-        sys.stderr.write(f"{'netcl ' + command if command else 'netcl'}: {exc}\n")
-        return 1
 
 
 def _main(argv: list[str]) -> int:
@@ -211,12 +207,8 @@ def _declared() -> list[tuple[str, _settings.Setting]]:
 
 
 def _netcl_distributions() -> dict[str, str]:
-    found: dict[str, str] = {}
-    for dist in distributions():
-        name = dist.metadata["Name"] or ""
-        if name.lower().startswith("netcl-"):
-            found[name] = dist.version
-    return found
+    names = ((d.metadata["Name"] or "", d.version) for d in distributions())
+    return {name: version for name, version in names if name.lower().startswith("netcl-")}
 
 
 if __name__ == "__main__":

@@ -28,12 +28,8 @@ _queues: dict[tuple[int, bool], cl.CommandQueue] = {}
 
 
 def pick_device() -> cl.Device:
-    """The device netcl uses by default.
-
-    ``PYOPENCL_CTX`` (pyopencl's own variable, e.g. ``0`` or ``0:1``) wins when set; otherwise the
-    first GPU of any platform, else the first device of any kind (PoCL's CPU device on a machine
-    without a GPU driver). Raises :class:`NoDeviceError` when there is none to choose.
-    """
+    """The device netcl uses by default: ``PYOPENCL_CTX``'s when set, otherwise the first GPU of
+    any platform, else the first device of any kind; :class:`NoDeviceError` when there is none."""
     if _settings.PYOPENCL_CTX.value():
         return _context_from_env().devices[0]
     try:
@@ -58,19 +54,12 @@ def _no_device(why: str) -> NoDeviceError:
     """The one error for every way of finding no device, on one line: what went wrong, the
     variable and its value, every platform and device, and what to do."""
     value = _settings.PYOPENCL_CTX.value()
-    setting = f"{CTX_ENV}={value!r}" if value else f"{CTX_ENV} is not set"
     listed, devices = _inventory()
-    if devices:
-        advice = (
-            f"set {CTX_ENV} to a platform or platform:device index listed here "
-            f"(e.g. {CTX_ENV}=0), or unset it to let netcl choose"
-        )
-    else:
-        advice = (
-            "install a vendor OpenCL driver, or PoCL for the CPU with "
-            "`pip install 'pyopencl[pocl]'`"
-        )
-    text = f"{setting} {why}" if value else f"{why} ({setting})"
+    advice = (f"set {CTX_ENV} to a platform or platform:device index listed here (e.g. "
+              f"{CTX_ENV}=0), or unset it to let netcl choose") if devices else (
+              "install a vendor OpenCL driver, or PoCL for the CPU with "
+              "`pip install 'pyopencl[pocl]'`")  # fmt: skip
+    text = f"{CTX_ENV}={value!r} {why}" if value else f"{why} ({CTX_ENV} is not set)"
     text = f"{text}; OpenCL platforms and devices: {listed or 'none'}; {advice}"
     return NoDeviceError(" ".join(text.split()))  # one line, whatever a driver's name holds
 
@@ -82,8 +71,7 @@ def _inventory() -> tuple[str, int]:
         platforms = cl.get_platforms()
     except cl.Error:
         return "", 0
-    parts = []
-    count = 0
+    parts, count = [], 0
     for i, plat in enumerate(platforms):
         devs = _devices_of(plat)
         count += len(devs)
@@ -112,13 +100,9 @@ def default_context() -> cl.Context:
 def default_queue(
     ctx: cl.Context | None = None, *, profiling: bool | None = None
 ) -> cl.CommandQueue:
-    """An in-order command queue on ``ctx`` (default context when None): one per context and
-    profiling setting, made on first use.
-
-    ``profiling=True`` gives a queue with ``PROFILING_ENABLE``, whose events carry device
-    timestamps (``event.profile.start`` / ``end``); ``None`` (the default) reads
-    ``NETCL_PROFILE`` (``1``/``0``, also ``true``/``false``, ``yes``/``no``, ``on``/``off``).
-    """
+    """The in-order command queue on ``ctx`` (default context when None) for the profiling
+    setting, made on first use: ``profiling=True`` gives one with ``PROFILING_ENABLE`` (device
+    timestamps on its events); ``None`` reads ``NETCL_PROFILE``."""
     if profiling is None:
         profiling = _settings.PROFILE.value(False)
     ctx = ctx or default_context()
@@ -132,11 +116,8 @@ def default_queue(
 
 
 def device_identity(device: cl.Device) -> str:
-    """A stable string naming a device and the software that compiles for it.
-
-    Platform name and version, device name and version, and driver version: any of them changing
-    makes compiled binaries stale.
-    """
+    """A stable string naming a device and the software that compiles for it (platform name and
+    version, device name and version, driver version: a change makes compiled binaries stale)."""
     platform = device.platform
     parts = (platform.name, platform.version, device.name, device.version, device.driver_version)
     return " | ".join(p.strip() for p in parts)

@@ -60,21 +60,6 @@ def _to_stdlib(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -
     return kwargs
 
 
-def _structlog_logger(name: str) -> structlog.stdlib.BoundLogger:
-    import structlog
-
-    return structlog.wrap_logger(  # type: ignore[no-any-return]
-        logging.getLogger(name),
-        wrapper_class=structlog.stdlib.BoundLogger,
-        processors=[
-            structlog.stdlib.filter_by_level,
-            add_trace_context,
-            _to_stdlib,
-        ],
-        cache_logger_on_first_use=True,
-    )
-
-
 class LazyLogger:
     """What :func:`get_logger` returns: structlog's stdlib bound logger, made on the first event
     that passes the stdlib level check. ``debug`` / ``info`` / ``warning`` / ``error`` /
@@ -90,13 +75,16 @@ class LazyLogger:
         self._logger: structlog.stdlib.BoundLogger | None = None
 
     def _structlog(self) -> structlog.stdlib.BoundLogger:
-        logger = self._logger
-        if logger is None:
-            logger = _structlog_logger(self._name)
-            if self._context:
-                logger = logger.bind(**self._context)
-            self._logger = logger
-        return logger
+        if self._logger is None:
+            import structlog
+
+            logger = structlog.wrap_logger(
+                self._stdlib, wrapper_class=structlog.stdlib.BoundLogger,
+                processors=[structlog.stdlib.filter_by_level, add_trace_context, _to_stdlib],
+                cache_logger_on_first_use=True,
+            )  # fmt: skip
+            self._logger = logger.bind(**self._context) if self._context else logger
+        return self._logger
 
     def _emit(self, level: int, method: str, event: str, **fields: Any) -> Any:
         if not self._stdlib.isEnabledFor(level):  # what structlog's filter_by_level asks
@@ -149,13 +137,10 @@ def warn_once(logger: LazyLogger, key: Hashable, event: str, **fields: Any) -> b
 _handler: list[logging.Handler] = []  # the handler configure_logging() installed, if any
 
 
-def configure_logging(
-    level: int | str = logging.INFO, *, json: bool = False, stream: TextIO | None = None
-) -> logging.Handler:
-    """Opt-in for applications: print netcl's events (console or JSON lines) to ``stream``.
-
-    Calling it again replaces the handler it installed (each event is still printed once).
-    """
+def configure_logging(level: int | str = logging.INFO, *, json: bool = False,
+                      stream: TextIO | None = None) -> logging.Handler:  # fmt: skip
+    """Opt-in for applications: print netcl's events (console or JSON lines) to ``stream``
+    (stderr); calling it again replaces the handler it installed."""
     import structlog
 
     renderer: Any = (

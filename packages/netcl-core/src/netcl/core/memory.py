@@ -1,4 +1,4 @@
-"""BufferPool: device memory for Tensors, reused by size class (see the package README for the
+"""BufferPool: device memory for Tensors, reused by size class (the package README has the
 design: size classes, threads, out of memory, the limit, the gauges)."""
 
 from __future__ import annotations
@@ -63,11 +63,8 @@ def _forget_gauges(name: str) -> None:
 
 @dataclass(frozen=True)
 class PoolStats:
-    """A snapshot of a pool's counters. Bytes are block bytes (sizes as the pool rounds them).
-
-    ``misses`` counts the allocations that needed a new device block, ``hits`` those served
-    from a block the pool held; an allocation that failed counts as neither.
-    """
+    """A snapshot of a pool's figures, in block bytes (sizes as the pool rounds them). ``misses``
+    counts allocations that needed a new device block, ``hits`` those served from a held one."""
 
     bytes_in_use: int
     peak_bytes: int
@@ -85,11 +82,9 @@ class _DirectBuffer(cl.Buffer):  # type: ignore[misc]
 
 
 class _Bin:
-    """One size class of a pool: the block size, and the blocks held for reuse (LIFO).
-
-    ``owner`` is the pool's token, not the pool: a bin referring to its pool would make a
-    reference cycle, and a dropped pool would free its device memory only at the next garbage
-    collection."""
+    """One size class of a pool: the block size, and the blocks held for reuse (LIFO). ``owner``
+    is the pool's token, not the pool: a reference cycle would keep a dropped pool's device
+    memory until the next garbage collection."""
 
     __slots__ = ("direct", "free", "nbytes", "owner")
 
@@ -113,17 +108,10 @@ _new_tensor = object.__new__
 
 
 class BufferPool:
-    """Hands out Tensors whose buffers come back to the pool on :meth:`release`.
-
-    A released block is handed out again for a request of the same size class (requests are
-    rounded up by at most 1/64, never past the device's maximum allocation). New blocks come from
-    ``pyopencl.tools.MemoryPool`` and are backed by device memory before they are handed out, so
-    running out of memory shows here. Safe to use from several threads. A Tensor that is
-    garbage-collected without being released returns its block too.
-
-    ``limit`` caps the device bytes the pool holds (in use + held for reuse), as CuPy's
-    ``set_limit``; ``None`` reads ``NETCL_POOL_LIMIT`` (bytes, or ``N%`` of the device's global
-    memory), ``0`` means no limit. ``name`` labels the pool's metrics (``netcl.pool.id``).
+    """Hands out Tensors whose blocks come back on :meth:`release` (or when a Tensor is dropped),
+    to be handed out again for a request of the same size class (at most 1/64 larger). Safe to
+    use from several threads. ``limit`` caps the device bytes the pool holds, in use or held
+    (``None``: ``NETCL_POOL_LIMIT``; 0: no limit); ``name`` labels its gauges (``netcl.pool.id``).
     """
 
     __slots__ = (
@@ -153,13 +141,10 @@ class BufferPool:
         # atomic under the GIL, plus plain int counters; the lock serialises the rest (new
         # blocks, the limit, free_held, the exact figures behind stats and the peak).
         self._lock = threading.RLock()
-        # Not pyopencl's ImmediateAllocator: it enqueues clEnqueueMigrateMemObjects for every new
-        # block on the caller's queue, and NVIDIA's driver crashes when that runs while another
-        # thread is inside a blocking read or write on the same queue (pyopencl releases the GIL
-        # there). The pool makes plain buffers (clCreateBuffer only: no command) and backs each
-        # new one itself with a blocking 1-byte read on a queue of its own, so running out of
-        # memory shows at allocation (NVIDIA allocates lazily, at first use), nothing of the
-        # pool's lands on the caller's queue, and no allocation waits for the caller's work.
+        # Not pyopencl's ImmediateAllocator: it enqueues a migration for every new block on the
+        # caller's queue, which crashes NVIDIA's driver while another thread is in a blocking copy
+        # on that queue. Plain buffers instead, each new one backed (NVIDIA allocates lazily) by
+        # a blocking 1-byte read on a queue of the pool's own, which waits for nothing else.
         self._backing = cl.CommandQueue(queue.context, device)
         self._scratch = np.empty(1, np.uint8)
         with warnings.catch_warnings():
@@ -174,10 +159,8 @@ class BufferPool:
         self._token = object()  # what this pool's bins and their tensors know it by
         self._bins: dict[int, _Bin] = {}  # by block size
         self._sizes: dict[Any, dict[Any, tuple[Shape, np.dtype[Any], _Bin]]] = {}
-        self._sizes_kept = 0
-        self._hits = 0
-        self._misses = 0  # changed under the lock only
-        self._peak = 0  # under the lock only
+        self._sizes_kept = self._hits = 0
+        self._misses = self._peak = 0  # changed under the lock only
         # bytes of the blocks out or in the bins, as of the last look (under the lock): a
         # dropped tensor can only make it too high, never too low
         self._device_bytes = 0
@@ -200,11 +183,8 @@ class BufferPool:
     def allocate(
         self, shape: int | Sequence[int], dtype: npt.DTypeLike, _nbytes: int = 0
     ) -> Tensor:
-        """A Tensor of ``shape`` and ``dtype`` backed by a pool block (contents undefined).
-
-        Raises MemoryError when the device (or the pool's limit) cannot provide the block, after
-        freeing the blocks held for reuse and retrying.
-        """
+        """A Tensor of ``shape`` and ``dtype`` backed by a pool block (contents undefined); a
+        MemoryError when the device or the limit cannot provide it (after freeing held blocks)."""
         try:
             # by dtype, then shape: two lookups cost less than building and hashing a pair
             shape, dt, bin_ = self._sizes[dtype][shape]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import platformdirs
-
 from netcl.core._settings import CACHE_DIR
 
 __all__ = ["default_cache_dir"]
@@ -13,5 +11,4 @@ __all__ = ["default_cache_dir"]
 
 def default_cache_dir() -> Path:
     """``NETCL_CACHE_DIR`` if set, else the platform's user cache dir (``~/.cache/netcl``)."""
-    env = CACHE_DIR.value()
-    return Path(env).expanduser() if env else Path(platformdirs.user_cache_dir("netcl"))
+    return Path(CACHE_DIR.value() or CACHE_DIR.default_text()).expanduser()

@@ -14,7 +14,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import pyopencl as cl
@@ -88,10 +88,9 @@ class DeviceClock:
 
 
 def _calibrate(context: cl.Context, device: cl.Device, rounds: int = 8) -> DeviceClock:
-    """Measure ``device``'s clock against the host's with markers on a queue of its own: the
-    host reads t0, enqueues a marker, waits for it and reads t1; the marker was queued after t0
-    and ended before t1, so ``host - device`` lies in [t0 - queued, t1 - end]. The rounds'
-    intervals are intersected: the estimate is the middle, the tolerance half the width."""
+    """Measure ``device``'s clock with markers on a queue of its own: a marker enqueued after
+    host time t0 and waited for until t1 puts ``host - device`` in [t0 - queued, t1 - end]; the
+    estimate is the middle of the rounds' intersection, the tolerance half its width."""
     queue = cl.CommandQueue(context, device, properties=_PROFILING)
     bounds: list[tuple[int, int, int]] = []  # (lower via QUEUED, lower via START, upper via END)
     try:
@@ -121,9 +120,8 @@ def _calibrate(context: cl.Context, device: cl.Device, rounds: int = 8) -> Devic
 
 # -- what is recorded -------------------------------------------------------------------------
 class Command(NamedTuple):
-    """One profiled command on the host clock: ``name`` (its label, e.g. the kernel's function
-    name, else the command type), ``command`` (the OpenCL command type in lower case, e.g.
-    ``ndrange_kernel``, ``read_buffer``), ``start_ns``/``end_ns`` (ns since the epoch)."""
+    """One profiled command on the host clock: ``name`` (its label, else the command type),
+    ``command`` (the OpenCL command type, e.g. ``ndrange_kernel``), ``start_ns``/``end_ns``."""
 
     name: str
     command: str
@@ -154,11 +152,8 @@ class Command(NamedTuple):
 
 @dataclass(eq=False, slots=True)
 class DeviceTime:
-    """The device time of one watched unit of work, filled in when its events complete.
-
-    ``duration`` (seconds), ``start_ns``/``end_ns`` (host clock, ns since the epoch) and
-    ``commands`` (one :class:`Command` per event of :func:`watch`) are None/empty until then.
-    """
+    """The device time of one watched unit of work: ``duration`` (seconds), ``start_ns`` and
+    ``end_ns`` (host clock) and ``commands`` (of :func:`watch`), filled in when it completes."""
 
     _owner: Collector
     kind: str
@@ -192,10 +187,9 @@ class DeviceTime:
 
 
 class Stats(NamedTuple):
-    """What a collector has seen: units of work watched, collected, dropped (a failed command,
-    a queue without profiling, or more than ``max_pending`` waiting), still pending, and
-    recorded without per-command spans (over the span budget); device seconds and counts per
-    kind and per kernel label."""
+    """What a collector has seen: units watched, collected, dropped (a failed command, a queue
+    without profiling, past ``max_pending``), pending, recorded without per-command spans; and
+    (count, device seconds) per kind and per kernel label."""
 
     watched: int
     collected: int
@@ -206,31 +200,14 @@ class Stats(NamedTuple):
     by_kernel: dict[str, tuple[int, float]]
 
 
-@dataclass
-class _Totals:
-    watched: int = 0
-    collected: int = 0
-    dropped: int = 0
-    spans_skipped: int = 0
-    by_kind: dict[str, list[float]] = field(default_factory=dict)  # [count, seconds]
-    by_kernel: dict[str, list[float]] = field(default_factory=dict)
-
-    @staticmethod
-    def add(to: dict[str, list[float]], key: str, seconds: float) -> None:
-        entry = to.setdefault(key, [0, 0.0])
-        entry[0] += 1
-        entry[1] += seconds
+def _add(to: dict[str, list[float]], key: str, seconds: float) -> None:
+    entry = to.setdefault(key, [0, 0.0])  # count, seconds
+    entry[0] += 1
+    entry[1] += seconds
 
 
 class _CommandFailedError(Exception):
     """A watched command ended in an error status: it has no device time."""
-
-
-class _Device(NamedTuple):
-    key: int  # the device's int_ptr
-    name: str
-    context: cl.Context
-    device: cl.Device
 
 
 @functools.cache
@@ -271,19 +248,20 @@ class Collector:
         self._credit_at = time.monotonic()
         self._pending: deque[DeviceTime] = deque()
         self._lock = threading.RLock()  # one collection at a time; guards the fields below
-        self._clocks: dict[int, DeviceClock] = {}
-        self._devices: dict[int, _Device] = {}
+        self._clocks: dict[int, DeviceClock] = {}  # by device
+        self._devices: dict[int, tuple[str, cl.Device]] = {}  # by queue: name, device
         self._busy: dict[str, deque[tuple[int, int]]] = {}
-        self._totals = _Totals()
+        self._counts = dict.fromkeys(("watched", "collected", "dropped", "spans_skipped"), 0)
+        self._by_kind: dict[str, list[float]] = {}
+        self._by_kernel: dict[str, list[float]] = {}
         self._thread: threading.Thread | None = None
 
     # -- hand-off (the caller's thread: no OpenCL call, no wait) -----------------------------
     def watch(self, kind: str, events: Sequence[cl.Event], *, labels: Sequence[str] = (),
               name: str | None = None, parent: telemetry.Span | None = None,
               attributes: _Attrs | None = None) -> DeviceTime:  # fmt: skip
-        """Watch the commands behind ``events`` (one unit of work of ``kind``); ``labels[i]``
-        names event i (a kernel's function name), ``name`` the unit (node name, plan
-        description), ``parent`` the host span (default: the current span)."""
+        """Watch the commands behind ``events`` (a unit of work of ``kind``), ``labels[i]`` naming
+        event i, ``name`` the unit; ``parent``: its host span (default: the current one)."""
         if len(labels) > len(events):
             raise ValueError(
                 f"profiling.watch: {len(labels)} labels for {len(events)} events; expected at "
@@ -313,10 +291,10 @@ class Collector:
             self._start()
         pending = self._pending
         pending.append(unit)
-        self._totals.watched += 1
+        self._counts["watched"] += 1
         if len(pending) > self.max_pending:
             pending.popleft()
-            self._totals.dropped += 1
+            self._counts["dropped"] += 1
         return unit
 
     # -- collection (daemon thread, flush, poll, metric readers) -----------------------------
@@ -338,15 +316,14 @@ class Collector:
             return len(waiting)
 
     def collect_one(self, unit: DeviceTime) -> None:
-        """Record ``unit`` now if its events have completed (it leaves the pending list on the
-        next :meth:`collect`)."""
+        """Record ``unit`` now if its events have completed."""
         with self._lock:
             if not unit.done and unit.ready():
                 self._record(unit)
 
     def flush(self, timeout: float = 5.0) -> int:
-        """Collect, waiting up to ``timeout`` seconds for pending events to complete (an explicit
-        host wait, for the end of a run); returns how many are still pending."""
+        """Collect, waiting up to ``timeout`` seconds for pending events (the end of a run's host
+        wait); returns how many are still pending."""
         deadline = time.monotonic() + timeout
         left = self.collect()
         while left and time.monotonic() < deadline:
@@ -361,18 +338,14 @@ class Collector:
     def stats(self) -> Stats:
         """A snapshot of what was watched and collected."""
         with self._lock:
-            t = self._totals
-
-            def freeze(d: dict[str, list[float]]) -> dict[str, tuple[int, float]]:
-                return {k: (int(v[0]), v[1]) for k, v in d.items()}
-
-            return Stats(t.watched, t.collected, t.dropped, len(self._pending), t.spans_skipped,
-                         freeze(t.by_kind), freeze(t.by_kernel))  # fmt: skip
+            kind, kernel = ({k: (int(n), t) for k, (n, t) in d.items()}
+                            for d in (self._by_kind, self._by_kernel))  # fmt: skip
+            return Stats(**self._counts, pending=len(self._pending), by_kind=kind,
+                         by_kernel=kernel)  # fmt: skip
 
     def busy(self, now_ns: int | None = None) -> dict[str, float]:
-        """Per device name, the fraction of the last ``busy_window`` seconds in which watched
-        commands ran (commands seen so far; a command still running counts from the next
-        collection)."""
+        """Per device name, the share of the last ``busy_window`` seconds in which watched
+        commands ran (those collected so far)."""
         self.collect()
         now = now_ns if now_ns is not None else time.time_ns()
         low = now - int(self.busy_window * 1e9)
@@ -390,7 +363,7 @@ class Collector:
         try:
             device, commands = self._read(unit)
         except (cl.Error, _CommandFailedError) as exc:  # a queue without profiling, a failure
-            self._totals.dropped += 1
+            self._counts["dropped"] += 1
             warn_once(_log, ("device_time_not_collected", type(exc)),
                       "device_time_not_collected", error=repr(exc))  # fmt: skip
             return
@@ -403,32 +376,25 @@ class Collector:
             unit.start_ns = min(c.start_ns for c in commands)
             unit.end_ns = max(c.end_ns for c in commands)
             busy_ns = _union_ns([(c.start_ns, c.end_ns) for c in commands])
-            self._busy.setdefault(device.name, deque()).extend(
-                (c.start_ns, c.end_ns) for c in commands
-            )
+            self._busy.setdefault(device, deque()).extend((c.start_ns, c.end_ns) for c in commands)
         unit.duration = busy_ns / 1e9
-        t = self._totals
-        t.collected += 1
-        t.add(t.by_kind, unit.kind, unit.duration)
+        self._counts["collected"] += 1
+        _add(self._by_kind, unit.kind, unit.duration)
         for c in unit.commands:
             if c.kernel:
-                t.add(t.by_kernel, c.name, (c.end_ns - c.start_ns) / 1e9)
-        self._emit(unit, device.name)
+                _add(self._by_kernel, c.name, (c.end_ns - c.start_ns) / 1e9)
+        self._emit(unit, device)
 
-    def _read(self, unit: DeviceTime) -> tuple[_Device, list[Command]]:
-        """The commands behind a unit's completed events, on the host clock. Raises ``cl.Error``
-        for an event without profiling information (its queue has no profiling) and
-        :class:`_CommandFailedError` for a command that ended in an error."""
+    def _read(self, unit: DeviceTime) -> tuple[str, list[Command]]:
+        """The device's name and the unit's commands on the host clock; ``cl.Error`` for an event
+        of a queue without profiling, :class:`_CommandFailedError` for a failed command."""
         queue = unit._events[0].command_queue
-        device = self._devices.get(queue.int_ptr)
-        if device is None:
-            dev = queue.device
-            device = self._devices[queue.int_ptr] = _Device(
-                dev.int_ptr, dev.name.strip(), queue.context, dev
-            )
-        clock = self._clocks.get(device.key)
+        if queue.int_ptr not in self._devices:  # OpenCL info calls: once per queue
+            self._devices[queue.int_ptr] = (queue.device.name.strip(), queue.device)
+        name, device = self._devices[queue.int_ptr]
+        clock = self._clocks.get(device.int_ptr)
         if clock is None or time.time_ns() - clock.measured_ns > self.recalibrate * 1e9:
-            clock = self._clocks[device.key] = _calibrate(device.context, device.device)
+            clock = self._clocks[device.int_ptr] = _calibrate(queue.context, device)
         commands = []
         for i, event in enumerate(unit._events):
             if event.command_execution_status < 0:
@@ -440,7 +406,7 @@ class Collector:
             kind = _type_name(event.command_type)
             label = unit.labels[i] if i < len(unit.labels) else kind
             commands.append(Command(label, kind, clock.to_host(start), clock.to_host(end)))
-        return device, commands
+        return name, commands
 
     def _emit(self, unit: DeviceTime, device: str) -> None:
         """The unit's histogram points and (when tracing) its spans: the envelope, and one span
@@ -451,7 +417,7 @@ class Collector:
         self._credit_at = now
         command_spans = self._credit > 0 or not unit.commands
         if not command_spans:
-            self._totals.spans_skipped += 1
+            self._counts["spans_skipped"] += 1
         span_name, name_attribute, histogram = _KINDS[unit.kind]
         dev = {"netcl.device.name": device}
         named = {**dev, name_attribute: unit.name} if unit.name is not None else dev

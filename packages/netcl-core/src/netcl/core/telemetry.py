@@ -1,13 +1,8 @@
 """The one way netcl packages emit OpenTelemetry: a :class:`Scope` per package (its tracer, meter
-and instruments), spans opened through :meth:`Scope.span`, one failure policy and one
-``error.type``; plus the cheap :func:`tracing` check and, for applications, :func:`configure`
-(both from ``netcl.core._sdk``).
-
-Libraries depend on ``opentelemetry-api`` only. With no SDK configured the API's no-op spans still
-cost microseconds, so :meth:`Scope.span` asks :func:`tracing` first and hands out a shared
-do-nothing span when it is False. The failure policy: telemetry never changes what a caller gets.
-An SDK that raises is caught here, logged once per kind of failure on the
-``netcl.core.telemetry`` logger, and the call goes on.
+and instruments), spans opened through :meth:`Scope.span` (a shared do-nothing span while
+:func:`tracing` is False), one ``error.type``, and one failure policy: an SDK that raises is
+caught, logged once per kind of failure on the ``netcl.core.telemetry`` logger, and the call
+goes on. :func:`configure` and the rest of the application side come from ``netcl.core._sdk``.
 """
 
 from __future__ import annotations

@@ -61,13 +61,9 @@ class Tensor:
                  dtype: npt.DTypeLike, queue: cl.CommandQueue) -> None:  # fmt: skip
         self.shape: Shape = normalize_shape(shape)
         self.dtype: np.dtype[Any] = np.dtype(dtype)
-        need = self.nbytes
-        have = int(buffer.size)
-        if have < need:
-            raise ValueError(
-                f"Tensor{self.shape} of {self.dtype} needs {need} bytes, "
-                f"but the buffer holds only {have}"
-            )
+        if int(buffer.size) < self.nbytes:
+            raise ValueError(f"Tensor{self.shape} of {self.dtype} needs {self.nbytes} bytes, "
+                             f"but the buffer holds only {buffer.size}")  # fmt: skip
         self._buffer = buffer
         # while a BufferPool tensor is live: the pool size class its buffer goes back to
         self._bin: Any = None
