@@ -48,10 +48,8 @@ class KernelCapture:
         with self._lock:
             old = self._recording
             if old is not None and old.live:
-                raise RuntimeError(
-                    "KernelCapture.begin: already recording (begun in thread "
-                    f"{old.thread_name!r}); call end() before beginning again"
-                )
+                raise RuntimeError(f"KernelCapture.begin: already recording (begun in thread "
+                                   f"{old.thread_name!r}); call end() before beginning again")
             # a recording left over by an interrupted begin()/end() is dropped here
             self._discard("replaced by begin()")
             self._program = None
@@ -103,11 +101,9 @@ class KernelCapture:
             self._discard(program)
             self._program = program
             if program.opaque_launches:
-                log.warning(
-                    "capture_preset_arguments",
-                    kernels=sorted(set(program.opaque_launches)),
-                    detail="arguments set before begin() are replayed but cannot be rebound",
-                )
+                log.warning("capture_preset_arguments", kernels=sorted(program.opaque_launches),
+                            detail="arguments set before begin() are replayed but cannot be "
+                            "rebound")  # fmt: skip
             if native:
                 log.info("capture_native_access_accepted", callers=[str(a) for a in native])
             tm.RECORDED_LAUNCHES.add(program.num_launches)
@@ -162,13 +158,10 @@ class KernelCapture:
         return self._replay(program, None)
 
     def replay_with_new_buffers(self, buffer_map: Mapping[int, Any]) -> cl.Event | None:
-        """Replay with buffers substituted for this replay only.
-
-        Keys are the ``int_ptr`` of recorded buffers, values the replacement ``cl.Buffer`` (or
-        Tensor); every launch, argument and transfer using a key's buffer gets the replacement.
-        An unknown key or a replacement smaller than the recorded buffer raises ``ValueError``
-        before anything is enqueued.
-        """
+        """Replay with buffers substituted for this replay only: keys are the ``int_ptr`` of
+        recorded buffers, values the replacement ``cl.Buffer`` (or Tensor) for every command
+        using them. ``ValueError`` before anything is enqueued for an unknown key or a
+        replacement too small for a command using it."""
         program = self._program
         if program is None:
             raise self._cannot("replay_with_new_buffers")

@@ -137,9 +137,8 @@ def _pairs_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _call_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """``Kernel.__call__``: lends its arguments to the launch the invoker then enqueues (taken
-    by ``_launch_hook``, which also sees the wait list the invoker adds for array
-    arguments)."""
+    """``Kernel.__call__``: lends its arguments to the launch the invoker then enqueues (which
+    ``_launch_hook`` records, with the wait list the invoker adds for array arguments)."""
 
     def hook(kernel: Any, *args: Any, **kwargs: Any) -> Any:
         rec = _tls.rec
@@ -236,10 +235,9 @@ def install(rec: Recording) -> None:
     with _lock:
         other = _tls.owner
         if other is not None and other.live and other is not rec:
-            raise RuntimeError(
-                "KernelCapture.begin: this thread is already recording into another "
-                "KernelCapture; end() that one first (captures of one thread do not nest)"
-            )
+            raise RuntimeError("KernelCapture.begin: this thread is already recording into another "
+                               "KernelCapture; end() that one first (captures of one thread do "
+                               "not nest)")  # fmt: skip
         rec.live = True
         _live.add(rec)
         _tls.owner = rec

@@ -97,10 +97,9 @@ def _by_context(indices: Sequence[int], ctx: Sequence[int]) -> tuple[tuple[int, 
     return tuple(tuple(g) for g in groups.values())
 
 
-def _closing(
-    ops: Sequence[Op], issues: list[Issue], ctx: Sequence[int], context: dict[int, int],
-    dirty: dict[int, cl.CommandQueue], covered: set[int], events: Sequence[Any],
-) -> Schedule:  # fmt: skip
+def _closing(ops: Sequence[Op], issues: list[Issue], ctx: Sequence[int], context: dict[int, int],
+             dirty: dict[int, cl.CommandQueue], covered: set[int], events: Sequence[Any]
+             ) -> Schedule:  # fmt: skip
     """The schedule with what follows the last command: the marker over the last command's
     context, the host waits for the other contexts' last commands."""
     last = next((i for i in reversed(range(len(ops))) if events[i] is not None), None)

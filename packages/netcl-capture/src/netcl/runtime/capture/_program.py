@@ -125,9 +125,7 @@ def _value_key(value: Any) -> Any:
 def _replicate(
     kernel: cl.Kernel, template: cl.Kernel | None, snap: tuple[ArgSet, ...], known: bool
 ) -> cl.Kernel:
-    """A kernel object of its own holding the arguments of one recorded launch: a clone of the
-    kernel as its first recorded launch left it, with every argument set in the capture
-    re-applied (a clone alone drops NULL arguments on PoCL)."""
+    """A kernel object of its own holding the arguments of one recorded launch (see above)."""
     if template is not None:
         replica = template.clone()
     elif known:

@@ -21,9 +21,7 @@ __all__ = ["BufferIndex", "BufferUse"]
 _WHO = "KernelCapture.replay_with_new_buffers"
 
 
-class _Need(NamedTuple):
-    """The most bytes of a buffer one recorded command touches, what it is, and which."""
-
+class _Need(NamedTuple):  # the most bytes of a buffer one command touches, what, which
     nbytes: int
     what: str
     op: int

@@ -224,8 +224,7 @@ class Recording:
     def launches(self) -> int:
         return sum(type(r) is RawLaunch for r in list(self.raw))
 
-    def clear(self) -> None:
-        """Drop everything held (the thread's slot may keep this object a while)."""
+    def clear(self) -> None:  # drop everything held (the thread's slot may keep this a while)
         self.raw = []
         self.kernels = {}
         self.mems = {}

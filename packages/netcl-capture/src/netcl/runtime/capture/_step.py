@@ -101,11 +101,9 @@ class CapturedStep(Generic[P, R]):
     replay them with each argument's buffer in place of the recorded one and return the
     recorded call's outputs, which the next call with that key overwrites."""
 
-    def __init__(
-        self, fn: Callable[P, R], *, warmup: int = 1, max_captures: int = 8,
-        copy_outputs: bool = False, check: bool = False, check_atol: float = 0.0,
-        name: str | None = None,
-    ) -> None:  # fmt: skip
+    def __init__(self, fn: Callable[P, R], *, warmup: int = 1, max_captures: int = 8,
+                 copy_outputs: bool = False, check: bool = False, check_atol: float = 0.0,
+                 name: str | None = None) -> None:  # fmt: skip
         _check_options(fn, warmup, max_captures, check_atol, name)
         self._fn = fn
         self.name: str = name or getattr(fn, "__qualname__", None) or repr(fn)
@@ -192,8 +190,7 @@ class CapturedStep(Generic[P, R]):
             self._captures.move_to_end(entry.key)
         self._mru = entry
 
-    def _replay(self, entry: _Capture, call: _Call) -> cl.Event | None:
-        """``__call__``'s replay, for the calls that take the long way round."""
+    def _replay(self, entry: _Capture, call: _Call) -> cl.Event | None:  # as __call__'s
         self._use(entry)
         event = entry.replay(call.bufs, call.ptrs)
         self._replays += 1
@@ -371,10 +368,9 @@ class _Capture:
                 self.plan.append(("arg", next(i for i, a in enumerate(flat) if out is a)))
             else:
                 self.plan.append(("view", (ptrs.index(ptr), out)))
-        # pyopencl arrays among the outputs: each replay gives them its event
         self.arrays = [o for kind, o in self.plan if kind == "fixed" and isinstance(o, _Array)]
-        # a replay returns the recorded result itself (no output is an argument, and it is no
-        # list the caller could have changed); plain: nor does it tell Arrays of its event
+        # fixed: a replay returns the recorded result itself (no output is an argument, nor is
+        # it a list the caller could change); plain: no Array to give the replay's event either
         self.fixed = type(result) is not list and all(kind == "fixed" for kind, _ in self.plan)
         self.plain = self.fixed and not self.arrays
 
