@@ -553,3 +553,55 @@ def test_out_of_order_queue(k: K, ctx: cl.Context) -> None:
         for _ in range(2):
             host = host + 0.5 * np.roll(host, -1)
         np.testing.assert_allclose(h.to_numpy(), host, rtol=1e-5, err_msg=f"call {i}")
+
+
+def test_the_first_eviction_of_each_step_logs_one_warning(
+    k: K, queue: cl.CommandQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    def evicted() -> list[Any]:
+        return [r for r in caplog.records if getattr(r, "event", None) == "captured_step_evicted"]
+
+    with caplog.at_level(logging.WARNING, logger="netcl.runtime.capture"):
+        for _ in range(2):  # two steps of one name: each warns once, at its first eviction
+            step = _scale_step(k, queue, max_captures=1, warmup=0, name="test-step-evicted")
+            for n in (4, 8, 16):
+                step(Tensor.from_numpy(np.ones(n, F32), queue), 2.0)
+            assert step.stats.evictions == 2
+    warnings = evicted()
+    assert len(warnings) == 2
+    assert all(r.step == "test-step-evicted" and r.max_captures == 1  # type: ignore[attr-defined]
+               for r in warnings)
+
+
+def test_thread_records_is_true_while_this_thread_records(queue: cl.CommandQueue) -> None:
+    import threading
+
+    from netcl.runtime.capture import _intercept, capture_disabled
+
+    assert not _intercept.thread_records()
+    seen: list[bool] = []
+    cap = KernelCapture()
+    with cap:
+        seen.append(_intercept.thread_records())
+        with capture_disabled():  # the recording goes on after the block
+            seen.append(_intercept.thread_records())
+        other = threading.Thread(target=lambda: seen.append(_intercept.thread_records()))
+        other.start()
+        other.join()
+    assert seen == [True, True, False] and not _intercept.thread_records()
+
+
+def test_a_step_that_would_replay_inside_a_users_recording_runs_as_plain_code(
+    k: K, queue: cl.CommandQueue
+) -> None:
+    """The caller's capture records the step's launches (a replay would not be recorded)."""
+    step = _scale_step(k, queue, warmup=0)
+    x = Tensor.from_numpy(np.ones(4, F32), queue)
+    step(x, 5.0)  # recorded: the next call with this key would replay
+    cap = KernelCapture()
+    with cap:
+        out = step(x, 5.0)
+    assert cap.num_launches == 1 and step.stats == StepStats(1, 1, 0, 0)
+    x.write(np.full(4, 3, F32))
+    cap.replay()
+    np.testing.assert_allclose(out.to_numpy(), 15)
