@@ -223,7 +223,15 @@ def test_pool_gauges_per_pool(
     pool.free_held()
     assert value("netcl.pool.used", "test-gauges") == value("netcl.pool.held", "test-gauges") == 0
     assert value("netcl.pool.peak", "test-gauges") == s.peak_bytes
-    del pool  # a dropped pool's gauges go with it
+    # exact when read, with no stats() call: a hit and a release of a held block
+    again = pool.allocate((4096,), "float32")
+    pool.release(pool.allocate((4096,), "float32"))
+    assert value("netcl.pool.used", "test-gauges") == pool.block_bytes(16384)
+    assert value("netcl.pool.held", "test-gauges") == pool.block_bytes(16384)
+    pool.release(again)
+    assert value("netcl.pool.used", "test-gauges") == 0
+    assert value("netcl.pool.held", "test-gauges") == pool.block_bytes(16384) * 2
+    del pool, again  # a dropped pool's gauges go with it
     assert not [p for p in metric_points("netcl.pool.used")
                 if p.attributes["netcl.pool.id"] == "test-gauges"]  # fmt: skip
 

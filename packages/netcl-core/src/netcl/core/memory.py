@@ -45,9 +45,19 @@ def _is_oom(exc: cl.Error) -> bool:
     return isinstance(exc, cl.MemoryError) or getattr(exc, "code", None) in _OOM_CODES
 
 
-# -- the gauges: set whenever a pool looks at its exact figures (see BufferPool._look) ---------
+# -- the gauges: set whenever a pool looks at its exact figures (see BufferPool._look), and so
+# by every live pool when a reader collects (keeping them current on each hit and release would
+# cost the pool's fast path as much again)
 _TEL = telemetry.Scope("netcl.core.memory", __version__)
-_USED, _PEAK, _HELD = (telemetry.Counts("netcl.pool.id") for _ in range(3))
+_POOLS: weakref.WeakSet[BufferPool] = weakref.WeakSet()
+
+
+def _look_all() -> None:
+    for pool in list(_POOLS):
+        pool.stats  # noqa: B018  (sets the pool's gauges)
+
+
+_USED, _PEAK, _HELD = (telemetry.Counts("netcl.pool.id", _look_all) for _ in range(3))
 for _name, _counts, _what in (
     ("used", _USED, "Device bytes held by the live tensors of a BufferPool (block bytes)"),
     ("peak", _PEAK, "Most bytes in use at once in a BufferPool since it was made or reset_peak()"),
@@ -171,6 +181,7 @@ class BufferPool:
         self._room = 0
         self._on_free_held: list[Callable[[], None]] = []
         weakref.finalize(self, _forget_gauges, self.name)
+        _POOLS.add(self)
         self._new_peak()  # the gauges start at 0
 
     @property

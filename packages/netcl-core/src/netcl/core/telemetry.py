@@ -190,14 +190,19 @@ class Counts:
     (``attribute``; None: a single unlabelled number). The hot path only adds to a number here
     (under a lock: tens of nanoseconds, SDK or not); a metric reader reads them when it collects.
     A synchronous ``Counter.add`` would cost microseconds per call with an SDK installed.
+    ``refresh`` (for gauges of live objects whose exact figure is too dear to keep current on
+    their hot path) is called first whenever the numbers are read for a reader; it sets them.
     """
 
-    __slots__ = ("_lock", "_values", "attribute")
+    __slots__ = ("_lock", "_refresh", "_values", "attribute")
 
-    def __init__(self, attribute: str | None = None) -> None:
+    def __init__(
+        self, attribute: str | None = None, refresh: Callable[[], object] | None = None
+    ) -> None:
         self.attribute = attribute
         self._values: dict[AttributeValue, float] = {}
         self._lock = threading.Lock()
+        self._refresh = refresh
 
     def add(self, amount: float = 1, label: AttributeValue = "") -> None:
         """Add ``amount`` to the number of ``label`` (a counter, or a gauge that moves)."""
@@ -220,6 +225,8 @@ class Counts:
 
     def points(self) -> list[tuple[float, _Attrs]]:
         """``(value, attributes)`` for every label, as the observable instruments report them."""
+        if self._refresh is not None:
+            self._refresh()
         with self._lock:
             items = list(self._values.items())
         if self.attribute is None:
