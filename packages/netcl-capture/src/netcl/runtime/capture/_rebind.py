@@ -27,9 +27,7 @@ class _Need(NamedTuple):  # the most bytes of a buffer one command touches, what
     op: int
 
 
-class _Bound(Protocol):
-    """What the index reads of a launch's ``_program.BoundLaunch``."""
-
+class _Bound(Protocol):  # what the index reads of a launch's _program.BoundLaunch
     kernel: cl.Kernel  # the replay kernel
     buffers: tuple[tuple[int, cl.MemoryObjectHolder], ...]  # (argument index, buffer)
 

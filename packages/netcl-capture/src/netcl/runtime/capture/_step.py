@@ -151,14 +151,16 @@ class CapturedStep(Generic[P, R]):
         if len(ptrs) > 1 and len(set(ptrs)) < len(ptrs):
             aliasing = tuple(ptrs.index(p) for p in ptrs)
         key = (tuple(parts), names, aliasing)
-        try:
-            entry = self._captures.get(key)
-        except TypeError:
-            raise _unhashable(self.name, key, _labels(self._fn, len(args), names)) from None
+        entry = self._mru
+        if entry is None or key != entry.key:  # comparing with the last key needs no hashing
+            try:
+                entry = self._captures.get(key)
+            except TypeError:
+                raise _unhashable(self.name, key, _labels(self._fn, len(args), names)) from None
+            if entry is not None:
+                self._use(entry)
         if entry is None or entry.pending_check or thread_records():
             return self._slow(_Call(key, args, kwargs, flat, bufs, ptrs))  # type: ignore[no-any-return]
-        if entry is not self._mru:
-            self._use(entry)
         event = entry.replay(bufs, ptrs)
         self._replays += 1
         _REPLAYS.add(1, self.name)
