@@ -16,7 +16,7 @@ import pytest
 
 from netcl.core import cli
 from netcl.runtime.cache import ProgramCache
-from netcl.runtime.cache._stats import CacheStats
+from netcl.runtime.cache._store import CacheStats
 
 NETCL = str(Path(sys.executable).with_name("netcl"))
 COUNTERS = [f for f in CacheStats.__dataclass_fields__]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from netcl.core import device
 from netcl.runtime.cache import ProgramCache
-from netcl.runtime.cache._stats import CacheStats
+from netcl.runtime.cache._store import CacheStats
 
 NETCL = str(Path(sys.executable).with_name("netcl"))
 SRC = "__kernel void f(__global int *a) { a[0] = 1; }"

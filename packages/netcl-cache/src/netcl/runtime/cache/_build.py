@@ -1,12 +1,5 @@
-"""Building programs: from source (a miss), or from a cached binary (a disk or remote hit), and
-the error a build from source raises.
-
-A cached binary is checked before it goes back to the driver. Authentic and intact, it may
-still have been cut before it was stored or signed, and PoCL reads the lengths inside its own
-binary without bounds (a cut one crashes the process). So every length a known format declares
-must land inside the binary, the last record ending at its end: PoCL binaries (``poclbin``) and
-ELF files (Intel, AMD); other formats (NVIDIA's PTX text) have no lengths and pass.
-"""
+"""Building programs: from source (a miss, raising :class:`ProgramBuildError`), or from a cached
+binary (a disk or remote hit), which is checked first (:func:`check_binary`)."""
 
 from __future__ import annotations
 
@@ -28,11 +21,9 @@ log = get_logger("netcl.runtime.cache")
 
 
 class ProgramBuildError(RuntimeError):
-    """The OpenCL compiler rejected a program. Carries the full build log; never cached.
-
-    Attributes: ``log`` (the driver's build log), ``device_name``, ``options``, ``code`` (the
-    OpenCL error code). The original ``pyopencl.RuntimeError`` is the ``__cause__``.
-    """
+    """The OpenCL compiler rejected a program (never cached): ``log`` (the driver's build log),
+    ``device_name``, ``options``, ``code`` (the OpenCL error code); the ``pyopencl.RuntimeError``
+    is the ``__cause__``."""
 
     def __init__(self, *, device_name: str, options: str, log: str, code: int | None) -> None:
         self.device_name = device_name
@@ -72,17 +63,6 @@ def entry_meta(dev: cl.Device, ident: str, opts: str, src_len: int) -> dict[str,
             "created": time.time(), "writer": f"netcl-cache {__version__}"}  # fmt: skip
 
 
-def _build_error(prg: Any, dev: cl.Device, opts: str, exc: cl.Error) -> ProgramBuildError:
-    try:
-        build_log = str(prg.get_build_info(dev, cl.program_build_info.LOG))
-    except cl.Error:
-        build_log = ""
-    return ProgramBuildError(
-        device_name=dev.name, options=opts, log=build_log or str(exc),
-        code=getattr(exc, "code", None),
-    )
-
-
 def compile_program(
     ctx: cl.Context, src_code: str, dev: cl.Device, opts: str, key: str, device_name: str
 ) -> tuple[cl.Program, bytes]:
@@ -96,7 +76,14 @@ def compile_program(
             try:
                 _build(prg, opts, dev)
             except cl.Error as exc:
-                err = _build_error(prg, dev, opts, exc)
+                try:
+                    build_log = str(prg.get_build_info(dev, cl.program_build_info.LOG))
+                except cl.Error:
+                    build_log = ""
+                err = ProgramBuildError(
+                    device_name=dev.name, options=opts, log=build_log or str(exc),
+                    code=getattr(exc, "code", None),
+                )
                 span.set(tel.ATTR_LOG, err.log)
                 raise err from exc
     except BaseException as exc:  # an interrupt mid-build is a failed point too
@@ -114,6 +101,11 @@ def compile_program(
 
 
 # binary checks ----------------------------------------------------------------------------------
+# Authentic and intact, a binary may still have been cut before it was stored or signed, and PoCL
+# reads the lengths inside its own binary without bounds (a cut one crashes the process). So
+# every length a known format declares must land inside the binary, the last record ending at its
+# end: PoCL binaries (``poclbin``) and ELF files (Intel, AMD); other formats (NVIDIA's PTX text)
+# have no lengths and pass.
 
 _POCL = b"poclbin\0"
 # magic, device id, format version, kernel count, flags, then the build hash (40 hex + NUL)

@@ -13,14 +13,14 @@ from typing import Any
 
 from netcl.core import _table, paths
 from netcl.runtime.cache._config import DEFAULT_MAX_BYTES, DISABLE, MAX_BYTES, SETTINGS, parse_size
-from netcl.runtime.cache._entry import EntryError, decode
+from netcl.runtime.cache._entry import EntryError
 from netcl.runtime.cache._remote import remote_info
-from netcl.runtime.cache._stats import COUNTERS, load_totals, reset_totals
-from netcl.runtime.cache._store import DiskStore, probe, refusal
+from netcl.runtime.cache._store import COUNTERS, DiskStore, probe, refusal
 
 __all__ = ["SETTINGS", "register"]  # SETTINGS: what `netcl config` lists for this package
 
 _plural = _table.plural
+_Doc = dict[str, Any]
 
 
 class _CliError(Exception):
@@ -55,40 +55,34 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
     for name, (help_, action, text) in _ACTIONS.items():
         a = csub.add_parser(name, parents=[common], help=help_, description=help_)
-        a.set_defaults(func=_runner(name, action, text))
+        a.set_defaults(func=lambda args, n=name, f=action, t=text: _run(n, f, t, args))
         if name == "prune":
             a.add_argument("--max-bytes", type=_size, metavar="SIZE", default=None,
                            help="cap to prune to, e.g. 500M (default: the cache's cap)")
 
 
-_Action = Callable[[argparse.Namespace, Path], dict[str, Any]]
+def _run(name: str, action: Callable[[argparse.Namespace, Path], _Doc],
+         text: Callable[[_Doc], str], args: argparse.Namespace) -> int:  # fmt: skip
+    as_json = getattr(args, "json", False)
+    d = getattr(args, "dir", None)
+    root = Path(d).expanduser() if d else paths.default_cache_dir()
+    code = 0
+    try:
+        doc = action(args, root)
+    except _CliError as exc:
+        sys.stderr.write(f"netcl cache {name}: {exc}\n")
+        doc, code = {"cache_dir": str(root), "error": str(exc), "exit_code": exc.code}, exc.code
+        if not as_json:
+            return code
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n" if as_json else text(doc))
+    return code
 
 
-def _runner(
-    name: str, action: _Action, text: Callable[[dict[str, Any]], str]
-) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        as_json = getattr(args, "json", False)
-        d = getattr(args, "dir", None)
-        root = Path(d).expanduser() if d else paths.default_cache_dir()
-        try:
-            doc = action(args, root)
-        except _CliError as exc:
-            sys.stderr.write(f"netcl cache {name}: {exc}\n")
-            doc = {"cache_dir": str(root), "error": str(exc), "exit_code": exc.code}
-            if as_json:
-                sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-            return exc.code
-        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n" if as_json else text(doc))
-        return 0
-
-    return run
-
-
-def _open(root: Path, *, write: bool = False) -> DiskStore | None:
-    """The store at ``root``, None when the folder does not exist yet. Refuses (exit 1,
-    "unusable: <reason>") what the cache itself could not use: a folder it would not trust or
-    could not create, and for ``write`` one it could not write in. Never creates anything."""
+def _open(root: Path, *, write: bool = False) -> tuple[DiskStore | None, _Doc]:
+    """The store at ``root`` (None when the folder does not exist yet) and the start of the
+    action's document. Refuses (exit 1, "unusable: <reason>") what the cache itself could not
+    use: a folder it would not trust or could not create, and for ``write`` one it could not
+    write in. Never creates anything."""
     try:
         why = refusal(root) or probe(root, write=write)
         exists = root.exists()
@@ -96,7 +90,7 @@ def _open(root: Path, *, write: bool = False) -> DiskStore | None:
         why = f"{root}: {exc.strerror or exc}"
     if why is not None:
         raise _CliError(1, f"unusable: {why}")
-    return DiskStore(root) if exists else None
+    return DiskStore(root) if exists else None, {"cache_dir": str(root), "exists": exists}
 
 
 def _setting(read: Callable[[], Any]) -> Any:
@@ -106,10 +100,6 @@ def _setting(read: Callable[[], Any]) -> Any:
         raise _CliError(2, str(exc)) from None
 
 
-def _cap() -> int:
-    return int(_setting(lambda: MAX_BYTES.value(DEFAULT_MAX_BYTES)))
-
-
 def _changing(root: Path, change: Callable[[], Any]) -> Any:
     try:
         return change()
@@ -117,31 +107,36 @@ def _changing(root: Path, change: Callable[[], Any]) -> Any:
         raise _CliError(1, f"cannot change {root}: {exc.strerror or exc}") from None
 
 
-def _stats(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    cap, enabled = _cap(), not _setting(lambda: DISABLE.value(False))
-    store = _open(root, write=enabled)
-    files = store.entries() if store is not None else []
-    temps = store.temp_files() if store is not None else []
-    totals = load_totals(store) if store is not None else {}
-    doc: dict[str, Any] = {k: totals.get(k, 0) for k in COUNTERS}
+def _stats(args: argparse.Namespace, root: Path) -> _Doc:
+    cap = int(_setting(lambda: MAX_BYTES.value(DEFAULT_MAX_BYTES)))
+    enabled = not _setting(lambda: DISABLE.value(False))
+    store, doc = _open(root, write=enabled)
+    files, temps = (store.entries(), store.temp_files()) if store else ([], [])
+    totals = store.totals() if store else {}
+    doc.update({k: totals.get(k, 0) for k in COUNTERS})
     entry_bytes, temp_bytes = sum(f.size for f in files), sum(t.size for t in temps)
     doc.update(
-        cache_dir=str(root), exists=store is not None, enabled=enabled,
-        entries=sum(f.regular for f in files), other_files=sum(not f.regular for f in files),
-        entry_bytes=entry_bytes, temp_files=len(temps), temp_bytes=temp_bytes,
-        live_temp_files=sum(t.alive for t in temps), bytes=entry_bytes + temp_bytes,
-        max_bytes=cap, hits=doc["memory_hits"] + doc["disk_hits"] + doc["remote_hits"],
+        enabled=enabled, entries=sum(f.regular for f in files),
+        other_files=sum(not f.regular for f in files), entry_bytes=entry_bytes,
+        temp_files=len(temps), temp_bytes=temp_bytes, live_temp_files=sum(t.alive for t in temps),
+        bytes=entry_bytes + temp_bytes, max_bytes=cap,
+        hits=doc["memory_hits"] + doc["disk_hits"] + doc["remote_hits"],
         remote=remote_info(),  # NETCL_CACHE_REMOTE, password redacted, PINGed now
     )  # fmt: skip
     doc["lookups"] = doc["hits"] + doc["misses"]
     return doc
 
 
-def _stats_text(doc: dict[str, Any]) -> str:
+def _stats_text(doc: _Doc) -> str:
     state = ("" if doc["exists"] else " (not created yet)") + (
         "" if doc["enabled"] else " (disabled by NETCL_CACHE_DISABLE)")
-    other, cap, used = doc["other_files"], doc["max_bytes"], doc["bytes"]
-    hits, lookups = doc["hits"], doc["lookups"]
+    other, cap, used, hits, lookups = (doc[k] for k in
+                                       ("other_files", "max_bytes", "bytes", "hits", "lookups"))
+    r = doc["remote"]
+    remote = ("not configured (NETCL_CACHE_REMOTE)" if not r["configured"] else r["url"] + "  " + (
+        "not used (see the cache_remote_* warning)" if not r["usable"] else
+        f"unreachable ({r['error']})" if not r["reachable"] else
+        "reachable" + ("" if r["signed"] else ", UNSIGNED")))  # fmt: skip
     rows: list[tuple[str, object]] = [
         ("cache dir", f"{doc['cache_dir']}{state}"),
         ("entries", f"{doc['entries']}" + (f" (+{other} not regular files)" if other else "")),
@@ -152,40 +147,23 @@ def _stats_text(doc: dict[str, Any]) -> str:
                               if lookups else "")),
         *[(f"  {name}", doc[name]) for name in COUNTERS if not name.startswith("bytes_")],
         ("bytes read/written", f"{_human(doc['bytes_read'])} / {_human(doc['bytes_written'])}"),
-        ("remote", _remote_state(doc["remote"])),
+        ("remote", remote),
     ]  # fmt: skip
     return "\n".join(_table.pairs(rows)) + "\n"
 
 
-def _remote_state(remote: dict[str, Any]) -> str:
-    if not remote["configured"]:
-        return "not configured (NETCL_CACHE_REMOTE)"
-    if not remote["usable"]:
-        state = "not used (see the cache_remote_* warning)"
-    elif remote["reachable"]:
-        state = "reachable" + ("" if remote["signed"] else ", UNSIGNED")
-    else:
-        state = f"unreachable ({remote['error']})"
-    return f"{remote['url']}  {state}"
-
-
-def _list(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    store = _open(root)
-    doc: dict[str, Any] = {"cache_dir": str(root), "exists": store is not None, "entries": [],
-                           "temp_files": []}  # fmt: skip
+def _list(args: argparse.Namespace, root: Path) -> _Doc:
+    store, doc = _open(root)
+    doc.update(entries=[], temp_files=[])
     if store is None:
         return doc
     for f in store.entries():
-        row: dict[str, Any] = {"key": f.key, "kind": f.kind, "bytes": f.size,
-                               "last_used": f.mtime, "status": "ok", "device": None,
-                               "options": None}  # fmt: skip
+        row: _Doc = {"key": f.key, "kind": f.kind, "bytes": f.size, "last_used": f.mtime,
+                     "status": "ok", "device": None, "options": None}  # fmt: skip
         try:
-            if not f.regular:
-                raise EntryError("special", f"a {f.kind}")
-            data = store.read(f.key)
-            if data is None:
+            meta = store.meta(f)
+            if meta is None:
                 continue  # removed meanwhile
-            meta, _ = decode(data, f.key)
             row.update(device=meta.get("device"), options=meta.get("options"))
         except (OSError, EntryError) as exc:
             row["status"] = f"damaged ({exc})"
@@ -195,78 +173,76 @@ def _list(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     return doc
 
 
-def _list_text(doc: dict[str, Any]) -> str:
-    out: list[str] = []
-    if doc["entries"]:
-        rows = [(r["key"][:16], _human(r["bytes"]),
-                 time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["last_used"])),
-                 r["device"] if r["status"] == "ok" else r["status"],
-                 (r["options"] or "-") if r["status"] == "ok" else "")
-                for r in doc["entries"]]  # fmt: skip
-        out += _table.table(rows, ("KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"), right=(1,))
-    if doc["temp_files"]:
-        temps = [(t["name"], _human(t["bytes"]), t["pid"],
-                  "running" if t["writer_running"] else "gone") for t in doc["temp_files"]]
-        if out:
-            out.append("")
-        out += _table.table(temps, ("TEMPORARY FILE", "SIZE", "WRITER", "STATE"), right=(1, 2))
-    out.append(f"{_plural(len(doc['entries']), 'entry', 'entries')}, "
-               f"{_plural(len(doc['temp_files']), 'temporary file')}")  # fmt: skip
+def _list_text(doc: _Doc) -> str:
+    entries = [(r["key"][:16], _human(r["bytes"]),
+                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["last_used"])),
+                *((r["device"], r["options"] or "-") if r["status"] == "ok" else (r["status"], "")))
+               for r in doc["entries"]]  # fmt: skip
+    temps = [(t["name"], _human(t["bytes"]), t["pid"], "running" if t["writer_running"] else "gone")
+             for t in doc["temp_files"]]  # fmt: skip
+    out = _table.table(entries, ("KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"),
+                       right=(1,)) if entries else []  # fmt: skip
+    if temps:
+        out += ([""] if out else []) + _table.table(
+            temps, ("TEMPORARY FILE", "SIZE", "WRITER", "STATE"), right=(1, 2))
+    out.append(f"{_plural(len(entries), 'entry', 'entries')}, "
+               f"{_plural(len(temps), 'temporary file')}")  # fmt: skip
     if not doc["exists"]:
         out.append(f"cache dir: {doc['cache_dir']} (not created yet)")
     return "\n".join(out) + "\n"
 
 
-def _clear(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    store = _open(root)
-    doc: dict[str, Any] = {"cache_dir": str(root), "exists": store is not None, "removed": 0,
-                           "kept_temp_files": 0}  # fmt: skip
+def _clear(args: argparse.Namespace, root: Path) -> _Doc:
+    store, doc = _open(root)
+    doc.update(removed=0, kept_temp_files=0)
     if store is not None:
         doc["removed"] = _changing(root, store.clear)
-        _changing(root, lambda: reset_totals(store))
+        _changing(root, lambda: store.remove(store.stats_file))
         doc["kept_temp_files"] = len(store.temp_files())
     return doc
 
 
-def _clear_text(doc: dict[str, Any]) -> str:
+def _clear_text(doc: _Doc) -> str:
     kept = doc["kept_temp_files"]
     note = f" (kept {_plural(kept, 'temporary file')} of running writers)" if kept else ""
     return f"removed {_plural(doc['removed'], 'file')} from {doc['cache_dir']}{note}\n"
 
 
-def _zero(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    store = _open(root)
-    doc: dict[str, Any] = {"cache_dir": str(root), "exists": store is not None, "zeroed": False}
+def _zero(args: argparse.Namespace, root: Path) -> _Doc:
+    store, doc = _open(root)
+    doc["zeroed"] = False
     if store is not None:
-        doc["zeroed"] = bool(_changing(root, lambda: reset_totals(store)))
+        doc["zeroed"] = _changing(root, lambda: store.remove(store.stats_file))
         doc["entries"] = len(store.entries())
     return doc
 
 
-def _zero_text(doc: dict[str, Any]) -> str:
+def _zero_text(doc: _Doc) -> str:
     if not doc["exists"]:
         return f"nothing to zero: {doc['cache_dir']} (not created yet)\n"
     kept = _plural(doc["entries"], "entry", "entries")
     return f"statistics zeroed in {doc['cache_dir']} ({kept} kept)\n"
 
 
-def _prune(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    cap = args.max_bytes if args.max_bytes is not None else _cap()
-    store = _open(root)
-    doc: dict[str, Any] = {"cache_dir": str(root), "exists": store is not None, "max_bytes": cap,
-                           "damaged": 0, "temp": 0, "evicted": 0}  # fmt: skip
+def _prune(args: argparse.Namespace, root: Path) -> _Doc:
+    cap = args.max_bytes
+    if cap is None:
+        cap = int(_setting(lambda: MAX_BYTES.value(DEFAULT_MAX_BYTES)))
+    store, doc = _open(root)
+    doc.update(max_bytes=cap, damaged=0, temp=0, evicted=0)
     if store is not None:
         doc.update(_changing(root, lambda: store.prune(cap)))
     return doc
 
 
-def _prune_text(doc: dict[str, Any]) -> str:
+def _prune_text(doc: _Doc) -> str:
     return (f"removed {_plural(doc['damaged'], 'damaged entry', 'damaged entries')}, "
             f"{_plural(doc['temp'], 'temporary file')} of writers that are gone, "
             f"evicted {_plural(doc['evicted'], 'entry', 'entries')}\n")  # fmt: skip
 
 
-_ACTIONS: dict[str, tuple[str, _Action, Callable[[dict[str, Any]], str]]] = {
+_ACTIONS: dict[str, tuple[str, Callable[[argparse.Namespace, Path], _Doc],
+                          Callable[[_Doc], str]]] = {
     "stats": ("size, entries, temporary files and hit/miss totals", _stats, _stats_text),
     "list": ("one line per entry (least recently used first) and temporary file", _list,
              _list_text),

@@ -9,10 +9,8 @@
     end     tag over the cache key and every byte before it: crc32 (4 bytes) on disk,
             HMAC-SHA256 with the fleet's secret (32 bytes) in Redis
 
-A disk entry only needs to show damage (who may write the folder is checked apart; crc32 checks
-a 125 kB hit in ~25 µs where sha256 takes ~80 µs); anyone may write to Redis, so values are
-signed. Readers check the lengths, then the tag (constant-time), and only then parse the
-metadata. Nothing is ever unpickled or executed: the binary goes to the driver as opaque bytes.
+Readers check the lengths, then the tag (constant-time), and only then parse the metadata; the
+README's "On-disk format and safety" says why crc32 suffices on disk and what is never done.
 """
 
 from __future__ import annotations
@@ -118,9 +116,9 @@ def decode(
 
 
 def parse_meta(raw: bytes) -> dict[str, Any]:
-    """The JSON object of an entry's metadata; :class:`EntryError` ``metadata`` for anything
-    else: too large, nested too deep (checked before parsing: deep nesting would exhaust the
-    parser's recursion), not UTF-8, not JSON, not an object."""
+    """The JSON object of an entry's metadata; :class:`EntryError` ``metadata`` when too large,
+    nested too deep (checked first: it would exhaust the parser's recursion), not UTF-8, not
+    JSON, not an object."""
     if len(raw) > MAX_META_BYTES:
         raise EntryError("metadata", f"{len(raw)} bytes, at most {MAX_META_BYTES}")
     if raw.count(b"[") + raw.count(b"{") > MAX_META_DEPTH:  # else it cannot nest deeper
@@ -145,11 +143,10 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
 
 
 def read_file(fd: int) -> bytes:
-    """The bytes of the disk entry open as ``fd`` (opened with ``O_NONBLOCK | O_NOFOLLOW``),
-    read without trusting the file: :class:`EntryError` ``special`` unless it is a regular
-    file, ``oversized`` when it or its header declares more than :data:`MAX_ENTRY_BYTES`;
-    never reads past the lengths the header declares. Short or foreign files come back as they
-    are (up to the header) for :func:`decode` to name what is wrong."""
+    """The bytes of the disk entry open as ``fd`` (``O_NONBLOCK | O_NOFOLLOW``), never past what
+    its header declares: :class:`EntryError` ``special`` unless it is a regular file,
+    ``oversized`` past :data:`MAX_ENTRY_BYTES` or its header. A short or foreign file comes
+    back as it is (up to the header) for :func:`decode` to name what is wrong."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise EntryError("special", next((n for t, n in _KINDS if t(st.st_mode)), "not a file"))

@@ -1,7 +1,6 @@
-"""The lookup across the tiers below the in-process one: disk, then remote, then compile. It
-owns the order, the locks that make one process (and one machine of a fleet) compile a missing
-program while the others wait for its binary, the write-back to the faster tiers, and the
-counters; the tiers only get, lock and put."""
+"""The lookup below the in-process tier: disk, then remote, then compile. It owns the order, the
+locks that make one process (and one machine of a fleet) compile a missing program while the
+others wait for it, the write-back to the faster tiers and the counters; tiers get, lock, put."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ from netcl.runtime.cache._config import Settings
 from netcl.runtime.cache._entry import EntryError, decode, encode
 from netcl.runtime.cache._key import compute_key
 from netcl.runtime.cache._remote import Lease, RemoteError, RemoteTier
-from netcl.runtime.cache._stats import Counters, new_counters
-from netcl.runtime.cache._store import DiskStore, UntrustedFolderError
+from netcl.runtime.cache._store import Counters, DiskStore, UntrustedFolderError, new_counters
 
 __all__ = ["REGISTRY", "Lookup"]
 
@@ -31,10 +29,8 @@ log = get_logger("netcl.runtime.cache")
 
 
 class _Registry:
-    """What caches of one process share: folders found trusted (only this user or root could
-    change that) and device identities and names (slow driver queries), by device. Pass your
-    own to ``ProgramCache(registry=...)`` to start as a new process would (warnings already
-    given stay given)."""
+    """What caches of one process share: folders found trusted and device identities and names
+    (slow driver queries); README: ``ProgramCache(registry=...)``."""
 
     def __init__(self) -> None:
         self.stores: dict[Path, DiskStore] = {}
@@ -67,8 +63,8 @@ class _Request:
     def load(
         self, opened: Callable[[], memoryview]
     ) -> tuple[cl.Program | None, memoryview | bytes, str]:
-        """(program, binary, "") built from the binary of the entry ``opened()`` checks, else
-        (None, b"", why not): the disk and the remote tier refuse alike."""
+        """(program, binary, "") from the binary ``opened()`` checks, else (None, b"", why not):
+        the disk and the remote tier refuse alike."""
         try:
             binary = opened()
             return from_binary(self.ctx, self.dev, self.opts, binary), binary, ""
@@ -85,26 +81,19 @@ class _Session:
     __slots__ = ("c", "ok", "reachable", "reported", "tier")
 
     def __init__(self, tier: RemoteTier, counters: Counters) -> None:
-        self.tier = tier
-        self.c = counters
-        self.ok = True
-        self.reachable = True
-        self.reported = False
+        self.tier, self.c = tier, counters
+        self.ok = self.reachable = True
+        self.reported = False  # a bad value seen again after a wait is reported once
 
-    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``, or None when it failed or an earlier call did."""
-        return self._guarded(fn, *args) if self.ok else None
-
-    def release(self, lease: Lease) -> None:
-        if self.reachable:
-            self._guarded(self.tier.unlock, lease)
-
-    def _guarded(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def call(self, fn: Callable[..., Any], *args: Any, release: bool = False) -> Any:
+        """``fn(*args)``, or None when it failed or an earlier call did (with ``release``: one
+        that found the server down)."""
+        if not (self.reachable if release else self.ok):
+            return None
         try:
             return fn(*args)
         except RemoteError as exc:
-            self.ok = False
-            self.reachable = not exc.down
+            self.ok, self.reachable = False, not exc.down
             if exc.failed:
                 self.c["remote_errors"] += 1
             return None
@@ -197,7 +186,7 @@ class Lookup:
                 self.c["remote_writes"] += 1
         finally:  # also after a build error: a waiter then takes the lock and sees it itself
             if lease is not None and lease.token is not None:
-                s.release(lease)
+                s.call(tier.unlock, lease, release=True)
         return prg, binary, "compiled"
 
     def _compile(self, req: _Request) -> tuple[cl.Program, bytes]:
@@ -221,7 +210,7 @@ class Lookup:
         if prg is not None:
             self.c["remote_hits"] += 1
             return prg, bytes(binary)
-        if not s.reported:  # the same bad value seen again after a wait is reported once
+        if not s.reported:
             s.reported = True
             self.c["remote_rejected"] += 1
             tel.REMOTE_REJECTED.add(1, why.split(":", 1)[0])

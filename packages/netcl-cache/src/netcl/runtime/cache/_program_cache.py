@@ -4,6 +4,7 @@ compile."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import threading
@@ -16,17 +17,17 @@ from typing import Any
 import pyopencl as cl
 
 from netcl.core import device as core_device
-from netcl.runtime.cache import _stats
+from netcl.core.log import get_logger
 from netcl.runtime.cache import _telemetry as tel
 from netcl.runtime.cache._build import ProgramBuildError
 from netcl.runtime.cache._config import DEFAULT_LOCK_TIMEOUT_S, Settings
 from netcl.runtime.cache._key import normalize_options
 from netcl.runtime.cache._lookup import REGISTRY, Lookup, _Registry
-from netcl.runtime.cache._stats import CacheStats
-from netcl.runtime.cache._store import EntryFile
+from netcl.runtime.cache._store import CacheStats, EntryFile, new_counters
 
 __all__ = ["MemoryEntry", "MemoryTier", "ProgramCache"]
 
+log = get_logger("netcl.runtime.cache")
 _ref = weakref.ref
 
 
@@ -50,10 +51,9 @@ def _purge_dead(tier_ref: weakref.ref[MemoryTier]) -> None:
 
 
 class MemoryTier:
-    """``entries`` maps (weakref to ctx, device, source, options) to a :class:`MemoryEntry`:
-    a hit hashes the caller's own objects (a str caches its hash), no sha256; a weakref without
-    callback is shared (~0.1 µs per lookup). The bound evicts by CLOCK (second chance), an LRU
-    approximation whose hit only sets ``used`` (move_to_end would rehash)."""
+    """``entries`` maps (weakref to ctx, device, source, options) to a :class:`MemoryEntry`; a
+    weakref without callback is shared (~0.1 µs per lookup). The bound evicts by CLOCK (README:
+    "Tiers and key")."""
 
     __slots__ = ("__weakref__", "_dead_pending", "_lock", "_watched", "entries", "key_locks",
                  "max_programs")  # fmt: skip
@@ -119,11 +119,7 @@ class MemoryTier:
 class ProgramCache:
     """Compiled OpenCL programs, cached in this process, on disk and optionally in a shared
     Redis. Arguments left out come from the environment (``NETCL_CACHE_*``) when first needed;
-    nothing touches the disk before the first lookup. The README's API section has them all:
-    ``cache_dir`` (default ``~/.cache/netcl``), ``max_bytes`` (the disk tier's cap),
-    ``lock_timeout`` (the wait for another process's compile), ``max_programs`` (the in-process
-    bound), ``device_identity`` (what the key holds of a device), ``registry`` (what instances
-    of a process share), ``remote`` and ``remote_key`` (the Redis tier and its signing key).
+    nothing touches the disk before the first lookup. The README's API section describes each.
     """
 
     #: The error :meth:`get_program` raises when the compiler rejects a program.
@@ -169,8 +165,8 @@ class ProgramCache:
         # the hit path reads these two directly: one attribute lookup each
         self._memory = self._tier.entries
         self._c = self._lookup.c
-        self._flushed = _stats.new_counters()
-        _stats.flush_at_exit(self)
+        self._flushed = new_counters()
+        _LIVE.add(self)
         tel.report_memory_hits(self, self._c)
 
     # configuration ------------------------------------------------------------------------------
@@ -205,10 +201,9 @@ class ProgramCache:
         options: str | Sequence[str] | None = None,
     ) -> cl.Program:
         """A built ``cl.Program`` of ``src_code`` for ``device`` (may be left out when ``ctx``
-        has one) in ``ctx``, with build ``options`` (a string or a list of strings): from this
-        process, else the disk, else the remote tier, else compiled and stored. Raises
-        :class:`~netcl.runtime.cache.ProgramBuildError` when the compiler rejects the source;
-        nothing found in a tier and no configuration error makes it fail."""
+        has one), with build ``options`` (a string or a list of strings), from the first tier
+        that has it, else compiled; :class:`~netcl.runtime.cache.ProgramBuildError` when the
+        compiler rejects the source."""
         try:
             mkey = (_ref(ctx), device, src_code, options)
             hit = self._memory.get(mkey)
@@ -223,16 +218,10 @@ class ProgramCache:
             self._c["memory_hits"] += 1
             hit.used = True
             return hit.program
-        return self._get_slow(mkey, ctx, src_code, device, options)
+        return self._get_slow(mkey, ctx)
 
-    def _get_slow(
-        self,
-        mkey: tuple[Any, ...],
-        ctx: cl.Context,
-        src_code: str,
-        device: cl.Device | None,
-        options: str | Sequence[str] | None,
-    ) -> cl.Program:
+    def _get_slow(self, mkey: tuple[Any, ...], ctx: cl.Context) -> cl.Program:
+        _, device, src_code, options = mkey
         dev = _check_args(ctx, src_code, device)
         opts = normalize_options(options)
         # threads wanting the same program: one builds, the others take it
@@ -253,8 +242,8 @@ class ProgramCache:
         return store.entries() if store is not None else []
 
     def clear(self, *, memory: bool = True, disk: bool = True) -> int:
-        """Forget the in-process programs and/or delete the disk entries (whatever kind of file)
-        and the temporary files of writers that are gone. Returns the number of files removed."""
+        """Forget the in-process programs and/or delete the disk entries and the temporary files
+        of writers that are gone; the number of files removed."""
         if memory:
             self._tier.clear()
         if disk:
@@ -265,8 +254,7 @@ class ProgramCache:
 
     def prune(self, max_bytes: int | None = None) -> dict[str, int]:
         """Delete what is not a valid entry and the temporary files of writers that are gone,
-        then evict down to ``max_bytes`` (default: the cap). Counts ``damaged``, ``temp``,
-        ``evicted``."""
+        then evict down to ``max_bytes`` (default: the cap); counts by kind."""
         store = self._lookup.open_store()
         if store is None:
             return {"damaged": 0, "temp": 0, "evicted": 0}
@@ -275,11 +263,30 @@ class ProgramCache:
     def flush_stats(self) -> None:
         """Add this instance's counters since the last flush to the folder's ``stats.json``
         (done at exit; ``netcl cache stats`` shows the totals)."""
-        _stats.flush(self._lookup.store, self._c, self._flushed)
+        store, flushed = self._lookup.store, self._flushed
+        delta = {k: v - flushed[k] for k, v in self._c.items() if v != flushed[k]}
+        if not delta or store is None:
+            return
+        try:
+            store.add_totals(delta)
+        except Exception as exc:  # never fail an exit over statistics
+            log.info("cache_stats_not_saved", path=str(store.root), error=str(exc))
+            return
+        for k, n in delta.items():  # not the counters now: they may have moved meanwhile
+            flushed[k] += n
 
     def __repr__(self) -> str:
         where = self._lookup.settings.dir_arg or "default"
         return f"ProgramCache(cache_dir={where!s}, in_memory={len(self._memory)})"
+
+
+_LIVE: weakref.WeakSet[ProgramCache] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_all() -> None:
+    for cache in list(_LIVE):
+        cache.flush_stats()
 
 
 def _check_args(ctx: Any, src_code: Any, device: Any) -> cl.Device:

@@ -1,7 +1,6 @@
 """The remote (fleet) tier on Redis, shaped like the disk tier: ``get`` a value, ``decode`` it,
 ``lock`` a key while compiling it, ``put`` the result, ``unlock``; the lookup decides the order.
-One :class:`RemoteTier` per configuration and process (one connection pool, one breaker); time
-is bounded by redis-py's own options, a deadline per call and the circuit breaker."""
+One :class:`RemoteTier` per configuration and process (one connection pool, one breaker)."""
 
 from __future__ import annotations
 
@@ -115,8 +114,7 @@ class RemoteTier:
             with self._mu:
                 if self._open_until:
                     log.info("cache_remote_breaker_closed", url=self.url)
-                self._failures = 0
-                self._open_until = 0.0
+                self._failures, self._open_until = 0, 0.0
 
     def _failed(self) -> None:
         with self._mu:
@@ -145,11 +143,10 @@ class RemoteTier:
             if down:
                 self._failed()
             raise RemoteError(f"{kind}: {exc}", failed=True, down=down) from exc
-        else:
-            self._succeeded()
-            return out
         finally:
             tel.remote_duration.record(time.perf_counter() - t0, {tel.ATTR_REMOTE_OP: op})
+        self._succeeded()
+        return out
 
     def _within_deadline(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         # redis-py's timeouts bound each socket operation, not a call: a server that sends a
@@ -210,10 +207,8 @@ class RemoteTier:
         return bool(taken)
 
     def unlock(self, lease: Lease) -> None:
-        """Release a lock taken by :meth:`lock` (only if it is still ours)."""
-        if lease.token is not None:
-            self._call("unlock", self._r.eval, _RELEASE, 1, f"{_PREFIX}lock:{lease.key}",
-                       lease.token)  # fmt: skip
+        """Release a lock :meth:`lock` took (only if it is still ours)."""
+        self._call("unlock", self._r.eval, _RELEASE, 1, f"{_PREFIX}lock:{lease.key}", lease.token)
 
     def put(self, key: str, binary: bytes, meta: dict[str, Any]) -> bool:
         """Publish ``binary``; False (not sent) when its value would exceed ``max_bytes``."""
@@ -271,7 +266,10 @@ _TIERS: dict[RemoteSettings, RemoteTier | str] = {}  # the tier, or why there is
 _TIERS_LOCK = threading.Lock()
 
 
-def _tier(cfg: RemoteSettings) -> RemoteTier | str:
+def _tier(cfg: RemoteSettings | None) -> RemoteTier | str | None:
+    """The process's tier of ``cfg``, or why there is none (one warning per configuration)."""
+    if cfg is None:
+        return None
     with _TIERS_LOCK:
         if cfg not in _TIERS:
             try:
@@ -289,9 +287,8 @@ def _tier(cfg: RemoteSettings) -> RemoteTier | str:
 
 def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | None:
     """The process-wide tier of this configuration (``None`` arguments: the environment), None
-    when there is none or it cannot be used (one warning per configuration)."""
-    cfg = remote_settings(url, secret)
-    tier = _tier(cfg) if cfg is not None else None
+    when there is none or it cannot be used."""
+    tier = _tier(remote_settings(url, secret))
     return tier if isinstance(tier, RemoteTier) else None
 
 
@@ -300,16 +297,13 @@ def remote_info(url: str | None = None, secret: str | bytes | None = None) -> di
     raw = (REMOTE.raw() if url is None else url).strip()
     if not raw:
         return {"configured": False}
-    info: dict[str, Any] = {"configured": True, "url": redact(raw)}
-    cfg = remote_settings(url, secret)
-    tier = _tier(cfg) if cfg is not None else None
-    if not isinstance(tier, RemoteTier):
-        info.update(usable=False, reachable=False)
-        if tier:
-            info["error"] = tier
-        return info
-    error = tier.ping()
-    info.update(usable=True, signed=tier.signed, reachable=error is None)
-    if error is not None:
+    tier = _tier(remote_settings(url, secret))
+    usable = isinstance(tier, RemoteTier)
+    error = tier.ping() if isinstance(tier, RemoteTier) else tier
+    info = {"configured": True, "url": redact(raw), "usable": usable,
+            "reachable": usable and error is None}  # fmt: skip
+    if isinstance(tier, RemoteTier):
+        info["signed"] = tier.signed
+    if error:
         info["error"] = error
     return info

@@ -1,13 +1,12 @@
 """The disk tier: one file per key in a private folder, atomic writes, a lock per key stripe,
-LRU eviction by modification time (a hit touches its file). Anything may sit at an entry's path
-(a FIFO, a link, a folder, a sparse 8 GB file): entries are opened without blocking or following
-links, read only as far as their header declares, and every operation handles every kind of
-file. Temporary files, ``.<key>.<writer pid>.<random>.tmp``, count against the cap."""
+LRU eviction by modification time (a hit touches its file), the folder's hit/miss totals. Every
+operation handles whatever kind of file sits at an entry's path (README: "Hostile files")."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
 import shutil
@@ -15,16 +14,18 @@ import stat
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import filelock
 
 from netcl.core.log import get_logger
 from netcl.runtime.cache._entry import EntryError, decode, read_file
 
-__all__ = ["DiskStore", "EntryFile", "TempFile", "UntrustedFolderError", "pid_alive", "probe",
-           "refusal", "write_atomic"]  # fmt: skip
+__all__ = ["COUNTERS", "CacheStats", "Counters", "DiskStore", "EntryFile", "TempFile",
+           "UntrustedFolderError", "new_counters", "pid_alive", "probe", "refusal",
+           "write_atomic"]  # fmt: skip
 
 log = get_logger("netcl.runtime.cache")
 
@@ -33,13 +34,55 @@ TMP_SUFFIX = ".tmp"
 #: Temporary files older than this are left-overs whatever their pid says (a pid can be reused);
 #: those whose writer is no longer running go at once.
 STALE_TMP_S = 3600.0
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_MAX_STATS_BYTES = 1 << 20
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 # `.<key or "stats">.<pid>.<mkstemp's random part>.tmp`; `.<key>.<random>.tmp` from older writers
 _TMP_NAME = re.compile(r"^\.(?:[0-9a-f]{64}|stats)\.(?:(\d+)\.)?[A-Za-z0-9_]+\.tmp$")
 
 
 class UntrustedFolderError(PermissionError):
     """A cache folder that is not a folder, not ours, or writable by others."""
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """A snapshot of a cache's counters (this process, this instance; the README's API section
+    says what each counts); a folder's totals across processes have the same fields."""
+
+    memory_hits: int = 0
+    disk_hits: int = 0
+    misses: int = 0
+    compiles: int = 0
+    recoveries: int = 0
+    corrupt: int = 0
+    write_errors: int = 0
+    lock_timeouts: int = 0
+    evictions: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    remote_hits: int = 0
+    remote_writes: int = 0
+    remote_errors: int = 0
+    remote_rejected: int = 0
+    remote_waits: int = 0
+    remote_lock_timeouts: int = 0
+
+    @property
+    def hits(self) -> int:
+        return self.memory_hits + self.disk_hits + self.remote_hits
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+COUNTERS = tuple(f.name for f in fields(CacheStats))
+#: The live counters of one cache, by CacheStats field name: a plain dict, so that a hit
+#: costs one item increment.
+Counters = dict[str, int]
+
+
+def new_counters() -> Counters:
+    return dict.fromkeys(COUNTERS, 0)
 
 
 @dataclass(frozen=True)
@@ -91,9 +134,7 @@ def _kind(mode: int) -> str:
 
 def _usage(st: os.stat_result) -> int:
     """Bytes a file takes: its size, or its allocated blocks when fewer (a sparse file)."""
-    if not stat.S_ISREG(st.st_mode):
-        return 0
-    return min(st.st_size, getattr(st, "st_blocks", st.st_size // 512 + 1) * 512)
+    return min(st.st_size, st.st_blocks * 512) if stat.S_ISREG(st.st_mode) else 0
 
 
 def _why(path: Path | str, st: os.stat_result) -> str | None:
@@ -101,7 +142,7 @@ def _why(path: Path | str, st: os.stat_result) -> str | None:
     lets them plant binaries that this process would run on its device."""
     if not stat.S_ISDIR(st.st_mode):
         return f"{path} is not a directory"
-    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+    if st.st_uid != os.geteuid():
         why = f"owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
     elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         why = f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
@@ -111,9 +152,9 @@ def _why(path: Path | str, st: os.stat_result) -> str | None:
 
 
 def refusal(root: Path, *, create: bool = False) -> str | None:
-    """Why the cache would refuse the folder ``root`` (it, ``programs/`` or ``locks/`` is not a
-    folder, or not trusted), None when it would use it; with ``create`` the missing ones are made
-    (0700) first. Raises ``OSError`` when a folder cannot be examined (or made)."""
+    """Why the cache would refuse ``root`` (it, ``programs/`` or ``locks/`` is not a trusted
+    folder), None when it would use it; ``create`` makes the missing ones (0700) first. Raises
+    ``OSError`` when a folder cannot be examined (or made)."""
     # plain str paths and one stat per folder: every fresh instance pays this on first use
     for d in (str(root), os.path.join(root, "programs"), os.path.join(root, "locks")):
         try:
@@ -131,8 +172,8 @@ def refusal(root: Path, *, create: bool = False) -> str | None:
 
 def probe(root: Path, *, write: bool) -> str | None:
     """Why the cache could not create ``root`` (when missing) or, with ``write``, write in it;
-    None when it could. Found out by making and removing a folder in it (or the nearest one
-    above): the one test that also holds for root and for special file systems (/proc)."""
+    None when it could. Making and removing a folder there is the one test that also holds for
+    root and for special file systems (/proc)."""
     if root.exists():
         if not write:
             return None
@@ -177,14 +218,14 @@ class DiskStore:
         self.root = root
         self.programs = root / "programs"
         self.locks = root / "locks"
+        self.stats_file = root / "stats.json"  #: the hit/miss totals (remove it to zero them)
         self._prefix = os.path.join(self.programs, "")  # str paths: a hit skips pathlib
 
     @classmethod
     def open(cls, root: Path) -> DiskStore:
-        """The store at ``root``, its folders made (0700) when missing; raises
-        :class:`UntrustedFolderError` or ``OSError`` (cannot create)."""
-        why = refusal(root, create=True)
-        if why is not None:
+        """The store at ``root``, its folders made when missing; raises
+        :class:`UntrustedFolderError`, or ``OSError`` when they cannot be made."""
+        if why := refusal(root, create=True):
             raise UntrustedFolderError(why)
         return cls(root)
 
@@ -195,7 +236,7 @@ class DiskStore:
 
     def read(self, key: str) -> bytes | None:
         """The bytes of entry ``key`` (None: there is none); EntryError for what is not a
-        regular file or is too large, ``OSError`` when it cannot be read."""
+        regular file or too large, ``OSError`` when it cannot be read."""
         try:
             fd = os.open(self._prefix + key + SUFFIX, _OPEN_FLAGS)
         except FileNotFoundError:
@@ -211,9 +252,17 @@ class DiskStore:
         finally:
             os.close(fd)
 
+    def meta(self, f: EntryFile) -> dict[str, Any] | None:
+        """The metadata of ``f`` when it is a valid entry for its name (None: it went meanwhile);
+        else :class:`EntryError` or ``OSError`` naming why not."""
+        if not f.regular:
+            raise EntryError("special", f"a {f.kind}")
+        data = self.read(f.key)
+        return None if data is None else decode(data, f.key)[0]
+
     def touch(self, key: str) -> None:
-        """Mark an entry used now (LRU order); failures (read-only folder) are harmless."""
-        with contextlib.suppress(OSError):
+        """Mark an entry used now (LRU order)."""
+        with contextlib.suppress(OSError):  # a read-only folder: harmless
             os.utime(self._prefix + key + SUFFIX)
 
     def write(self, key: str, data: bytes) -> None:
@@ -296,8 +345,8 @@ class DiskStore:
         out = {"damaged": 0, "temp": 0, "evicted": 0}
         for f in self.entries():
             with contextlib.suppress(OSError, EntryError):
-                if f.regular and decode(self.read(f.key) or b"", f.key):
-                    continue
+                self.meta(f)
+                continue
             out["damaged"] += self.remove(f.path)  # 0 when it went meanwhile
         out["temp"] = self.remove_dead_temps()
         out["evicted"] = len(self.evict(max_bytes))
@@ -307,22 +356,29 @@ class DiskStore:
         """Remove temporary files whose writer is gone (or older than an hour)."""
         return sum(self.remove(t.path) for t in self.temp_files() if not t.alive)
 
-    # locks --------------------------------------------------------------------------------------
+    # locks and totals ---------------------------------------------------------------------------
+
+    def _file_lock(self, path: str, timeout: float) -> filelock.FileLock:
+        # filelock would make a missing folder again, readable by all (0755): when the cache
+        # folder was removed meanwhile, fail instead, and let the next open make it (0700)
+        if not os.path.isdir(self.locks):
+            raise FileNotFoundError(errno.ENOENT, "the cache folder was removed", str(self.locks))
+        return filelock.FileLock(path, timeout=timeout, mode=0o600)
 
     @contextlib.contextmanager
     def lock(self, key: str, timeout: float) -> Iterator[str]:
         """Hold the lock of ``key``'s stripe (256 lock files: the folder stays bounded). Yields
         ``"held"``, else ``"timeout"`` or ``"failed"`` (read-only, full): go on uncoordinated."""
-        lock = filelock.FileLock(str(self.locks / f"{key[:2]}.lock"), timeout=timeout, mode=0o600)
+        path = str(self.locks / f"{key[:2]}.lock")
         try:
-            self.check_locks()
+            lock = self._file_lock(path, timeout)
             lock.acquire()
         except filelock.Timeout:
-            log.warning("cache_lock_timeout", key=key, timeout_s=timeout, lock=lock.lock_file)
+            log.warning("cache_lock_timeout", key=key, timeout_s=timeout, lock=path)
             yield "timeout"
             return
         except OSError as exc:  # read-only folder, full disk: go on without coordination
-            log.warning("cache_lock_failed", key=key, lock=lock.lock_file, error=str(exc))
+            log.warning("cache_lock_failed", key=key, lock=path, error=str(exc))
             yield "failed"
             return
         try:
@@ -330,9 +386,26 @@ class DiskStore:
         finally:
             lock.release()
 
-    def check_locks(self) -> None:
-        """``FileNotFoundError`` when ``locks/`` is gone (before a lock file is made there)."""
-        # filelock would make a missing folder again, readable by all (0755): when the cache
-        # folder was removed meanwhile, fail instead, and let the next open make it (0700)
-        if not os.path.isdir(self.locks):
-            raise FileNotFoundError(errno.ENOENT, "the cache folder was removed", str(self.locks))
+    def totals(self) -> Counters:
+        """The folder's hit/miss totals, ``{}`` when there are none or they are unreadable (only
+        a small regular file is read, opened like an entry: no blocking, no link followed)."""
+        try:
+            fd = os.open(self.stats_file, _OPEN_FLAGS)
+            try:
+                st = os.fstat(fd)
+                small = stat.S_ISREG(st.st_mode) and st.st_size <= _MAX_STATS_BYTES
+                data = json.loads(os.read(fd, _MAX_STATS_BYTES)) if small else {}
+            finally:
+                os.close(fd)
+        except (OSError, ValueError):
+            data = {}
+        items = data.items() if isinstance(data, dict) else ()
+        return {k: v for k, v in items if isinstance(v, int)}
+
+    def add_totals(self, delta: Counters) -> None:
+        """Add ``delta`` to the totals (under a lock, atomic rewrite); raises ``OSError``."""
+        with self._file_lock(str(self.locks / "stats.lock"), 5.0):
+            total = self.totals()
+            for k, v in delta.items():
+                total[k] = total.get(k, 0) + v
+            write_atomic(self.stats_file, json.dumps(total, sort_keys=True).encode(), ".stats.")

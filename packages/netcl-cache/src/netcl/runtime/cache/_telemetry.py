@@ -71,24 +71,19 @@ def _lookups() -> list[tuple[float, Mapping[str, AttributeValue]]]:
     return LOOKUPS.points()
 
 
-TEL.observable_counter(
-    "netcl.cache.lookups", _lookups, "{lookup}",
-    "ProgramCache.get_program calls by result (memory, disk, remote, compiled, recovered)",
-)
-TEL.observable_counter(
-    "netcl.cache.recoveries", RECOVERIES.points, "{entry}",
-    "Damaged cache entries found, by reason (empty, truncated, checksum, ...)",
-)
-TEL.observable_counter(
-    "netcl.cache.remote.errors", REMOTE_ERRORS.points, "{error}",
-    "Failed calls to the remote tier, by error.type (redis.exceptions.ConnectionError, "
-    "redis.exceptions.TimeoutError, ...)",
-)
-TEL.observable_counter(
-    "netcl.cache.remote.rejected", REMOTE_REJECTED.points, "{value}",
-    "Remote values refused, by netcl.cache.reason (signature, truncated, identity, "
-    "oversized, ...)",
-)
+for _name, _points, _unit, _what in (
+    ("netcl.cache.lookups", _lookups, "{lookup}",
+     "ProgramCache.get_program calls by result (memory, disk, remote, compiled, recovered)"),
+    ("netcl.cache.recoveries", RECOVERIES.points, "{entry}",
+     "Damaged cache entries found, by reason (empty, truncated, checksum, ...)"),
+    ("netcl.cache.remote.errors", REMOTE_ERRORS.points, "{error}",
+     "Failed calls to the remote tier, by error.type (redis.exceptions.ConnectionError, "
+     "redis.exceptions.TimeoutError, ...)"),
+    ("netcl.cache.remote.rejected", REMOTE_REJECTED.points, "{value}",
+     "Remote values refused, by netcl.cache.reason (signature, truncated, identity, "
+     "oversized, ...)"),
+):
+    TEL.observable_counter(_name, _points, _unit, _what)
 compile_duration = TEL.histogram(
     "netcl.cache.compile.duration", "s",
     "Time to build an OpenCL program from source on a cache miss (failed builds carry "
