@@ -1,7 +1,4 @@
-"""netcl core: the small shared base of the netcl runtime packages.
-
-Import from the submodules: ``netcl.core.tensor``, ``netcl.core.memory``, ``netcl.core.device``,
-``netcl.core.telemetry``, ``netcl.core.log``.
-"""
+"""netcl core: the small shared base of the netcl runtime packages. Import from the submodules
+(``netcl.core.tensor``, ``netcl.core.memory``, ... : the package README lists them)."""
 
 from netcl.core.version import __version__ as __version__

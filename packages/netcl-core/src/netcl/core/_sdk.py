@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from opentelemetry import metrics, trace
 from opentelemetry.util.types import AttributeValue
@@ -76,7 +76,7 @@ class ConfigError(ValueError):
         super().__init__(f"{variable}={value!r} is not valid: expected {accepts}")
 
 
-_SIGNALS = ("traces", "metrics", "logs")
+_SIGNALS: tuple[Literal["traces", "metrics", "logs"], ...] = ("traces", "metrics", "logs")
 _PROTOCOLS = ("grpc", "http/protobuf")
 # numbers the SDK reads (a bad one is a traceback, or a warning and its default): unit, integer
 _NUMBERS = {
@@ -143,17 +143,13 @@ _unfinished: list[str] = []  # flushes and shutdowns that ran past their deadlin
 def configure(*, service_name: str = "netcl", console: bool = False,
               console_out: TextIO | None = None,
               prometheus_port: int | None = None) -> dict[str, Any]:  # fmt: skip
-    """Install the OpenTelemetry SDK for an application (idempotent; needs ``netcl-core[otel]``)
-    with the SDK's own configurator, so every standard ``OTEL_*`` variable applies; netcl's
-    defaults for unset ones are in the package README. ``console=True`` also prints spans and
-    metrics to ``console_out`` (stderr), one line each; ``prometheus_port`` serves metrics on
-    that port (host ``OTEL_EXPORTER_PROMETHEUS_HOST``, default 127.0.0.1).
-
-    Raises :class:`ConfigError` before installing anything for a value the SDK would reject or
-    silently replace. Installs nothing under ``OTEL_SDK_DISABLED=true``, and leaves an SDK that
-    is already installed alone. Returns ``tracer_provider``, ``meter_provider``, ``exporters``
-    (the exporter names per signal as the SDK resolved them; empty when an SDK was already
-    installed) and ``disabled``.
+    """Install the OpenTelemetry SDK for an application from the ``OTEL_*`` variables
+    (idempotent; needs ``netcl-core[otel]``; the package README has netcl's defaults, the checks
+    that raise :class:`ConfigError` first, and ``OTEL_SDK_DISABLED``). ``console=True`` also
+    prints spans and metrics to ``console_out`` (stderr), one line each; ``prometheus_port``
+    serves metrics on that port (host ``OTEL_EXPORTER_PROMETHEUS_HOST``, default 127.0.0.1). An
+    SDK already installed is left alone. Returns ``tracer_provider``, ``meter_provider``,
+    ``exporters`` (names per signal as resolved; empty for an SDK already there), ``disabled``.
     """
     if _configured:
         return _configured
@@ -202,26 +198,23 @@ def _install(service_name: str, console: bool, out: TextIO,
         endpoint = any(os.environ.get(v.format(signal)) for v in _OTLP_ENDPOINTS)
         if f"OTEL_{signal}_EXPORTER" not in os.environ and endpoint:
             env[f"OTEL_{signal}_EXPORTER"] = "otlp"
-    extra = ["console"] if console else []
-    metric_names = list(extra)
+    # the exporters netcl adds to those the variables name (console: spans and metrics)
+    added = {s: ["console"] if console and s != "logs" else [] for s in _SIGNALS}
     if prometheus_port is not None:
-        metric_names.append("prometheus")  # the SDK's reader serves on these variables
+        added["metrics"].append("prometheus")  # the SDK's reader serves on these variables
         env["OTEL_EXPORTER_PROMETHEUS_PORT"] = str(prometheus_port)
-        env["OTEL_EXPORTER_PROMETHEUS_HOST"] = os.environ.get(
-            "OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"
-        )
-    saved = {v: os.environ.get(v) for v in env}
+        if "OTEL_EXPORTER_PROMETHEUS_HOST" not in os.environ:
+            env["OTEL_EXPORTER_PROMETHEUS_HOST"] = "127.0.0.1"
+    saved = {v: os.environ[v] for v in env if v in os.environ}  # only the port can be set
     os.environ.update(env)
     try:
-        exporters = {
-            "traces": _get_exporter_names("traces") + extra,
-            "metrics": _get_exporter_names("metrics") + metric_names,
-            "logs": _get_exporter_names("logs"),
+        exporters: dict[str, list[str]] = {
+            s: list(dict.fromkeys(_get_exporter_names(s) + added[s])) for s in _SIGNALS
         }
         try:
             _OTelSDKConfigurator().configure(  # type: ignore[no-untyped-call]
-                trace_exporter_names=extra,
-                metric_exporter_names=metric_names,
+                trace_exporter_names=added["traces"],
+                metric_exporter_names=added["metrics"],
                 resource_attributes=resource,
                 exporter_args_map={
                     ConsoleSpanExporter: {"out": out, "formatter": _span_line},
@@ -234,15 +227,13 @@ def _install(service_name: str, console: bool, out: TextIO,
                 "OTEL_* variables; OTLP needs netcl-core[otel])"
             ) from exc
     finally:
-        for v, value in saved.items():
-            if value is None:
-                del os.environ[v]
-            else:
-                os.environ[v] = value
+        for v in env:
+            del os.environ[v]
+        os.environ.update(saved)
     for name in _EXPORT_LOGGERS:
         logging.getLogger(name).addHandler(_failures)
     _recheck()
-    return {signal: list(dict.fromkeys(names)) for signal, names in exporters.items()}
+    return exporters
 
 
 # -- bounded flush and shutdown ---------------------------------------------------------------
@@ -256,9 +247,8 @@ def flush(timeout: float | None = None) -> bool:
 def shutdown(timeout: float | None = None) -> bool:
     """Flush and stop what :func:`configure` installed, traces and metrics side by side, in at
     most ``timeout`` seconds (default: the larger of ``OTEL_BSP_EXPORT_TIMEOUT`` and
-    ``OTEL_METRIC_EXPORT_TIMEOUT``, 2 s unless set), after collecting pending device time (up to
-    1 s). False when an exporter was still busy at the deadline: it is left on its daemon thread
-    (see :func:`export_failures`), so the application exits on time."""
+    ``OTEL_METRIC_EXPORT_TIMEOUT``), after collecting pending device time (up to 1 s). False
+    when an exporter was still busy at the deadline (left on its daemon thread)."""
     profiling = sys.modules.get("netcl.core.profiling")  # not imported: only if in use
     if profiling is not None and _configured:
         profiling.flush(1.0)
@@ -274,21 +264,18 @@ def export_failures() -> list[str]:
 
 
 def _bounded(method: str, timeout: float | None) -> bool:
+    if timeout is None:  # the values were checked by configure()
+        variables = ("OTEL_BSP_EXPORT_TIMEOUT", "OTEL_METRIC_EXPORT_TIMEOUT")
+        timeout = max(_number(os.environ.get(v) or _BOUNDED[v]) for v in variables) / 1e3
+    deadline = time.monotonic() + timeout
     threads = []
     for signal, provider in (("traces", "tracer_provider"), ("metrics", "meter_provider")):
         call = getattr(_configured.get(provider), method, None)
         if call is not None:
             name = f"netcl-otel-{method}-{signal}"
-            threads.append((signal, threading.Thread(target=_quietly, args=(call,), name=name,
-                                                     daemon=True)))  # fmt: skip
-    if not threads:
-        return True
-    if timeout is None:  # the values were checked by configure()
-        variables = ("OTEL_BSP_EXPORT_TIMEOUT", "OTEL_METRIC_EXPORT_TIMEOUT")
-        timeout = max(_number(os.environ.get(v) or _BOUNDED[v]) for v in variables) / 1e3
-    deadline = time.monotonic() + timeout
-    for _, thread in threads:
-        thread.start()
+            thread = threading.Thread(target=_quietly, args=(call,), name=name, daemon=True)
+            thread.start()
+            threads.append((signal, thread))
     done = True
     for signal, thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
@@ -302,8 +289,7 @@ def _quietly(call: Callable[[], object]) -> None:
     try:
         call()
     except Exception as exc:  # an SDK that raises never reaches the application
-        _log.warning("telemetry_call_failed", call=getattr(call, "__name__", str(call)),
-                     error=repr(exc))  # fmt: skip
+        _log.warning("telemetry_call_failed", call=call.__name__, error=repr(exc))
 
 
 # The exporters report a failed export only by logging it (the batch processor and the metric

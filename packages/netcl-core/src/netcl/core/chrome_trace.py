@@ -113,9 +113,8 @@ def _ordered(slices: list[_Slice]) -> list[_Slice]:
     parent = {s.span_id: s.parent_id for s in slices}
 
     def depth(s: _Slice) -> int:  # ancestors in the file
-        n, up, seen = 0, s.parent_id, set()
-        while up in parent and up not in seen:
-            seen.add(up)
+        n, up = 0, s.parent_id
+        while up in parent:
             n, up = n + 1, parent[up]
         return n
 
@@ -158,23 +157,16 @@ def _document(slices: list[_Slice], left_out: int) -> dict[str, Any]:
             events.append({"ph": "X", "name": s.title, "cat": t.split(":")[0], "pid": pid[t],
                            "tid": tid, "ts": ts, "dur": (s.end_ns - s.start_ns) / 1e3,
                            "args": s.args})  # fmt: skip
-    events += _flows(slices, where)
+    host = {s.span_id for s in slices if s.track.startswith("host")}
+    for n, s in enumerate(slices):  # arrows from a host span to the top device span under it
+        if s.track.startswith("device") and s.parent_id in host:
+            src, dst = where[s.parent_id], where[s.span_id]
+            common = {"name": "device work", "cat": "flow", "id": n + 1}
+            events.append({**common, "ph": "s", "pid": src[0], "tid": src[1], "ts": src[2]})
+            events.append({**common, "ph": "f", "bp": "e", "pid": dst[0], "tid": dst[1],
+                           "ts": dst[2]})  # fmt: skip
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
         "otherData": {"epoch_ns": epoch, "spans": len(slices), "spans_left_out": left_out},
     }
-
-
-def _flows(slices: list[_Slice], where: dict[int, tuple[int, int, float]]) -> list[dict[str, Any]]:
-    """Arrows from a host span to the top device span recorded under it."""
-    flows: list[dict[str, Any]] = []
-    host = {s.span_id for s in slices if s.track.startswith("host")}
-    for n, s in enumerate(slices):
-        if s.track.startswith("device") and s.parent_id in host:
-            src, dst = where[s.parent_id], where[s.span_id]
-            common = {"name": "device work", "cat": "flow", "id": n + 1}
-            flows.append({**common, "ph": "s", "pid": src[0], "tid": src[1], "ts": src[2]})
-            flows.append({**common, "ph": "f", "bp": "e", "pid": dst[0], "tid": dst[1],
-                          "ts": dst[2]})  # fmt: skip
-    return flows

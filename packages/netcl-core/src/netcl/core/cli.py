@@ -32,12 +32,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _Version(argparse.Action):
-    def __init__(self, option_strings: Sequence[str], dest: str, **kw: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, help="installed netcl distributions")
+    """``--version``: the installed netcl distributions, one a line."""
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        dists = sorted(_netcl_distributions().items())
-        sys.stdout.write("".join(f"{name} {ver}\n" for name, ver in dists) or "netcl: none\n")
+        sys.stdout.write("".join(f"{d}\n" for d in _netcl_distributions()) or "netcl: none\n")
         sys.stdout.flush()
         parser.exit(0)
 
@@ -58,17 +56,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = 1
         sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not at exit
     except BrokenPipeError:
-        _silence_stdout()
+        # the reader went away: point stdout at /dev/null so the interpreter's final flush is
+        # quiet (AttributeError: a stdout without a descriptor)
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except KeyboardInterrupt:
-        _interrupted()
+        # one line, no traceback; a reader that went away must not turn it into another error
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        with contextlib.suppress(OSError, ValueError):
+            # on a terminal, start a fresh line after the ^C the terminal echoed
+            tty = getattr(sys.stderr, "isatty", lambda: False)()
+            sys.stderr.write(("\n" if tty else "") + "netcl: interrupted\n")
+            sys.stderr.flush()
         return 130
     return code
 
 
 def _main(argv: list[str]) -> int:
     parser = _Parser(prog="netcl", description="netcl runtime tools")
-    parser.add_argument("--version", action=_Version)
+    parser.add_argument("--version", action=_Version, nargs=0, help="installed netcl distributions")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     register_info(sub)  # built in: works even from a source tree with no entry points installed
     register_config(sub)
@@ -106,23 +114,6 @@ def _deepest(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Argum
     return parser
 
 
-def _interrupted() -> None:
-    # Ctrl-C: one line, no traceback; a reader that went away must not turn it into another error
-    with contextlib.suppress(OSError, ValueError):
-        sys.stdout.flush()
-    with contextlib.suppress(OSError, ValueError):
-        # on a terminal, start a fresh line after the ^C the terminal echoed
-        tty = getattr(sys.stderr, "isatty", lambda: False)()
-        sys.stderr.write(("\n" if tty else "") + "netcl: interrupted\n")
-        sys.stderr.flush()
-
-
-def _silence_stdout() -> None:
-    # the reader went away: point stdout at /dev/null so the interpreter's final flush is quiet
-    with contextlib.suppress(OSError, ValueError, AttributeError):  # stdout without a descriptor
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
 def register_info(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the built-in ``info`` subcommand."""
     p = sub.add_parser("info", help="OpenCL platforms and devices, netcl packages, cache location")
@@ -130,16 +121,14 @@ def register_info(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
 
 
 def _info(_: argparse.Namespace) -> int:
-    """Everything that can be listed, then the default device; without one, the reason on
-    stderr in one line and exit code 1."""
+    """Everything that can be listed, then the default device (without one: NoDeviceError, which
+    main() reports on stderr in one line, exit code 1)."""
     import pyopencl as cl
 
     from netcl.core import device, paths
 
     out = sys.stdout
-    out.write("netcl packages:\n")
-    for name, ver in sorted(_netcl_distributions().items()):
-        out.write(f"  {name} {ver}\n")
+    out.write("netcl packages:\n" + "".join(f"  {d}\n" for d in _netcl_distributions()))
     out.write(f"pyopencl {cl.VERSION_TEXT}\n")
     out.write("OpenCL platforms:\n")
     platforms = []
@@ -154,11 +143,9 @@ def _info(_: argparse.Namespace) -> int:
             out.write(f"      [{i}:{j}] {dev.name} [{kind}] driver {dev.driver_version}\n")
     try:
         chosen = device.pick_device()
-    except device.NoDeviceError as exc:
+    except device.NoDeviceError:  # main() prints it after the rest
         out.write(f"default device: none\ncache dir: {paths.default_cache_dir()}\n")
-        out.flush()
-        sys.stderr.write(f"netcl info: {exc}\n")
-        return 1
+        raise
     out.write(f"default device: {chosen.name} ({chosen.platform.name})\n")
     out.write(f"device identity: {device.device_identity(chosen)}\n")
     out.write(f"cache dir: {paths.default_cache_dir()}\n")
@@ -177,7 +164,17 @@ def register_config(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _config(args: argparse.Namespace) -> int:
-    docs = [{"package": pkg, **_settings.describe(s)} for pkg, s in _declared()]
+    # core's settings, and those of each package whose netcl.cli entry-point module declares any
+    declared = [("netcl-core", s) for s in _settings.SETTINGS]
+    for ep in sorted(entry_points(group="netcl.cli"), key=lambda e: e.name):
+        try:
+            module = importlib.import_module(ep.module)
+        except Exception as exc:  # a broken plugin is reported, the rest still listed
+            sys.stderr.write(f"netcl config: the {ep.name!r} settings failed to load: {exc}\n")
+            continue
+        dist = ep.dist.name if ep.dist is not None else ep.name
+        declared += [(dist, s) for s in getattr(module, "SETTINGS", ())]
+    docs = [{"package": pkg, **_settings.describe(s)} for pkg, s in declared]
     if args.json:
         sys.stdout.write(json.dumps({"settings": docs}, indent=2) + "\n")
     else:
@@ -191,24 +188,10 @@ def _config(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
-def _declared() -> list[tuple[str, _settings.Setting]]:
-    """(package, setting) for core and for each package whose ``netcl.cli`` entry-point module
-    declares ``SETTINGS``."""
-    found = [("netcl-core", s) for s in _settings.SETTINGS]
-    for ep in sorted(entry_points(group="netcl.cli"), key=lambda e: e.name):
-        try:
-            module = importlib.import_module(ep.module)
-        except Exception as exc:  # a broken plugin is reported, the rest still listed
-            sys.stderr.write(f"netcl config: the {ep.name!r} settings failed to load: {exc}\n")
-            continue
-        dist = ep.dist.name if ep.dist is not None else ep.name
-        found += [(dist, s) for s in getattr(module, "SETTINGS", ())]
-    return found
-
-
-def _netcl_distributions() -> dict[str, str]:
-    names = ((d.metadata["Name"] or "", d.version) for d in distributions())
-    return {name: version for name, version in names if name.lower().startswith("netcl-")}
+def _netcl_distributions() -> list[str]:
+    """``name version`` of each installed netcl distribution, sorted."""
+    names = {d.metadata["Name"] or "": d.version for d in distributions()}
+    return sorted(f"{n} {v}" for n, v in names.items() if n.lower().startswith("netcl-"))
 
 
 if __name__ == "__main__":

@@ -54,7 +54,17 @@ def _no_device(why: str) -> NoDeviceError:
     """The one error for every way of finding no device, on one line: what went wrong, the
     variable and its value, every platform and device, and what to do."""
     value = _settings.PYOPENCL_CTX.value()
-    listed, devices = _inventory()
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:
+        platforms = []
+    parts, devices = [], 0  # every platform and device, in PYOPENCL_CTX's numbering
+    for i, plat in enumerate(platforms):
+        devs = _devices_of(plat)
+        devices += len(devs)
+        names = ", ".join(f"[{i}:{j}] {dev.name.strip()}" for j, dev in enumerate(devs))
+        parts.append(f"[{i}] {plat.name.strip()}: {names or 'no devices'}")
+    listed = "; ".join(parts)
     advice = (f"set {CTX_ENV} to a platform or platform:device index listed here (e.g. "
               f"{CTX_ENV}=0), or unset it to let netcl choose") if devices else (
               "install a vendor OpenCL driver, or PoCL for the CPU with "
@@ -62,22 +72,6 @@ def _no_device(why: str) -> NoDeviceError:
     text = f"{CTX_ENV}={value!r} {why}" if value else f"{why} ({CTX_ENV} is not set)"
     text = f"{text}; OpenCL platforms and devices: {listed or 'none'}; {advice}"
     return NoDeviceError(" ".join(text.split()))  # one line, whatever a driver's name holds
-
-
-def _inventory() -> tuple[str, int]:
-    """Every platform and device in ``PYOPENCL_CTX``'s numbering, on one line, and how many
-    devices there are."""
-    try:
-        platforms = cl.get_platforms()
-    except cl.Error:
-        return "", 0
-    parts, count = [], 0
-    for i, plat in enumerate(platforms):
-        devs = _devices_of(plat)
-        count += len(devs)
-        listed = ", ".join(f"[{i}:{j}] {dev.name.strip()}" for j, dev in enumerate(devs))
-        parts.append(f"[{i}] {plat.name.strip()}: {listed or 'no devices'}")
-    return "; ".join(parts), count
 
 
 def _devices_of(platform: cl.Platform) -> list[cl.Device]:

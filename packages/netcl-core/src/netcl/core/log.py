@@ -1,11 +1,6 @@
-"""Structured logging: structlog loggers over stdlib ``logging``, silent until configured (the
-package README says how events reach ``logging``, and why structlog loads on first use).
-
-A library never configures logging. :func:`get_logger` returns a :class:`LazyLogger` that hands
-its events to the stdlib logger of the same name as one line, ``event key=value ...``, with the
-fields also as record attributes; :func:`configure_logging` is the opt-in helper for
-applications, with console or JSON rendering and the current span's trace_id/span_id.
-"""
+"""Structured logging: structlog loggers over stdlib ``logging``, silent until an application
+configures it (:func:`configure_logging`). The package README says how events reach ``logging``,
+and why structlog loads on first use."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 
@@ -66,11 +66,6 @@ for _name, _counts, _what in (
     _TEL.observable_gauge(f"netcl.pool.{_name}", _counts.points, "By", _what)
 
 
-def _forget_gauges(name: str) -> None:
-    for counts in (_USED, _PEAK, _HELD):
-        counts.discard(name)
-
-
 @dataclass(frozen=True)
 class PoolStats:
     """A snapshot of a pool's figures, in block bytes (sizes as the pool rounds them). ``misses``
@@ -91,18 +86,16 @@ class _DirectBuffer(cl.Buffer):  # type: ignore[misc]
     __slots__ = ("__weakref__",)
 
 
+@dataclass(eq=False, slots=True)
 class _Bin:
     """One size class of a pool: the block size, and the blocks held for reuse (LIFO). ``owner``
     is the pool's token, not the pool: a reference cycle would keep a dropped pool's device
     memory until the next garbage collection."""
 
-    __slots__ = ("direct", "free", "nbytes", "owner")
-
-    def __init__(self, owner: object, nbytes: int, direct: bool) -> None:
-        self.owner = owner
-        self.nbytes = nbytes
-        self.direct = direct  # blocks are _DirectBuffers, not pyopencl pool blocks
-        self.free: list[Any] = []
+    owner: object
+    nbytes: int
+    direct: bool  # blocks are _DirectBuffers, not pyopencl pool blocks
+    free: list[Any] = field(default_factory=list)
 
 
 def _direct_freed(ref: weakref.ref[BufferPool], nbytes: int) -> None:
@@ -147,14 +140,9 @@ class BufferPool:
                 f"BufferPool: limit={limit!r} must be an int >= 0 (bytes; 0 means no limit)"
             )
         self._limit: int = limit
-        # Threads (see the README): a hit is a list pop and a release a list append, both
-        # atomic under the GIL, plus plain int counters; the lock serialises the rest (new
-        # blocks, the limit, free_held, the exact figures behind stats and the peak).
-        self._lock = threading.RLock()
-        # Not pyopencl's ImmediateAllocator: it enqueues a migration for every new block on the
-        # caller's queue, which crashes NVIDIA's driver while another thread is in a blocking copy
-        # on that queue. Plain buffers instead, each new one backed (NVIDIA allocates lazily) by
-        # a blocking 1-byte read on a queue of the pool's own, which waits for nothing else.
+        self._lock = threading.RLock()  # all but the fast path (README: Threads)
+        # new blocks are backed by a 1-byte read on a queue of the pool's own, never the caller's
+        # (README: not pyopencl's ImmediateAllocator, which crashes NVIDIA's driver)
         self._backing = cl.CommandQueue(queue.context, device)
         self._scratch = np.empty(1, np.uint8)
         with warnings.catch_warnings():
@@ -171,16 +159,15 @@ class BufferPool:
         self._sizes: dict[Any, dict[Any, tuple[Shape, np.dtype[Any], _Bin]]] = {}
         self._sizes_kept = self._hits = 0
         self._misses = self._peak = 0  # changed under the lock only
-        # bytes of the blocks out or in the bins, as of the last look (under the lock): a
-        # dropped tensor can only make it too high, never too low
+        # bytes of the blocks out or in the bins at the last look (a dropped tensor can only make
+        # it too high, never too low)
         self._device_bytes = 0
-        # peak - (_device_bytes - bytes in the bins): the fast path's whole peak check. A hit
-        # takes its block's bytes, a release gives them back; below 0 the bytes in use may have
-        # passed the peak, and _new_peak looks at the exact figure. Only ever changed by += and
-        # -=, so a change made under the lock composes with those of the fast path.
+        # peak - (_device_bytes - bytes in the bins): the fast path's peak check (README). Only
+        # ever changed by += and -=, so a change under the lock composes with the fast path's.
         self._room = 0
-        self._on_free_held: list[Callable[[], None]] = []
-        weakref.finalize(self, _forget_gauges, self.name)
+        self._on_free_held: list[weakref.WeakMethod[Callable[[], None]]] = []
+        for counts in (_USED, _PEAK, _HELD):
+            weakref.finalize(self, counts.discard, self.name)
         _POOLS.add(self)
         self._new_peak()  # the gauges start at 0
 
@@ -314,22 +301,19 @@ class BufferPool:
             raise self._oom(
                 bin_, shape, dt, f"the device allocates at most {self._max_alloc} bytes at once"
             )
-        block, new = self._make(bin_, shape, dt)
-        if self._limit and self._total() > self._limit:
-            self._drop(block, bin_)
-            del block
-            self._free_held()
+        for _ in range(2):  # over the limit: free the held blocks and try once more
             block, new = self._make(bin_, shape, dt)
-            if self._total() > self._limit:
-                self._drop(block, bin_)
-                del block  # a direct block is freed now, not kept by the traceback
-                self._free_held()
-                raise self._oom(bin_, shape, dt, f"the pool limit is {self._limit} bytes")
-        if new:
-            self._misses += 1
-        else:
-            self._hits += 1
-        return block
+            # the device bytes of every block: out, in the bins, held by pyopencl
+            if not self._limit or self._mempool.managed_bytes + self._direct_bytes <= self._limit:
+                if new:
+                    self._misses += 1
+                else:
+                    self._hits += 1
+                return block
+            self._drop(block, bin_)
+            del block  # a direct block is freed now, not kept by the traceback
+            self._free_held()
+        raise self._oom(bin_, shape, dt, f"the pool limit is {self._limit} bytes")
 
     def _make(self, bin_: _Bin, shape: Shape, dt: np.dtype[Any]) -> tuple[Any, bool]:
         """A block for ``bin_``. When the device cannot allocate or back it: free what the pool
@@ -350,9 +334,8 @@ class BufferPool:
             raise self._oom(bin_, shape, dt, f"out of device memory ({again})") from again
 
     def _new_block(self, bin_: _Bin) -> tuple[Any, bool]:
-        """A block and whether it is new (backed here); pyopencl's pool hands out a block a
-        dropped tensor gave back before it makes a new one (its counters are exact here: it
-        allocates under the lock only)."""
+        """A block and whether it is new (backed here) rather than one a dropped tensor gave
+        back to pyopencl's pool (whose counters are exact here: it allocates under the lock)."""
         if bin_.direct:
             block: Any = _DirectBuffer(self.queue.context, cl.mem_flags.READ_WRITE, bin_.nbytes)
             new = True
@@ -380,10 +363,6 @@ class BufferPool:
         (freed by the next free_held); a direct block is freed with the caller's reference."""
         if not bin_.direct:
             block.release()
-
-    def _total(self) -> int:
-        """Device bytes of every block: out, in the bins, held by pyopencl."""
-        return int(self._mempool.managed_bytes) + self._direct_bytes
 
     def _oom(self, bin_: _Bin, shape: Shape, dt: np.dtype[Any], why: str) -> MemoryError:
         s = self._look()
@@ -447,8 +426,12 @@ class BufferPool:
     def _free_held(self) -> None:
         # users that keep views of pool blocks (graph executors) drop them first, or the views
         # would keep the freed blocks' memory allocated
-        for forget in list(self._on_free_held):
-            forget()
+        for ref in list(self._on_free_held):
+            forget = ref()
+            if forget is None:
+                self._on_free_held.remove(ref)
+            else:
+                forget()
         for bin_ in list(self._bins.values()):
             while True:
                 try:  # not `while bin_.free`: another thread's hit may take the last block
@@ -463,16 +446,7 @@ class BufferPool:
 
     def _add_free_held_hook(self, hook: Callable[[], None]) -> None:
         """Call ``hook`` (a weak method is kept) before held blocks are freed."""
-        ref = weakref.WeakMethod(hook)  # type: ignore[arg-type]
-
-        def call() -> None:
-            fn = ref()
-            if fn is None:
-                self._on_free_held.remove(call)
-            else:
-                fn()
-
-        self._on_free_held.append(call)
+        self._on_free_held.append(weakref.WeakMethod(hook))  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         s = self.stats

@@ -1,10 +1,6 @@
-"""Device time: what the OpenCL device spent on the commands netcl enqueues, as spans and metrics.
-
-Work of a profiling queue is handed to the process-wide collector with :func:`watch` (the events
-of its commands) or :func:`watch_markers` (two markers around it); the collector reads the
-timestamps once the events are complete, never waiting for them, and maps them onto the host
-clock. The package README says what is recorded and what it costs.
-"""
+"""Device time: what the OpenCL device spent on the commands netcl enqueues, as spans and metrics
+(handed off with :func:`watch` or :func:`watch_markers`, collected without waiting; the package
+README says what is recorded and what it costs)."""
 
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ import functools
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -60,7 +56,7 @@ _KINDS = {
     COMMANDS: ("netcl.device.commands", "netcl.device.label", None),
 }  # fmt: skip
 
-_Attrs = Mapping[str, AttributeValue]
+_Attrs = telemetry._Attrs
 _PROFILING = cl.command_queue_properties.PROFILING_ENABLE
 _QUEUED, _START, _END = cl.profiling_info.QUEUED, cl.profiling_info.START, cl.profiling_info.END
 _KERNELS = ("ndrange_kernel", "task")
@@ -88,9 +84,9 @@ class DeviceClock:
 
 
 def _calibrate(context: cl.Context, device: cl.Device, rounds: int = 8) -> DeviceClock:
-    """Measure ``device``'s clock with markers on a queue of its own: a marker enqueued after
-    host time t0 and waited for until t1 puts ``host - device`` in [t0 - queued, t1 - end]; the
-    estimate is the middle of the rounds' intersection, the tolerance half its width."""
+    """Measure ``device``'s clock with markers on a queue of its own (README: Clock mapping): a
+    marker enqueued after host time t0 and waited for until t1 puts ``host - device`` in
+    [t0 - queued, t1 - end]."""
     queue = cl.CommandQueue(context, device, properties=_PROFILING)
     bounds: list[tuple[int, int, int]] = []  # (lower via QUEUED, lower via START, upper via END)
     try:
@@ -230,14 +226,11 @@ def _union_ns(intervals: list[tuple[int, int]]) -> int:
 
 # -- the collector ----------------------------------------------------------------------------
 class Collector:
-    """Collects device time of watched events without waiting for them.
-
-    ``interval`` (s): how often the daemon thread looks at pending events; ``recalibrate`` (s):
-    how old a clock calibration may get; ``busy_window`` (s): the window of ``netcl.device.busy``;
+    """Collects device time of watched events without waiting for them. ``interval`` (s): how
+    often the daemon thread looks at pending events; ``recalibrate`` (s): how old a clock
+    calibration may get; ``busy_window`` (s): the window of ``netcl.device.busy``;
     ``max_pending``: how many units may wait before the oldest is dropped; ``span_budget``: the
-    share of a CPU core that per-command spans may take, averaged over a second (an SDK span costs
-    10-30 µs); past it a unit gets its envelope span and metric points only.
-    """
+    share of a CPU core that per-command spans may take (README: Cost)."""
 
     def __init__(self, *, interval: float = 0.05, recalibrate: float = 10.0,
                  busy_window: float = 5.0, max_pending: int = 100_000,
@@ -288,7 +281,12 @@ class Collector:
         if not unit._events:
             raise ValueError("profiling.watch: no events; expected at least one cl.Event")
         if self._thread is None:
-            self._start()
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="netcl-profiling",
+                                                    daemon=True)  # fmt: skip
+                    self._thread.start()
+                    atexit.register(self.flush, 1.0)  # before the SDK's own exit hooks (LIFO)
         pending = self._pending
         pending.append(unit)
         self._counts["watched"] += 1
@@ -443,14 +441,6 @@ class Collector:
         if unit.commands:
             self._credit -= time.monotonic() - now
 
-    def _start(self) -> None:
-        with self._lock:
-            if self._thread is not None:
-                return
-            self._thread = threading.Thread(target=self._run, name="netcl-profiling", daemon=True)
-            self._thread.start()
-            atexit.register(self.flush, 1.0)  # before the SDK's own exit hooks (LIFO)
-
     def _run(self) -> None:
         while True:
             time.sleep(self.interval)
@@ -476,12 +466,8 @@ watch_markers = _collector.watch_markers
 flush = _collector.flush
 
 
-def _observe_busy() -> Iterable[tuple[float, _Attrs]]:
-    # read when a metric reader collects: a fraction of a sliding window, not a number to set
-    return [(v, {"netcl.device.name": d}) for d, v in _collector.busy().items()]
-
-
 TEL.observable_gauge(
-    "netcl.device.busy", _observe_busy, "1",
+    "netcl.device.busy",  # a share of a sliding window, read when a metric reader collects
+    lambda: [(v, {"netcl.device.name": d}) for d, v in _collector.busy().items()], "1",
     "Fraction of the last 5 s in which watched commands ran on the device",
 )  # fmt: skip

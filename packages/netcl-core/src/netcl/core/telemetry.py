@@ -2,8 +2,7 @@
 and instruments), spans opened through :meth:`Scope.span` (a shared do-nothing span while
 :func:`tracing` is False), one ``error.type``, and one failure policy: an SDK that raises is
 caught, logged once per kind of failure on the ``netcl.core.telemetry`` logger, and the call
-goes on. :func:`configure` and the rest of the application side come from ``netcl.core._sdk``.
-"""
+goes on. :func:`configure` and the rest of the application side come from ``netcl.core._sdk``."""
 
 from __future__ import annotations
 
@@ -67,15 +66,13 @@ class Span:
 
     __slots__ = ("_failed", "_span", "_token")
 
+    #: True: a real span (the do-nothing span says False).
+    recording = True
+
     def __init__(self, span: trace.Span, token: object | None) -> None:
         self._span = span
         self._token = token
         self._failed = False
-
-    @property
-    def recording(self) -> bool:
-        """True: a real span (the do-nothing span says False)."""
-        return True
 
     @property
     def context(self) -> trace.SpanContext | None:
@@ -84,10 +81,7 @@ class Span:
 
     def set(self, key: str, value: AttributeValue) -> None:
         """Set one attribute."""
-        try:
-            self._span.set_attribute(key, value)
-        except Exception as exc:
-            _sdk_failed("set_attribute", exc)
+        self.set_many({key: value})
 
     def set_many(self, attributes: _Attrs) -> None:
         """Set several attributes."""
@@ -136,18 +130,13 @@ class _NoSpan(Span):
     """What :meth:`Scope.span` hands out when nothing records: every method does nothing."""
 
     __slots__ = ()
+    recording = False
 
     def __init__(self) -> None: ...
 
     @property
-    def recording(self) -> bool:
-        return False
-
-    @property
     def context(self) -> trace.SpanContext | None:
         return None
-
-    def set(self, key: str, value: AttributeValue) -> None: ...
 
     def set_many(self, attributes: _Attrs) -> None: ...
 
@@ -188,11 +177,9 @@ class _Safe:
 class Counts:
     """Numbers a package keeps for its observable instruments, one per value of one attribute
     (``attribute``; None: a single unlabelled number). The hot path only adds to a number here
-    (under a lock: tens of nanoseconds, SDK or not); a metric reader reads them when it collects.
-    A synchronous ``Counter.add`` would cost microseconds per call with an SDK installed.
-    ``refresh`` (for gauges of live objects whose exact figure is too dear to keep current on
-    their hot path) is called first whenever the numbers are read for a reader; it sets them.
-    """
+    (under a lock: tens of nanoseconds, where a synchronous ``Counter.add`` with an SDK costs
+    microseconds); a metric reader reads them when it collects, first calling ``refresh`` (which
+    sets them: gauges whose exact figure is too dear to keep current on a hot path)."""
 
     __slots__ = ("_lock", "_refresh", "_values", "attribute")
 
@@ -252,12 +239,10 @@ class Scope:
 
     def span(self, name: str, attributes: _Attrs | None = None, *, start_time: int | None = None,
              current: bool = True, parent: Span | None = None) -> Span:  # fmt: skip
-        """Start span ``name``; the do-nothing span when nothing records.
-
-        ``current`` makes it the current span until it ends (use it with ``with``; a span that
-        outlives the call that opened it passes False). ``start_time`` (ns since the epoch)
-        backdates it; ``parent`` puts it under a span other than the current one.
-        """
+        """Start span ``name`` (the do-nothing span when nothing records). ``current`` makes it
+        the current span until it ends (use it with ``with``; a span that outlives the call that
+        opened it passes False); ``start_time`` (ns since the epoch) backdates it; ``parent`` puts
+        it under a span other than the current one."""
         if not tracing():
             return NO_SPAN
         try:
@@ -303,29 +288,26 @@ class Scope:
     def observable_counter(self, name: str, observe: Observe, unit: str, description: str) -> None:
         """A counter read when a metric reader collects: ``observe()`` returns
         ``(value, attributes)`` pairs (process totals kept by the package)."""
-        self.meter.create_observable_counter(
-            name, [_callback(observe)], unit=unit, description=description
-        )
+        _observable(self.meter.create_observable_counter, name, observe, unit, description)
 
     def observable_gauge(self, name: str, observe: Observe, unit: str, description: str) -> None:
         """A gauge read when a metric reader collects, as :meth:`observable_counter`."""
-        self.meter.create_observable_gauge(
-            name, [_callback(observe)], unit=unit, description=description
-        )
+        _observable(self.meter.create_observable_gauge, name, observe, unit, description)
 
     def observable_up_down_counter(self, name: str, observe: Observe, unit: str,
                                    description: str) -> None:  # fmt: skip
         """An up-down counter read when a metric reader collects, as :meth:`observable_counter`."""
-        self.meter.create_observable_up_down_counter(
-            name, [_callback(observe)], unit=unit, description=description
-        )
+        _observable(self.meter.create_observable_up_down_counter, name, observe, unit, description)
 
 
-def _callback(observe: Observe) -> Callable[[CallbackOptions], Iterable[Observation]]:
+def _observable(create: Callable[..., object], name: str, observe: Observe, unit: str,
+                description: str) -> None:  # fmt: skip
+    """An observable instrument made by ``create`` (a meter method), reading ``observe()``."""
+
     def callback(_: CallbackOptions) -> Iterable[Observation]:
         return [Observation(value, attributes) for value, attributes in observe()]
 
-    return callback
+    create(name, [callback], unit=unit, description=description)
 
 
 def current_span() -> Span:

@@ -48,12 +48,8 @@ _RELEASED: Any = _Released()
 
 
 class Tensor:
-    """An on-device value: an OpenCL buffer with a shape, a dtype and the queue it lives on.
-
-    A Tensor does not own a pool: buffers from :class:`netcl.core.memory.BufferPool` go back
-    through ``pool.release(tensor)``; buffers made by :meth:`empty` or :meth:`from_numpy` are
-    freed with the Tensor.
-    """
+    """An on-device value: an OpenCL buffer with a shape, a dtype and the queue it lives on;
+    freed with the Tensor, except a pool's (which go back through ``pool.release(tensor)``)."""
 
     __slots__ = ("__weakref__", "_bin", "_buffer", "dtype", "queue", "shape")
 
