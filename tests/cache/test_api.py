@@ -14,7 +14,7 @@ from pathlib import Path
 import pyopencl as cl
 import pytest
 
-from netcl.runtime.cache import ProgramCache, _lookup, cacher
+from netcl.runtime.cache import ProgramCache, _program_cache, cacher
 
 
 def test_spec_examples_verbatim(
@@ -27,9 +27,9 @@ def test_spec_examples_verbatim(
     check_add: Callable[..., None],
 ) -> None:
     # keep ~/.cache clean; the patched state goes back after the test
-    monkeypatch.setattr(cacher._lookup.settings, "dir_arg", tmp_path / "global")
-    monkeypatch.setattr(cacher._lookup, "_store_state", "unopened")
-    monkeypatch.setattr(cacher._lookup, "_store", None)
+    monkeypatch.setattr(cacher, "_dir_arg", tmp_path / "global")
+    monkeypatch.setattr(cacher, "_store_state", "unopened")
+    monkeypatch.setattr(cacher, "_store", None)
     fresh: OrderedDict[object, object] = OrderedDict()
     monkeypatch.setattr(cacher._tier, "entries", fresh)
     monkeypatch.setattr(cacher, "_memory", fresh)
@@ -88,7 +88,7 @@ def test_memory_hit_does_not_hash(
     src = add_src(0.0, "nohash")
     c.get_program(ctx, src, device)
     calls = []
-    monkeypatch.setattr(_lookup, "compute_key", lambda *a: calls.append(a))
+    monkeypatch.setattr(_program_cache, "compute_key", lambda *a: calls.append(a))
     # an equal string that is a different object still hits
     same = "".join([src[:10], src[10:]])
     assert same is not src

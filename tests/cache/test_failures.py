@@ -16,7 +16,7 @@ import pyopencl as cl
 import pytest
 
 from netcl.runtime.cache import ProgramBuildError, ProgramCache
-from netcl.runtime.cache._lookup import _Registry
+from netcl.runtime.cache._program_cache import _Registry
 
 BAD_SRC = "__kernel void broken(__global float *x) { x[0] = undeclared_name; }\n"
 

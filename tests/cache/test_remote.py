@@ -103,7 +103,7 @@ def test_bad_configuration_warns_once_and_compiles(
     for i in range(2):
         c = ProgramCache(tmp_path / f"env-{i}")
         check_add(c.get_program(ctx, add_src(2.0, f"nokey-{i}"), device), 2.0)
-        assert c._lookup.remote is None
+        assert c.remote is None
     (unsigned,) = log_events("cache_remote_unsigned")
     assert unsigned.url == "redis://***@127.0.0.1:1/0"  # type: ignore[attr-defined]
     assert "NETCL_CACHE_REMOTE_KEY" in unsigned.reason  # type: ignore[attr-defined]
@@ -182,7 +182,7 @@ def test_unsigned_opt_in(
     src = add_src(4.0, f"unsigned-{time.time_ns()}")
     first = _cache(tmp_path, server.url, key="")
     first.get_program(ctx, src, device)
-    assert first.stats.remote_writes == 1 and first._lookup.remote is not None
+    assert first.stats.remote_writes == 1 and first.remote is not None
     second = _cache(tmp_path, server.url, key="")
     check_add(second.get_program(ctx, src, device), 4.0)
     assert second.stats.remote_hits == 1
@@ -257,7 +257,7 @@ def test_oversized_values_are_neither_read_nor_written(
 ) -> None:
     src = add_src(6.0, f"big-{time.time_ns()}")
     small = _cache(tmp_path, server.url)
-    tier = small._lookup.remote
+    tier = small.remote
     assert tier is not None
     tier.max_bytes = 1000  # smaller than any PoCL binary
     small.get_program(ctx, src, device)
@@ -287,7 +287,7 @@ def test_redis_killed_in_the_middle_of_a_run(
     for i in range(2):
         check_add(c.get_program(ctx, add_src(float(i), f"kill-{tag}-{i}"), device), float(i))
     assert c.stats.remote_writes == 2
-    tier = c._lookup.remote
+    tier = c.remote
     assert tier is not None
     own_server.kill()
     before = metric_points("netcl.cache.remote.duration")
@@ -342,7 +342,7 @@ def test_slow_redis_costs_one_timeout_per_lookup_until_the_breaker_opens(
             check_add(c.get_program(ctx, add_src(float(i), f"slow-{tag}-{i}"), device), float(i))
             overhead.append(remote_seconds() - t0)
         assert c.stats.remote_errors == 3 and c.stats.compiles == 5
-        tier = c._lookup.remote
+        tier = c.remote
         assert tier is not None and tier.breaker_open
     # each of the first three lookups paid about one read timeout, the last two nothing
     assert all(0.15 < o < 0.2 + 0.4 for o in overhead[:3]), overhead
@@ -363,7 +363,7 @@ def test_full_redis_and_wrong_password_never_fail_get_program(
         check_add(full.get_program(ctx, add_src(float(i), f"full-{tag}-{i}"), device), float(i))
     assert full.stats.compiles == 4 and full.stats.remote_writes == 0
     assert full.stats.remote_errors == 4
-    tier = full._lookup.remote
+    tier = full.remote
     assert tier is not None and not tier.breaker_open  # a full server still answers reads
     oom = metric_points("netcl.cache.remote.errors")
     assert _point_sum(oom, **{"error.type": "redis.exceptions.OutOfMemoryError"}) == oom_before + 4
@@ -374,7 +374,7 @@ def test_full_redis_and_wrong_password_never_fail_get_program(
         check_add(denied.get_program(ctx, add_src(float(i), f"auth-{tag}-{i}"), device),
                   float(i))
     assert denied.stats.remote_errors == 3 and denied.stats.compiles == 4
-    tier = denied._lookup.remote
+    tier = denied.remote
     assert tier is not None and tier.breaker_open
     auth = metric_points("netcl.cache.remote.errors")
     assert _point_sum(auth, **{"error.type": "redis.exceptions.AuthenticationError"}) >= 3

@@ -135,7 +135,7 @@ def test_an_option_redis_py_refuses_turns_the_remote_off_with_one_warning(
         c = ProgramCache(tmp_path / f"local-{i}", remote=url, remote_key=SECRET)
         check_add(c.get_program(ctx, add_src(1.0, f"opt-{query}-{i}"), device), 1.0)
         assert c.stats.compiles == 1 and c.stats.remote_errors == 0
-        assert c._lookup.remote is None
+        assert c.remote is None
     (event,) = log_events("cache_remote_unusable")  # one warning for the configuration
     assert BAD_OPTIONS[query] in event.reason  # type: ignore[attr-defined]
     assert "pw" not in event.url  # type: ignore[attr-defined]

@@ -4,16 +4,13 @@ read through its declaration. A bad value never fails a lookup: one warning
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from netcl.core import paths
 from netcl.core._settings import Setting, flag
 from netcl.core.log import get_logger, warn_once
 
-__all__ = ["DEFAULT_LOCK_TIMEOUT_S", "DEFAULT_MAX_BYTES", "SETTINGS", "RemoteSettings", "Settings",
+__all__ = ["DEFAULT_LOCK_TIMEOUT_S", "DEFAULT_MAX_BYTES", "SETTINGS", "RemoteSettings",
            "parse_size", "read", "redact", "remote_settings"]  # fmt: skip
 
 log = get_logger("netcl.runtime.cache")
@@ -117,29 +114,6 @@ def read(setting: Setting, default: T) -> T:
                   variable=setting.name, value=raw, error=str(exc), using=str(default))  # fmt: skip
         return default
     return value
-
-
-@dataclass
-class Settings:
-    """The local settings of one cache: arguments given, the environment for the rest (read
-    when asked, so a change of the environment is seen by the next lookup)."""
-
-    dir_arg: Path | None
-    max_bytes_arg: int | None
-    lock_timeout: float
-
-    @property
-    def cache_dir(self) -> Path:
-        return self.dir_arg if self.dir_arg is not None else paths.default_cache_dir()
-
-    @property
-    def max_bytes(self) -> int:
-        return self.max_bytes_arg if self.max_bytes_arg is not None else read(
-            MAX_BYTES, DEFAULT_MAX_BYTES)  # fmt: skip
-
-    @property
-    def enabled(self) -> bool:
-        return not read(DISABLE, False)
 
 
 class RemoteSettings(NamedTuple):
