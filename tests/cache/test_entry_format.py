@@ -10,8 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netcl.runtime.cache._config import redact
-from netcl.runtime.cache._entry import HEADER, MAGIC, EntryError, _tag, decode, encode, tag_size
-from netcl.runtime.cache._key import FORMAT_VERSION
+from netcl.runtime.cache._entry import (
+    FORMAT_VERSION,
+    HEADER,
+    MAGIC,
+    EntryError,
+    _tag,
+    decode,
+    encode,
+    tag_size,
+)
 
 SECRET = b"fleet secret"
 KEY = hashlib.sha256(b"program").hexdigest()

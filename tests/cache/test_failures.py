@@ -194,9 +194,9 @@ def test_lock_timeout_falls_back_to_compiling(
     src = add_src(5.0, "locked")
     c.entries()  # creates the folders
     from netcl.core.device import device_identity
-    from netcl.runtime.cache import _key
+    from netcl.runtime.cache import _entry
 
-    key = _key.compute_key(src.encode(), "", device_identity(device))
+    key = _entry.compute_key(src.encode(), "", device_identity(device))
     held = threading.Event()
     done = threading.Event()
 

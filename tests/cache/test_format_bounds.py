@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from netcl.runtime.cache._entry import FORMAT_VERSION as VERSION
 from netcl.runtime.cache._entry import HEADER, MAGIC, EntryError, _tag, decode, encode, tag_size
-from netcl.runtime.cache._key import FORMAT_VERSION as VERSION
 from netcl.runtime.cache._store import pid_alive
 
 SECRET = b"fleet secret"

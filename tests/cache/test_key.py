@@ -8,7 +8,7 @@ from pathlib import Path
 import pyopencl as cl
 import pytest
 
-from netcl.runtime.cache import ProgramCache, _key
+from netcl.runtime.cache import ProgramCache, _entry
 
 
 def _fresh(cache_dir: Path) -> ProgramCache:
@@ -83,19 +83,19 @@ def test_device_identity_changes_the_key(
 
 
 def test_key_recipe() -> None:
-    k = _key.compute_key(b"src", "", "dev")
-    assert len(k) == 64 and k == _key.compute_key(b"src", "", "dev")
-    assert k != _key.compute_key(b"src", "", "dev2")
-    assert k != _key.compute_key(b"src ", "", "dev")
+    k = _entry.compute_key(b"src", "", "dev")
+    assert len(k) == 64 and k == _entry.compute_key(b"src", "", "dev")
+    assert k != _entry.compute_key(b"src", "", "dev2")
+    assert k != _entry.compute_key(b"src ", "", "dev")
     # framing: moving bytes between parts changes the key
-    assert _key.compute_key(b"ab", "c", "d") != _key.compute_key(b"a", "bc", "d")
-    assert _key.include_dirs('-I a -Ib "-I" "c d" /I e -DX') == ["a", "b", "c d", "e"]
+    assert _entry.compute_key(b"ab", "c", "d") != _entry.compute_key(b"a", "bc", "d")
+    assert _entry.include_dirs('-I a -Ib "-I" "c d" /I e -DX') == ["a", "b", "c d", "e"]
 
 
 def test_format_version_is_in_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    k = _key.compute_key(b"src", "", "dev")
-    monkeypatch.setattr(_key, "FORMAT_VERSION", _key.FORMAT_VERSION + 1)
-    assert _key.compute_key(b"src", "", "dev") != k
+    k = _entry.compute_key(b"src", "", "dev")
+    monkeypatch.setattr(_entry, "FORMAT_VERSION", _entry.FORMAT_VERSION + 1)
+    assert _entry.compute_key(b"src", "", "dev") != k
 
 
 def test_pyopencl_header_third_party_kernel(
@@ -135,6 +135,6 @@ def test_pyopencl_header_third_party_kernel(
         cl.enqueue_copy(queue, out, dc)
         np.testing.assert_allclose(out, a * b, rtol=1e-5)
     # the header's content is part of the key
-    found = _key._includes(src.encode(), [inc])
+    found = _entry._includes(src.encode(), [inc])
     assert [n for n, _ in found] == [b"pyopencl-complex.h"]
     assert found[0][1] is not None and b"cfloat_t" in found[0][1]

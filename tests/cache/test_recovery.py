@@ -12,8 +12,7 @@ import pytest
 
 from netcl.core.device import device_identity
 from netcl.runtime.cache import ProgramCache
-from netcl.runtime.cache._entry import HEADER, decode, encode
-from netcl.runtime.cache._key import FORMAT_VERSION
+from netcl.runtime.cache._entry import FORMAT_VERSION, HEADER, decode, encode
 
 
 def _flip_payload(p: Path) -> None:

@@ -22,8 +22,7 @@ import pyopencl as cl
 import pytest
 
 from netcl.runtime.cache import ProgramCache, _remote
-from netcl.runtime.cache._entry import decode, encode
-from netcl.runtime.cache._key import FORMAT_VERSION
+from netcl.runtime.cache._entry import FORMAT_VERSION, decode, encode
 
 SECRET = "fleet-secret"
 PREFIX = f"netcl:cache:v{FORMAT_VERSION}:"

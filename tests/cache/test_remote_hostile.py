@@ -24,8 +24,7 @@ import pytest
 
 from netcl.core.device import device_identity
 from netcl.runtime.cache import ProgramCache, _config, _remote
-from netcl.runtime.cache._entry import HEADER, MAGIC, _tag
-from netcl.runtime.cache._key import FORMAT_VERSION, compute_key
+from netcl.runtime.cache._entry import FORMAT_VERSION, HEADER, MAGIC, _tag, compute_key
 
 SECRET = "fleet-secret"
 PREFIX = f"netcl:cache:v{FORMAT_VERSION}:"

@@ -165,14 +165,14 @@ def test_memory_hits_of_a_cache_that_is_gone_still_count(
     from netcl.runtime.cache import _telemetry
 
     src = add_src(0.0, "gone-hits")
-    watched = len(_telemetry._reporters)
+    watched = len(_telemetry._live)
     c = ProgramCache(cache_dir)
     c.get_program(ctx, src, device)
     before = _lookups(metric_points).get("memory", 0)
     for _ in range(3):
         c.get_program(ctx, src, device)
-    assert len(_telemetry._reporters) == watched + 1
+    assert len(_telemetry._live) == watched + 1
     del c
     gc.collect()
-    assert len(_telemetry._reporters) == watched  # reported a last time, then forgotten
+    assert len(_telemetry._live) == watched  # reported a last time, then forgotten
     assert _lookups(metric_points)["memory"] - before == 3

@@ -1,4 +1,8 @@
-"""The one entry format of both tiers (a file on disk, a value in Redis), little endian::
+"""Cache entries: the key a program is stored under, and the one entry format of both tiers.
+
+The key is the sha256 over format version, device identity, build options, source and the
+content of every header the source reaches through ``#include``. The entry (a file on disk, a
+value in Redis), little endian::
 
     0   8s  magic b"NETCLPRG"
     8   H   format version (FORMAT_VERSION, also part of the key)
@@ -20,15 +24,100 @@ import hmac
 import json
 import os
 import re
+import shlex
 import stat
 import struct
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
-from netcl.runtime.cache._key import FORMAT_VERSION
+__all__ = ["FORMAT_VERSION", "HEADER", "MAGIC", "MAX_ENTRY_BYTES", "MAX_META_BYTES", "EntryError",
+           "compute_key", "decode", "encode", "include_dirs", "parse_meta", "read_file",
+           "tag_size"]  # fmt: skip
 
-__all__ = ["HEADER", "MAGIC", "MAX_ENTRY_BYTES", "MAX_META_BYTES", "EntryError", "decode",
-           "encode", "parse_meta", "read_file", "tag_size"]  # fmt: skip
+#: Version of the entry format (disk and remote) and of the key recipe; bumping it misses every
+#: old entry (3: one format for both tiers).
+FORMAT_VERSION = 3
+
+# the key ----------------------------------------------------------------------------------------
+
+# `#include "a.h"` and `#include <a.h>`; conditional includes are hashed too (over-inclusion only
+# costs a read, missing a header would serve a stale binary).
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\r\n]+)[>"]', re.MULTILINE)
+
+
+def include_dirs(options: str) -> list[str]:
+    """The ``-I`` folders named in ``options`` (``-I dir``, ``-Idir``, ``/I dir``), in order."""
+    if "-I" not in options and "/I" not in options:
+        return []
+    try:
+        words = shlex.split(options)
+    except ValueError:  # unbalanced quotes: the driver will complain; key on the raw words
+        words = options.split()
+    dirs: list[str] = []
+    for before, word in zip(["", *words], words, strict=False):
+        if before in ("-I", "/I"):
+            dirs.append(word)
+        elif word.startswith(("-I", "/I")) and len(word) > 2:
+            dirs.append(word[2:].lstrip("="))
+    return dirs
+
+
+def _includes(source: bytes, dirs: Sequence[str]) -> list[tuple[bytes, bytes | None]]:
+    """(name, content) of every header reachable from ``source``; content None when not found
+    (a header of the driver itself, or a missing one: the name still goes into the key)."""
+    found: list[tuple[bytes, bytes | None]] = []
+    seen: set[str] = set()
+    todo: list[tuple[bytes, str | None]] = [(source, None)]
+    while todo:
+        text, here = todo.pop()
+        for m in _INCLUDE.finditer(text):
+            name = m.group(2).decode("utf-8", "surrogateescape").strip()
+            search = ([here] if here is not None and m.group(1) == b'"' else []) + list(dirs)
+            path = None
+            for d in search:
+                candidate = os.path.join(d, name)
+                if os.path.isfile(candidate):
+                    path = os.path.realpath(candidate)
+                    break
+            if path is None:
+                found.append((m.group(2), None))
+                continue
+            if path in seen:
+                continue
+            seen.add(path)
+            with open(path, "rb") as f:
+                content = f.read()
+            found.append((m.group(2), content))
+            todo.append((content, os.path.dirname(path)))
+    return found
+
+
+def compute_key(source: bytes, options: str, identity: str) -> str:
+    """The hex sha256 key of a program: every input is length-framed, so no two differ only in
+    where one part ends and the next begins."""
+    h = hashlib.sha256()
+
+    def feed(tag: bytes, data: bytes) -> None:
+        h.update(tag + len(data).to_bytes(8, "little"))
+        h.update(data)
+
+    feed(b"fmt", str(FORMAT_VERSION).encode())
+    feed(b"dev", identity.encode("utf-8", "surrogateescape"))
+    opts = options.encode("utf-8", "surrogateescape")
+    feed(b"opt", opts)
+    feed(b"src", source)
+    if b"include" in source:
+        for name, content in _includes(source, include_dirs(options)):
+            feed(b"inc", name)
+            if content is None:
+                feed(b"miss", b"")
+            else:
+                feed(b"dat", content)
+    return h.hexdigest()
+
+
+# the format -------------------------------------------------------------------------------------
 
 MAGIC = b"NETCLPRG"
 HEADER = struct.Struct("<8sHHIQ")

@@ -34,8 +34,7 @@ from netcl.runtime.cache._config import (
     MAX_BYTES,
     read,
 )
-from netcl.runtime.cache._entry import EntryError, decode, encode
-from netcl.runtime.cache._key import compute_key, normalize_options
+from netcl.runtime.cache._entry import EntryError, compute_key, decode, encode
 from netcl.runtime.cache._remote import Lease, RemoteError, RemoteTier
 from netcl.runtime.cache._store import (
     CacheStats,
@@ -596,3 +595,14 @@ def _folder_warning(
             "created, private to you, when missing).",
             RuntimeWarning, stacklevel=4,
         )
+
+
+def normalize_options(options: str | Sequence[str] | None) -> str:
+    """Build options as the one string handed to the driver (a sequence is joined by spaces)."""
+    if options is None:
+        return ""
+    if isinstance(options, str):
+        return options
+    if isinstance(options, (bytes, bytearray)) or not all(isinstance(o, str) for o in options):
+        raise TypeError(f"get_program: options must be a str or a sequence of str, got {options!r}")
+    return " ".join(options)

@@ -16,8 +16,7 @@ from netcl.core import telemetry
 from netcl.core.log import get_logger, warn_once
 from netcl.runtime.cache import _telemetry as tel
 from netcl.runtime.cache._config import REMOTE, RemoteSettings, redact, remote_settings
-from netcl.runtime.cache._entry import decode, encode
-from netcl.runtime.cache._key import FORMAT_VERSION
+from netcl.runtime.cache._entry import FORMAT_VERSION, decode, encode
 
 __all__ = ["Lease", "RemoteError", "RemoteTier", "remote_info", "tier_for"]
 

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Mapping
-
-from opentelemetry.util.types import AttributeValue
 
 from netcl.core import telemetry
 from netcl.runtime.cache.version import __version__
@@ -33,46 +30,39 @@ ATTR_REMOTE_OP = "netcl.cache.remote.op"
 #: none) and on remote errors: :func:`netcl.core.telemetry.error_type`.
 ATTR_ERROR_TYPE = telemetry.ERROR_TYPE
 
-#: Lookups by result, process-wide. In-process hits reach it through report_memory_hits.
-LOOKUPS = telemetry.Counts(ATTR_RESULT)
+# An in-process hit only bumps its cache's own counter: Counts.add (~0.25 µs) would double
+# what a hit costs. LOOKUPS reads the counters of the live caches when a reader collects; a
+# cache that goes leaves its count behind.
+_live: dict[int, dict[str, int]] = {}  # by id() of the cache
+_gone_hits = 0
+_lock = threading.Lock()
+
+
+def _count_memory_hits() -> None:
+    with _lock:
+        LOOKUPS.set(_gone_hits + sum(c["memory_hits"] for c in _live.values()), "memory")
+
+
+def _forget(cache_id: int) -> None:
+    global _gone_hits
+    with _lock:
+        _gone_hits += _live.pop(cache_id)["memory_hits"]
+
+
+def report_memory_hits(cache: object, counters: dict[str, int]) -> None:
+    """Count ``counters["memory_hits"]`` of ``cache`` as ``memory`` lookups."""
+    _live[id(cache)] = counters
+    weakref.finalize(cache, _forget, id(cache))
+
+
+#: Lookups by result, process-wide (in-process hits: read from the caches' counters).
+LOOKUPS = telemetry.Counts(ATTR_RESULT, refresh=_count_memory_hits)
 RECOVERIES = telemetry.Counts(ATTR_REASON)
 REMOTE_ERRORS = telemetry.Counts(ATTR_ERROR_TYPE)
 REMOTE_REJECTED = telemetry.Counts(ATTR_REASON)
 
-# An in-process hit only bumps its cache's own counter: Counts.add (~0.25 µs) would double
-# what a hit costs. What is new there reaches LOOKUPS when a reader collects or the cache goes.
-_reporters: set[Callable[[], None]] = set()
-_lock = threading.Lock()
-
-
-def report_memory_hits(cache: object, counters: dict[str, int]) -> None:
-    """Count ``counters["memory_hits"]`` of ``cache`` as ``memory`` lookups, while it lives."""
-    seen = 0
-
-    def report() -> None:
-        nonlocal seen
-        with _lock:
-            hits = counters["memory_hits"]
-            LOOKUPS.add(hits - seen, "memory")
-            seen = hits
-
-    _reporters.add(report)
-    weakref.finalize(cache, _last_report, report)
-
-
-def _last_report(report: Callable[[], None]) -> None:
-    report()
-    _reporters.discard(report)
-
-
-def _lookups() -> list[tuple[float, Mapping[str, AttributeValue]]]:
-    for report in list(_reporters):
-        report()
-    return LOOKUPS.points()
-
-
 for _name, _points, _unit, _what in (
-    ("netcl.cache.lookups", _lookups, "{lookup}",
+    ("netcl.cache.lookups", LOOKUPS.points, "{lookup}",
      "ProgramCache.get_program calls by result (memory, disk, remote, compiled, recovered)"),
     ("netcl.cache.recoveries", RECOVERIES.points, "{entry}",
      "Damaged cache entries found, by reason (empty, truncated, checksum, ...)"),
