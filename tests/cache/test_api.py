@@ -28,7 +28,7 @@ def test_spec_examples_verbatim(
 ) -> None:
     # keep ~/.cache clean; the patched state goes back after the test
     monkeypatch.setattr(cacher, "_dir_arg", tmp_path / "global")
-    monkeypatch.setattr(cacher, "_store_state", "unopened")
+    monkeypatch.setattr(cacher, "_store_opened", False)
     monkeypatch.setattr(cacher, "_store", None)
     fresh: OrderedDict[object, object] = OrderedDict()
     monkeypatch.setattr(cacher._tier, "entries", fresh)

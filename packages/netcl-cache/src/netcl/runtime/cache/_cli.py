@@ -78,8 +78,8 @@ def _run(name: str, action: Callable[[argparse.Namespace, Path], _Doc],
     return code
 
 
-def _open(root: Path, *, write: bool = False) -> tuple[DiskStore | None, _Doc]:
-    """The store at ``root`` (None when the folder does not exist yet) and the start of the
+def _open(root: Path, *, write: bool = False) -> tuple[DiskStore, _Doc]:
+    """The store at ``root`` (a folder not there yet reads as empty) and the start of the
     action's document. Refuses (exit 1, "unusable: <reason>") what the cache itself could not
     use: a folder it would not trust or could not create, and for ``write`` one it could not
     write in. Never creates anything."""
@@ -90,7 +90,7 @@ def _open(root: Path, *, write: bool = False) -> tuple[DiskStore | None, _Doc]:
         why = f"{root}: {exc.strerror or exc}"
     if why is not None:
         raise _CliError(1, f"unusable: {why}")
-    return DiskStore(root) if exists else None, {"cache_dir": str(root), "exists": exists}
+    return DiskStore(root), {"cache_dir": str(root), "exists": exists}
 
 
 def _setting(read: Callable[[], Any]) -> Any:
@@ -111,8 +111,7 @@ def _stats(args: argparse.Namespace, root: Path) -> _Doc:
     cap = int(_setting(lambda: MAX_BYTES.value(DEFAULT_MAX_BYTES)))
     enabled = not _setting(lambda: DISABLE.value(False))
     store, doc = _open(root, write=enabled)
-    files, temps = (store.entries(), store.temp_files()) if store else ([], [])
-    totals = store.totals() if store else {}
+    files, temps, totals = store.entries(), store.temp_files(), store.totals()
     doc.update({k: totals.get(k, 0) for k in COUNTERS})
     entry_bytes, temp_bytes = sum(f.size for f in files), sum(t.size for t in temps)
     doc.update(
@@ -154,9 +153,7 @@ def _stats_text(doc: _Doc) -> str:
 
 def _list(args: argparse.Namespace, root: Path) -> _Doc:
     store, doc = _open(root)
-    doc.update(entries=[], temp_files=[])
-    if store is None:
-        return doc
+    doc["entries"] = []
     for f in store.entries():
         row: _Doc = {"key": f.key, "kind": f.kind, "bytes": f.size, "last_used": f.mtime,
                      "status": "ok", "device": None, "options": None}  # fmt: skip
@@ -194,11 +191,9 @@ def _list_text(doc: _Doc) -> str:
 
 def _clear(args: argparse.Namespace, root: Path) -> _Doc:
     store, doc = _open(root)
-    doc.update(removed=0, kept_temp_files=0)
-    if store is not None:
-        doc["removed"] = _changing(root, store.clear)
-        _changing(root, lambda: store.remove(store.stats_file))
-        doc["kept_temp_files"] = len(store.temp_files())
+    doc["removed"] = _changing(root, store.clear)
+    _changing(root, lambda: store.remove(store.stats_file))
+    doc["kept_temp_files"] = len(store.temp_files())
     return doc
 
 
@@ -210,10 +205,8 @@ def _clear_text(doc: _Doc) -> str:
 
 def _zero(args: argparse.Namespace, root: Path) -> _Doc:
     store, doc = _open(root)
-    doc["zeroed"] = False
-    if store is not None:
-        doc["zeroed"] = _changing(root, lambda: store.remove(store.stats_file))
-        doc["entries"] = len(store.entries())
+    doc["zeroed"] = _changing(root, lambda: store.remove(store.stats_file))
+    doc["entries"] = len(store.entries())
     return doc
 
 
@@ -229,9 +222,8 @@ def _prune(args: argparse.Namespace, root: Path) -> _Doc:
     if cap is None:
         cap = int(_setting(lambda: MAX_BYTES.value(DEFAULT_MAX_BYTES)))
     store, doc = _open(root)
-    doc.update(max_bytes=cap, damaged=0, temp=0, evicted=0)
-    if store is not None:
-        doc.update(_changing(root, lambda: store.prune(cap)))
+    doc["max_bytes"] = cap
+    doc.update(_changing(root, lambda: store.prune(cap)))
     return doc
 
 

@@ -10,13 +10,12 @@ from urllib.parse import urlsplit, urlunsplit
 from netcl.core._settings import Setting, flag
 from netcl.core.log import get_logger, warn_once
 
-__all__ = ["DEFAULT_LOCK_TIMEOUT_S", "DEFAULT_MAX_BYTES", "SETTINGS", "RemoteSettings",
-           "parse_size", "read", "redact", "remote_settings"]  # fmt: skip
+__all__ = ["DEFAULT_MAX_BYTES", "SETTINGS", "RemoteSettings", "parse_size", "read", "redact",
+           "remote_settings"]  # fmt: skip
 
 log = get_logger("netcl.runtime.cache")
 
 DEFAULT_MAX_BYTES = 1 << 30
-DEFAULT_LOCK_TIMEOUT_S = 60.0
 DEFAULT_REMOTE_TIMEOUT_S = 1.0
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 # used when NETCL_CACHE_REMOTE_UNSIGNED=1: the tag is then only a checksum, anyone can forge it

@@ -27,39 +27,26 @@ from netcl.core.log import LazyLogger, get_logger, warn_once
 from netcl.runtime.cache import _remote
 from netcl.runtime.cache import _telemetry as tel
 from netcl.runtime.cache._build import ProgramBuildError, compile_program, entry_meta, from_binary
-from netcl.runtime.cache._config import (
-    DEFAULT_LOCK_TIMEOUT_S,
-    DEFAULT_MAX_BYTES,
-    DISABLE,
-    MAX_BYTES,
-    read,
-)
+from netcl.runtime.cache._config import DEFAULT_MAX_BYTES, DISABLE, MAX_BYTES, read
 from netcl.runtime.cache._entry import EntryError, compute_key, decode, encode
 from netcl.runtime.cache._remote import Lease, RemoteError, RemoteTier
-from netcl.runtime.cache._store import (
-    CacheStats,
-    Counters,
-    DiskStore,
-    EntryFile,
-    UntrustedFolderError,
-    new_counters,
-)
+from netcl.runtime.cache._store import CacheStats, DiskStore, EntryFile, UntrustedFolderError
 
-__all__ = ["REGISTRY", "MemoryEntry", "MemoryTier", "ProgramCache"]
+__all__ = ["DEFAULT_LOCK_TIMEOUT_S", "REGISTRY", "MemoryEntry", "MemoryTier", "ProgramCache"]
 
 log = get_logger("netcl.runtime.cache")
 _ref = weakref.ref
+#: Seconds to wait for another process (or machine) compiling the same program.
+DEFAULT_LOCK_TIMEOUT_S = 60.0
 
 
+@dataclass(slots=True)
 class MemoryEntry:
     """One built program, its cache key, and ``used``: hit since the clock hand last passed."""
 
-    __slots__ = ("key", "program", "used")
-
-    def __init__(self, program: cl.Program, key: str) -> None:
-        self.program = program
-        self.key = key
-        self.used = False
+    program: cl.Program
+    key: str
+    used: bool = False
 
 
 def _purge_dead(tier_ref: weakref.ref[MemoryTier]) -> None:
@@ -188,7 +175,7 @@ class _Session:
 
     __slots__ = ("c", "ok", "reachable", "reported", "tier")
 
-    def __init__(self, tier: RemoteTier, counters: Counters) -> None:
+    def __init__(self, tier: RemoteTier, counters: dict[str, int]) -> None:
         self.tier, self.c = tier, counters
         self.ok = self.reachable = True
         self.reported = False  # a bad value seen again after a wait is reported once
@@ -250,13 +237,14 @@ class ProgramCache:
         )
         self._registry = registry if registry is not None else REGISTRY
         self._remote_args = (remote, remote_key)
-        self._store: DiskStore | None = None
-        self._store_state = "unopened"  # unopened | open | unusable
+        self._store: DiskStore | None = None  # when opened and found usable
+        self._store_opened = False
         self._tier = MemoryTier(max_programs)
-        # the hit path reads these two directly: one attribute lookup each
+        # the hit path reads these two directly: one attribute lookup each; the counters are a
+        # plain dict by CacheStats field name, so that a hit costs one item increment
         self._memory = self._tier.entries
-        self._c: Counters = new_counters()
-        self._flushed = new_counters()
+        self._c = CacheStats().as_dict()
+        self._flushed = CacheStats().as_dict()
         _LIVE.add(self)
         tel.report_memory_hits(self, self._c)
 
@@ -425,15 +413,12 @@ class ProgramCache:
 
     # disk tier ----------------------------------------------------------------------------------
 
-    @property
-    def store(self) -> DiskStore | None:
-        """The disk tier when it was opened and found usable, without opening it."""
-        return self._store if self._store_state == "open" else None
-
     def open_store(self) -> DiskStore | None:
-        if self._store_state != "unopened":
+        """The disk tier, opened on first use; None when its folder cannot be used."""
+        if self._store_opened:
             return self._store
         root = self.cache_dir
+        store = None
         try:
             # A folder found trusted stays trusted for this process (only this user or root
             # could change that): a fresh instance then skips the three stat calls.
@@ -444,12 +429,8 @@ class ProgramCache:
             _folder_warning(root, "cache_dir_untrusted", f"is not used ({exc})", reason=str(exc))
         except OSError as exc:
             _folder_warning(root, "cache_dir_unusable", f"cannot be used ({exc})", error=str(exc))
-        else:
-            self._store, self._store_state = store, "open"
-            return store
-        # not the store of an earlier open, which _save gave up on when its folder vanished
-        self._store, self._store_state = None, "unusable"
-        return None
+        self._store, self._store_opened = store, True
+        return store
 
     def _load(
         self, store: DiskStore, req: _Request, report: bool = True
@@ -488,7 +469,7 @@ class ProgramCache:
                 logger.warning("cache_write_failed", path=str(store.path(req.key)),
                                errno=exc.errno, error=str(exc))  # fmt: skip
                 self._registry.stores.pop(store.root, None)
-                self._store_state = "unopened"
+                self._store, self._store_opened = None, False
             else:  # read-only, full, not allowed
                 _folder_warning(store.root, "cache_write_failed",
                                 f"cannot be written ({exc.strerror or exc})", logger,
@@ -535,7 +516,7 @@ class ProgramCache:
     def flush_stats(self) -> None:
         """Add this instance's counters since the last flush to the folder's ``stats.json``
         (done at exit; ``netcl cache stats`` shows the totals)."""
-        store, flushed = self.store, self._flushed
+        store, flushed = self._store, self._flushed
         delta = {k: v - flushed[k] for k, v in self._c.items() if v != flushed[k]}
         if not delta or store is None:
             return

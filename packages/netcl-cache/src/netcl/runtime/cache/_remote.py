@@ -236,7 +236,11 @@ def _client(url: str) -> Any:
 
     given = parse_url(url)  # type: ignore[no-untyped-call]  # ValueError: an option of the wrong type
     for name in parse_qs(urlsplit(url).query):
-        _check_option(name, given.get(name))
+        value, low = given.get(name), _AT_LEAST.get(name)
+        if name in _POSITIVE and not (isinstance(value, float) and 0 < value < float("inf")):
+            raise ValueError(f"option {name!r}: expected a number of seconds > 0, got {value!r}")
+        if low is not None and not (isinstance(value, int) and value >= low):
+            raise ValueError(f"option {name!r}: expected an integer >= {low}, got {value!r}")
     pool = redis.ConnectionPool.from_url(
         url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=TIMEOUT_S,
         retry=Retry(NoBackoff(), 0), health_check_interval=0,
@@ -249,14 +253,6 @@ def _client(url: str) -> Any:
     except (ValueError, redis.RedisError) as exc:
         raise ValueError(f"redis-py refuses the URL's options: {exc}") from None
     return redis.Redis(connection_pool=pool)
-
-
-def _check_option(name: str, value: Any) -> None:
-    if name in _POSITIVE and not (isinstance(value, float) and 0 < value < float("inf")):
-        raise ValueError(f"option {name!r}: expected a number of seconds > 0, got {value!r}")
-    low = _AT_LEAST.get(name)
-    if low is not None and not (isinstance(value, int) and value >= low):
-        raise ValueError(f"option {name!r}: expected an integer >= {low}, got {value!r}")
 
 
 # one tier per configuration ---------------------------------------------------------------------

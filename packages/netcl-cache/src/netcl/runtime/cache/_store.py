@@ -24,7 +24,7 @@ from netcl.core.log import get_logger
 from netcl.runtime.cache._entry import EntryError, decode, read_file
 
 __all__ = ["COUNTERS", "CacheStats", "Counters", "DiskStore", "EntryFile", "TempFile",
-           "UntrustedFolderError", "new_counters", "pid_alive", "probe", "refusal",
+           "UntrustedFolderError", "pid_alive", "probe", "refusal",
            "write_atomic"]  # fmt: skip
 
 log = get_logger("netcl.runtime.cache")
@@ -76,13 +76,8 @@ class CacheStats:
 
 
 COUNTERS = tuple(f.name for f in fields(CacheStats))
-#: The live counters of one cache, by CacheStats field name: a plain dict, so that a hit
-#: costs one item increment.
+#: Counters by CacheStats field name (a cache's live ones, a folder's totals).
 Counters = dict[str, int]
-
-
-def new_counters() -> Counters:
-    return dict.fromkeys(COUNTERS, 0)
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,6 @@ import weakref
 from netcl.core import telemetry
 from netcl.runtime.cache.version import __version__
 
-__all__ = ["ATTR_DEVICE", "ATTR_ERROR_TYPE", "ATTR_KEY", "ATTR_LOG", "ATTR_OPTIONS", "ATTR_REASON",
-           "ATTR_REMOTE_OP", "ATTR_RESULT", "LOOKUPS", "RECOVERIES", "REMOTE_ERRORS",
-           "REMOTE_REJECTED", "SPAN_COMPILE", "SPAN_GET_PROGRAM", "TEL", "compile_duration",
-           "remote_duration", "report_memory_hits"]  # fmt: skip
-
 TEL = telemetry.Scope("netcl.runtime.cache", __version__)
 
 SPAN_GET_PROGRAM = "netcl.cache.get_program"
