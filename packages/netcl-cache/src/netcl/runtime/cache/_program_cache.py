@@ -30,7 +30,7 @@ from netcl.runtime.cache._build import ProgramBuildError, compile_program, entry
 from netcl.runtime.cache._config import DEFAULT_MAX_BYTES, DISABLE, MAX_BYTES, read
 from netcl.runtime.cache._entry import EntryError, compute_key, decode, encode
 from netcl.runtime.cache._remote import Lease, RemoteError, RemoteTier
-from netcl.runtime.cache._store import CacheStats, DiskStore, EntryFile, UntrustedFolderError
+from netcl.runtime.cache._store import CacheStats, DiskStore, EntryFile, refusal
 
 __all__ = ["DEFAULT_LOCK_TIMEOUT_S", "REGISTRY", "MemoryEntry", "MemoryTier", "ProgramCache"]
 
@@ -418,17 +418,21 @@ class ProgramCache:
         if self._store_opened:
             return self._store
         root = self.cache_dir
-        store = None
-        try:
-            # A folder found trusted stays trusted for this process (only this user or root
-            # could change that): a fresh instance then skips the three stat calls.
-            store = self._registry.stores.get(root)
-            if store is None:
-                store = self._registry.stores[root] = DiskStore.open(root)
-        except UntrustedFolderError as exc:
-            _folder_warning(root, "cache_dir_untrusted", f"is not used ({exc})", reason=str(exc))
-        except OSError as exc:
-            _folder_warning(root, "cache_dir_unusable", f"cannot be used ({exc})", error=str(exc))
+        # A folder found trusted stays trusted for this process (only this user or root could
+        # change that): a fresh instance then skips the three stat calls.
+        store = self._registry.stores.get(root)
+        if store is None:
+            try:
+                why = refusal(root, create=True)  # its folders made (0700) when missing
+            except OSError as exc:
+                _folder_warning(root, "cache_dir_unusable", f"cannot be used ({exc})",
+                                error=str(exc))  # fmt: skip
+            else:
+                if why is None:
+                    store = self._registry.stores[root] = DiskStore(root)
+                else:
+                    _folder_warning(root, "cache_dir_untrusted", f"is not used ({why})",
+                                    reason=why)  # fmt: skip
         self._store, self._store_opened = store, True
         return store
 

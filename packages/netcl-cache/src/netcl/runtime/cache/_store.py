@@ -24,7 +24,7 @@ from netcl.core.log import get_logger
 from netcl.runtime.cache._entry import EntryError, decode, read_file
 
 __all__ = ["COUNTERS", "CacheStats", "Counters", "DiskStore", "EntryFile", "TempFile",
-           "UntrustedFolderError", "pid_alive", "probe", "refusal",
+           "pid_alive", "probe", "refusal",
            "write_atomic"]  # fmt: skip
 
 log = get_logger("netcl.runtime.cache")
@@ -38,10 +38,6 @@ _MAX_STATS_BYTES = 1 << 20
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 # `.<key or "stats">.<pid>.<mkstemp's random part>.tmp`; `.<key>.<random>.tmp` from older writers
 _TMP_NAME = re.compile(r"^\.(?:[0-9a-f]{64}|stats)\.(?:(\d+)\.)?[A-Za-z0-9_]+\.tmp$")
-
-
-class UntrustedFolderError(PermissionError):
-    """A cache folder that is not a folder, not ours, or writable by others."""
 
 
 @dataclass(frozen=True)
@@ -207,7 +203,8 @@ def write_atomic(target: Path, data: bytes, prefix: str) -> None:
 
 class DiskStore:
     """Entries under ``root/programs``, lock files under ``root/locks``, counters in
-    ``root/stats.json``; :meth:`open` refuses a folder it cannot trust."""
+    ``root/stats.json``. A folder not there yet reads as empty; :func:`refusal` says whether
+    the cache may use it (and makes it)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -215,14 +212,6 @@ class DiskStore:
         self.locks = root / "locks"
         self.stats_file = root / "stats.json"  #: the hit/miss totals (remove it to zero them)
         self._prefix = os.path.join(self.programs, "")  # str paths: a hit skips pathlib
-
-    @classmethod
-    def open(cls, root: Path) -> DiskStore:
-        """The store at ``root``, its folders made when missing; raises
-        :class:`UntrustedFolderError`, or ``OSError`` when they cannot be made."""
-        if why := refusal(root, create=True):
-            raise UntrustedFolderError(why)
-        return cls(root)
 
     # entries ------------------------------------------------------------------------------------
 
