@@ -261,7 +261,7 @@ def test_oversized_values_are_neither_read_nor_written(
     tier.max_bytes = 1000  # smaller than any PoCL binary
     small.get_program(ctx, src, device)
     assert small.stats.remote_writes == 0 and small.stats.compiles == 1
-    tier.max_bytes = _remote.MAX_VALUE_BYTES
+    tier.max_bytes = _remote.RemoteTier.max_bytes
     big = _cache(tmp_path, server.url)
     big.get_program(ctx, src, device)  # now published
     assert big.stats.remote_writes == 1
@@ -299,7 +299,7 @@ def test_redis_killed_in_the_middle_of_a_run(
         slowest = max(slowest, time.perf_counter() - t0)
         check_add(prg, float(i))
     # three failed calls opened the breaker; the other lookups did not even try
-    assert c.stats.remote_errors == _remote.BREAKER_FAILURES == 3
+    assert c.stats.remote_errors == _remote.RemoteTier.breaker_failures == 3
     assert tier.breaker_open
     assert len(log_events("cache_remote_breaker_open")) == 1
     after = metric_points("netcl.cache.remote.duration")

@@ -197,7 +197,7 @@ def test_the_deadline_is_a_setting(
     url = proxy(16 << 10, 1 / 16).url(server)
     monkeypatch.setenv("NETCL_CACHE_REMOTE_TIMEOUT", "0.3")
     tier = _remote.tier_for(url, SECRET)
-    assert tier is not None and tier.timeout_s == 0.3
+    assert isinstance(tier, _remote.RemoteTier) and tier.timeout_s == 0.3
     t0 = time.monotonic()
     with pytest.raises(_remote.RemoteError):
         tier.get("ab" * 32)

@@ -21,6 +21,7 @@ __all__ = ["SETTINGS", "register"]  # SETTINGS: what `netcl config` lists for th
 
 _plural = _table.plural
 _Doc = dict[str, Any]
+_Action = Callable[[argparse.Namespace, Path], tuple[_Doc, str]]
 
 
 class _CliError(Exception):
@@ -53,28 +54,29 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="Exit codes: 0 done, 1 refused or failed, 2 usage.",
     )  # fmt: skip
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
-    for name, (help_, action, text) in _ACTIONS.items():
-        a = csub.add_parser(name, parents=[common], help=help_, description=help_)
-        a.set_defaults(func=lambda args, n=name, f=action, t=text: _run(n, f, t, args))
+    for name, action in _ACTIONS.items():
+        # an action's docstring is its help (argparse folds its lines)
+        a = csub.add_parser(name, parents=[common], help=action.__doc__,
+                            description=action.__doc__)  # fmt: skip
+        a.set_defaults(func=lambda args, n=name, f=action: _run(n, f, args))
         if name == "prune":
             a.add_argument("--max-bytes", type=_size, metavar="SIZE", default=None,
                            help="cap to prune to, e.g. 500M (default: the cache's cap)")
 
 
-def _run(name: str, action: Callable[[argparse.Namespace, Path], _Doc],
-         text: Callable[[_Doc], str], args: argparse.Namespace) -> int:  # fmt: skip
+def _run(name: str, action: _Action, args: argparse.Namespace) -> int:
     as_json = getattr(args, "json", False)
     d = getattr(args, "dir", None)
     root = Path(d).expanduser() if d else paths.default_cache_dir()
     code = 0
     try:
-        doc = action(args, root)
+        doc, text = action(args, root)
     except _CliError as exc:
         sys.stderr.write(f"netcl cache {name}: {exc}\n")
         doc, code = {"cache_dir": str(root), "error": str(exc), "exit_code": exc.code}, exc.code
         if not as_json:
             return code
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n" if as_json else text(doc))
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n" if as_json else text)
     return code
 
 
@@ -107,7 +109,8 @@ def _changing(root: Path, change: Callable[[], Any]) -> Any:
         raise _CliError(1, f"cannot change {root}: {exc.strerror or exc}") from None
 
 
-def _stats(args: argparse.Namespace, root: Path) -> _Doc:
+def _stats(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
+    """size, entries, temporary files and hit/miss totals"""
     cap = int(_setting(lambda: MAX_BYTES.value(DEFAULT_MAX_BYTES)))
     enabled = not _setting(lambda: DISABLE.value(False))
     store, doc = _open(root, write=enabled)
@@ -123,10 +126,6 @@ def _stats(args: argparse.Namespace, root: Path) -> _Doc:
         remote=remote_info(),  # NETCL_CACHE_REMOTE, password redacted, PINGed now
     )  # fmt: skip
     doc["lookups"] = doc["hits"] + doc["misses"]
-    return doc
-
-
-def _stats_text(doc: _Doc) -> str:
     state = ("" if doc["exists"] else " (not created yet)") + (
         "" if doc["enabled"] else " (disabled by NETCL_CACHE_DISABLE)")
     other, cap, used, hits, lookups = (doc[k] for k in
@@ -148,10 +147,11 @@ def _stats_text(doc: _Doc) -> str:
         ("bytes read/written", f"{_human(doc['bytes_read'])} / {_human(doc['bytes_written'])}"),
         ("remote", remote),
     ]  # fmt: skip
-    return "\n".join(_table.pairs(rows)) + "\n"
+    return doc, "\n".join(_table.pairs(rows)) + "\n"
 
 
-def _list(args: argparse.Namespace, root: Path) -> _Doc:
+def _list(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
+    """one line per entry (least recently used first) and temporary file"""
     store, doc = _open(root)
     doc["entries"] = []
     for f in store.entries():
@@ -167,10 +167,6 @@ def _list(args: argparse.Namespace, root: Path) -> _Doc:
         doc["entries"].append(row)
     doc["temp_files"] = [{"name": t.path.name, "bytes": t.size, "mtime": t.mtime, "pid": t.pid,
                           "writer_running": t.alive} for t in store.temp_files()]  # fmt: skip
-    return doc
-
-
-def _list_text(doc: _Doc) -> str:
     entries = [(r["key"][:16], _human(r["bytes"]),
                 time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["last_used"])),
                 *((r["device"], r["options"] or "-") if r["status"] == "ok" else (r["status"], "")))
@@ -186,64 +182,47 @@ def _list_text(doc: _Doc) -> str:
                f"{_plural(len(temps), 'temporary file')}")  # fmt: skip
     if not doc["exists"]:
         out.append(f"cache dir: {doc['cache_dir']} (not created yet)")
-    return "\n".join(out) + "\n"
+    return doc, "\n".join(out) + "\n"
 
 
-def _clear(args: argparse.Namespace, root: Path) -> _Doc:
+def _clear(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
+    """delete every entry and the hit/miss totals (a running writer's temporary file stays)"""
     store, doc = _open(root)
     doc["removed"] = _changing(root, store.clear)
     _changing(root, lambda: store.remove(store.stats_file))
-    doc["kept_temp_files"] = len(store.temp_files())
-    return doc
-
-
-def _clear_text(doc: _Doc) -> str:
-    kept = doc["kept_temp_files"]
+    doc["kept_temp_files"] = kept = len(store.temp_files())
     note = f" (kept {_plural(kept, 'temporary file')} of running writers)" if kept else ""
-    return f"removed {_plural(doc['removed'], 'file')} from {doc['cache_dir']}{note}\n"
+    return doc, f"removed {_plural(doc['removed'], 'file')} from {root}{note}\n"
 
 
-def _zero(args: argparse.Namespace, root: Path) -> _Doc:
+def _zero(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
+    """reset the hit/miss statistics to zero (entries stay)"""
     store, doc = _open(root)
     doc["zeroed"] = _changing(root, lambda: store.remove(store.stats_file))
     doc["entries"] = len(store.entries())
-    return doc
-
-
-def _zero_text(doc: _Doc) -> str:
     if not doc["exists"]:
-        return f"nothing to zero: {doc['cache_dir']} (not created yet)\n"
+        return doc, f"nothing to zero: {root} (not created yet)\n"
     kept = _plural(doc["entries"], "entry", "entries")
-    return f"statistics zeroed in {doc['cache_dir']} ({kept} kept)\n"
+    return doc, f"statistics zeroed in {root} ({kept} kept)\n"
 
 
-def _prune(args: argparse.Namespace, root: Path) -> _Doc:
+def _prune(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
+    """delete damaged entries and temporary files of writers that are gone, then evict least
+    recently used entries down to the size cap"""
     cap = args.max_bytes
     if cap is None:
         cap = int(_setting(lambda: MAX_BYTES.value(DEFAULT_MAX_BYTES)))
     store, doc = _open(root)
     doc["max_bytes"] = cap
     doc.update(_changing(root, lambda: store.prune(cap)))
-    return doc
+    return doc, (f"removed {_plural(doc['damaged'], 'damaged entry', 'damaged entries')}, "
+                 f"{_plural(doc['temp'], 'temporary file')} of writers that are gone, "
+                 f"evicted {_plural(doc['evicted'], 'entry', 'entries')}\n")  # fmt: skip
 
 
-def _prune_text(doc: _Doc) -> str:
-    return (f"removed {_plural(doc['damaged'], 'damaged entry', 'damaged entries')}, "
-            f"{_plural(doc['temp'], 'temporary file')} of writers that are gone, "
-            f"evicted {_plural(doc['evicted'], 'entry', 'entries')}\n")  # fmt: skip
-
-
-_ACTIONS: dict[str, tuple[str, Callable[[argparse.Namespace, Path], _Doc],
-                          Callable[[_Doc], str]]] = {
-    "stats": ("size, entries, temporary files and hit/miss totals", _stats, _stats_text),
-    "list": ("one line per entry (least recently used first) and temporary file", _list,
-             _list_text),
-    "clear": ("delete every entry and the hit/miss totals (a running writer's temporary file "
-              "stays)", _clear, _clear_text),
-    "zero": ("reset the hit/miss statistics to zero (entries stay)", _zero, _zero_text),
-    "prune": ("delete damaged entries and temporary files of writers that are gone, then evict "
-              "least recently used entries down to the size cap", _prune, _prune_text),
-}  # fmt: skip
+#: Each action: (args, folder) -> (the JSON document, the text for a terminal).
+_ACTIONS: dict[str, _Action] = {"stats": _stats, "list": _list, "clear": _clear, "zero": _zero,
+                                "prune": _prune}  # fmt: skip
 
 
 def _human(n: float) -> str:

@@ -394,7 +394,8 @@ class ProgramCache:
     @functools.cached_property
     def remote(self) -> RemoteTier | None:
         """The remote tier, set up on the first miss (redis is imported only then, if at all)."""
-        return _remote.tier_for(*self._remote_args)
+        tier = _remote.tier_for(*self._remote_args)
+        return tier if isinstance(tier, RemoteTier) else None
 
     def _fetch(self, s: _Session, req: _Request) -> tuple[cl.Program | None, bytes]:
         data = s.call(s.tier.get, req.key)

@@ -24,10 +24,6 @@ log = get_logger("netcl.runtime.cache")
 
 CONNECT_TIMEOUT_S = 0.2
 TIMEOUT_S = 0.5
-#: Largest value read or written (the reader fetches at most this many bytes + 1).
-MAX_VALUE_BYTES = 64 << 20
-BREAKER_FAILURES = 3
-BREAKER_OPEN_S = 30.0
 #: Values expire after 30 days unless rewritten (a Redis eviction policy may drop them sooner).
 TTL_S = 30 * 24 * 3600
 _POLL_FIRST_S = 0.02
@@ -83,15 +79,18 @@ class Lease:
 class RemoteTier:
     """A Redis store of signed program binaries."""
 
+    #: Largest value read or written (the reader fetches at most this many bytes + 1).
+    max_bytes = 64 << 20
+    #: Failures in a row that open the breaker, and how long it then stays open.
+    breaker_failures = 3
+    breaker_open_s = 30.0
+
     def __init__(self, settings: RemoteSettings) -> None:
         import redis  # only here: with no remote configured redis is never imported
 
         self.url = redact(settings.url)
         self.signed = settings.signed
         self.timeout_s = settings.timeout_s
-        self.max_bytes = MAX_VALUE_BYTES
-        self.breaker_failures = BREAKER_FAILURES
-        self.breaker_open_s = BREAKER_OPEN_S
         self._secret = settings.secret
         self._r = _client(settings.url)
         self._timeout_error = redis.TimeoutError
@@ -261,8 +260,11 @@ _TIERS: dict[RemoteSettings, RemoteTier | str] = {}  # the tier, or why there is
 _TIERS_LOCK = threading.Lock()
 
 
-def _tier(cfg: RemoteSettings | None) -> RemoteTier | str | None:
-    """The process's tier of ``cfg``, or why there is none (one warning per configuration)."""
+def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | str | None:
+    """The process-wide tier of this configuration (``None`` arguments: the environment), or why
+    it cannot be used (one warning per configuration); None when there is none (or
+    :func:`remote_settings` refused it, with a warning of its own)."""
+    cfg = remote_settings(url, secret)
     if cfg is None:
         return None
     with _TIERS_LOCK:
@@ -280,25 +282,17 @@ def _tier(cfg: RemoteSettings | None) -> RemoteTier | str | None:
         return _TIERS[cfg]
 
 
-def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | None:
-    """The process-wide tier of this configuration (``None`` arguments: the environment), None
-    when there is none or it cannot be used."""
-    tier = _tier(remote_settings(url, secret))
-    return tier if isinstance(tier, RemoteTier) else None
-
-
 def remote_info(url: str | None = None, secret: str | bytes | None = None) -> dict[str, Any]:
     """What ``netcl cache stats`` shows about the remote tier (asks Redis for a PING)."""
     raw = (REMOTE.raw() if url is None else url).strip()
     if not raw:
         return {"configured": False}
-    tier = _tier(remote_settings(url, secret))
-    usable = isinstance(tier, RemoteTier)
-    error = tier.ping() if isinstance(tier, RemoteTier) else tier
-    info = {"configured": True, "url": redact(raw), "usable": usable,
-            "reachable": usable and error is None}  # fmt: skip
+    tier = tier_for(url, secret)
+    info = {"configured": True, "url": redact(raw), "usable": False, "reachable": False}
+    error = tier  # why it is not used (None: refused with a warning), unless it is a tier
     if isinstance(tier, RemoteTier):
-        info["signed"] = tier.signed
+        error = tier.ping()
+        info.update(usable=True, reachable=error is None, signed=tier.signed)
     if error:
         info["error"] = error
     return info
