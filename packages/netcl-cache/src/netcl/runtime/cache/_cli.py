@@ -35,10 +35,8 @@ class _CliError(Exception):
 def _size(text: str) -> int:
     try:
         return parse_size(text, "size")
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a byte count such as 1073741824, 500M or 2G, got {text!r}"
-        ) from None
+    except ValueError as exc:  # argparse names the option itself: parse_size's text without it
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("size: ")) from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

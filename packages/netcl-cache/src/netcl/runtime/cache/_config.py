@@ -73,31 +73,22 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc + (f":{port}" if port is not None else "")))
 
 
-MAX_BYTES = Setting(
-    "NETCL_CACHE_MAX_BYTES", "1 GiB", "size cap of the disk tier, e.g. 500M or 2G",
-    lambda raw: parse_size(raw, "NETCL_CACHE_MAX_BYTES"),
-)  # fmt: skip
-DISABLE = Setting(
-    "NETCL_CACHE_DISABLE", "0", "1 turns the disk tier off (memory tier only)",
-    flag("NETCL_CACHE_DISABLE", "to turn the disk tier off"),
-)  # fmt: skip
-REMOTE = Setting(
-    "NETCL_CACHE_REMOTE", "(none)", "redis:// or rediss:// URL of a shared remote tier",
-    _remote_url, shown=lambda raw: redact(raw.strip()),
-)  # fmt: skip
-REMOTE_KEY = Setting(
-    "NETCL_CACHE_REMOTE_KEY", "(none)", "secret signing remote entries (required unless "
-    "NETCL_CACHE_REMOTE_UNSIGNED=1)", secret=True,
-)  # fmt: skip
-REMOTE_TIMEOUT = Setting(
-    "NETCL_CACHE_REMOTE_TIMEOUT", f"{DEFAULT_REMOTE_TIMEOUT_S:g} s",
-    "seconds one remote call may take in all", _seconds,
-)  # fmt: skip
-REMOTE_UNSIGNED = Setting(
-    "NETCL_CACHE_REMOTE_UNSIGNED", "0",
-    "1 uses a remote without a key (entries then carry only a checksum)",
-    flag("NETCL_CACHE_REMOTE_UNSIGNED", "to use a remote without a key"),
-)  # fmt: skip
+MAX_BYTES = Setting("NETCL_CACHE_MAX_BYTES", "1 GiB",
+                    "size cap of the disk tier, e.g. 500M or 2G",
+                    lambda raw: parse_size(raw, "NETCL_CACHE_MAX_BYTES"))  # fmt: skip
+DISABLE = Setting("NETCL_CACHE_DISABLE", "0", "1 turns the disk tier off (memory tier only)",
+                  flag("NETCL_CACHE_DISABLE", "to turn the disk tier off"))  # fmt: skip
+REMOTE = Setting("NETCL_CACHE_REMOTE", "(none)",
+                 "redis:// or rediss:// URL of a shared remote tier",
+                 _remote_url, shown=lambda raw: redact(raw.strip()))  # fmt: skip
+REMOTE_KEY = Setting("NETCL_CACHE_REMOTE_KEY", "(none)", "secret signing remote entries (required "
+                     "unless NETCL_CACHE_REMOTE_UNSIGNED=1)", secret=True)  # fmt: skip
+REMOTE_TIMEOUT = Setting("NETCL_CACHE_REMOTE_TIMEOUT", f"{DEFAULT_REMOTE_TIMEOUT_S:g} s",
+                         "seconds one remote call may take in all", _seconds)  # fmt: skip
+REMOTE_UNSIGNED = Setting("NETCL_CACHE_REMOTE_UNSIGNED", "0",
+                          "1 uses a remote without a key (entries then carry only a checksum)",
+                          flag("NETCL_CACHE_REMOTE_UNSIGNED",
+                               "to use a remote without a key"))  # fmt: skip
 #: netcl-cache's settings, in the order ``netcl config`` lists them.
 SETTINGS = (MAX_BYTES, DISABLE, REMOTE, REMOTE_KEY, REMOTE_TIMEOUT, REMOTE_UNSIGNED)
 

@@ -48,8 +48,6 @@ _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\r\n]+)[>"]', re.
 
 def include_dirs(options: str) -> list[str]:
     """The ``-I`` folders named in ``options`` (``-I dir``, ``-Idir``, ``/I dir``), in order."""
-    if "-I" not in options and "/I" not in options:
-        return []
     try:
         words = shlex.split(options)
     except ValueError:  # unbalanced quotes: the driver will complain; key on the raw words
@@ -154,9 +152,7 @@ def _tag(key_hex: str, body: bytes | memoryview, secret: bytes | None) -> bytes:
     return mac.digest()
 
 
-def encode(
-    key_hex: str, binary: bytes, meta: dict[str, Any], secret: bytes | None = None
-) -> bytes:
+def encode(key_hex: str, binary: bytes, meta: dict[str, Any], secret: bytes | None = None) -> bytes:
     """The entry of ``binary`` under cache key ``key_hex``, tagged with ``secret`` (None: crc32)."""
     meta_b = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
     body = b"".join((HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta_b), len(binary)), meta_b,

@@ -173,8 +173,6 @@ class _Session:
     """One lookup's use of the remote tier: no call after a failed one (a lookup pays at most
     one deadline), except releasing a lock it holds while the server still answers."""
 
-    __slots__ = ("c", "ok", "reachable", "reported", "tier")
-
     def __init__(self, tier: RemoteTier, counters: dict[str, int]) -> None:
         self.tier, self.c = tier, counters
         self.ok = self.reachable = True
@@ -232,9 +230,7 @@ class ProgramCache:
         self._dir_arg = None if cache_dir is None else Path(cache_dir).expanduser()
         self._max_bytes_arg = max_bytes
         self._lock_timeout = DEFAULT_LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
-        self._device_identity = (
-            device_identity if device_identity is not None else core_device.device_identity
-        )
+        self._device_identity = device_identity or core_device.device_identity
         self._registry = registry if registry is not None else REGISTRY
         self._remote_args = (remote, remote_key)
         self._store: DiskStore | None = None  # when opened and found usable
@@ -504,11 +500,8 @@ class ProgramCache:
         of writers that are gone; the number of files removed."""
         if memory:
             self._tier.clear()
-        if disk:
-            store = self.open_store()
-            if store is not None:
-                return store.clear()
-        return 0
+        store = self.open_store() if disk else None
+        return store.clear() if store is not None else 0
 
     def prune(self, max_bytes: int | None = None) -> dict[str, int]:
         """Delete what is not a valid entry and the temporary files of writers that are gone,

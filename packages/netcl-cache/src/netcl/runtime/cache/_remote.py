@@ -282,12 +282,12 @@ def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | str | 
         return _TIERS[cfg]
 
 
-def remote_info(url: str | None = None, secret: str | bytes | None = None) -> dict[str, Any]:
-    """What ``netcl cache stats`` shows about the remote tier (asks Redis for a PING)."""
-    raw = (REMOTE.raw() if url is None else url).strip()
+def remote_info() -> dict[str, Any]:
+    """What ``netcl cache stats`` shows about the environment's remote tier (PINGs Redis)."""
+    raw = REMOTE.raw().strip()
     if not raw:
         return {"configured": False}
-    tier = tier_for(url, secret)
+    tier = tier_for(None, None)
     info = {"configured": True, "url": redact(raw), "usable": False, "reachable": False}
     error = tier  # why it is not used (None: refused with a warning), unless it is a tier
     if isinstance(tier, RemoteTier):

@@ -23,9 +23,8 @@ import filelock
 from netcl.core.log import get_logger
 from netcl.runtime.cache._entry import EntryError, decode, read_file
 
-__all__ = ["COUNTERS", "CacheStats", "Counters", "DiskStore", "EntryFile", "TempFile",
-           "pid_alive", "probe", "refusal",
-           "write_atomic"]  # fmt: skip
+__all__ = ["COUNTERS", "CacheStats", "DiskStore", "EntryFile", "TempFile", "pid_alive", "probe",
+           "refusal", "write_atomic"]  # fmt: skip
 
 log = get_logger("netcl.runtime.cache")
 
@@ -71,9 +70,8 @@ class CacheStats:
         return asdict(self)
 
 
+#: The CacheStats field names: the keys of a cache's counters and of a folder's totals.
 COUNTERS = tuple(f.name for f in fields(CacheStats))
-#: Counters by CacheStats field name (a cache's live ones, a folder's totals).
-Counters = dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -370,7 +368,7 @@ class DiskStore:
         finally:
             lock.release()
 
-    def totals(self) -> Counters:
+    def totals(self) -> dict[str, int]:
         """The folder's hit/miss totals, ``{}`` when there are none or they are unreadable (only
         a small regular file is read, opened like an entry: no blocking, no link followed)."""
         try:
@@ -386,7 +384,7 @@ class DiskStore:
         items = data.items() if isinstance(data, dict) else ()
         return {k: v for k, v in items if isinstance(v, int)}
 
-    def add_totals(self, delta: Counters) -> None:
+    def add_totals(self, delta: dict[str, int]) -> None:
         """Add ``delta`` to the totals (under a lock, atomic rewrite); raises ``OSError``."""
         with self._file_lock(str(self.locks / "stats.lock"), 5.0):
             total = self.totals()
