@@ -121,10 +121,15 @@ POOL_LIMIT = Setting("NETCL_POOL_LIMIT", "0 (no limit)",
 PROFILE = Setting("NETCL_PROFILE", "0",
                   "default queue with device timestamps (profiling) on or off",
                   flag("NETCL_PROFILE", "to turn profiling on for the default queue"))  # fmt: skip
+CHECK_MEMORY = Setting("NETCL_CHECK_MEMORY", "0", "checked mode: guard bytes around pool and "
+                       "graph blocks, checked after each graph node and replay; freed blocks "
+                       "poisoned (slow: for tests and debugging)",
+                       flag("NETCL_CHECK_MEMORY", "to turn checked mode on"))  # fmt: skip
 TRACE_FILE = Setting("NETCL_TRACE_FILE", "netcl-trace.json", "file the chrome_trace span "
                      "exporter writes (a Chrome/Perfetto timeline)")  # fmt: skip
 PYOPENCL_CTX = Setting("PYOPENCL_CTX", "(unset)", "pyopencl's own device choice, e.g. 0 or 0:1; "
                        "unset: netcl takes the first GPU, else the first device")  # fmt: skip
 
 #: core's settings, in the order ``netcl config`` lists them.
-SETTINGS: tuple[Setting, ...] = (CACHE_DIR, POOL_LIMIT, PROFILE, TRACE_FILE, PYOPENCL_CTX)
+SETTINGS: tuple[Setting, ...] = (CACHE_DIR, POOL_LIMIT, PROFILE, CHECK_MEMORY, TRACE_FILE,
+                                 PYOPENCL_CTX)

@@ -20,11 +20,12 @@ import pyopencl as cl
 import pyopencl.tools as cltools
 
 from netcl.core import telemetry
-from netcl.core._settings import POOL_LIMIT
-from netcl.core.tensor import _RELEASED, Shape, Tensor, normalize_shape
+from netcl.core._settings import CHECK_MEMORY, POOL_LIMIT
+from netcl.core.tensor import _RELEASED, Shape, Tensor, _Gone, normalize_shape
 from netcl.core.version import __version__
 
-__all__ = ["BufferPool", "PoolStats"]
+__all__ = ["BufferPool", "Guard", "MemoryCheckError", "PoolStats", "checking", "guard_byte",
+           "guard_bytes", "guarded"]
 
 #: The variable with the default pool limit (declared in ``netcl.core._settings``).
 LIMIT_ENV = POOL_LIMIT.name
@@ -32,6 +33,9 @@ LIMIT_ENV = POOL_LIMIT.name
 # pyopencl's read primitive, bound at import: netcl-capture intercepts the module attribute while
 # it records, and the pool's backing read (on its own queue) is not part of the application's work
 _read_buffer = cl._cl._enqueue_read_buffer
+_fill_buffer = cl._cl._enqueue_fill_buffer  # so are checked mode's guard fills and reads
+_barrier = cl._cl._enqueue_barrier_with_wait_list
+_OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 
 # pyopencl reports running out of device memory with these codes (MemoryError covers the first)
 _OOM_CODES = frozenset(
@@ -64,6 +68,87 @@ for _name, _counts, _what in (
     ("held", _HELD, "Device bytes a BufferPool holds for reuse (free blocks)"),
 ):
     _TEL.observable_gauge(f"netcl.pool.{_name}", _counts.points, "By", _what)
+
+
+# -- checked mode (README: When a kernel writes out of bounds) ------------------------------
+_POISON = np.uint8(0xFF)  # what a freed block holds: NaN in every float dtype, -1 in signed ints
+
+
+def guard_byte(turn: int) -> int:
+    """What guard bytes hold: 0xB0 to 0xBF, a moderate float in every float dtype (so x + 1
+    changes it) and a different byte for ``turn`` 0..15: a kernel copying past its input's
+    end into past its output's end still changes the output's guard."""
+    return 0xB0 | turn % 16
+
+
+def guard_bytes(nbytes: int) -> int:
+    """The guard after ``nbytes`` in checked mode: as many bytes again plus 4 KiB, so that a
+    kernel run with twice its global size writes into the guard, not past it."""
+    return nbytes + 4096
+
+
+class MemoryCheckError(RuntimeError):
+    """Checked mode found guard bytes overwritten: a kernel wrote out of bounds."""
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """The guard bytes around ``nbytes`` at ``start`` of a block: ``before`` bytes before them
+    (0 where the block starts there), ``after`` bytes after them, each holding ``byte``."""
+
+    start: int
+    nbytes: int
+    before: int
+    after: int
+    byte: int
+
+    def fill(self, queue: cl.CommandQueue, block: Any) -> None:
+        """Enqueue the fills of the guard bytes (ordered on an out-of-order queue too)."""
+        ooo = queue.properties & _OOO
+        if ooo:
+            _barrier(queue, None)
+        pattern = np.uint8(self.byte)
+        if self.before:
+            _fill_buffer(queue, block, pattern, self.start - self.before, self.before)
+        _fill_buffer(queue, block, pattern, self.start + self.nbytes, self.after)
+        if ooo:
+            _barrier(queue, None)
+
+    def check(self, queue: cl.CommandQueue, block: Any, who: str, what: str) -> None:
+        """Read the guard bytes (blocking, after everything enqueued before) and raise
+        MemoryCheckError saying that ``who`` wrote out of ``what`` when one was overwritten."""
+        host = np.empty(self.before + self.after, np.uint8)
+        if queue.properties & _OOO:
+            _barrier(queue, None)
+        if self.before:
+            _read_buffer(queue, block, host[: self.before], self.start - self.before, None, True)
+        _read_buffer(queue, block, host[self.before :], self.start + self.nbytes, None, True)
+        bad = np.flatnonzero(host != self.byte)
+        if not len(bad):
+            return
+        # the farthest overwritten byte on each side: how far out of bounds the writes went
+        before, after = max(self.before - int(bad[0]), 0), max(int(bad[-1]) + 1 - self.before, 0)
+        where = [f"{n} bytes {side}" for n, side in ((after, "past the end"),
+                 (before, "before the start")) if n]  # fmt: skip
+        raise MemoryCheckError(
+            f"{who} wrote {' and '.join(where)} of {what} (checked mode's guards: {self.after} "
+            f"bytes after it, {self.before} before it): a kernel's global size or indexing is "
+            "wrong; fix it, or give the tensor the size the kernel writes"
+        )
+
+
+def checking() -> bool:
+    """Whether a live pool is in checked mode (a capture made then checks its replays)."""
+    return any(pool.check_memory for pool in list(_POOLS))
+
+
+def guarded(ptr: int) -> tuple[BufferPool, Any, Guard, str] | None:
+    """The checked pool, block, guard and description of the live pool block at ``ptr``."""
+    for pool in list(_POOLS):
+        entry = getattr(pool, "_guards", {}).get(ptr)
+        if entry is not None:
+            return (pool, *entry)
+    return None
 
 
 @dataclass(frozen=True)
@@ -115,7 +200,20 @@ class BufferPool:
     to be handed out again for a request of the same size class (at most 1/64 larger). Safe to
     use from several threads. ``limit`` caps the device bytes the pool holds, in use or held
     (``None``: ``NETCL_POOL_LIMIT``; 0: no limit); ``name`` labels its gauges (``netcl.pool.id``).
+    ``check_memory`` (``None``: ``NETCL_CHECK_MEMORY``) turns checked mode on: guard bytes after
+    every block, checked at its release, and freed blocks poisoned (tests and debugging).
     """
+
+    check_memory = False  #: whether this pool is in checked mode
+
+    def __new__(
+        cls, queue: cl.CommandQueue, *, limit: int | None = None, name: str | None = None,
+        check_memory: bool | None = None,
+    ) -> BufferPool:  # fmt: skip
+        if check_memory is None:
+            check_memory = CHECK_MEMORY.value(False)
+        # checked mode is a subclass: the plain pool's fast path stays as it is
+        return object.__new__(_CheckedPool if check_memory and cls is BufferPool else cls)
 
     __slots__ = (
         "__weakref__", "_backing", "_bins", "_device_bytes", "_device_name", "_direct_blocks",
@@ -124,9 +222,8 @@ class BufferPool:
         "_token", "name", "queue",
     )  # fmt: skip
 
-    def __init__(
-        self, queue: cl.CommandQueue, *, limit: int | None = None, name: str | None = None
-    ) -> None:
+    def __init__(self, queue: cl.CommandQueue, *, limit: int | None = None,
+                 name: str | None = None, check_memory: bool | None = None) -> None:  # fmt: skip
         self.queue = queue
         self.name = name if name is not None else f"pool-{next(_ids)}"
         device = queue.device
@@ -223,17 +320,19 @@ class BufferPool:
     def _bad_release(self, tensor: Tensor) -> None:
         if not isinstance(tensor, Tensor):
             raise TypeError(f"BufferPool.release: expected a Tensor, got {tensor!r}")
-        if tensor._buffer is _RELEASED:
-            raise ValueError(f"BufferPool.release: {tensor!r} was already released")
+        gone = tensor._buffer
+        if type(gone) is _Gone:
+            what = "was already released" if gone is _RELEASED else gone.message
+            raise ValueError(f"BufferPool.release: {tensor!r} {what}")
         raise ValueError(f"BufferPool.release: {tensor!r} was not allocated by this pool")
 
     def release_all(self, tensors: Iterable[Tensor]) -> None:
         """Release several tensors; every one is attempted, the first error is raised after."""
-        first: ValueError | None = None
+        first: Exception | None = None
         for t in tensors:
             try:
                 self.release(t)
-            except ValueError as exc:
+            except (ValueError, MemoryCheckError) as exc:
                 first = first or exc
         if first is not None:
             raise first
@@ -454,3 +553,38 @@ class BufferPool:
             f"BufferPool({self.name!r}, in_use={s.bytes_in_use}, peak={s.peak_bytes}, "
             f"held={s.bytes_held})"
         )
+
+
+class _CheckedPool(BufferPool):
+    """A BufferPool in checked mode: a guard after the bytes asked for in every block, filled
+    at allocation and checked at release, when the block's bytes are also poisoned."""
+
+    __slots__ = ("_guards", "_turn")
+    check_memory = True
+
+    def __init__(self, queue: cl.CommandQueue, **options: Any) -> None:
+        super().__init__(queue, **options)
+        self._guards: dict[int, tuple[Any, Guard, str]] = {}  # int_ptr -> block, guard, what
+        self._turn = itertools.count()  # each block's guard byte in turn
+
+    def allocate(
+        self, shape: int | Sequence[int], dtype: npt.DTypeLike, _nbytes: int = 0
+    ) -> Tensor:
+        dims = normalize_shape(shape)
+        nbytes = max(prod(dims) * np.dtype(dtype).itemsize, _nbytes)
+        t = super().allocate(dims, dtype, nbytes + guard_bytes(nbytes))
+        guard = Guard(0, nbytes, 0, guard_bytes(nbytes), guard_byte(next(self._turn)))
+        guard.fill(self.queue, t._buffer)
+        self._guards[t._buffer.int_ptr] = (t._buffer, guard, repr(t))
+        return t
+
+    def release(self, tensor: Tensor) -> None:
+        block: Any = getattr(tensor, "_buffer", None)
+        super().release(tensor)
+        _, guard, what = self._guards.pop(block.int_ptr)
+        try:
+            guard.check(self.queue, block, "a kernel", f"{what} (found as it went back to "
+                        f"BufferPool {self.name!r})")  # fmt: skip
+        finally:
+            if guard.nbytes:  # a read of freed memory shows up as NaN (or -1) in results
+                _fill_buffer(self.queue, block, _POISON, 0, guard.nbytes)

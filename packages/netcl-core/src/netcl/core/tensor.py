@@ -33,18 +33,23 @@ def normalize_shape(shape: int | Sequence[int]) -> Shape:
     return tuple(int(d) for d in dims)
 
 
-class _Released:
-    """Stands in for the buffer of a released pool tensor: a later use fails with a clear error
-    instead of touching a block that may already belong to another tensor."""
+class _Gone:
+    """Stands in for the buffer of a tensor whose memory is no longer its own (released to its
+    pool, or a graph intermediate whose run ended): a later use raises RuntimeError with
+    ``message`` instead of touching a block that may already hold another tensor's values."""
 
+    __slots__ = ("message",)
     size = 0
     int_ptr = 0
 
+    def __init__(self, message: str) -> None:
+        self.message = message
+
     def __repr__(self) -> str:
-        return "<released pool buffer>"
+        return f"<gone: {self.message}>"
 
 
-_RELEASED: Any = _Released()
+_RELEASED: Any = _Gone("was released to its BufferPool; a released tensor cannot be used")
 
 
 class Tensor:
@@ -67,12 +72,11 @@ class Tensor:
 
     @property
     def buffer(self) -> cl.MemoryObjectHolder:
-        """The OpenCL buffer (``RuntimeError`` once the tensor was released to its pool)."""
+        """The OpenCL buffer (``RuntimeError`` once the tensor was released to its pool, or once
+        the run of the graph it was an intermediate of ended)."""
         buf = self._buffer
-        if buf is _RELEASED:
-            raise RuntimeError(
-                f"{self!r} was released to its BufferPool; a released tensor cannot be used"
-            )
+        if type(buf) is _Gone:
+            raise RuntimeError(f"{self!r} {buf.message}")
         return buf
 
     @property

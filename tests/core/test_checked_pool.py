@@ -1,0 +1,53 @@
+"""BufferPool's checked mode on real kernels: a guard after every block, checked at release,
+and released blocks poisoned (the graph's and the capture's checks: tests/graph,
+tests/capture)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+from netcl.core.memory import BufferPool, MemoryCheckError
+
+INC = "__kernel void inc(__global const float *a, __global float *o) "
+INC += "{ int i = get_global_id(0); o[i] = a[i] + 1; }"
+
+
+def test_pool_names_an_overrun_at_release(queue: cl.CommandQueue) -> None:
+    inc = cl.Kernel(cl.Program(queue.context, INC).build(), "inc")
+    pool = BufferPool(queue, check_memory=True)
+    x = pool.allocate((2048,), np.float32)
+    y = pool.allocate((1000,), np.float32)
+    inc(queue, (1500,), None, x.buffer, y.buffer)  # 500 floats past y's end: in its guard
+    with pytest.raises(MemoryCheckError, match=r"a kernel wrote 2000 bytes past the end of "
+                       r"Tensor\(shape=\(1000,\), dtype=float32, nbytes=4000\) \(found as it "
+                       r"went back to BufferPool"):  # fmt: skip
+        pool.release(y)
+    pool.release(x)  # the release was done: nothing in use
+    assert pool.stats.bytes_in_use == 0 and pool.stats.live_tensors == 0
+
+
+def test_released_blocks_read_as_poison(queue: cl.CommandQueue) -> None:
+    """A read of freed memory (a raw buffer kept past its tensor's release) shows NaN."""
+    host = np.zeros(256, np.float32)
+    for checked in (True, False):
+        pool = BufferPool(queue, check_memory=checked)
+        t = pool.allocate((256,), np.float32)
+        t.write(np.ones(256, np.float32))
+        raw = t.buffer  # kept behind the Tensor's back
+        pool.release(t)
+        cl.enqueue_copy(queue, host, raw)
+        assert np.isnan(host).all() if checked else (host == 1).all()
+
+
+def test_the_setting(monkeypatch: pytest.MonkeyPatch, queue: cl.CommandQueue) -> None:
+    monkeypatch.setenv("NETCL_CHECK_MEMORY", "on")
+    assert BufferPool(queue).check_memory
+    assert not BufferPool(queue, check_memory=False).check_memory
+    monkeypatch.setenv("NETCL_CHECK_MEMORY", "sometimes")
+    with pytest.raises(ValueError, match="NETCL_CHECK_MEMORY='sometimes': expected 1 to turn "
+                       "checked mode on"):  # fmt: skip
+        BufferPool(queue)
+    monkeypatch.delenv("NETCL_CHECK_MEMORY")
+    assert not BufferPool(queue).check_memory
