@@ -7,18 +7,18 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 import pyopencl as cl
 from opentelemetry.util.types import AttributeValue
 
 from netcl.core import profiling, telemetry
-from netcl.core.memory import BufferPool
-from netcl.core.tensor import Shape, Tensor
+from netcl.core.memory import BufferPool, Guard, MemoryCheckError, guard_byte, guard_bytes
+from netcl.core.tensor import Shape, Tensor, _Gone
 from netcl.runtime.graph import _telemetry as tm
 from netcl.runtime.graph._graph import Graph, Op, OpFn, TensorRef
-from netcl.runtime.graph._plan import GraphPlan, build_plan
+from netcl.runtime.graph._plan import GraphPlan, build_plan, padding
 from netcl.runtime.graph._telemetry import TEL
 
 __all__ = ["GraphExecutor"]
@@ -31,7 +31,8 @@ _VIEW_CACHE = 4  # pool blocks per plan block whose views are kept
 @dataclass(frozen=True, slots=True)
 class _ScheduledOp:
     """One op as a run executes it: take ``allocs`` blocks, call ``fn`` on the ``inputs`` slots
-    of the value table writing slot ``slot``, then release ``frees`` blocks."""
+    of the value table writing slot ``slot``, then release ``frees`` blocks. In checked mode
+    ``guard`` is the block, guard and description of its output."""
 
     name: str
     fn: OpFn
@@ -40,6 +41,7 @@ class _ScheduledOp:
     allocs: tuple[int, ...]
     frees: tuple[int, ...]
     attrs: dict[str, AttributeValue]  # attributes of its span
+    guard: tuple[int, Guard, str] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +56,9 @@ class _View:
 
 @dataclass(frozen=True, slots=True)
 class _BlockSpec:
-    """How a run takes one block from the pool, and which values it holds."""
+    """How a run takes one block from the pool, and which values it holds; what the Tensor of
+    each intermediate among them holds once the block goes back to the pool (or, in an output's
+    block, once the run ends): ``gone`` for the owner, ``gones`` for the views."""
 
     nbytes: int
     shape: Shape  # of the Tensor the pool hands out: the owner's, or (nbytes,) uint8
@@ -62,6 +66,17 @@ class _BlockSpec:
     owner: int  # value slot of the owning output, -1 for a block of intermediates
     views: tuple[_View, ...]  # the values in slots first_view, first_view + 1, ...
     first_view: int
+    gone: _Gone | None  # None: no owner, or an output
+    gones: tuple[_Gone, ...]
+
+
+class _Views(NamedTuple):
+    """The views of one pool block: Tensors, made once, with their buffers (given back to them
+    as a run takes the block) and the stand-ins they hold once their run ended."""
+
+    tensors: tuple[Tensor, ...]
+    live: tuple[tuple[Tensor, Any], ...]
+    ended: tuple[tuple[Tensor, _Gone], ...]
 
 
 class _PlannedRun:
@@ -69,9 +84,10 @@ class _PlannedRun:
     walks (ops over a value table that starts as ``template``: the external inputs, then a slot
     per op), and the sub-buffer views made for the blocks last seen (mutated under ``lock``)."""
 
-    __slots__ = ("blocks", "lock", "ops", "out_slots", "plan", "run_attrs", "template", "views")
+    __slots__ = ("blocks", "kept", "lock", "ops", "out_slots", "plan", "run_attrs", "template",
+                 "views")  # fmt: skip
 
-    def __init__(self, plan: GraphPlan, graph: Graph, context: cl.Context) -> None:
+    def __init__(self, plan: GraphPlan, graph: Graph, context: cl.Context, checked: bool) -> None:
         self.plan = plan
         order = [graph.op(name) for name in plan.order]
         slot: dict[int | str, int] = {}  # id of an external Tensor, or an op's name -> its slot
@@ -87,8 +103,12 @@ class _PlannedRun:
                     slot[id(x)] = len(externals)
                     externals.append(x)
         self.template: tuple[Any, ...] = (*externals, *([None] * len(order)))
-        self.blocks = self._blocks(order, slot)
-        self.ops = self._ops(order, slot)
+        guards: dict[str, tuple[int, Guard, str]] = {}  # checked mode: each op's output guard
+        self.blocks = self._blocks(order, slot, _graph_name(graph), guards if checked else None)
+        # outputs' blocks (the run does not release them) with intermediates: these end with it
+        self.kept = tuple(k for k, b in enumerate(self.blocks)
+                          if b.gones and plan.blocks[k].last is None)  # fmt: skip
+        self.ops = self._ops(order, slot, guards)
         self.out_slots = tuple(slot[n] for n in plan.outputs)
         self.run_attrs: dict[str, AttributeValue] = {
             tm.NODES: len(plan.order),
@@ -98,18 +118,23 @@ class _PlannedRun:
             tm.STRATEGY: plan.strategy,
         }
         self.lock = threading.Lock()
-        # per block: {int_ptr of a pool block: its views}: the pool hands a few blocks of a
-        # size class back in turn (LIFO), so several are kept
-        self.views: list[dict[int, tuple[Tensor, ...]]] = [{} for _ in self.blocks]
+        # per block: {int_ptr of a pool block: its views, with their buffers and stand-ins}: the
+        # pool hands a few blocks of a size class back in turn (LIFO), so several are kept
+        self.views: list[dict[int, _Views]] = [{} for _ in self.blocks]
 
-    def _blocks(self, order: Sequence[Op], slot: dict[int | str, int]) -> tuple[_BlockSpec, ...]:
+    def _blocks(
+        self, order: Sequence[Op], slot: dict[int | str, int], graph: str,
+        guards: dict[str, tuple[int, Guard, str]] | None,
+    ) -> tuple[_BlockSpec, ...]:  # fmt: skip
         """The blocks, giving each value its slot: grouped by block (its owner, then its views),
-        so that a run puts a block's views into the value table with one slice assignment."""
+        so that a run puts a block's views into the value table with one slice assignment; in
+        checked mode each value's guard (after it, and before it in a view) into ``guards``."""
         plan = self.plan
+        guard = None if guards is None else guard_bytes
         members: list[list[Op]] = [[] for _ in plan.blocks]
         for op in order:
             members[plan.lifetimes[op.name].block].append(op)
-        specs = []
+        specs: list[_BlockSpec] = []
         for b, ops in zip(plan.blocks, members, strict=True):
             shape: Shape = (b.nbytes,)
             dtype = np.dtype(np.uint8)
@@ -120,15 +145,36 @@ class _PlannedRun:
                 slot[op.name] = owner
             first_view = len(slot)
             views = []
+            gones: list[_Gone] = []  # of the views (intermediates all)
+            gone = None  # of the owner, an intermediate
             for op in ops:
-                if op.name != b.owner:
+                lt = plan.lifetimes[op.name]
+                ended = None if lt.is_output else _Gone(
+                    f"is intermediate {op.name!r} of {graph}: its run ended and its memory now "
+                    f"holds other values; request it as an output (run(graph, outputs=[..., "
+                    f"{op.name!r}])) or copy it inside the op"
+                )  # fmt: skip
+                before = start = 0  # where the value starts in its block, after its guard
+                if op.name == b.owner:
+                    gone = ended
+                else:
                     slot[op.name] = len(slot)
-                    lt = plan.lifetimes[op.name]
-                    views.append(_View(lt.offset, lt.size, op.shape, op.dtype))
-            specs.append(_BlockSpec(b.nbytes, shape, dtype, owner, tuple(views), first_view))
+                    before = padding(op.nbytes, lt.is_output, plan.alignment, guard)[0]
+                    start = lt.offset + before
+                    views.append(_View(start, lt.size - before, op.shape, op.dtype))
+                    gones.append(ended)  # type: ignore[arg-type]
+                if guards is not None:
+                    after = guard_bytes(op.nbytes)
+                    what = (f"its {'output' if lt.is_output else 'intermediate'} {op.name!r} "
+                            f"(shape {op.shape}, {op.dtype}, {op.nbytes} bytes) of {graph}")
+                    guards[op.name] = (len(specs), Guard(start, op.nbytes, before, after,
+                                                         guard_byte(op.index)), what)
+            specs.append(_BlockSpec(b.nbytes, shape, dtype, owner, tuple(views), first_view, gone,
+                                    tuple(gones)))  # fmt: skip
         return tuple(specs)
 
-    def _ops(self, order: Sequence[Op], slot: dict[int | str, int]) -> tuple[_ScheduledOp, ...]:
+    def _ops(self, order: Sequence[Op], slot: dict[int | str, int],
+             guards: dict[str, tuple[int, Guard, str]]) -> tuple[_ScheduledOp, ...]:  # fmt: skip
         allocs: list[list[int]] = [[] for _ in order]
         frees: list[list[int]] = [[] for _ in order]
         for k, b in enumerate(self.plan.blocks):
@@ -146,7 +192,7 @@ class _PlannedRun:
             inputs = tuple(slot[x.name if isinstance(x, TensorRef) else id(x)] for x in op.inputs)
             scheduled.append(
                 _ScheduledOp(op.name, op.fn, inputs, slot[op.name], tuple(takes), tuple(gives),
-                             attrs)
+                             attrs, guards.get(op.name))
             )  # fmt: skip
         return tuple(scheduled)
 
@@ -172,6 +218,7 @@ class GraphExecutor:
         self._out_of_order = bool(queue.properties & _OOO)
         # a queue's properties never change: the one profiling check, made here
         self._profiled = profiling.enabled(queue)
+        self._checked = pool.check_memory  # checked mode is the pool's (README)
         self._lock = threading.Lock()
         self._runs: weakref.WeakKeyDictionary[Graph, dict[tuple[str, ...] | None, _PlannedRun]]
         self._runs = weakref.WeakKeyDictionary()
@@ -200,8 +247,9 @@ class GraphExecutor:
             cached = self._runs.get(graph, {}).get(key)
         if cached is not None and cached.plan.graph_version == graph.version:
             return cached
-        plan = build_plan(graph, key, self._alignment, self.pool.block_bytes)
-        run = _PlannedRun(plan, graph, self._context)
+        plan = build_plan(graph, key, self._alignment, self.pool.block_bytes,
+                          guard_bytes if self._checked else None)
+        run = _PlannedRun(plan, graph, self._context, self._checked)
         tm.PLANS_BUILT.add(1)
         with self._lock:
             per_graph = self._runs.get(graph)
@@ -242,7 +290,7 @@ class GraphExecutor:
         if telemetry.tracing():
             result = self._traced(state)
         else:
-            result = self._execute(state, False, self._profiled)
+            result = self._execute(state, False, self._profiled, self._checked)
         tm.RUN_DURATION.record(time.perf_counter() - t0)
         tm.NODES_EXECUTED.add(len(state.ops))
         return result[0] if outputs is None else result
@@ -250,23 +298,26 @@ class GraphExecutor:
     def _traced(self, state: _PlannedRun) -> list[Tensor]:
         with TEL.span(tm.RUN_SPAN, state.run_attrs) as span:
             try:
-                return self._execute(state, True, self._profiled)
+                return self._execute(state, True, self._profiled, self._checked)
             except BaseException as exc:
                 # the caller gets an error that wraps the op's own: the span reports the op's
                 span.fail(exc.__cause__ if exc.__cause__ is not None else exc)
                 raise
 
-    def _execute(self, state: _PlannedRun, traced: bool, profiled: bool) -> list[Tensor]:
+    def _execute(
+        self, state: _PlannedRun, traced: bool, profiled: bool, checked: bool
+    ) -> list[Tensor]:
         pool = self.pool
         queue = self._queue
         ooo = self._out_of_order
         values = list(state.template)
         taken: list[Tensor | None] = [None] * len(state.blocks)
+        ending: list[tuple[tuple[Tensor, _Gone], ...]] = [()] * len(state.blocks)  # per view
         node = None
         allocating = -1
         span = telemetry.NO_SPAN
-        # spans and device time share one flag, so a plain run tests one bool per op, as before
-        hooked = traced or profiled
+        # after the fn, spans, device time and checked mode share one flag (one test per op)
+        hooked = traced or profiled or checked
         marker: cl.Event | None = None
         try:
             if ooo:
@@ -281,8 +332,11 @@ class GraphExecutor:
                     span = TEL.span(tm.NODE_SPAN, node.attrs)
                 if node.allocs:
                     for allocating in node.allocs:
-                        self._take(state, allocating, taken, values)
+                        self._take(state, allocating, taken, values, ending)
                     allocating = -1
+                if checked:  # the output's guards, filled as its life starts (the bytes may
+                    k, guard, _ = node.guard  # type: ignore[misc]  # have held dead values)
+                    guard.fill(queue, taken[k].buffer)  # type: ignore[union-attr]
                 ins = node.inputs
                 # a one-element list directly: cheaper than a comprehension on Python < 3.12
                 node.fn(
@@ -292,6 +346,10 @@ class GraphExecutor:
                 if ooo:
                     cl.enqueue_barrier(queue)
                 if hooked:
+                    if checked:
+                        k, guard, what = node.guard  # type: ignore[misc]
+                        guard.check(queue, taken[k].buffer,  # type: ignore[union-attr]
+                                    f"GraphExecutor.run: op {node.name!r}", what)
                     if marker is not None:
                         # node k's device time: from the marker before it to one enqueued now
                         after = cl.enqueue_marker(queue)
@@ -302,16 +360,31 @@ class GraphExecutor:
                     span.end()
                     span = telemetry.NO_SPAN
                 if node.frees:
-                    for k in node.frees:
-                        pool.release(taken[k])  # type: ignore[arg-type]
-                        taken[k] = None
+                    for k in node.frees:  # its intermediates end here: the views before another
+                        for t, gone in ending[k]:  # run can take the block and give them back
+                            t._buffer = gone
+                        block, taken[k] = taken[k], None
+                        pool.release(block)  # type: ignore[arg-type]
+                        if state.blocks[k].gone is not None:  # after: the pool takes its buffer
+                            block._buffer = state.blocks[k].gone  # type: ignore[union-attr]
         except BaseException as exc:
             span.end(exc)  # the node span still open, if any
             # give back every block this run took: they are reused only by commands enqueued
             # after these (in-order queue, or the barrier on an out-of-order one)
             if ooo:
                 cl.enqueue_barrier(queue)
-            pool.release_all([t for t in taken if t is not None])
+            held = [(k, t) for k, t in enumerate(taken) if t is not None]
+            for k, _ in held:
+                for t, gone in ending[k]:
+                    t._buffer = gone
+            try:
+                pool.release_all([t for _, t in held])
+            finally:
+                for k, t in held:
+                    if state.blocks[k].gone is not None:
+                        t._buffer = state.blocks[k].gone
+            if isinstance(exc, MemoryCheckError):
+                raise  # names the op already
             if node is not None and allocating >= 0 and isinstance(exc, MemoryError):
                 raise MemoryError(
                     f"GraphExecutor.run: op {node.name!r} needs a block of "
@@ -323,11 +396,13 @@ class GraphExecutor:
                     f"GraphExecutor.run: op {node.name!r} raised {type(exc).__name__}: {exc}"
                 ) from exc
             raise  # an interrupt (KeyboardInterrupt, SystemExit) goes on as it is
+        for k in state.kept:  # the intermediates in outputs' blocks end with the run
+            for t, gone in ending[k]:
+                t._buffer = gone
         return [values[i] for i in state.out_slots]
 
-    def _take(
-        self, state: _PlannedRun, k: int, taken: list[Tensor | None], values: list[Any]
-    ) -> None:
+    def _take(self, state: _PlannedRun, k: int, taken: list[Tensor | None], values: list[Any],
+              ending: list[tuple[tuple[Tensor, _Gone], ...]]) -> None:  # fmt: skip
         """Allocate block ``k`` and put it (its owner's Tensor) and its views in the table."""
         spec = state.blocks[k]
         taken[k] = block = self.pool.allocate(spec.shape, spec.dtype, _nbytes=spec.nbytes)
@@ -342,19 +417,30 @@ class GraphExecutor:
         if views is None:
             # a Buffer of our own on the pooled block (PooledBuffer has no get_sub_region)
             base = cl.Buffer.from_int_ptr(ptr, retain=True)
-            views = tuple(
-                Tensor(base.get_sub_region(v.offset, v.size), v.shape, v.dtype, self._queue)
-                for v in spec.views
-            )
+            bufs = [base.get_sub_region(v.offset, v.size) for v in spec.views]
+            tensors = tuple(Tensor(b, v.shape, v.dtype, self._queue)
+                            for b, v in zip(bufs, spec.views, strict=True))  # fmt: skip
+            views = _Views(tensors, tuple(zip(tensors, bufs, strict=True)),
+                           tuple(zip(tensors, spec.gones, strict=True)))  # fmt: skip
             with state.lock:
                 cache = state.views[k]
                 if len(cache) >= _VIEW_CACHE:
                     cache.clear()
                 cache[ptr] = views
-        values[spec.first_view : spec.first_view + len(views)] = views
+        else:
+            for t, buf in views.live:  # a run that ended took their buffers: back they go
+                t._buffer = buf
+        ending[k] = views.ended
+        values[spec.first_view : spec.first_view + len(views.tensors)] = views.tensors
 
     def __repr__(self) -> str:
         return f"GraphExecutor(pool={self.pool!r}, alignment={self._alignment})"
+
+
+def _graph_name(graph: Graph) -> str:
+    """A short name of a graph for messages: its first op names (a repr lists all of them)."""
+    names = [op.name for op in graph.ops[:3]]
+    return f"Graph({len(graph)} ops: {', '.join(names)}{', ...' if len(graph) > 3 else ''})"
 
 
 def _block_role(plan: GraphPlan, k: int) -> str:

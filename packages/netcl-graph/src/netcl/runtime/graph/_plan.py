@@ -93,8 +93,11 @@ def build_plan(
     outputs: Sequence[str] | None,
     alignment: int,
     block_bytes: Callable[[int], int],
+    guard: Callable[[int], int] | None = None,
 ) -> GraphPlan:
-    """Check ``graph``, order it, work out lifetimes and choose the memory layout."""
+    """Check ``graph``, order it, work out lifetimes and choose the memory layout; with
+    ``guard`` (checked mode: bytes of guard for a value of n bytes) each value takes room for
+    its guards too (see ``padding``)."""
     if len(graph) == 0:
         raise ValueError("GraphExecutor: the graph has no ops")
     order = topological_order(graph)
@@ -109,16 +112,15 @@ def build_plan(
                 last_use[index[x.name]] = i  # readers come later in the order: the last wins
     for name in out_names:
         last_use[index[name]] = len(order) - 1
-    # sizes aligned, at least one unit (OpenCL has no 0-byte buffers)
+    is_out = set(out_names)
     items = tuple(
-        Interval(i, last_use[i], -(-max(op.nbytes, 1) // alignment) * alignment)
+        Interval(i, last_use[i], padding(op.nbytes, op.name in is_out, alignment, guard)[1])
         for i, op in enumerate(order)
     )
     # a few sizes, asked for again and again
     values = Values(names, items, out_names, alignment, functools.cache(block_bytes), index)
     ranked = rank_layouts(values)
     best = ranked[0]
-    is_out = set(out_names)
     lifetimes = {
         op.name: Lifetime(op.name, it.first, it.last, op.nbytes, it.size, spot.block,
                           spot.offset, op.name in is_out)
@@ -147,6 +149,20 @@ def build_plan(
         candidates=MappingProxyType({c.strategy: c.device_bytes for c in ranked}),
         graph_version=graph.version,
     )
+
+
+def padding(nbytes: int, is_output: bool, alignment: int,
+            guard: Callable[[int], int] | None) -> tuple[int, int]:  # fmt: skip
+    """(guard bytes before the value, bytes its lifetime takes): its size aligned, at least one
+    unit (OpenCL has no 0-byte buffers); in checked mode room for ``guard(nbytes)`` bytes after
+    it, and as many before it unless it is an output (which starts its block)."""
+    def aligned(n: int) -> int:
+        return -(-max(n, 1) // alignment) * alignment
+
+    if guard is None:
+        return 0, aligned(nbytes)
+    before = 0 if is_output else aligned(guard(nbytes))
+    return before, before + aligned(nbytes + guard(nbytes))
 
 
 def topological_order(graph: Graph) -> list[Op]:
