@@ -170,7 +170,7 @@ class KernelCapture:
     def _replay(
         self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
     ) -> cl.Event | None:
-        if program.profiled or telemetry.tracing():  # the one check per plain replay
+        if program.profiled or program.checked or telemetry.tracing():  # per plain replay
             event = self._observed(program, subst)
         else:
             with self._lock:
@@ -183,15 +183,16 @@ class KernelCapture:
     def _observed(
         self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
     ) -> cl.Event | None:
-        """A replay with a span (when tracing) and, on profiling queues, every command's event
-        kept and handed to the device-time collector. The span is made after the launches,
-        backdated: its ~10 µs of SDK work overlaps the device's instead of delaying it."""
+        """A replay with a span (when tracing), command by command in checked mode, and, on
+        profiling queues, every command's event kept and handed to the device-time collector.
+        The span is made after the launches, backdated: its ~10 µs of SDK work overlaps the
+        device's instead of delaying it."""
         start = time.time_ns()
         error: BaseException | None = None
         keep: list[cl.Event] | None = [] if program.profiled else None
         try:
             with self._lock:
-                event = program.run(subst, keep)
+                event = program.run(subst, keep, program.checked)
                 self._replays += 1
         except BaseException as exc:
             error = exc

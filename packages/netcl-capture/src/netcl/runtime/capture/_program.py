@@ -16,7 +16,7 @@ an out-of-order queue, contexts) is issued command by command as its ``Schedule`
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from itertools import starmap
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
-from netcl.core import profiling
+from netcl.core import memory, profiling
 from netcl.runtime.capture import _contract
 from netcl.runtime.capture._ordering import Schedule, schedule
 from netcl.runtime.capture._rebind import BufferIndex
@@ -146,7 +146,7 @@ class ReplayProgram:
     buffers (its own OpenCL references), kernels and host arrays alive."""
 
     def __init__(self, ops: list[Op], binds: Binds, launches: int, plan: Schedule | None,
-                 opaque: tuple[str, ...], profiled: bool) -> None:  # fmt: skip
+                 opaque: tuple[str, ...], profiled: bool, checked: bool) -> None:  # fmt: skip
         self.ops = tuple(ops)
         self.binds = binds
         # None: one in-order queue, where queue order is every dependency there is
@@ -165,6 +165,7 @@ class ReplayProgram:
             for op in self.ops if isinstance(op, (RawLaunch, RawTransfer))
         ) if profiled else ()  # fmt: skip
         self._index: BufferIndex | None = None
+        self.checked = checked  # a pool was in checked mode at end(): replays check guards
 
     @property
     def index(self) -> BufferIndex:
@@ -173,10 +174,12 @@ class ReplayProgram:
             self._index = BufferIndex(self.ops, self.binds)
         return self._index
 
-    def run(self, subst: Subst | None = None, keep: list[Any] | None = None) -> cl.Event | None:
+    def run(self, subst: Subst | None = None, keep: list[Any] | None = None,
+            checked: bool = False) -> cl.Event | None:  # fmt: skip
         """Enqueue the recorded commands with buffers substituted (a map ``index.validate``
         returned); an event that completes when all of them have (None if there are none).
-        ``keep`` (a profiled replay) gets every command's event, in the order of ``labels``.
+        ``keep`` (a profiled replay) gets every command's event, in the order of ``labels``;
+        ``checked`` (checked mode) enqueues them one at a time, each followed by ``check``.
         OpenCL takes a kernel's arguments at enqueue time: an argument set, enqueued with and
         set back leaves the launch with the substitute and the recorded arguments in place."""
         subst = subst or {}
@@ -189,8 +192,21 @@ class ReplayProgram:
         try:
             for kernel, index, _, new in touched:
                 _set_arg(kernel, index, new)
+            after = None
+            if checked:
+                self.refill(subst)
+                after = partial(self.check, subst=subst)
             if self.plan is not None:
-                return _run_scheduled(self.ops, self.binds, self.plan, subst, keep)
+                return _run_scheduled(self.ops, self.binds, self.plan, subst, keep, after)
+            if after is not None:
+                event = None
+                for i, op in enumerate(self.ops):
+                    for fn, calls in _segments((op,), self.binds, subst):
+                        event = fn(*calls[0])
+                        if keep is not None:
+                            keep.append(event)
+                    after(i, event)
+                return event
             found = _segments(self.ops, self.binds, subst) if transfers else self._segments
             if keep is not None:
                 for fn, calls in found:
@@ -203,6 +219,37 @@ class ReplayProgram:
         finally:
             for kernel, index, old, _ in touched:
                 _set_arg(kernel, index, old)
+
+    def _guarded(self, subst: Subst, bufs: Iterable[cl.MemoryObjectHolder]
+                 ) -> Iterator[tuple[memory.BufferPool, Any, memory.Guard, str]]:  # fmt: skip
+        """The checked pool blocks among ``bufs`` (recorded buffers), as ``subst`` maps them."""
+        for buf in bufs:
+            ptr = _contract.mem_ptr(buf)
+            new = subst.get(ptr)
+            found = memory.guarded(ptr if new is None else _contract.mem_ptr(new))
+            if found is not None:
+                yield found
+
+    def refill(self, subst: Subst) -> None:
+        """Checked mode, before a replay: fill the guards of the checked pool blocks it uses
+        afresh, so that a damaged one names this replay's command."""
+        for pool, block, guard, _ in self._guarded(subst, [u.buffer for u in self.index.uses
+                                                           .values()]):  # fmt: skip
+            guard.fill(pool.queue, block)
+            _finish(pool.queue)  # filled before the replay's first command runs
+
+    def check(self, i: int, event: cl.Event | None, subst: Subst) -> None:
+        """Checked mode, after recorded command ``i``: wait for it, then check the guards of the
+        checked pool blocks it launched on, naming it as the culprit of a damaged one."""
+        op = self.ops[i]
+        if type(op) is not RawLaunch:
+            return  # OpenCL checks a transfer's bounds itself
+        if event is not None:
+            event.wait()
+        bound = self.binds[id(op.shape)]
+        for pool, block, guard, what in self._guarded(subst, [b for _, b in bound.buffers]):
+            guard.check(pool.queue, block, f"KernelCapture.replay: recorded command {i} "
+                        f"(kernel {bound.name!r})", what)  # fmt: skip
 
 
 def _segments(ops: Sequence[Op], binds: Binds, subst: Subst) -> list[Segment]:
@@ -233,11 +280,11 @@ def _segments(ops: Sequence[Op], binds: Binds, subst: Subst) -> list[Segment]:
     return found
 
 
-def _run_scheduled(
-    ops: Sequence[Op], binds: Binds, plan: Schedule, subst: Subst, keep: list[Any] | None
-) -> cl.Event | None:
-    """Enqueue every command as its ``Issue`` of ``plan`` says; an event that completes when
-    all of them have (None if there are none)."""
+def _run_scheduled(ops: Sequence[Op], binds: Binds, plan: Schedule, subst: Subst,
+                   keep: list[Any] | None, after: Callable[[int, Any], None] | None,
+                   ) -> cl.Event | None:  # fmt: skip
+    """Enqueue every command as its ``Issue`` of ``plan`` says (then ``after(i, its event)``,
+    in checked mode); an event that completes when all of them have (None if there are none)."""
     events: list[Any] = []
     for op, issue in zip(ops, plan.issues, strict=True):
         for queue in issue.flushes:
@@ -259,6 +306,8 @@ def _run_scheduled(
             _finish(op.queue)
             event = None
         events.append(event)
+        if after is not None:
+            after(len(events) - 1, event)
     if keep is not None:  # once per replay; only a finish has no event
         keep += [e for e in events if e is not None]
     if plan.final_queue is None:
@@ -302,4 +351,5 @@ def build(rec: Recording) -> ReplayProgram:
     )
     profiled = bool(distinct) and all(profiling.enabled(q) for q in distinct.values())
     plan = None if ordered else schedule(ops, host_waits)
-    return ReplayProgram(ops, binds, launches, plan, tuple(binder.opaque), profiled)
+    return ReplayProgram(ops, binds, launches, plan, tuple(binder.opaque), profiled,
+                         memory.checking())

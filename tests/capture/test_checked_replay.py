@@ -1,0 +1,62 @@
+"""Checked mode in captured replays: a kernel that writes past a checked pool block is named by
+its recorded command. The overrun runs in a subprocess: a guard that failed could crash the
+process or hang the device instead of failing the test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = """
+    import numpy as np, pyopencl as cl
+    from netcl.core.device import default_queue
+    from netcl.core.memory import BufferPool, MemoryCheckError
+    from netcl.runtime.capture import KernelCapture
+
+    queue = default_queue()
+    src = "__kernel void inc(__global const float *a, __global float *o) "
+    src += "{ int i = get_global_id(0); o[i] = a[i] + 1; }"
+    inc = cl.Kernel(cl.Program(queue.context, src).build(), "inc")
+    pool = BufferPool(queue, check_memory=True)
+    x, y, z = (pool.allocate((1024,), np.float32) for _ in range(3))
+    x.write(np.zeros(1024, np.float32))
+
+    clean = KernelCapture()
+    with clean:
+        inc(queue, (1024,), None, x.buffer, y.buffer)
+        inc(queue, (1024,), None, y.buffer, x.buffer)
+    clean.replay()
+    clean.replay_with_new_buffers({y.buffer.int_ptr: z})  # a checked block put in: clean too
+    print("clean replays:", x.to_numpy()[0])
+
+    cap = KernelCapture()
+    with cap:  # the recording runs the overrun too: the guard takes it
+        inc(queue, (1024,), None, x.buffer, y.buffer)
+        inc(queue, (1024,), None, y.buffer, z.buffer)
+        inc(queue, (2048,), None, z.buffer, x.buffer)  # twice x's size
+        inc(queue, (1024,), None, x.buffer, y.buffer)
+    for replay in (cap.replay, lambda: cap.replay_with_new_buffers({y.buffer.int_ptr: z})):
+        try:
+            replay()
+        except MemoryCheckError as exc:
+            print(exc)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_replay_names_the_recorded_command_that_overran() -> None:
+    child = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT)], capture_output=True,
+                           text=True, timeout=60, env=dict(os.environ))  # fmt: skip
+    assert child.returncode == 0, child.stderr
+    lines = child.stdout.splitlines()
+    assert lines[0] == "clean replays: 6.0", child.stdout
+    expected = (
+        "KernelCapture.replay: recorded command 2 (kernel 'inc') wrote 4096 bytes past the end "
+        "of Tensor(shape=(1024,), dtype=float32, nbytes=4096) (checked mode's guards: 8192 "
+        "bytes after it, 0 before it)"
+    )
+    assert len(lines) == 3 and all(line.startswith(expected) for line in lines[1:]), lines
