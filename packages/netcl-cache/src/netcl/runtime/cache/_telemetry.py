@@ -46,7 +46,8 @@ def _forget(cache_id: int) -> None:
 
 def report_memory_hits(cache: object, counters: dict[str, int]) -> None:
     """Count ``counters["memory_hits"]`` of ``cache`` as ``memory`` lookups."""
-    _live[id(cache)] = counters
+    with _lock:  # a reader's collection may be summing _live in another thread
+        _live[id(cache)] = counters
     weakref.finalize(cache, _forget, id(cache))
 
 
