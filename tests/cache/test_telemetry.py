@@ -165,14 +165,17 @@ def test_memory_hits_of_a_cache_that_is_gone_still_count(
     from netcl.runtime.cache import _telemetry
 
     src = add_src(0.0, "gone-hits")
-    watched = len(_telemetry._live)
+    gc.collect()  # caches of earlier tests go now, not during this one
     c = ProgramCache(cache_dir)
     c.get_program(ctx, src, device)
     before = _lookups(metric_points).get("memory", 0)
     for _ in range(3):
         c.get_program(ctx, src, device)
-    assert len(_telemetry._live) == watched + 1
+    mine = id(c)
+    assert _telemetry._live[mine] is c._c
+    watched = len(_telemetry._live)
     del c
     gc.collect()
-    assert len(_telemetry._live) == watched  # reported a last time, then forgotten
+    assert mine not in _telemetry._live  # reported a last time, then forgotten
+    assert len(_telemetry._live) == watched - 1
     assert _lookups(metric_points)["memory"] - before == 3
