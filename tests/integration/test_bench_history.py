@@ -340,6 +340,50 @@ def test_benchmark_histogram_works(tmp_path: Path) -> None:
     assert svg.exists() and "<svg" in svg.read_text()
 
 
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _saved_results() -> dict[Path, dict[str, Any]]:
+    """The pytest-benchmark runs kept in benchmarks/results, by path."""
+    docs = {p: json.loads(p.read_text()) for p in sorted(RESULTS.rglob("*.json"))}
+    return {p: doc for p, doc in docs.items() if "benchmarks" in doc}
+
+
+def test_saved_results_stay_small_and_hold_no_rounds() -> None:
+    # what every clone downloads: each run's summary statistics, never its per-round timings
+    # (an artefact of the run, under .benchmarks/); on disk as du counts it (4 KiB blocks)
+    runs = _saved_results()
+    assert len(runs) >= 8, "the saved runs are not where this test looks"
+    with_rounds = sorted({p.name for p, doc in runs.items() for b in doc["benchmarks"]
+                          if "data" in b["stats"]})  # fmt: skip
+    assert not with_rounds, f"per-round timings committed in {with_rounds}"
+    files = [p for p in RESULTS.rglob("*") if p.is_file()]
+    size = sum(-(-p.stat().st_size // 4096) * 4096 for p in files)
+    assert size <= 1 << 20, f"benchmarks/results holds {size >> 10} KiB, over 1 MiB"
+
+
+def test_saved_results_are_what_the_gate_and_the_history_read(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # every check whose benchmarks a run holds gets its figure (the 2026-11-29 runs predate
+    # the device record and the figures' extra_info)
+    judged = []
+    for path in _saved_results():
+        results, machine = gate.load([path])
+        if (device := gate.device_class(machine)) is None:
+            continue
+        held = [v for v in gate.judge(results, gate.CHECKS, device)
+                if all(n in results for n in v.check.figure.needs)]  # fmt: skip
+        assert held and all(v.value is not None for v in held), [v.line() for v in held]
+        judged.append(path)
+    assert len(judged) >= 8
+    evidence = RESULTS / "2026-12-01-pocl-history-evidence"
+    cmp = _compare_json(capsys, evidence, "0004")
+    assert "test_launch_replay" in _names(cmp, "regressions")
+    assert {c["began"]["id"] for c in cmp["regressions"]} == {"0004"}
+    assert len(cmp["unchanged"]) + len(cmp["regressions"]) == 44
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_real_runs_flag_only_the_injected_replay_slowdown(tmp_path: Path) -> None:
