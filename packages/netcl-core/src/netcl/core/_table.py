@@ -10,7 +10,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 
-__all__ = ["plural", "table", "pairs", "width"]
+__all__ = ["human", "pairs", "plural", "table", "width"]
 
 _GAP = "  "
 _MARK = "…"
@@ -19,6 +19,15 @@ _MARK = "…"
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``plural(1, "entry", "entries")`` -> ``"1 entry"``; without ``many``, ``word + "s"``."""
     return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def human(n: float) -> str:
+    """A byte count for people: ``512 B``, ``1.5 KiB`` ... ``3.2 GiB``."""
+    for unit in ("B", "KiB", "MiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
 
 
 def width() -> int | None:

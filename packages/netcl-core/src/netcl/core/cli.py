@@ -19,7 +19,7 @@ from netcl.core import _settings, _table
 __all__ = ["main", "register_config", "register_info"]
 
 #: Subcommands that other netcl distributions provide: named in a hint when not installed.
-_PROVIDERS = {"cache": "netcl-cache"}
+_PROVIDERS = {"cache": "netcl-cache", "capture": "netcl-capture"}
 #: Where the distributions come from (they are not on PyPI).
 _REPO_URL = "https://github.com/OWNER/netcl-runtime"
 

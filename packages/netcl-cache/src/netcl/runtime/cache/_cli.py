@@ -20,6 +20,7 @@ from netcl.runtime.cache._store import COUNTERS, DiskStore, probe, refusal
 __all__ = ["SETTINGS", "register"]  # SETTINGS: what `netcl config` lists for this package
 
 _plural = _table.plural
+_human = _table.human
 _Doc = dict[str, Any]
 _Action = Callable[[argparse.Namespace, Path], tuple[_Doc, str]]
 
@@ -223,9 +224,3 @@ _ACTIONS: dict[str, _Action] = {"stats": _stats, "list": _list, "clear": _clear,
                                 "prune": _prune}  # fmt: skip
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"

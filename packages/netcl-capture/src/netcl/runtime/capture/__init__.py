@@ -7,16 +7,25 @@ afterwards; ``KernelCapture`` records the launches, copies and fills of the thre
 
 from typing import TYPE_CHECKING, Any
 
-from netcl.runtime.capture._capture import KernelCapture, get_capture
+from netcl.runtime.capture._capture import KernelCapture, get_capture, load_capture
 from netcl.runtime.capture._intercept import capture_disabled
+from netcl.runtime.capture._saved import CaptureFileError
 from netcl.runtime.capture.version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from netcl.runtime.capture._step import CapturedStep, StepCheckError, StepStats, capture_step
+    from netcl.runtime.capture._step import (
+        CapturedStep,
+        LoadedStep,
+        StepCheckError,
+        StepStats,
+        capture_step,
+        load_step,
+    )
 
 # capture_step and its types load on first use: the step modules (and pyopencl.array, which
 # they need) are most of this package's import time, and a KernelCapture user never needs them
-_STEP_NAMES = frozenset({"CapturedStep", "StepCheckError", "StepStats", "capture_step"})
+_STEP_NAMES = frozenset({"CapturedStep", "LoadedStep", "StepCheckError", "StepStats",
+                         "capture_step", "load_step"})
 
 
 def __getattr__(name: str) -> Any:
@@ -28,5 +37,6 @@ def __getattr__(name: str) -> Any:
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__all__ = ["CapturedStep", "KernelCapture", "StepCheckError", "StepStats", "capture_disabled",
-           "capture_step", "get_capture"]  # fmt: skip
+__all__ = ["CaptureFileError", "CapturedStep", "KernelCapture", "LoadedStep", "StepCheckError",
+           "StepStats", "capture_disabled", "capture_step", "get_capture", "load_capture",
+           "load_step"]  # fmt: skip

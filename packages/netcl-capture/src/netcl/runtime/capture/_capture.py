@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -13,7 +14,7 @@ import pyopencl as cl
 
 from netcl.core import profiling, telemetry
 from netcl.core.log import get_logger
-from netcl.runtime.capture import _intercept
+from netcl.runtime.capture import _intercept, _saved
 from netcl.runtime.capture import _telemetry as tm
 from netcl.runtime.capture._program import ReplayProgram, build
 from netcl.runtime.capture._recording import (
@@ -24,7 +25,7 @@ from netcl.runtime.capture._recording import (
     Recording,
 )
 
-__all__ = ["KernelCapture", "get_capture"]
+__all__ = ["KernelCapture", "get_capture", "load_capture"]
 
 log = get_logger("netcl.runtime.capture")
 
@@ -239,6 +240,22 @@ class KernelCapture:
         return tuple(r.record() for r in found if isinstance(r, (RawLaunch, RawTransfer)))
 
     @property
+    def buffers(self) -> tuple[cl.MemoryObjectHolder, ...]:
+        """The memory objects the recorded commands use, in order of first use (the capture's
+        own references; their ``int_ptr`` are :meth:`replay_with_new_buffers`' keys)."""
+        program = self._program
+        return tuple(u.buffer for u in program.index.uses.values()) if program else ()
+
+    def save(self, path: str | os.PathLike[str]) -> int:
+        """Write the capture to ``path``: its programs, commands and every buffer it uses, with
+        the contents of those not overwritten whole by their first use (README, "Saved
+        steps"); :func:`load_capture` replays it in another process. Returns the bytes."""
+        program = self._program
+        if program is None:
+            raise self._cannot("save")
+        return _saved.save(path, program, kind="capture")
+
+    @property
     def replay_count(self) -> int:
         """Replays since the last end()."""
         return self._replays
@@ -260,6 +277,20 @@ def _native_refusal(rec: Recording) -> str:
         "after them), or call end(allow_native=True) to keep a capture that replays only what "
         "went through pyopencl"
     )
+
+
+def load_capture(path: str | os.PathLike[str], queue: cl.CommandQueue) -> KernelCapture:
+    """A capture saved by :meth:`KernelCapture.save` (or a step's, by ``CapturedStep.save``),
+    ready to replay on ``queue``; its :attr:`~KernelCapture.buffers` are the saved capture's, in
+    the same order.
+    :class:`CaptureFileError` names the file and what is wrong with it."""
+    return _from_program(_saved.load(path, queue).program)
+
+
+def _from_program(program: ReplayProgram) -> KernelCapture:
+    capture = KernelCapture()
+    capture._program = program
+    return capture
 
 
 _singleton: KernelCapture | None = None

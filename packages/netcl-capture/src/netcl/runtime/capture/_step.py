@@ -13,6 +13,7 @@ import contextlib
 import functools
 import inspect
 import math
+import os
 import sys
 import threading
 import weakref
@@ -28,11 +29,13 @@ import pyopencl.array as cla
 from netcl.core.log import get_logger, warn_once
 from netcl.core.telemetry import Counts
 from netcl.core.tensor import Tensor
+from netcl.runtime.capture import _saved
 from netcl.runtime.capture import _telemetry as tm
-from netcl.runtime.capture._capture import KernelCapture
+from netcl.runtime.capture._capture import KernelCapture, _from_program
 from netcl.runtime.capture._intercept import thread_records
 
-__all__ = ["CapturedStep", "StepCheckError", "StepStats", "capture_step"]
+__all__ = ["CapturedStep", "LoadedStep", "StepCheckError", "StepStats", "capture_step",
+           "load_step"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -293,6 +296,19 @@ class CapturedStep(Generic[P, R]):
                 self._drop(key)
             self._warm.clear()
 
+    def save(self, path: str | os.PathLike[str]) -> int:
+        """Write the capture this step replays for its most recent arguments to ``path`` (its
+        programs, commands, call signature and the contents of the buffers it reads: README,
+        "Saved steps"); :func:`load_step` replays it in another process without this step's
+        code. Returns the file's size in bytes."""
+        with self._lock:
+            entry = self._mru
+            if entry is None:
+                raise RuntimeError(
+                    f"captured step {self.name}: nothing captured yet: call it {self._warmup + 1}"
+                    " times (the warm-up, then the call that records) before save()")
+            return _save(self, entry, path)
+
     @property
     def num_captures(self) -> int:
         """Captures kept now (at most :attr:`max_captures`)."""
@@ -325,6 +341,168 @@ class CapturedStep(Generic[P, R]):
     def __repr__(self) -> str:
         return (f"CapturedStep({self.name}, captures={len(self._captures)}/{self._max}, "
                 f"replays={self._replays})")
+
+
+class LoadedStep(CapturedStep[..., Any]):
+    """A captured step loaded by :func:`load_step`: it replays the saved capture for calls
+    whose arguments match the saved call as a captured step's guards match (shapes, dtypes,
+    queue, the values of other arguments); it has no function to run, so any other call
+    raises ``ValueError`` naming the first difference."""
+
+    def __init__(self, name: str, labels: list[str], signature: str) -> None:
+        super().__init__(_no_function, warmup=0, max_captures=1, name=name)
+        self._saved_labels, self._signature = labels, signature
+
+    def _record(self, call: _Call, dropped: bool) -> Any:
+        saved = next(iter(self._captures))
+        raise ValueError(
+            f"loaded step {self.name}: {_change_reason(saved, call.key, self._saved_labels)}; "
+            f"a loaded step replays only the call it was saved with, {self._signature}: pass "
+            "arguments like those, or save a capture of these arguments")
+
+
+def _no_function(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("a loaded step has no function to run: it cannot be called inside a "
+                       "recording (a KernelCapture or another captured step)")
+
+
+_VALUES: dict[str, type] = {t.__name__: t for t in (int, float, bool, str, type(None))}
+
+
+def _save(step: CapturedStep[Any, Any], entry: _Capture, path: str | os.PathLike[str]) -> int:
+    """``CapturedStep.save``: the capture of ``entry`` with the step's signature and outputs."""
+    program = entry.capture._program
+    assert program is not None
+    parts, names, aliasing = entry.key
+    labels = _labels(step._fn, len(parts) - len(names or ()), names)
+    params = []
+    for part, label in zip(parts, labels, strict=True):
+        if part[0] in _FIELDS:
+            params.append({"kind": part[0], **_fields(part[0], part[1:-1])})
+        elif part[0] in _VALUES.values() and (part[0] is not float or math.isfinite(part[1])):
+            params.append({"kind": "value", "type": part[0].__name__, "value": part[1]})
+        else:
+            raise _saved.CaptureFileError(
+                f"captured step {step.name}: argument {label} is {_kind(part)} "
+                f"({_short(part[1])}), which a saved step cannot check: a saved step's "
+                "arguments are Tensors, pyopencl Arrays, ints, finite floats, bools, strs or "
+                "None")  # fmt: skip
+    roles: list[tuple[str, Any]] = []
+    index: dict[int, int] = {}  # int_ptr -> position in the file's buffer table
+    for _, ptr in entry.slots:
+        index[ptr] = len(roles)
+        roles.append((_saved.INPUT, program.index.uses[ptr].buffer))
+    outputs = []
+    for kind, o in entry.plan:
+        if kind == "arg":
+            outputs.append({"kind": "arg", "index": o})
+            continue
+        view = o if kind == "fixed" else o[1]
+        found = {"kind": kind, "type": _TENSOR if isinstance(view, Tensor) else _ARRAY,
+                 **_fields(_TENSOR if isinstance(view, Tensor) else _ARRAY, _parts_of(view))}
+        if kind == "fixed":
+            buf = view.buffer if isinstance(view, Tensor) else view.base_data
+            if buf.int_ptr not in index:
+                index[buf.int_ptr] = len(roles)
+                roles.append((_saved.OUTPUT, buf))
+            found["buffer"] = index[buf.int_ptr]
+        else:
+            found["slot"] = o[0]
+        outputs.append(found)
+    result = entry.result
+    container = "none" if result is None else type(result).__name__ if isinstance(
+        result, (tuple, list)) else "single"  # fmt: skip
+    signature = {"name": step.name, "labels": labels, "params": params, "keywords": names,
+                 "aliasing": aliasing, "sizes": entry.sizes, "result": container,
+                 "outputs": outputs, "inputs": [[j, index[p]] for j, p in entry.slots]}
+    return _saved.save(path, program, kind="step", roles=roles, step=signature)
+
+
+def _parts_of(view: Any) -> tuple[Any, ...]:
+    if isinstance(view, Tensor):
+        return view.shape, view.dtype
+    return view.shape, view.dtype, view.strides, view.offset
+
+
+def _fields(kind: str, values: tuple[Any, ...]) -> dict[str, Any]:
+    """A Tensor's or Array's key fields (shape, dtype ...; not the queue) as JSON data."""
+    found = dict(zip(_FIELDS[kind], values, strict=False))
+    found["dtype"] = np.dtype(found["dtype"]).str
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in found.items()}
+
+
+def load_step(path: str | os.PathLike[str], queue: cl.CommandQueue) -> LoadedStep:
+    """A step saved by :meth:`CapturedStep.save`, ready to replay on ``queue`` from its first
+    call: programs from the file's binaries (rebuilt from their source on another device),
+    constants filled from the file. Called with arguments like the saved call's (Tensors or
+    Arrays of the saved shapes and dtypes on ``queue``), it returns its outputs like a captured
+    step. :class:`CaptureFileError` names the file and what is wrong with it."""
+    loaded = _saved.load(path, queue)
+    step = loaded.manifest.get("step")
+    if loaded.manifest.get("kind") != "step" or not isinstance(step, dict):
+        raise _saved.CaptureFileError(f"{os.fspath(path)}: holds a KernelCapture, not a step: "
+                                      "load it with load_capture()")  # fmt: skip
+    try:
+        return _loaded(loaded, step, queue, os.fspath(path))
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise _saved.CaptureFileError(f"{os.fspath(path)}: its step manifest is malformed "
+                                      f"({type(exc).__name__}: {exc})") from None
+
+
+def _loaded(loaded: _saved.Loaded, step: dict[str, Any], queue: cl.CommandQueue,
+            path: str) -> LoadedStep:  # fmt: skip
+    """The LoadedStep of a file: its saved call rebuilt on stand-in buffers (the file's input
+    buffers), recorded as a captured step's call is, with the file's capture."""
+    inputs = {int(j): loaded.buffers[i] for j, i in step["inputs"]}
+    aliasing = step["aliasing"]
+    bufs: list[Any] = []  # per buffer argument: the file's input buffer, or one of its own
+    for j, size in enumerate(step["sizes"]):
+        first = aliasing[j] if aliasing else j
+        bufs.append(bufs[first] if first != j else inputs.get(j) or cl.Buffer(
+            queue.context, cl.mem_flags.READ_WRITE, max(int(size), 1)))  # fmt: skip
+    flat: list[Any] = []
+    parts: list[Any] = []
+    text = []
+    for param, label in zip(step["params"], step["labels"], strict=True):
+        kind = param["kind"]
+        if kind in _FIELDS:
+            obj = _object(kind, param, bufs[sum(p[0] in _FIELDS for p in parts)], queue)
+            parts.append((kind, *_parts_of(obj), queue))
+            text.append(f"{label}: {kind}{tuple(obj.shape)} {obj.dtype}")
+        else:
+            obj = param["value"]
+            if type(obj) is not _VALUES[param["type"]]:
+                raise ValueError(f"argument {label}: {obj!r} is no {param['type']}")
+            parts.append((type(obj), obj))
+            text.append(f"{label}={_short(obj)}")
+        flat.append(obj)
+    names = tuple(step["keywords"]) if step["keywords"] else None
+    npos = len(flat) - len(names or ())
+    key = (tuple(parts), names, tuple(aliasing) if aliasing else None)
+    call = _Call(key, tuple(flat[:npos]), dict(zip(names or (), flat[npos:], strict=True)),
+                 tuple(flat), bufs, [b.int_ptr for b in bufs])  # fmt: skip
+    items = [flat[o["index"]] if o["kind"] == "arg" else _object(
+        o["type"], o, loaded.buffers[o["buffer"]] if o["kind"] == "fixed" else bufs[o["slot"]],
+        queue) for o in step["outputs"]]  # fmt: skip
+    container = step["result"]
+    result = None if container == "none" else items[0] if container == "single" else (
+        tuple(items) if container == "tuple" else list(items))  # fmt: skip
+    name = str(step["name"])
+    loaded_step = LoadedStep(name, list(step["labels"]), f"({', '.join(text)})")
+    entry = _Capture(_from_program(loaded.program), call, f"loaded from {path}", result,
+                     _outputs_of(result, name))  # fmt: skip
+    loaded_step._captures[key] = loaded_step._mru = entry
+    _KEPT.add(1, name)
+    return loaded_step
+
+
+def _object(kind: str, fields: dict[str, Any], buf: Any, queue: cl.CommandQueue) -> Any:
+    """A Tensor or Array of saved ``fields`` on ``buf``."""
+    shape, dtype = tuple(int(d) for d in fields["shape"]), np.dtype(fields["dtype"])
+    if kind == _TENSOR:
+        return Tensor(buf, shape, dtype, queue)
+    return _Array(queue, shape, dtype, strides=tuple(int(s) for s in fields["strides"]),
+                  data=buf, offset=int(fields["offset"]))  # fmt: skip
 
 
 def _forget(name: str, captures: OrderedDict[GuardKey, _Capture]) -> None:

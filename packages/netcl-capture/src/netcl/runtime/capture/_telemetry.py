@@ -7,9 +7,10 @@ from __future__ import annotations
 from netcl.core import telemetry
 from netcl.runtime.capture.version import __version__
 
-__all__ = ["COMMANDS", "LAUNCHES", "REBOUND", "RECORDED_LAUNCHES", "RECORD_SPAN",
-           "REPLAYED_LAUNCHES", "REPLAYS", "REPLAY_SPAN", "STEP_CAPTURE_SPAN", "STEP_CHECK_SPAN",
-           "STEP_NAME", "STEP_REASON", "TEL"]  # fmt: skip
+__all__ = ["BYTES", "COMMANDS", "FILE", "LAUNCHES", "LOAD_SPAN", "REBOUND", "REBUILT",
+           "RECORDED_LAUNCHES", "RECORD_SPAN", "REPLAYED_LAUNCHES", "REPLAYS", "REPLAY_SPAN",
+           "SAVE_SPAN", "SECTIONS", "STEP_CAPTURE_SPAN", "STEP_CHECK_SPAN", "STEP_NAME",
+           "STEP_REASON", "TEL"]  # fmt: skip
 
 TEL = telemetry.Scope("netcl.runtime.capture", __version__)
 
@@ -23,6 +24,13 @@ STEP_CAPTURE_SPAN = "netcl.step.capture"  # a call that records
 STEP_CHECK_SPAN = "netcl.step.check"  # check mode's normal run beside a first replay
 STEP_NAME = "netcl.step.name"
 STEP_REASON = "netcl.step.reason"  # why the guard key was new
+# saved captures and steps
+SAVE_SPAN = "netcl.capture.save"
+LOAD_SPAN = "netcl.capture.load"
+FILE = "netcl.capture.file"
+BYTES = "netcl.capture.bytes"  # the file's size
+SECTIONS = "netcl.capture.sections"
+REBUILT = "netcl.capture.rebuilt_programs"  # programs built from source for another device
 
 # process totals since import
 REPLAYS, REPLAYED_LAUNCHES, RECORDED_LAUNCHES = (telemetry.Counts() for _ in range(3))
