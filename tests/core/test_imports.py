@@ -1,5 +1,7 @@
 """Importing netcl loads only what the first use needs: structlog (and rich, which its console
-renderer pulls in) only once an event is logged at an enabled level or logging is configured."""
+renderer pulls in) only once an event is logged at an enabled level or logging is configured;
+the OpenTelemetry API only once the application loads it (an SDK needs it), and netcl's spans and
+instruments then follow."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import textwrap
 
 import pytest
 
-_LAZY = ("structlog", "rich")
+_LAZY = ("structlog", "rich", "opentelemetry.trace", "opentelemetry.metrics",
+         "opentelemetry.context")
 _MODULES = [
     "netcl.core.memory",
     "netcl.core.device",
@@ -37,7 +40,7 @@ def _loaded_after(code: str) -> list[str]:
 
 
 @pytest.mark.parametrize("module", _MODULES)
-def test_importing_a_package_loads_no_structlog(module: str) -> None:
+def test_importing_a_package_loads_no_structlog_nor_opentelemetry(module: str) -> None:
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} is not installed")
     assert _loaded_after(f"import {module}") == []
@@ -104,3 +107,46 @@ def test_a_bound_logger_keeps_its_fields(caplog: pytest.LogCaptureFixture) -> No
     assert done.getMessage() == "op_done plan=p1 op=3 seconds=0.5"
     assert failed.levelname == "ERROR" and failed.exc_info and failed.exc_info[0] is KeyError
     assert log.new(x=1) is not None  # the rest of structlog's API is passed through
+
+
+def test_an_sdk_installed_after_import_gets_the_spans_and_instruments() -> None:
+    """A package imported before the application loads OpenTelemetry: once an SDK is installed,
+    its runs record spans, its histogram and its observable counters (made when the API loaded,
+    reporting totals from before)."""
+    code = """
+        import numpy as np
+        from netcl.core import device
+        from netcl.core.memory import BufferPool
+        from netcl.runtime.graph import Graph, GraphExecutor
+
+        queue = device.default_queue()
+        g = Graph()
+        g.add_op("a", lambda inputs, out: None, [], (4,), np.float32)
+        pool = BufferPool(queue)
+        ex = GraphExecutor(pool)
+        pool.release(ex.run(g))  # before any OpenTelemetry: nothing can record
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        reader, spans = InMemoryMetricReader(), InMemorySpanExporter()
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        trace.set_tracer_provider(provider)
+        for _ in range(1025):  # netcl sees a provider set by hand within 1024 checks
+            pool.release(ex.run(g))
+        points = {m.name: m.data.data_points for rm in reader.get_metrics_data().resource_metrics
+                  for sm in rm.scope_metrics for m in sm.metrics}
+        runs = sum(s.name == "netcl.graph.run" for s in spans.get_finished_spans())
+        print(points["netcl.graph.nodes_executed"][0].value, 1 <= runs <= 1025,
+              points["netcl.graph.run.duration"][0].count >= 1)
+        """
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=120, check=False,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1026", "True", "True"], proc.stdout

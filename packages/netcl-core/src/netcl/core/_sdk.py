@@ -5,6 +5,7 @@ Re-exported by :mod:`netcl.core.telemetry`."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import os
@@ -12,17 +13,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Literal, TextIO
-
-from opentelemetry import metrics, trace
-from opentelemetry.util.types import AttributeValue
 
 from netcl.core.log import _value, get_logger
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricsData
     from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.util.types import AttributeValue
 
 __all__ = ["ConfigError", "configure", "export_failures", "flush", "shutdown", "tracing"]
 
@@ -31,8 +29,51 @@ _log = get_logger("netcl.core.telemetry")
 # -- is anything recording? -------------------------------------------------------------------
 # The public check, ``trace.get_tracer_provider()``, costs ~1 µs while no SDK is installed (an
 # environment lookup per call): too much for a hot path. A global provider can be set only once,
-# so True is latched for good and False re-checked every _RECHECK calls.
+# so True is latched for good and False re-checked every _RECHECK calls. netcl never imports the
+# OpenTelemetry API to check: a provider can only have been set by code that loaded it (or be
+# named by the variable the API reads on its first lookup).
 _RECHECK = 1024
+
+
+# the APIs whose provider a variable names (the API loads it on its first lookup): read once
+_NAMED = {f"opentelemetry.{api}": f"OTEL_PYTHON_{kind}_PROVIDER" in os.environ
+          for api, kind in (("trace", "TRACER"), ("metrics", "METER"))}  # fmt: skip
+
+
+def _loaded(api: str) -> Any:
+    """The API module ``api`` (``opentelemetry.trace`` or ``.metrics``) if loaded, else None;
+    imported here only when ``OTEL_PYTHON_<TRACER|METER>_PROVIDER`` names a provider to load."""
+    module = sys.modules.get(api)
+    if module is None and _NAMED[api]:
+        module = importlib.import_module(api)
+    return module
+
+
+_waiting: list[Callable[[], None]] = []  # what waits for the metrics API (when_metrics_loaded)
+_waiting_lock = threading.Lock()
+
+
+def metrics_loaded() -> bool:
+    """Whether the OpenTelemetry metrics API is loaded (before, no meter provider exists and no
+    reader can collect); the first time it is, what :func:`when_metrics_loaded` kept runs."""
+    if _loaded("opentelemetry.metrics") is None:
+        return False
+    while _waiting:
+        with _waiting_lock:
+            todo = _waiting[:]
+            del _waiting[:]
+        for fn in todo:
+            fn()
+    return True
+
+
+def when_metrics_loaded(fn: Callable[[], None]) -> None:
+    """Call ``fn`` (e.g. make an observable instrument) now if the metrics API is loaded, else
+    once it is: at the next :func:`tracing` re-check, :func:`configure`, or first instrument
+    use after the application loaded it."""
+    with _waiting_lock:
+        _waiting.append(fn)
+    metrics_loaded()
 
 
 class _Switch:
@@ -49,8 +90,11 @@ _switch = _Switch()
 
 
 def _recheck() -> bool:
-    _switch.on = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    trace = _loaded("opentelemetry.trace")
+    _switch.on = trace is not None and not isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider)
     _switch.countdown = _RECHECK
+    metrics_loaded()  # an application may have loaded it since: make what waits for it
     return _switch.on
 
 
@@ -97,6 +141,8 @@ _OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_{}_ENDPOIN
 
 
 def _names(group: str) -> list[str]:
+    from importlib.metadata import entry_points
+
     return sorted({ep.name for ep in entry_points(group=group)})
 
 
@@ -153,6 +199,8 @@ def configure(*, service_name: str = "netcl", console: bool = False,
     """
     if _configured:
         return _configured
+    from opentelemetry import metrics, trace
+
     _check_environment()
     exporters: dict[str, list[str]] = {}
     disabled = False

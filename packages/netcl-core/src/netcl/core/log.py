@@ -5,14 +5,11 @@ and why structlog loads on first use."""
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import sys
 import threading
 from collections.abc import Hashable, MutableMapping
 from typing import TYPE_CHECKING, Any, TextIO
-
-from opentelemetry import trace
 
 if TYPE_CHECKING:
     import structlog
@@ -28,6 +25,9 @@ def add_trace_context(
     _: Any, __: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
     """structlog processor: add ``trace_id`` and ``span_id`` of the current span, if any."""
+    trace = sys.modules.get("opentelemetry.trace")  # not loaded: no span can be current
+    if trace is None:
+        return event_dict
     ctx = trace.get_current_span().get_span_context()
     if ctx.is_valid:
         event_dict["trace_id"] = format(ctx.trace_id, "032x")
@@ -39,6 +39,8 @@ def _value(v: object) -> str:
     """One token of a key=value line: quoted (JSON, newlines escaped) when it has to be."""
     s = v if isinstance(v, str) else str(v)
     if not s or any(c.isspace() or c in '"=' for c in s):
+        import json  # loaded here: only an event or span with such a value needs it
+
         return json.dumps(s)
     return s
 

@@ -2,20 +2,21 @@
 and instruments), spans opened through :meth:`Scope.span` (a shared do-nothing span while
 :func:`tracing` is False), one ``error.type``, and one failure policy: an SDK that raises is
 caught, logged once per kind of failure on the ``netcl.core.telemetry`` logger, and the call
-goes on. :func:`configure` and the rest of the application side come from ``netcl.core._sdk``."""
+goes on. :func:`configure` and the rest of the application side come from ``netcl.core._sdk``.
+
+The OpenTelemetry API loads on first use, not at import (it is about a third of what importing a
+netcl package costs): while it is not loaded no provider can have been installed, so nothing
+could record. Instruments are made when it is, or when the application loads it later
+(:func:`netcl.core._sdk.metrics_loaded`)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from opentelemetry import context, metrics, trace
-from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.trace import Status, StatusCode
-from opentelemetry.util.types import AttributeValue
-
+from netcl.core import _sdk
 from netcl.core._sdk import ConfigError, configure, export_failures, flush, shutdown, tracing
 from netcl.core._sdk import _switch as _switch  # tests/conftest.py clears it
 from netcl.core.log import get_logger, warn_once
@@ -37,8 +38,13 @@ DURATION_BUCKETS_S: tuple[float, ...] = (
     0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
 
+if TYPE_CHECKING:
+    from opentelemetry import metrics, trace
+    from opentelemetry.metrics import CallbackOptions, Observation
+    from opentelemetry.util.types import AttributeValue
+
 _log = get_logger(__name__)
-_Attrs = Mapping[str, AttributeValue]
+_Attrs = Mapping[str, "AttributeValue"]
 
 
 def error_type(why: BaseException | str) -> str:
@@ -97,6 +103,8 @@ class Span:
             return
         self._failed = True
         try:
+            from opentelemetry.trace import Status, StatusCode  # loaded: a span records
+
             if isinstance(why, BaseException):
                 self._span.record_exception(why)
                 message = message or f"{type(why).__name__}: {why}"
@@ -110,6 +118,8 @@ class Span:
         when given. Ending twice is harmless."""
         token, self._token = self._token, None
         if token is not None:
+            from opentelemetry import context
+
             context.detach(token)  # type: ignore[arg-type]
         if exc is not None:
             self.fail(exc)
@@ -153,23 +163,35 @@ NO_SPAN: Span = _NoSpan()
 
 # -- instruments ------------------------------------------------------------------------------
 class _Safe:
-    """A synchronous instrument whose ``add``/``record`` never raise into the caller."""
+    """A synchronous instrument whose ``add``/``record`` never raise into the caller, made by
+    ``make`` on the first value recorded while OpenTelemetry is loaded (before, a value has no
+    provider to go to: the API's own proxy instrument would drop it too)."""
 
-    __slots__ = ("_instrument", "_stage")
+    __slots__ = ("_instrument", "_make", "_stage")
 
-    def __init__(self, instrument: Any, name: str) -> None:
-        self._instrument = instrument
+    def __init__(self, make: Callable[[], Any], name: str) -> None:
+        self._instrument: Any = None
+        self._make = make
         self._stage = f"metric:{name}"
+
+    def _made(self) -> Any:
+        if self._instrument is None and _sdk.metrics_loaded():
+            self._instrument = self._make()
+        return self._instrument
 
     def add(self, amount: float, attributes: _Attrs | None = None) -> None:
         try:
-            self._instrument.add(amount, attributes)
+            instrument = self._instrument or self._made()
+            if instrument is not None:
+                instrument.add(amount, attributes)
         except Exception as exc:
             _sdk_failed(self._stage, exc)
 
     def record(self, amount: float, attributes: _Attrs | None = None) -> None:
         try:
-            self._instrument.record(amount, attributes)
+            instrument = self._instrument or self._made()
+            if instrument is not None:
+                instrument.record(amount, attributes)
         except Exception as exc:
             _sdk_failed(self._stage, exc)
 
@@ -227,15 +249,34 @@ Observe = Callable[[], Iterable[tuple[float, _Attrs]]]
 class Scope:
     """The telemetry of one instrumented package: instrumentation scope ``name`` (a module name)
     at ``version``, its tracer and meter, and the one way its code opens spans and makes
-    instruments (which follow a provider set later)."""
+    instruments (which follow a provider set later). Its tracer and meter are made on first use
+    (importing the OpenTelemetry API then)."""
 
-    __slots__ = ("meter", "name", "tracer", "version")
+    __slots__ = ("_meter", "_tracer", "name", "version")
 
     def __init__(self, name: str, version: str) -> None:
         self.name = name
         self.version = version
-        self.tracer = trace.get_tracer(name, version)
-        self.meter = metrics.get_meter(name, version)
+        self._tracer: trace.Tracer | None = None
+        self._meter: metrics.Meter | None = None
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        """The scope's tracer (the API's proxy until a provider is set)."""
+        if self._tracer is None:
+            from opentelemetry import trace
+
+            self._tracer = trace.get_tracer(self.name, self.version)
+        return self._tracer
+
+    @property
+    def meter(self) -> metrics.Meter:
+        """The scope's meter (the API's proxy until a provider is set)."""
+        if self._meter is None:
+            from opentelemetry import metrics
+
+            self._meter = metrics.get_meter(self.name, self.version)
+        return self._meter
 
     def span(self, name: str, attributes: _Attrs | None = None, *, start_time: int | None = None,
              current: bool = True, parent: Span | None = None) -> Span:  # fmt: skip
@@ -245,6 +286,8 @@ class Scope:
         it under a span other than the current one."""
         if not tracing():
             return NO_SPAN
+        from opentelemetry import context, trace  # loaded: something records
+
         try:
             ctx = None
             if parent is not None and parent.recording:
@@ -269,45 +312,54 @@ class Scope:
     # instruments: the API's own, wrapped so that recording a value never raises
     def counter(self, name: str, unit: str, description: str) -> _Safe:
         """A monotonic counter."""
-        return _Safe(self.meter.create_counter(name, unit=unit, description=description), name)
+        return _Safe(lambda: self.meter.create_counter(name, unit=unit, description=description),
+                     name)  # fmt: skip
 
     def up_down_counter(self, name: str, unit: str, description: str) -> _Safe:
         """A counter that goes up and down."""
-        instrument = self.meter.create_up_down_counter(name, unit=unit, description=description)
-        return _Safe(instrument, name)
+        return _Safe(lambda: self.meter.create_up_down_counter(
+            name, unit=unit, description=description), name)  # fmt: skip
 
     def histogram(self, name: str, unit: str, description: str,
                   buckets: tuple[float, ...] | None = DURATION_BUCKETS_S) -> _Safe:  # fmt: skip
         """A histogram; durations (seconds) get :data:`DURATION_BUCKETS_S` by default."""
-        instrument = self.meter.create_histogram(
+        return _Safe(lambda: self.meter.create_histogram(
             name, unit=unit, description=description,
             explicit_bucket_boundaries_advisory=list(buckets) if buckets else None,
-        )  # fmt: skip
-        return _Safe(instrument, name)
+        ), name)  # fmt: skip
 
     def observable_counter(self, name: str, observe: Observe, unit: str, description: str) -> None:
         """A counter read when a metric reader collects: ``observe()`` returns
         ``(value, attributes)`` pairs (process totals kept by the package)."""
-        _observable(self.meter.create_observable_counter, name, observe, unit, description)
+        self._observable("create_observable_counter", name, observe, unit, description)
 
     def observable_gauge(self, name: str, observe: Observe, unit: str, description: str) -> None:
         """A gauge read when a metric reader collects, as :meth:`observable_counter`."""
-        _observable(self.meter.create_observable_gauge, name, observe, unit, description)
+        self._observable("create_observable_gauge", name, observe, unit, description)
 
     def observable_up_down_counter(self, name: str, observe: Observe, unit: str,
                                    description: str) -> None:  # fmt: skip
         """An up-down counter read when a metric reader collects, as :meth:`observable_counter`."""
-        _observable(self.meter.create_observable_up_down_counter, name, observe, unit, description)
+        self._observable("create_observable_up_down_counter", name, observe, unit, description)
 
+    def _observable(self, create: str, name: str, observe: Observe, unit: str,
+                    description: str) -> None:  # fmt: skip
+        """An observable instrument made by the meter's method ``create``, reading
+        ``observe()``: now if OpenTelemetry is loaded, else once it is (a reader can only
+        collect from then on, and ``observe`` reports totals)."""
 
-def _observable(create: Callable[..., object], name: str, observe: Observe, unit: str,
-                description: str) -> None:  # fmt: skip
-    """An observable instrument made by ``create`` (a meter method), reading ``observe()``."""
+        def callback(_: CallbackOptions) -> Iterable[Observation]:
+            from opentelemetry.metrics import Observation
 
-    def callback(_: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(value, attributes) for value, attributes in observe()]
+            return [Observation(value, attributes) for value, attributes in observe()]
 
-    create(name, [callback], unit=unit, description=description)
+        def make() -> None:
+            try:
+                getattr(self.meter, create)(name, [callback], unit=unit, description=description)
+            except Exception as exc:
+                _sdk_failed(f"metric:{name}", exc)
+
+        _sdk.when_metrics_loaded(make)
 
 
 def current_span() -> Span:
@@ -316,6 +368,8 @@ def current_span() -> Span:
     is current. It still belongs to whoever opened it: never end it."""
     if not tracing():
         return NO_SPAN
+    from opentelemetry import trace  # loaded: something records
+
     try:
         span = trace.get_current_span()
         if not span.get_span_context().is_valid:
