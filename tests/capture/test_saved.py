@@ -1,0 +1,402 @@
+"""Saved steps and captures: saved here, loaded in a fresh process without the step's code,
+bit-identical to the step run normally; every damaged or foreign file refused by name."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import subprocess
+import sys
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from netcl.core.memory import BufferPool
+from netcl.core.tensor import Tensor
+from netcl.runtime.capture import (
+    CaptureFileError,
+    KernelCapture,
+    capture_step,
+    load_capture,
+    load_step,
+)
+from netcl.runtime.capture import _saved
+
+CHILD = Path(__file__).with_name("saved_child.py")
+CALLS = 20
+
+MLP_SRC = """
+__kernel void matmul(__global float *out, __global const float *x, __global const float *w,
+                     const int k, const int m) {
+    int i = get_global_id(0);
+    int row = i / m, col = i % m;
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j) acc += x[row * k + j] * w[j * m + col];
+    out[i] = acc;
+}
+__kernel void bias_relu(__global float *out, __global const float *h, __global const float *b,
+                        const int m) {
+    int i = get_global_id(0);
+    out[i] = fmax(h[i] + b[i % m], 0.0f);
+}
+"""
+BATCH, WIDTH, LAYERS = 16, 64, 8
+Arrays = list[np.ndarray]  # type: ignore[type-arg]
+
+
+def _load_in_child(path: Path, calls: list[Arrays], kind: str, tmp: Path) -> list[Arrays]:
+    """Every call's outputs from a fresh process that loads ``path`` and calls it."""
+    inputs = {f"c{c}_{i}": a for c, args in enumerate(calls) for i, a in enumerate(args)}
+    np.savez(tmp / "in.npz", kind=np.array(kind), **inputs)
+    done = subprocess.run([sys.executable, str(CHILD), str(path), str(tmp / "in.npz"),
+                           str(tmp / "out.npz")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = np.load(tmp / "out.npz")
+    return [[found[k] for k in sorted((k for k in found.files if k.startswith(f"c{c}_")),
+                                      key=lambda k: int(k.split("_")[1]))]
+            for c in range(len(calls))]  # fmt: skip
+
+
+def _host(result: Any) -> Arrays:
+    items = result if isinstance(result, (tuple, list)) else (result,)
+    return [i.to_numpy() if isinstance(i, Tensor) else i.get() for i in items]
+
+
+def _check_round_trip(step: Any, make_args: Callable[[int], Arrays], to_device: Callable[
+        [np.ndarray], Any], kind: str, tmp: Path) -> None:  # type: ignore[type-arg]  # fmt: skip
+    """Warm up, record, save; the saved file loaded elsewhere gives, for CALLS new inputs,
+    exactly what the step's function gives when run normally."""
+    for c in range(2):  # the warm-up, then the recording call
+        step(*[to_device(a) for a in make_args(1000 + c)])
+    assert step.save(tmp / "step.ncl") > 0
+    calls = [make_args(c) for c in range(CALLS)]
+    normal = [_host(step.__wrapped__(*[to_device(a) for a in args])) for args in calls]
+    loaded = _load_in_child(tmp / "step.ncl", calls, kind, tmp)
+    for c, (want, got) in enumerate(zip(normal, loaded, strict=True)):
+        assert len(want) == len(got)
+        for w, g in zip(want, got, strict=True):
+            assert w.dtype == g.dtype and w.shape == g.shape
+            assert w.tobytes() == g.tobytes(), f"call {c} differs"
+    assert not all(np.array_equal(loaded[0][0], o[0]) for o in loaded[1:])  # new data each call
+
+
+class _MLP:
+    """An 8-layer MLP step as framework-style ops: outputs from a BufferPool, intermediates
+    released as soon as they are consumed, weights in the closure (constants of the file)."""
+
+    def __init__(self, queue: cl.CommandQueue) -> None:
+        self.queue, self.pool = queue, BufferPool(queue)
+        prg = cl.Program(queue.context, MLP_SRC).build()
+        self.matmul, self.bias_relu = cl.Kernel(prg, "matmul"), cl.Kernel(prg, "bias_relu")
+        self.matmul.set_scalar_arg_dtypes([None, None, None, np.int32, np.int32])
+        self.bias_relu.set_scalar_arg_dtypes([None, None, None, np.int32])
+        rng = np.random.default_rng(7)
+        self.w = [Tensor.from_numpy((rng.standard_normal((WIDTH, WIDTH)) / 8).astype(
+            np.float32), queue) for _ in range(LAYERS)]  # fmt: skip
+        self.b = [Tensor.from_numpy(rng.standard_normal(WIDTH).astype(np.float32), queue)
+                  for _ in range(LAYERS)]  # fmt: skip
+
+    def step(self, x: Tensor) -> Tensor:
+        h = x
+        for w, b in zip(self.w, self.b, strict=True):
+            z = self.pool.allocate((BATCH, WIDTH), np.float32)
+            self.matmul(self.queue, (z.size,), None, z.buffer, h.buffer, w.buffer, WIDTH, WIDTH)
+            if h is not x:
+                self.pool.release(h)
+            h = self.pool.allocate((BATCH, WIDTH), np.float32)
+            self.bias_relu(self.queue, (h.size,), None, h.buffer, z.buffer, b.buffer, WIDTH)
+            self.pool.release(z)
+        return h
+
+
+def _rand(shape: tuple[int, ...], dtype: Any = np.float32) -> Callable[[int], Arrays]:
+    def make(seed: int) -> Arrays:
+        rng = np.random.default_rng(seed)
+        if np.dtype(dtype).kind == "c":
+            return [(rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)]
+        return [rng.standard_normal(shape).astype(dtype)]
+
+    return make
+
+
+def test_an_8_layer_mlp(queue: cl.CommandQueue, tmp_path: Path) -> None:
+    mlp = _MLP(queue)
+    step = capture_step(mlp.step)
+    _check_round_trip(step, _rand((BATCH, WIDTH)), lambda a: Tensor.from_numpy(a, queue),
+                      "tensor", tmp_path)  # fmt: skip
+    info = _saved.inspect(tmp_path / "step.ncl")
+    assert info["launches"] == 2 * LAYERS
+    assert info["buffers"]["input"]["count"] == 1
+    assert info["buffers"]["constant"]["bytes"] >= LAYERS * (WIDTH * WIDTH + WIDTH) * 4
+
+
+def test_a_pyopencl_array_step(queue: cl.CommandQueue, tmp_path: Path) -> None:
+    """pyopencl's own kernels (elementwise, reduction) and a tuple of two outputs."""
+    w = cla.to_device(queue, np.linspace(-1, 1, 256).astype(np.float32))
+
+    @capture_step
+    def step(x: cla.Array, y: cla.Array) -> tuple[cla.Array, cla.Array]:
+        z = cla.maximum(x * 2 + y, w)
+        return z, cla.sum(z * w)
+
+    def make(seed: int) -> Arrays:
+        return _rand((256,))(seed) + _rand((256,))(seed + 99)
+
+    _check_round_trip(step, make, lambda a: cla.to_device(queue, a), "array", tmp_path)
+
+
+def test_a_reikna_fft(queue: cl.CommandQueue, tmp_path: Path) -> None:
+    """A third-party kernel library's computation: reikna's FFT (its own program generator)."""
+    ocl_api = pytest.importorskip("reikna.cluda").ocl_api
+    fft_type = pytest.importorskip("reikna.fft").FFT
+    thread = ocl_api().Thread(queue)
+    x0 = np.zeros((32, 64), np.complex64)
+    fft = fft_type(x0).compile(thread)
+    out = thread.empty_like(x0)
+
+    @capture_step
+    def step(x: cla.Array) -> cla.Array:
+        fft(out, x)
+        return out
+
+    _check_round_trip(step, _rand(x0.shape, np.complex64), lambda a: thread.to_device(a),
+                      "array", tmp_path)  # fmt: skip
+
+
+def test_256_mb_of_weights(queue: cl.CommandQueue, tmp_path: Path) -> None:
+    """A loaded step with 256 MiB of weights answers with them, not with stale or missing
+    data (a loaded JIT returning the capturing run's outputs; one that does not run)."""
+    rows, cols = 1024, 65536  # float32: 256 MiB
+    prg = cl.Program(queue.context, """
+    __kernel void matvec(__global float *y, __global const float *w, __global const float *x,
+                         const int cols) {
+        int r = get_global_id(0); float acc = 0.0f;
+        for (int c = 0; c < cols; ++c) acc += w[r * cols + c] * x[c];
+        y[r] = acc;
+    }""").build()  # fmt: skip
+    kernel = cl.Kernel(prg, "matvec")
+    kernel.set_scalar_arg_dtypes([None, None, None, np.int32])
+    w = Tensor.empty((rows, cols), np.float32, queue)
+    for r in range(0, rows, 128):  # filled in slices: no 256 MiB host copy here either
+        part = np.random.default_rng(r).integers(-2, 3, (128, cols)).astype(np.float32)
+        cl.enqueue_copy(queue, w.buffer, part, dst_offset=r * cols * 4)
+    y = Tensor.empty((rows,), np.float32, queue)
+
+    @capture_step
+    def step(x: Tensor) -> Tensor:
+        kernel(queue, (rows,), None, y.buffer, w.buffer, x.buffer, cols)
+        return y
+
+    def make(seed: int) -> Arrays:  # small integers: every sum exact in float32
+        return [np.random.default_rng(seed).integers(-2, 3, cols).astype(np.float32)]
+
+    for c in range(2):
+        step(Tensor.from_numpy(make(1000 + c)[0], queue))
+    step.save(tmp_path / "big.ncl")
+    assert (tmp_path / "big.ncl").stat().st_size > rows * cols * 4
+    calls = [make(c) for c in range(3)]
+    got = _load_in_child(tmp_path / "big.ncl", calls, "tensor", tmp_path)
+    for r0 in range(0, rows, 128):
+        part = np.random.default_rng(r0).integers(-2, 3, (128, cols)).astype(np.float64)
+        for (x,), (g,) in zip(calls, got, strict=True):
+            np.testing.assert_array_equal(g[r0:r0 + 128], part @ x)
+
+
+def test_a_kernel_capture_and_its_buffers(queue: cl.CommandQueue, ctx: cl.Context,
+                                          kernels: Any, buf: Any, tmp_path: Path) -> None:
+    """KernelCapture.save: every buffer it uses; the loaded capture's buffers in the saved
+    order, replayable and rebindable."""
+    x, y = buf(np.arange(64)), buf(np.ones(64))
+    with KernelCapture() as cap:
+        kernels.axpy(queue, (64,), None, y, x, np.float32(2))
+        kernels.axpy(queue, (64,), None, y, x, np.float32(0.5))
+    cap.save(tmp_path / "cap.ncl")
+    loaded = load_capture(tmp_path / "cap.ncl", queue)
+    assert [int(b.size) for b in loaded.buffers] == [int(b.size) for b in cap.buffers]
+    y2, x2 = loaded.buffers
+    loaded.replay()
+    got = np.empty(64, np.float32)
+    cl.enqueue_copy(queue, got, y2)
+    # y held 1 + 2.5 * x when saved; the replay adds 2.5 * x again
+    np.testing.assert_array_equal(got, 1 + 5 * np.arange(64, dtype=np.float32))
+    fresh = buf(np.zeros(64))
+    loaded.replay_with_new_buffers({y2.int_ptr: fresh})
+    cl.enqueue_copy(queue, got, fresh)
+    np.testing.assert_array_equal(got, 2.5 * np.arange(64, dtype=np.float32))
+    with pytest.raises(CaptureFileError, match="holds a KernelCapture, not a step"):
+        load_step(tmp_path / "cap.ncl", queue)
+
+
+def test_guards_as_for_a_captured_step(queue: cl.CommandQueue, kernels: Any,
+                                       tmp_path: Path) -> None:  # fmt: skip
+    @capture_step
+    def step(x: Tensor, scale: float) -> Tensor:
+        out = Tensor.empty(x.shape, x.dtype, queue)
+        kernels.scale_shift(queue, x.shape, None, out.buffer, x.buffer, scale, 1)
+        return out
+
+    x = Tensor.from_numpy(np.arange(8, dtype=np.float32), queue)
+    step(x, 2.0), step(x, 2.0)
+    step.save(tmp_path / "s.ncl")
+    loaded = load_step(tmp_path / "s.ncl", queue)
+    np.testing.assert_array_equal(loaded(x, 2.0).to_numpy(), np.arange(8) * 2 + 1)
+    with pytest.raises(ValueError, match=r"loaded step .*step: shape of x changed \(8,\) -> "
+                       r"\(4,\).*saved with, \(x: Tensor\(8,\) float32, scale=2.0\)"):
+        loaded(Tensor.from_numpy(np.zeros(4, np.float32), queue), 2.0)
+    with pytest.raises(ValueError, match="value of scale changed 2.0 -> 3.0"):
+        loaded(x, 3.0)
+    assert loaded.stats.replays == 1
+
+
+def test_save_before_a_capture_and_unsaveable_arguments(queue: cl.CommandQueue, kernels: Any,
+                                                        tmp_path: Path) -> None:  # fmt: skip
+    @capture_step
+    def step(x: Tensor, opts: object) -> Tensor:
+        kernels.scale_shift(queue, x.shape, None, x.buffer, x.buffer, 1.0, 1)
+        return x
+
+    with pytest.raises(RuntimeError, match="nothing captured yet: call it 2 times"):
+        step.save(tmp_path / "s.ncl")
+    x = Tensor.from_numpy(np.zeros(4, np.float32), queue)
+    step(x, (1, 2)), step(x, (1, 2))
+    with pytest.raises(CaptureFileError, match=r"argument opts is a tuple \(\(1, 2\)\)"):
+        step.save(tmp_path / "s.ncl")
+    assert not (tmp_path / "s.ncl").exists() and not list(tmp_path.iterdir())  # nothing left
+
+
+# -- hostile files ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory, queue: cl.CommandQueue) -> bytes:
+    """A valid saved step (the 8-layer MLP), as bytes."""
+    step = capture_step(_MLP(queue).step)
+    x = Tensor.from_numpy(np.ones((BATCH, WIDTH), np.float32), queue)
+    step(x), step(x)
+    path = tmp_path_factory.mktemp("saved") / "mlp.ncl"
+    step.save(path)
+    return path.read_bytes()
+
+
+def _manifest(data: bytes) -> tuple[dict[str, Any], int]:
+    _, _, _, offset, length, _ = _saved._HEADER.unpack(data[: _saved._HEADER.size])
+    return json.loads(data[offset:offset + length]), offset
+
+
+def _with_manifest(data: bytes, manifest: dict[str, Any]) -> bytes:
+    """``data`` with another manifest (valid checksum): what a foreign but intact file is."""
+    _, offset = _manifest(data)
+    text = json.dumps(manifest).encode()
+    head = _saved._HEADER.pack(b"NETCLCAP", 1, 0, offset, len(text), zlib.crc32(text))
+    return head + data[len(head):offset] + text
+
+
+def _refused(tmp: Path, data: bytes, queue: cl.CommandQueue, match: str) -> None:
+    path = tmp / "hostile.ncl"
+    path.write_bytes(data)
+    with pytest.raises(CaptureFileError, match=match) as info:
+        load_step(path, queue)
+    assert str(path) in str(info.value)
+
+
+def test_hostile_files_each_give_their_error(saved: bytes, queue: cl.CommandQueue,
+                                             tmp_path: Path) -> None:  # fmt: skip
+    manifest, offset = _manifest(saved)
+    binary = manifest["sections"][manifest["programs"][0]["binary"]]
+    flipped = bytearray(saved)
+    flipped[binary[0] + binary[1] // 2] ^= 0x10  # one bit of the program binary
+    weights = next(b["data"] for b in manifest["buffers"] if b["role"] == "constant")
+    weight = bytearray(saved)
+    weight[manifest["sections"][weights][0] + 3] ^= 0x01
+    manifest_bit = bytearray(saved)
+    manifest_bit[offset + 10] ^= 0x02
+    cases = {
+        "truncated in the data": (saved[: binary[0] + 100], "truncated"),
+        "truncated in the header": (saved[:20], "shorter than the header"),
+        "empty": (b"", "shorter than the header"),
+        "a bit of a binary": (bytes(flipped), rf"section {manifest['programs'][0]['binary']} "
+                              "is damaged"),
+        "a bit of the weights": (bytes(weight), rf"section {weights} is damaged"),
+        "a bit of the manifest": (bytes(manifest_bit), "manifest's checksum does not match"),
+        "another format": (b"PK\x03\x04" + saved[4:], "not a saved capture"),
+        "a later version": (saved[:8] + struct.pack("<I", 2) + saved[12:], "format version 2"),
+        "an oversized header": (saved[:24] + struct.pack("<Q", 1 << 40) + saved[32:],
+                                "more than the 67108864 a saved capture can have"),
+        "sections beyond the data": (_with_manifest(saved, {**manifest, "sections": [
+            [64, 1 << 30, 0]]}), "lies outside the data"),  # fmt: skip
+        "a malformed manifest": (_with_manifest(saved, {**manifest, "shapes": "?"}),
+                                 "malformed"),
+    }  # fmt: skip
+    for name, (data, match) in cases.items():
+        try:
+            _refused(tmp_path, data, queue, match)
+        except BaseException as exc:
+            raise AssertionError(f"case {name!r}") from exc
+
+
+def test_another_device_rebuilds_from_source_or_is_refused_by_name(
+    saved: bytes, queue: cl.CommandQueue, tmp_path: Path, spans: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    manifest, _ = _manifest(saved)
+    other = {**manifest, "device": {"identity": "Another GPU | 1.0", "name": "Another GPU"}}
+    path = tmp_path / "other.ncl"
+    path.write_bytes(_with_manifest(saved, other))
+    with caplog.at_level(logging.INFO, logger="netcl.runtime.capture"):
+        step = load_step(path, queue)  # rebuilt from the saved source
+    x = Tensor.from_numpy(np.ones((BATCH, WIDTH), np.float32), queue)
+    assert np.isfinite(step(x).to_numpy()).all()
+    load = next(s for s in spans.get_finished_spans() if s.name == "netcl.capture.load")
+    assert load.attributes["netcl.capture.rebuilt_programs"] == 1
+    assert any(getattr(r, "event", None) == "capture_program_rebuilt" for r in caplog.records)
+    no_source = {**other, "programs": [{**p, "source": None} for p in other["programs"]]}
+    _refused(tmp_path, _with_manifest(saved, no_source), queue,
+             r"saved for device 'Another GPU \| 1.0'; this queue's device is '.*'.*without its "
+             "source")  # fmt: skip
+
+
+def test_spans_and_inspect(saved: bytes, queue: cl.CommandQueue, tmp_path: Path,
+                           spans: Any) -> None:  # fmt: skip
+    path = tmp_path / "mlp.ncl"
+    path.write_bytes(saved)
+    load_step(path, queue)
+    (load,) = [s for s in spans.get_finished_spans() if s.name == "netcl.capture.load"]
+    assert load.attributes["netcl.capture.bytes"] == len(saved)
+    assert load.attributes["netcl.capture.rebuilt_programs"] == 0
+    assert load.attributes["netcl.capture.launches"] == 2 * LAYERS
+    netcl = [sys.executable, "-m", "netcl.core.cli", "capture", "inspect"]
+    text = subprocess.run([*netcl, str(path)], capture_output=True, text=True, check=True)
+    assert "matmul, bias_relu" in text.stdout and "constant" in text.stdout, text.stdout
+    doc = json.loads(subprocess.run([*netcl, str(path), "--json"], capture_output=True,
+                                    text=True, check=True).stdout)  # fmt: skip
+    assert doc["launches"] == 2 * LAYERS and doc["kind"] == "step"
+    bad = subprocess.run([*netcl, str(tmp_path / "missing.ncl")], capture_output=True, text=True)
+    assert bad.returncode == 1 and "cannot be read" in bad.stderr
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+          HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), min_size=1,
+                max_size=8), st.integers(0, 1 << 20), st.booleans())  # fmt: skip
+def test_random_mutations_never_crash(saved: bytes, queue: cl.CommandQueue, tmp_path: Path,
+                                      flips: list[tuple[int, int]], cut: int,
+                                      truncate: bool) -> None:  # fmt: skip
+    data = bytearray(saved)
+    for at, value in flips:
+        data[at % len(data)] = value
+    if truncate:
+        data = data[: cut % len(data)]
+    path = tmp_path / f"fuzz-{os.getpid()}.ncl"
+    path.write_bytes(bytes(data))
+    try:
+        load_step(path, queue)
+    except CaptureFileError:
+        pass
