@@ -1,8 +1,10 @@
 """Every distribution: one version source (``version.py`` is what the build reads, what
-``__version__`` exports and what the telemetry scopes report) and the MIT LICENSE shipped."""
+``__version__`` exports and what the telemetry scopes report) and the MIT LICENSE shipped;
+netcl-runtime, with no code, at netcl-core's version, an extra per component."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 from importlib.metadata import PackageNotFoundError, version
@@ -22,6 +24,7 @@ PACKAGES = {
     "netcl-capture": "netcl.runtime.capture",
     "netcl-scheduler": "netcl.runtime.scheduler",
 }
+META = "netcl-runtime"  # no code: netcl-core, and the components chosen by extra
 
 
 @pytest.mark.parametrize(("dist", "module"), PACKAGES.items())
@@ -65,7 +68,29 @@ def test_pyproject_reads_the_one_version_source(dist: str, module: str) -> None:
     assert (ROOT / "packages" / dist / path).is_file()
 
 
-@pytest.mark.parametrize("dist", PACKAGES)
+def test_runtime_has_cores_version_and_an_extra_per_component() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "packages" / META / "pyproject.toml").read_text())["project"]
+    assert project["version"] == netcl.core.__version__
+    with contextlib.suppress(PackageNotFoundError):  # installed: the metadata says the same
+        assert version(META) == project["version"]
+    versions = {d: importlib.import_module(f"{m}.version").__version__ for d, m in PACKAGES.items()}
+    (core,) = map(Requirement, project["dependencies"])
+    extras = {e: [Requirement(r) for r in reqs]
+              for e, reqs in project["optional-dependencies"].items()}  # fmt: skip
+    components = {d.removeprefix("netcl-") for d in PACKAGES} - {"core"}
+    assert set(extras) == components | {"all"}
+    for req in [core, *(r for c in components for r in extras[c])]:
+        assert req.specifier.contains(versions[req.name]), f"{req} refuses {versions[req.name]}"
+    assert {c: [r.name for r in extras[c]] for c in components} == {
+        c: [f"netcl-{c}"] for c in components}  # fmt: skip
+    (everything,) = extras["all"]
+    assert everything.name == META and everything.extras == components
+
+
+@pytest.mark.parametrize("dist", [*PACKAGES, META])
 def test_distribution_ships_the_license(dist: str) -> None:
     root_license = (ROOT / "LICENSE").read_text()
     assert root_license.startswith("MIT License\n\nCopyright (c) 2026 the netcl authors\n")

@@ -1,13 +1,18 @@
-"""Each distribution installs and imports alone: netcl-core by itself, and every runtime package
-with netcl-core only, never pulling or seeing its siblings. Builds real wheels and installs them
-into a fresh virtual environment (dependencies come from the package index)."""
+"""Each distribution installs alone from the folder of wheels `hatch run dist` builds: pip finds
+netcl-core there by itself, a runtime package brings netcl-core only (never a sibling, which
+does not import), netcl-runtime's extras bring the components chosen and no other, and `netcl
+--version` lists exactly what is installed. One fresh virtual environment: the third-party
+dependencies come from the package index once, then every install takes the netcl wheels from
+the folder alone (``--no-index``) and is undone after its test."""
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
-import sys
 import venv
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,32 +26,63 @@ PUBLIC = {
     "scheduler": ["Scheduler", "ExecutionPlan"],
 }
 
-# building five wheels and a virtual environment (module fixtures) counts against the first test
+# building the wheels and a virtual environment (module fixtures) counts against the first test
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
+Install = Callable[..., dict[str, str]]
 
-def _run(*cmd: str | Path) -> str:
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=900)
+
+def _run(*cmd: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=900,
+                          cwd=cwd, env=env)  # fmt: skip
     assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
 
+def _netcl(py: Path) -> dict[str, str]:
+    """The netcl distributions installed in the venv of ``py``: name -> version."""
+    listed = json.loads(_run(py, "-m", "pip", "list", "--format=json"))
+    return {d["name"]: d["version"] for d in listed if d["name"].startswith("netcl-")}
+
+
 @pytest.fixture(scope="module")
-def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def py(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    where = tmp_path_factory.mktemp("venv")
+    venv.EnvBuilder(with_pip=True, clear=True).create(where)
+    return where / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory, py: Path) -> Path:
+    """The folder ``hatch run dist DIR`` fills: hatch.toml's script, through the shell as hatch
+    runs it, with the venv's Python; then the wheels' third-party dependencies, from the index
+    with that folder as pip's find-links, the netcl ones uninstalled again."""
+    tomllib = pytest.importorskip("tomllib")
     dist = tmp_path_factory.mktemp("dist")
-    for pkg in ["core", *RUNTIME]:
-        src = ROOT / f"packages/netcl-{pkg}"
-        _run(sys.executable, "-m", "build", "--wheel", "--outdir", dist, src)
+    script = tomllib.loads((ROOT / "hatch.toml").read_text())["envs"]["default"]["scripts"]
+    command = script["dist"].replace("{args:dist}", shlex.quote(str(dist)))
+    path = f"{py.parent}{os.pathsep}{os.environ['PATH']}"
+    _run("sh", "-c", command, cwd=ROOT, env={**os.environ, "PATH": path})
+    built = sorted(p.name.split("-")[0] for p in dist.glob("*.whl"))
+    assert built == sorted(f"netcl_{p}" for p in ["core", "runtime", *RUNTIME])
+    pip = [py, "-m", "pip", "-q"]
+    _run(*pip, "install", "--find-links", dist, "netcl-runtime[all]", "netcl-core[pocl]")
+    _run(*pip, "uninstall", "-y", *_netcl(py))
     return dist
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory, wheels: Path) -> Path:
-    where = tmp_path_factory.mktemp("venv")
-    venv.EnvBuilder(with_pip=True, clear=True).create(where)
-    py = where / "bin" / "python"
-    _run(py, "-m", "pip", "install", "-q", "--find-links", wheels, "netcl-core[pocl]")
-    return py
+@pytest.fixture
+def install(py: Path, wheels: Path) -> Iterator[Install]:
+    """Install requirements from the wheels alone; the netcl distributions then installed.
+    Everything netcl is uninstalled after the test."""
+
+    def install(*requirements: str) -> dict[str, str]:
+        _run(py, "-m", "pip", "-q", "install", "--no-index", "--find-links", wheels, *requirements)
+        return _netcl(py)
+
+    yield install
+    if installed := _netcl(py):
+        _run(py, "-m", "pip", "-q", "uninstall", "-y", *installed)
 
 
 def _importable(py: Path, modules: list[str], setup: str = "") -> list[str]:
@@ -60,24 +96,44 @@ def _importable(py: Path, modules: list[str], setup: str = "") -> list[str]:
     return list(json.loads(_run(py, "-c", code)))
 
 
-def test_core_alone(env: Path) -> None:
+def _listed(py: Path) -> dict[str, str]:
+    """What ``netcl --version`` lists: name -> version."""
+    lines = _run(py.parent / "netcl", "--version").splitlines()
+    return dict(line.split(" ", 1) for line in lines)
+
+
+def _components_alone(py: Path, chosen: list[str]) -> None:
+    """The chosen components' public names import; the other components do not."""
+    setup = "\n".join(f"from netcl.runtime.{p} import {', '.join(PUBLIC[p])}" for p in chosen)
+    others = [f"netcl.runtime.{p}" for p in RUNTIME if p not in chosen]
+    assert _importable(py, others, setup) == []
+
+
+def test_core_alone(py: Path, install: Install) -> None:
+    assert set(install("netcl-core[pocl]")) == {"netcl-core"}
     setup = "import netcl.core.memory, netcl.core.tensor, netcl.core.telemetry, netcl.core.log"
-    assert _importable(env, [f"netcl.runtime.{s}" for s in RUNTIME], setup) == []
-    out = _run(env.parent / "netcl", "info")
+    assert _importable(py, [f"netcl.runtime.{s}" for s in RUNTIME], setup) == []
+    out = _run(py.parent / "netcl", "info")
     assert "netcl-core 0.1.0" in out and "netcl-cache" not in out
 
 
 @pytest.mark.parametrize("pkg", RUNTIME)
-def test_runtime_package_alone_with_core(env: Path, wheels: Path, pkg: str) -> None:
-    py = env
-    _run(py, "-m", "pip", "install", "-q", "--find-links", wheels, f"netcl-{pkg}")
-    try:
-        listed = _run(py, "-m", "pip", "list", "--format=freeze")
-        installed = {ln.split("==")[0] for ln in listed.splitlines() if ln.startswith("netcl")}
-        assert installed == {"netcl-core", f"netcl-{pkg}"}
-        names = ", ".join(PUBLIC[pkg])
-        siblings = [s for s in RUNTIME if s != pkg]
-        setup = f"from netcl.runtime.{pkg} import {names}"
-        assert _importable(py, [f"netcl.runtime.{s}" for s in siblings], setup) == []
-    finally:
-        _run(py, "-m", "pip", "uninstall", "-q", "-y", f"netcl-{pkg}")
+def test_runtime_package_brings_core_alone(py: Path, install: Install, pkg: str) -> None:
+    installed = install(f"netcl-{pkg}")  # netcl-core: found in the folder, not named
+    assert set(installed) == {"netcl-core", f"netcl-{pkg}"}
+    assert _listed(py) == installed
+    _components_alone(py, [pkg])
+
+
+@pytest.mark.parametrize(
+    ("extras", "chosen"),
+    [("", []), ("[cache]", ["cache"]), ("[cache,capture]", ["cache", "capture"]),
+     ("[all]", RUNTIME)],
+)  # fmt: skip
+def test_runtime_extras_install_the_chosen_components(
+    py: Path, install: Install, extras: str, chosen: list[str]
+) -> None:
+    installed = install(f"netcl-runtime{extras}")
+    assert set(installed) == {"netcl-runtime", "netcl-core", *(f"netcl-{p}" for p in chosen)}
+    assert _listed(py) == installed
+    _components_alone(py, chosen)
