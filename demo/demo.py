@@ -21,6 +21,7 @@ import itertools
 import math
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -183,6 +184,24 @@ def capture(model: Model) -> Captured:
                     Scheduler(async_mode=False))  # fmt: skip
 
 
+def saved_step(model: Model, c: Captured, n: int = 20) -> dict[str, float]:
+    """Save the captured step, load it in a second process (load_saved.py, which imports none
+    of this file) and check its results for ``n`` new inputs against numpy."""
+    with tempfile.TemporaryDirectory(prefix="netcl-demo-") as tmp:
+        path, inputs, outputs = (Path(tmp) / name for name in ("forward.ncl", "in.npz", "out.npz"))
+        size = c.step.save(path)
+        batches = [model.batch() for _ in range(n)]
+        np.savez(inputs, kind=np.array("tensor"), **{f"c{i}_0": x for i, x in enumerate(batches)})
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, str(Path(__file__).with_name("load_saved.py")), str(path),
+                        str(inputs), str(outputs)], check=True)  # fmt: skip
+        wall = time.perf_counter() - t0
+        found = np.load(outputs)
+        for i, x in enumerate(batches):
+            model.check(found[f"c{i}_0"], x, f"the loaded step's call {i}")
+        return {"bytes": size, "first": float(found["first_result_s"]), "process": wall}
+
+
 def scheduled_step(model: Model, c: Captured, step: int, sched: Scheduler | None = None) -> float:
     """Copy in, replay, copy out as three Scheduler plans; checked against numpy."""
     sched = sched or c.sched
@@ -336,13 +355,14 @@ def _main(argv: list[str] | None = None) -> int:
     model = build_model(queue, prg)
     normal = graph_steps(model, 20)
     cap = capture(model)
+    saved = saved_step(model, cap)
     scheduled = []
     progress = report.Progress("replaying", args.steps)
     for step in range(args.steps):
         scheduled.append(scheduled_step(model, cap, step))
         progress.update(step + 1)
     replays = replay_only(model, cap, 20)
-    summary = _summary(model, cap, t, normal, replays, scheduled, args.steps)
+    summary = _summary(model, cap, t, normal, replays, scheduled, args.steps, saved)
     soaked = None
     if args.soak is not None:
         import soak
@@ -367,7 +387,8 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 def _summary(model: Model, c: Captured, t: dict[str, float], normal: list[float],
-             replays: list[float], scheduled: list[float], steps: int) -> list[str]:  # fmt: skip
+             replays: list[float], scheduled: list[float], steps: int,
+             saved: dict[str, float]) -> list[str]:  # fmt: skip
     stats, plan = cacher.stats, model.plan
     med_normal, med_replay = statistics.median(normal), statistics.median(replays)
     ms = report.ms
@@ -382,6 +403,9 @@ def _summary(model: Model, c: Captured, t: dict[str, float], normal: list[float]
         (f"capture: {c.launches} launches, replay step (median)", ms(med_replay)),
         ("replay speed-up over normal step", f"{med_normal / med_replay:9.2f} x"),
         ("scheduled step: copy in + replay + copy out", ms(statistics.median(scheduled))),
+        (f"saved step: {_table.human(saved['bytes'])}, loaded in a new process, first result",
+         ms(saved["first"])),
+        ("saved step: 20 calls in that process checked against numpy", "ok"),
         ("pool peak (plan) / lower bound", f"{plan.peak_bytes} B / {plan.lower_bound} B"),
         ("pool device bytes, layout", f"{plan.pool_device_bytes} B, {plan.strategy}"),
         ("pool peak without reuse", f"{plan.no_reuse_bytes} B"),

@@ -32,7 +32,7 @@ from netcl.runtime.capture import (
 )
 from netcl.runtime.capture import _saved
 
-CHILD = Path(__file__).with_name("saved_child.py")
+CHILD = Path(__file__).parents[2] / "demo" / "load_saved.py"  # loads and calls a saved step
 CALLS = 20
 
 MLP_SRC = """

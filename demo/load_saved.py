@@ -1,8 +1,9 @@
-"""A fresh process that loads a saved step and calls it: ``python saved_child.py FILE IN OUT``.
+"""Load a saved step in a process of its own and call it: ``python load_saved.py FILE IN OUT``.
 
 ``IN`` is an ``.npz`` of the calls' inputs (``c<call>_<argument>``, and ``kind``: ``tensor`` or
-``array``, what to hand the step); ``OUT`` gets every call's outputs (``c<call>_<output>``).
-Nothing of the step's code is imported here: only netcl and the file.
+``array``, what to hand the step); ``OUT`` gets every call's outputs (``c<call>_<output>``) and
+``first_result_s``, the seconds from the end of the imports to the first call's result on the
+host. Nothing of the step's code is imported here: only netcl and the file.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from netcl.core import device
 from netcl.core.tensor import Tensor
 from netcl.runtime.capture import load_step
 
-t0 = time.perf_counter()
+t0 = time.perf_counter()  # the imports are done
 path, inputs, out = sys.argv[1:4]
 queue = device.default_queue()
 step = load_step(path, queue)
