@@ -47,7 +47,7 @@ def _inspect(args: argparse.Namespace) -> int:
         ("device", doc["device"]),
         ("commands", f"{doc['commands']} ({_table.plural(doc['launches'], 'launch', 'launches')})"),
     ]  # fmt: skip
-    lines = _table.pairs(rows) + ["", "programs:"]
+    lines = [*_table.pairs(rows), "", "programs:"]
     lines += _table.table([(i, _human(p["binary_bytes"]), "yes" if p["source"] else "no",
                             ", ".join(p["kernels"])) for i, p in enumerate(doc["programs"])],
                           ["#", "binary", "source", "kernels"], right=(0, 1))  # fmt: skip

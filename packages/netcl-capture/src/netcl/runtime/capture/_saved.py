@@ -123,15 +123,18 @@ class _Encoder:
     def __init__(self, writer: _Writer, queue: cl.CommandQueue, where: str) -> None:
         self.writer, self.queue, self.where = writer, queue, where
         self.buffers: dict[int, tuple[int, cl.MemoryObjectHolder]] = {}  # int_ptr -> (i, buffer)
+        self.parents: dict[int, tuple[int, int]] = {}  # sub-buffer int_ptr -> (parent, origin)
 
     def buffer(self, mem: cl.MemoryObjectHolder) -> int:
         ptr = _contract.mem_ptr(mem)
         found = self.buffers.get(ptr)
         if found is None:
-            if not isinstance(mem, cl.Buffer) or mem.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT):
-                raise CaptureFileError(f"{self.where}: a {type(mem).__name__} that is an image "
-                                       "or a sub-buffer is used; only whole buffers can be "
-                                       "saved")  # fmt: skip
+            if mem.get_info(cl.mem_info.TYPE) != cl.mem_object_type.BUFFER:
+                raise CaptureFileError(f"{self.where}: the capture uses an image (a "
+                                       f"{type(mem).__name__}); only buffers can be saved")
+            parent = mem.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
+            if parent is not None:  # a sub-buffer stays one: a region of its saved parent
+                self.parents[ptr] = (self.buffer(parent), int(mem.get_info(cl.mem_info.OFFSET)))
             found = self.buffers[ptr] = (len(self.buffers), mem)
         return found[0]
 
@@ -257,16 +260,17 @@ def _manifest(writer: _Writer, program: ReplayProgram, queue: cl.CommandQueue,
         else:
             commands.append(["finish"])
     buffers = []
-    for i, buf in enc.buffers.values():
+    for ptr, (i, buf) in enc.buffers.items():
         # netcl cannot see whether a kernel reads a buffer: only a buffer whose first use
         # overwrites it whole (a write, copy or fill) needs no contents
         overwritten = first_write.get(i, False)
         role = role_of.get(i) or (SCRATCH if overwritten else CONSTANT)
-        data = None
-        if role in (CONSTANT, OUTPUT) and not overwritten:
+        parent, origin = enc.parents.get(ptr, (None, 0))
+        data = None  # a sub-buffer's contents are its parent's
+        if role in (CONSTANT, OUTPUT) and not overwritten and parent is None:
             data = writer.add(_download(queue, buf))
         buffers.append({"size": int(buf.size), "flags": int(buf.flags) & _FLAGS, "role": role,
-                        "data": data})  # fmt: skip
+                        "data": data, "parent": parent, "origin": origin})  # fmt: skip
     return {"format": "netcl-capture", "version": FORMAT_VERSION,
             "device": {"identity": device_identity(dev), "name": dev.name.strip()},
             "launches": program.num_launches, "programs": saved_programs, "shapes": saved_shapes,
@@ -435,7 +439,7 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
         raise file.error("its manifest is not a netcl-capture manifest of version "
                          f"{FORMAT_VERSION}")  # fmt: skip
     ctx, dev = queue.context, queue.device
-    need = sum(int(b["size"]) for b in m["buffers"])
+    need = sum(int(b["size"]) for b in m["buffers"] if b["parent"] is None)
     if need > dev.global_mem_size:
         raise file.error(f"its buffers need {need} bytes, more than {dev.name.strip()!r} has "
                          f"({dev.global_mem_size})")  # fmt: skip
@@ -449,12 +453,17 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
             prg = _rebuild(file, p, i, ctx, dev, saved, here)
             rebuilt += 1
         programs.append(prg)
-    buffers = []
+    buffers: list[cl.Buffer] = []
     for b in m["buffers"]:
-        size = int(b["size"])
+        size, flags = int(b["size"]), int(b["flags"]) & _FLAGS or cl.mem_flags.READ_WRITE
         if size <= 0:
             raise ValueError(f"a buffer of {size} bytes")
-        buf = cl.Buffer(ctx, int(b["flags"]) & _FLAGS or cl.mem_flags.READ_WRITE, size)
+        if b["parent"] is None:
+            buf = cl.Buffer(ctx, flags, size)
+        elif 0 <= b["parent"] < len(buffers):  # parents come first
+            buf = buffers[b["parent"]].get_sub_region(int(b["origin"]), size, flags)
+        else:
+            raise ValueError(f"sub-buffer of buffer {b['parent']!r}, not before it")
         if b["data"] is not None:
             file.upload(b["data"], queue, buf)
         buffers.append(buf)
