@@ -16,12 +16,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
-
-import filelock
+from typing import TYPE_CHECKING, Any
 
 from netcl.core.log import get_logger
 from netcl.runtime.cache._entry import EntryError, decode, read_file
+
+if TYPE_CHECKING:
+    import filelock  # loaded by the first lock: a third of the package's import cost
 
 __all__ = ["COUNTERS", "CacheStats", "DiskStore", "EntryFile", "TempFile", "pid_alive", "probe",
            "refusal", "write_atomic"]  # fmt: skip
@@ -345,12 +346,16 @@ class DiskStore:
         # folder was removed meanwhile, fail instead, and let the next open make it (0700)
         if not os.path.isdir(self.locks):
             raise FileNotFoundError(errno.ENOENT, "the cache folder was removed", str(self.locks))
+        import filelock
+
         return filelock.FileLock(path, timeout=timeout, mode=0o600)
 
     @contextlib.contextmanager
     def lock(self, key: str, timeout: float) -> Iterator[str]:
         """Hold the lock of ``key``'s stripe (256 lock files: the folder stays bounded). Yields
         ``"held"``, else ``"timeout"`` or ``"failed"`` (read-only, full): go on uncoordinated."""
+        import filelock
+
         path = str(self.locks / f"{key[:2]}.lock")
         try:
             lock = self._file_lock(path, timeout)
