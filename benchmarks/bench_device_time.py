@@ -1,29 +1,41 @@
-"""Device time of replays: what profiling costs the replay, and whether the device duration netcl
-reports agrees with the device's own event timestamps.
+"""Device time of replays: what profiling costs the replay in each mode, and whether the device
+duration netcl reports agrees with the device's own event timestamps.
+``benchmarks/device_time.sh`` runs this file alone (here, or on the GPU machine).
 
-1. ``test_replay_profiled`` times a replay of a capture recorded on a profiling queue, paired
-   with a replay of the same kernel sequence captured on a plain queue of the same context (the
-   floor, timed right before each round). Host time of the enqueue, the queue held behind a user
-   event while the round enqueues (as in bench_capture.py). ``extra_info``: the ratio of the
-   fastest rounds (target <= 1.10) and of the medians; ``e2e_ratio``: the time per replay of a
-   sustained loop of replay + finish, with the collection of the device time (the collector's
-   thread and a final ``profiling.flush``) included, against the same loop on the plain queue.
+1. ``test_replay_profiled`` times a replay of a capture recorded on a profiling queue in
+   per-command mode (``commands``), paired with a replay of the same kernel sequence captured on
+   a plain queue of the same context (the floor, timed right before each round). Host time of the
+   enqueue, the queue held behind a user event while the round enqueues (as in
+   bench_capture.py). ``extra_info``: the ratio of the fastest rounds and of the medians;
    ``driver_ratio``: the driver's own share, the same 64 launches enqueued by hand (events
    dropped, as a plain replay does) on the profiling queue against the plain one, interleaved
-   round by round with the queues held; ``netcl_over_driver``: ``ratio_min`` over it, what
-   netcl adds on top of what the driver charges for timestamps.
-2. ``test_device_duration_matches_raw_events`` replays a capture of 64 kernels ``REPEATS`` times
-   and reads the device duration netcl recorded (the collector's ``REPLAY`` totals); in the same
-   run it enqueues the same 64 kernels by hand on the same queue and sums ``end - start`` of their
-   events. It prints both per-replay figures and their ratio (target within 5% on a GPU) and
-   stores them in ``extra_info``.
+   round by round with the queues held; ``netcl_over_driver``: ``ratio_min`` over it.
+   Then the sustained loop, ``SUSTAINED`` replays each followed by a ``finish``, the collection of
+   the device time (the collector's thread and a final ``profiling.flush``) included, in
+   ``ROUNDS`` rounds, each timing every variant once in a rotating order: ``plain`` (the plain
+   queue), ``none`` (the profiling queue, a capture made and replayed in mode ``none``: no
+   collection), ``summary`` and ``commands`` (the profiling queue, collected in that mode).
+   ``e2e_<variant>_s``: the median seconds per replay; ``summary_over_none`` (netcl's own share,
+   target <= 1.03), ``summary_over_plain`` (the whole price of leaving it on, target <= 1.10 on
+   the H200 besides ``driver_ratio``), ``commands_over_none`` and ``e2e_ratio`` (commands over
+   plain, the figure of earlier runs): medians of the ratios within each round.
+2. ``test_device_duration_matches_raw_events[mode]`` replays a capture of 64 kernels ``REPEATS``
+   times and reads the device duration netcl recorded in that mode (the collector's ``REPLAY``
+   totals; summary mode without sampled detail); in the same run it enqueues the same 64 kernels
+   by hand on the same queue and sums ``end - start`` of their events. It prints both per-replay
+   figures and their ratio (target within 5%) and stores them in ``extra_info``, with
+   ``raw_envelope_s``, last end - first start of the hand-enqueued events: what a summary
+   measures, gaps between kernels included (so the kernels are long enough for the gaps to be
+   small: about 100-200 µs each).
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +52,8 @@ from netcl.runtime.capture import KernelCapture
 
 KERNELS = 64
 REPEATS = 20
+SUSTAINED = 500  # replays per variant and round: long next to the sampling's burst after idle
+ROUNDS = 9
 SRC = """
 __kernel void work(__global float *a, const int n) {
     int i = get_global_id(0);
@@ -96,11 +110,28 @@ class _Held(HeldQueues):
         profiling.flush(5.0)
 
 
+@contextlib.contextmanager
+def _mode(mode: profiling.Mode, sample_budget: float | None = None) -> Iterator[None]:
+    """The process-wide collector in ``mode`` (and with ``sample_budget``) for a while."""
+    col = profiling.collector()
+    saved = col.mode, col.sample_budget
+    col.mode = mode
+    col.sample_budget = saved[1] if sample_budget is None else sample_budget
+    try:
+        yield
+    finally:
+        col.mode, col.sample_budget = saved
+
+
 @pytest.fixture(scope="module")
-def chains(ctx: cl.Context) -> tuple[_Chain, _Chain]:
+def chains(ctx: cl.Context) -> tuple[_Chain, _Chain, _Chain]:
+    """The chain on a plain queue, on a profiling queue, and on that same queue captured in mode
+    ``none`` (its replays take the plain path: the profiling queue without collection)."""
     plain = cl.CommandQueue(ctx)
     profiled = cl.CommandQueue(ctx, properties=_PROFILING)
-    return _Chain(plain, 256, 1), _Chain(profiled, 256, 1)
+    with _mode("none"):
+        unwatched = _Chain(profiled, 256, 1)
+    return _Chain(plain, 256, 1), _Chain(profiled, 256, 1), unwatched
 
 
 def _sustained(chain: _Chain, n: int) -> float:
@@ -115,31 +146,58 @@ def _sustained(chain: _Chain, n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
+def _sustained_rounds(variants: dict[str, tuple[_Chain, profiling.Mode]], n: int,
+                      rounds: int) -> dict[str, list[float]]:
+    """Seconds per replay of each variant (a chain replayed in a mode), ``rounds`` times, the
+    order rotated each round so that no variant always follows the same one."""
+    names = list(variants)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            chain, mode = variants[name]
+            with _mode(mode):
+                times[name].append(_sustained(chain, n))
+    return times
+
+
+def _within_rounds(times: dict[str, list[float]], top: str, bottom: str) -> float:
+    return statistics.median(a / b for a, b in zip(times[top], times[bottom], strict=True))
+
+
 @pytest.mark.benchmark(group="device-time")
-def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, _Chain]) -> None:
-    plain, profiled = chains
+def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, _Chain, _Chain]) -> None:
+    plain, profiled, unwatched = chains
     assert profiling.enabled(profiled.queue) and not profiling.enabled(plain.queue)
     held = _Held(plain.queue, profiled.queue)
     setup, floor = paired_floor(plain.replay, between=held)
     before = profiling.collector().stats().by_kind.get(profiling.REPLAY, (0, 0.0))[0]
-    benchmark.pedantic(profiled.replay, setup=setup, rounds=_rounds(benchmark, 300),
-                       warmup_rounds=2)  # fmt: skip
-    held.release()
+    with _mode("commands"):
+        benchmark.pedantic(profiled.replay, setup=setup, rounds=_rounds(benchmark, 300),
+                           warmup_rounds=2)  # fmt: skip
+        held.release()
     replays = profiling.collector().stats().by_kind.get(profiling.REPLAY, (0, 0.0))[0] - before
     stats = benchmark.stats.stats if benchmark.stats is not None else None
     mine = list(stats.data) if stats is not None else []
-    n = 5 if benchmark.disabled else 200
-    e2e_plain, e2e_profiled = _sustained(plain, n), _sustained(profiled, n)
+    sampled = profiling.collector().stats().sampled
+    e2e = _sustained_rounds(
+        {"plain": (plain, "commands"), "none": (unwatched, "none"),
+         "summary": (profiled, "summary"), "commands": (profiled, "commands")},
+        5 if benchmark.disabled else SUSTAINED, _rounds(benchmark, ROUNDS),
+    )  # fmt: skip
     driver = interleaved_times({"plain": plain.bare, "profiled": profiled.bare},
                                _rounds(benchmark, 300), setup=held)
     held.release()
-    info = {
+    info: dict[str, Any] = {
         "kernels_per_replay": KERNELS,
         "paired_floor_s": min(floor),
         "replays_collected": replays,
-        "e2e_plain_s": e2e_plain,
-        "e2e_profiled_s": e2e_profiled,
-        "e2e_ratio": e2e_profiled / e2e_plain,
+        **{f"e2e_{name}_s": statistics.median(t) for name, t in e2e.items()},
+        "summary_over_none": _within_rounds(e2e, "summary", "none"),
+        "summary_over_plain": _within_rounds(e2e, "summary", "plain"),
+        "commands_over_none": _within_rounds(e2e, "commands", "none"),
+        "e2e_ratio": _within_rounds(e2e, "commands", "plain"),
+        "summary_sampled_units": profiling.collector().stats().sampled - sampled,
+        "summary_replays": len(e2e["summary"]) * (5 if benchmark.disabled else SUSTAINED),
     }
     info["driver_ratio"] = min(driver["profiled"]) / min(driver["plain"])
     if mine:
@@ -151,16 +209,26 @@ def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, _Chain]) -> None:
     assert replays >= 3  # every profiled round's device time reached the collector
 
 
+@pytest.mark.parametrize("mode", ["commands", "summary"])
 @pytest.mark.benchmark(group="device-time")
-def test_device_duration_matches_raw_events(benchmark: Any, ctx: cl.Context) -> None:
+def test_device_duration_matches_raw_events(
+    benchmark: Any, ctx: cl.Context, mode: profiling.Mode
+) -> None:
     queue = cl.CommandQueue(ctx, properties=_PROFILING)
     gpu = bool(queue.device.type & cl.device_type.GPU)
-    # each kernel a few tens of µs on either device, so launch gaps do not dominate
-    chain = _Chain(queue, 1 << 20 if gpu else 1 << 12, 256 if gpu else 64)
+    # each kernel 100-200 µs on either device, so the gaps between them (a summary's envelope
+    # holds them) stay small; 256 iterations gave ~12 µs kernels and 20-30% gaps on the H200
+    chain = _Chain(queue, 1 << 20 if gpu else 1 << 12, 4096 if gpu else 64)
+    with _mode(mode, sample_budget=0.0):  # summary: every replay as a summary
+        _matches_raw_events(benchmark, queue, chain, mode)
+
+
+def _matches_raw_events(benchmark: Any, queue: cl.CommandQueue, chain: _Chain, mode: str) -> None:
     chain.replay()
     queue.finish()
     profiling.flush(10.0)
     raw: list[int] = []
+    envelope: list[int] = []
     reported: list[float] = []
 
     def one() -> None:
@@ -168,6 +236,7 @@ def test_device_duration_matches_raw_events(benchmark: Any, ctx: cl.Context) -> 
         events = chain.by_hand()
         queue.finish()
         raw.append(sum(e.profile.end - e.profile.start for e in events))
+        envelope.append(events[-1].profile.end - events[0].profile.start)
         count, total = profiling.collector().stats().by_kind.get(profiling.REPLAY, (0, 0.0))
         chain.replay()
         queue.finish()
@@ -181,13 +250,15 @@ def test_device_duration_matches_raw_events(benchmark: Any, ctx: cl.Context) -> 
     netcl_s = statistics.median(reported)
     info = {
         "device": queue.device.name.strip(),
+        "mode": mode,
         "kernels_per_replay": KERNELS,
         "raw_event_sum_s": raw_s,
+        "raw_envelope_s": statistics.median(envelope) / 1e9,
         "netcl_device_duration_s": netcl_s,
         "ratio": netcl_s / raw_s,
         "rounds": len(raw),
     }
     benchmark.extra_info.update(info)
-    print(f"\n{info['device']}: netcl replay device duration {netcl_s * 1e3:.4f} ms, raw event "
-          f"sum by hand {raw_s * 1e3:.4f} ms, ratio {netcl_s / raw_s:.4f} (medians of "
-          f"{len(raw)} rounds)")  # fmt: skip
+    print(f"\n{info['device']}, {mode}: netcl replay device duration {netcl_s * 1e3:.4f} ms, "
+          f"raw event sum by hand {raw_s * 1e3:.4f} ms, ratio {netcl_s / raw_s:.4f} (medians of "
+          f"{len(raw)} rounds; raw envelope {info['raw_envelope_s'] * 1e3:.4f} ms)")  # fmt: skip

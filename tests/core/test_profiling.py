@@ -7,6 +7,9 @@ a few microseconds on PoCL) plus 100 µs for drift between calibration and measu
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 import time
 import timeit
 from collections.abc import Callable, Iterator
@@ -292,3 +295,183 @@ def test_span_budget_keeps_metrics_and_drops_only_command_spans(
     assert all((e.attributes or {}).get("netcl.device.commands_skipped") == 1 for e in envelopes)
     assert scale_points() - before == 3
     assert collector.stats().spans_skipped == 3
+
+
+# -- summary mode ------------------------------------------------------------------------------
+def _kernel_points(metric_points: Callable[[str], list[Any]], name: str) -> int:
+    return sum(p.count for p in metric_points("netcl.kernel.duration")
+               if p.attributes["netcl.kernel.name"] == name)  # fmt: skip
+
+
+def _replay_points(metric_points: Callable[[str], list[Any]], name: str) -> list[Any]:
+    return [p for p in metric_points("netcl.capture.replay.device_duration")
+            if p.attributes.get("netcl.capture.name") == name]  # fmt: skip
+
+
+def test_summary_mode_records_one_envelope_per_unit_and_no_command_detail(
+    pq: cl.CommandQueue, kernels: Any, spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+) -> None:  # fmt: skip
+    collector = profiling.Collector(mode="summary", sample_budget=0.0)
+    before = _kernel_points(metric_points, "busy")
+    n = 8
+    with T.span("netcl.test.summary") as host:
+        events = [_busy(pq, kernels, 400) for _ in range(n)]
+        unit = collector.watch(profiling.REPLAY, events, labels=["busy"] * n, name="summary-unit",
+                               parent=host)  # fmt: skip
+        pq.finish()
+    assert collector.flush(10.0) == 0
+    # the device time from the first command's start to the last one's end, on the host clock
+    clock = collector.clock(pq.device)
+    assert clock is not None and unit.start_ns is not None and unit.end_ns is not None
+    assert unit.start_ns == events[0].profile.start + clock.offset_ns
+    assert unit.end_ns == events[-1].profile.end + clock.offset_ns
+    assert unit.duration == pytest.approx((unit.end_ns - unit.start_ns) / 1e9, abs=1e-9)
+    own = sum(e.profile.end - e.profile.start for e in events) / 1e9
+    assert own <= unit.duration * (1 + 1e-9)
+    assert unit.commands == () and not unit.sampled
+    finished = list(spans.get_finished_spans())
+    (envelope,) = _by_name(finished, "netcl.device.replay")
+    assert envelope.parent is not None and envelope.parent.span_id == host.context.span_id
+    assert envelope.attributes is not None
+    assert envelope.attributes["netcl.device.duration"] == unit.duration
+    assert "netcl.device.sampled" not in envelope.attributes
+    assert not _by_name(finished, "netcl.device.kernel")  # no per-command spans
+    (point,) = _replay_points(metric_points, "summary-unit")
+    assert point.count == 1 and point.sum == pytest.approx(unit.duration)
+    assert _kernel_points(metric_points, "busy") == before  # no per-kernel histogram
+    stats = collector.stats()
+    assert stats.by_kind[profiling.REPLAY] == (1, unit.duration) and stats.by_kernel == {}
+    assert stats.sampled == 0
+    # the envelope counts as busy time
+    busy = collector.busy()[pq.device.name.strip()]
+    assert busy == pytest.approx(unit.duration / collector.busy_window, rel=1e-6)
+
+
+def test_summary_mode_samples_units_in_per_command_detail(
+    pq: cl.CommandQueue, kernels: Any, spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+) -> None:  # fmt: skip
+    """A drawn unit is recorded as in per-command mode (its kernels' points, a span each) and its
+    device span says it was sampled; with credit for every unit, every unit is drawn."""
+    collector = profiling.Collector(mode="summary", sample_budget=1.0)
+    time.sleep(0.06)  # credit fills up to 0.05 s of collection: far more than 3 units cost
+    before = _kernel_points(metric_points, "scale")
+    units = [collector.watch(profiling.REPLAY, [_scale(pq, kernels), _scale(pq, kernels)],
+                             labels=["scale", "scale"]) for _ in range(3)]  # fmt: skip
+    pq.finish()
+    assert collector.flush(10.0) == 0
+    assert all(u.sampled and len(u.commands) == 2 for u in units)
+    assert _kernel_points(metric_points, "scale") - before == 6
+    assert collector.stats().sampled == 3 and collector.stats().by_kernel["scale"][0] == 6
+    finished = list(spans.get_finished_spans())
+    envelopes = _by_name(finished, "netcl.device.replay")
+    assert len(envelopes) == 3
+    assert all((e.attributes or {}).get("netcl.device.sampled") is True for e in envelopes)
+    assert len(_by_name(finished, "netcl.device.kernel")) == 6
+
+
+def test_summary_sampling_is_charged_at_hand_off(pq: cl.CommandQueue, kernels: Any) -> None:
+    """A burst of units cannot draw more detail than the credit there is: each drawn unit is
+    charged its expected cost at once, so after a full credit at most two of a thousand are."""
+    collector = profiling.Collector(mode="summary", sample_budget=0.001)
+    time.sleep(0.06)  # full credit: 0.05 s at 0.1% of a core, 50 µs; a unit of 8 costs ~40 µs
+    events = [_scale(pq, kernels) for _ in range(8)]
+    pq.finish()
+    units = [collector.watch(profiling.COMMANDS, events) for _ in range(1000)]
+    drawn = sum(u.sampled for u in units)
+    assert 1 <= drawn <= 2, drawn
+    assert sum(len(u._events) for u in units) == 8 * drawn + 2 * (1000 - drawn)
+    assert collector.flush(10.0) == 0
+    assert collector.stats().sampled == drawn
+    # nothing is drawn without a budget
+    none = profiling.Collector(mode="summary", sample_budget=0.0)
+    time.sleep(0.01)
+    assert not any(none.watch(profiling.COMMANDS, events).sampled for _ in range(100))
+    none.flush()
+
+
+def test_summary_mode_keeps_markers_and_single_commands(
+    pq: cl.CommandQueue, kernels: Any
+) -> None:
+    collector = profiling.Collector(mode="summary", sample_budget=0.0)
+    before = cl.enqueue_marker(pq)
+    kernel = _busy(pq, kernels, 400)
+    after = cl.enqueue_marker(pq)
+    node = collector.watch_markers(profiling.GRAPH_NODE, before, after, name="fc0")
+    single = collector.watch(profiling.SCHEDULER_PLAN, [kernel], name="one")
+    pq.finish()
+    assert collector.flush(10.0) == 0
+    own = kernel.profile.end - kernel.profile.start
+    assert node.duration is not None and node.duration * 1e9 >= own
+    assert single.duration == pytest.approx(own / 1e9)
+    assert single.commands == ()
+
+
+def test_mode_none_watches_nothing(
+    pq: cl.CommandQueue, kernels: Any, spans: InMemorySpanExporter
+) -> None:
+    collector = profiling.Collector(mode="none")
+    unit = collector.watch(profiling.REPLAY, [_scale(pq, kernels)], labels=["scale"])
+    marked = collector.watch_markers(profiling.GRAPH_NODE, cl.enqueue_marker(pq),
+                                     cl.enqueue_marker(pq))  # fmt: skip
+    pq.finish()
+    assert unit.done and marked.done and unit.poll() is None and marked.duration is None
+    assert collector.stats().watched == 0 and collector.flush() == 0
+    assert not [s for s in spans.get_finished_spans() if s.name.startswith("netcl.device.")]
+    with pytest.raises(ValueError, match="no events"):  # bad input is still refused
+        collector.watch(profiling.REPLAY, [])
+    # the process-wide collector's mode decides what enabled() answers
+    process = profiling.collector()
+    saved = process.mode
+    try:
+        process.mode = "none"
+        assert not profiling.enabled(pq)
+        process.mode = "summary"
+        assert profiling.enabled(pq)
+    finally:
+        process.mode = saved
+
+
+def test_a_bad_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"mode 'sumary'; expected one of commands, summary, none"):
+        profiling.Collector(mode="sumary")  # type: ignore[arg-type]
+    collector = profiling.Collector(mode="commands")
+    with pytest.raises(ValueError, match="mode 'off'"):
+        collector.mode = "off"  # type: ignore[assignment]
+    assert collector.mode == "commands"
+
+
+def test_the_kernel_metric_says_it_is_sampled(metric_reader: Any) -> None:
+    data = metric_reader.get_metrics_data()
+    described = {m.name: m.description for rm in data.resource_metrics
+                 for sm in rm.scope_metrics for m in sm.metrics}  # fmt: skip
+    text = described["netcl.kernel.duration"]
+    assert "summary mode" in text and "sampled" in text and "0.25% of a core" in text, text
+
+
+@pytest.mark.parametrize(
+    ("value", "mode", "profiled"),
+    [("", "commands", False), ("0", "commands", False), ("1", "commands", True),
+     ("commands", "commands", True), ("Summary", "summary", True), ("maybe", "commands", None)],
+)  # fmt: skip
+def test_netcl_profile_sets_the_default_queue_and_the_mode(
+    value: str, mode: str, profiled: bool | None
+) -> None:
+    script = (
+        "from netcl.core import device, profiling\n"
+        "print(profiling.collector().mode)\n"
+        "try:\n"
+        "    print(profiling.enabled(device.default_queue()))\n"
+        "except ValueError as exc:\n"
+        "    print(exc)\n"
+    )
+    env = {**os.environ, "NETCL_PROFILE": value}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=120, check=True).stdout.splitlines()  # fmt: skip
+    assert out[0] == mode
+    if profiled is None:
+        assert out[1].startswith("NETCL_PROFILE='maybe': expected 1 to turn profiling on"), out
+        assert "summary for one device time per replay" in out[1]
+    else:
+        assert out[1] == str(profiled)

@@ -118,9 +118,27 @@ CACHE_DIR = Setting("NETCL_CACHE_DIR", _cache_dir_default,
 POOL_LIMIT = Setting("NETCL_POOL_LIMIT", "0 (no limit)",
                      "BufferPool limit: bytes, or N% of the device's global memory",
                      _pool_limit)  # fmt: skip
-PROFILE = Setting("NETCL_PROFILE", "0",
-                  "default queue with device timestamps (profiling) on or off",
-                  flag("NETCL_PROFILE", "to turn profiling on for the default queue"))  # fmt: skip
+
+
+def _profile(raw: str) -> str:
+    """``NETCL_PROFILE``'s text -> ``off``, ``summary`` or ``commands`` (what 1 means)."""
+    text = raw.strip().lower()
+    if text in ("summary", "commands"):
+        return text
+    if text in _ON:
+        return "commands"
+    if text in _OFF:
+        return "off"
+    raise ValueError(
+        f"NETCL_PROFILE={raw!r}: expected 1 to turn profiling on for the default queue with "
+        "every command's device time (or commands, the same), summary for one device time per "
+        "replay, graph node and plan, or 0 for off (true/false, yes/no and on/off work too)"
+    )
+
+
+PROFILE = Setting("NETCL_PROFILE", "0", "device time: 1 or commands (a profiling default "
+                  "queue, every command's), summary (one per replay, node, plan; per-command "
+                  "detail sampled), 0 (plain default queue)", _profile)  # fmt: skip
 CHECK_MEMORY = Setting("NETCL_CHECK_MEMORY", "0", "checked mode: guard bytes around pool and "
                        "graph blocks, checked after each graph node and replay; freed blocks "
                        "poisoned (slow: for tests and debugging)",

@@ -12,7 +12,8 @@ __all__ = ["NoDeviceError", "default_context", "default_queue", "device_identity
 
 #: pyopencl's variable choosing the platform and device (``0``, ``0:1``, a name's start).
 CTX_ENV = _settings.PYOPENCL_CTX.name
-#: ``1`` makes :func:`default_queue` hand out a profiling queue unless told otherwise.
+#: ``1``, ``commands`` or ``summary`` make :func:`default_queue` hand out a profiling queue
+#: unless told otherwise (and choose what is recorded: netcl.core.profiling's modes).
 PROFILE_ENV = _settings.PROFILE.name
 
 
@@ -98,7 +99,7 @@ def default_queue(
     setting, made on first use: ``profiling=True`` gives one with ``PROFILING_ENABLE`` (device
     timestamps on its events); ``None`` reads ``NETCL_PROFILE``."""
     if profiling is None:
-        profiling = _settings.PROFILE.value(False)
+        profiling = _settings.PROFILE.value("off") != "off"
     ctx = ctx or default_context()
     key = (ctx.int_ptr, bool(profiling))
     with _lock:

@@ -6,24 +6,27 @@ from __future__ import annotations
 
 import atexit
 import functools
+import random
 import threading
 import time
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple, get_args
 
 import pyopencl as cl
-from opentelemetry.util.types import AttributeValue
 
-from netcl.core import telemetry
+from netcl.core import _settings, telemetry
 from netcl.core.log import get_logger, warn_once
 from netcl.core.version import __version__
 
+if TYPE_CHECKING:
+    from opentelemetry.util.types import AttributeValue
+
 __all__ = [
     "COMMANDS", "DEVICE_BUCKETS_S", "GRAPH_NODE", "REPLAY", "SCHEDULER_PLAN", "Collector",
-    "Command", "DeviceClock", "DeviceTime", "Stats", "collector", "enabled", "flush", "watch",
-    "watch_markers",
+    "Command", "DeviceClock", "DeviceTime", "Mode", "Stats", "collector", "enabled", "flush",
+    "watch", "watch_markers",
 ]  # fmt: skip
 
 #: Kinds of watched work (the first argument of :func:`watch`).
@@ -31,6 +34,11 @@ REPLAY = "replay"
 GRAPH_NODE = "graph.node"
 SCHEDULER_PLAN = "scheduler.plan"
 COMMANDS = "commands"
+
+#: What a collector records (README: Modes): ``commands``, every command of every unit (the
+#: timeline); ``summary``, one device time per unit and per-command detail for a sample of them
+#: (the level to leave on); ``none``, nothing (``enabled()`` is False for every queue).
+Mode = Literal["commands", "summary", "none"]
 
 #: Histogram buckets for device durations in seconds, 1 µs to 10 s.
 DEVICE_BUCKETS_S: tuple[float, ...] = (
@@ -41,7 +49,9 @@ DEVICE_BUCKETS_S: tuple[float, ...] = (
 TEL = telemetry.Scope("netcl.core.profiling", __version__)
 _log = get_logger("netcl.core.profiling")
 _KERNEL_DURATION = TEL.histogram(
-    "netcl.kernel.duration", "s", "Device time of kernel commands, by kernel name", DEVICE_BUCKETS_S
+    "netcl.kernel.duration", "s", "Device time of kernel commands, by kernel name; in summary "
+    "mode sampled: only the units drawn for per-command detail (at most 0.25% of a core), so "
+    "rates are a fraction of the total while shares and quantiles hold", DEVICE_BUCKETS_S,
 )
 # kind -> (its device span, the attribute naming a unit, its histogram)
 _KINDS = {
@@ -59,13 +69,17 @@ _KINDS = {
 _Attrs = telemetry._Attrs
 _PROFILING = cl.command_queue_properties.PROFILING_ENABLE
 _QUEUED, _START, _END = cl.profiling_info.QUEUED, cl.profiling_info.START, cl.profiling_info.END
+_COMPLETE = cl.command_execution_status.COMPLETE
+# event info read through get_info: pyopencl's properties add a Python call to each read
+_STATUS, _QUEUE = cl.event_info.COMMAND_EXECUTION_STATUS, cl.event_info.COMMAND_QUEUE
 _KERNELS = ("ndrange_kernel", "task")
 _TRANSFER_WORDS = ("buffer", "image", "map", "svm", "migrate")
 
 
 def enabled(queue: cl.CommandQueue) -> bool:
-    """Whether ``queue`` was created with profiling (the one check to make before watching)."""
-    return bool(queue.properties & _PROFILING)
+    """Whether work on ``queue`` is to be watched (the one check to make before watching): it
+    was created with profiling and the process-wide collector's mode is not ``none``."""
+    return _collector._mode != "none" and bool(queue.properties & _PROFILING)
 
 
 # -- the device clock -------------------------------------------------------------------------
@@ -158,7 +172,10 @@ class DeviceTime:
     name: str | None
     parent: telemetry.Span
     attributes: _Attrs | None
-    _between: bool  # watch_markers: the time from the first event's end to the last one's
+    # 0: every command (union of their intervals); else the envelope from this timestamp of the
+    # first event to the last one's end: START for a summary, END for watch_markers
+    _from: int
+    sampled: bool = False  #: summary mode: drawn for per-command detail
     done: bool = False
     duration: float | None = None
     start_ns: int | None = None
@@ -167,8 +184,8 @@ class DeviceTime:
 
     def ready(self) -> bool:
         """Whether every event has completed (or failed): a status read, no wait."""
-        complete = cl.command_execution_status.COMPLETE
-        return all(e.command_execution_status <= complete for e in reversed(self._events))
+        # the last ones first: those complete last
+        return all(e.get_info(_STATUS) <= _COMPLETE for e in reversed(self._events))
 
     def poll(self) -> float | None:
         """The device duration in seconds if the events have completed (collecting them now,
@@ -185,7 +202,8 @@ class DeviceTime:
 class Stats(NamedTuple):
     """What a collector has seen: units watched, collected, dropped (a failed command, a queue
     without profiling, past ``max_pending``), pending, recorded without per-command spans; and
-    (count, device seconds) per kind and per kernel label."""
+    (count, device seconds) per kind and per kernel label; units drawn for per-command detail
+    in summary mode."""
 
     watched: int
     collected: int
@@ -194,6 +212,7 @@ class Stats(NamedTuple):
     spans_skipped: int
     by_kind: dict[str, tuple[int, float]]
     by_kernel: dict[str, tuple[int, float]]
+    sampled: int = 0
 
 
 def _add(to: dict[str, list[float]], key: str, seconds: float) -> None:
@@ -230,39 +249,86 @@ class Collector:
     often the daemon thread looks at pending events; ``recalibrate`` (s): how old a clock
     calibration may get; ``busy_window`` (s): the window of ``netcl.device.busy``;
     ``max_pending``: how many units may wait before the oldest is dropped; ``span_budget``: the
-    share of a CPU core that per-command spans may take (README: Cost)."""
+    share of a CPU core that per-command spans may take (README: Cost); ``mode`` (default: from
+    ``NETCL_PROFILE``, README: Modes): what is recorded, see :data:`Mode`; ``sample_budget``:
+    the share of a core that summary mode's sampled per-command detail may take."""
 
     def __init__(self, *, interval: float = 0.05, recalibrate: float = 10.0,
                  busy_window: float = 5.0, max_pending: int = 100_000,
-                 span_budget: float = 0.05) -> None:  # fmt: skip
+                 span_budget: float = 0.05, mode: Mode | None = None,
+                 sample_budget: float = 0.0025) -> None:  # fmt: skip
         self.interval, self.recalibrate, self.busy_window = interval, recalibrate, busy_window
         self.max_pending, self.span_budget = max_pending, span_budget
+        self.mode = mode if mode is not None else _mode_from_setting()
+        self.sample_budget = sample_budget
         self._credit = span_budget  # seconds of span work allowed now (refills at span_budget/s)
         self._credit_at = time.monotonic()
+        # summary mode's draws: credit in seconds of collection, charged at the hand-off with the
+        # measured cost per command of collecting a drawn unit (a first guess until measured)
+        self._sample_credit, self._sample_at, self._command_cost = 0.0, time.monotonic(), 5e-6
         self._pending: deque[DeviceTime] = deque()
         self._lock = threading.RLock()  # one collection at a time; guards the fields below
         self._clocks: dict[int, DeviceClock] = {}  # by device
         self._devices: dict[int, tuple[str, cl.Device]] = {}  # by queue: name, device
-        self._busy: dict[str, deque[tuple[int, int]]] = {}
-        self._counts = dict.fromkeys(("watched", "collected", "dropped", "spans_skipped"), 0)
+        self._busy: defaultdict[str, deque[tuple[int, int]]] = defaultdict(deque)
+        self._counts = dict.fromkeys(("watched", "collected", "dropped", "spans_skipped",
+                                      "sampled"), 0)  # fmt: skip
         self._by_kind: dict[str, list[float]] = {}
         self._by_kernel: dict[str, list[float]] = {}
         self._thread: threading.Thread | None = None
+
+    @property
+    def mode(self) -> Mode:
+        """What is recorded from now on (:data:`Mode`); units already watched keep theirs."""
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: Mode) -> None:
+        if mode not in _MODES:
+            raise ValueError(f"profiling: mode {mode!r}; expected one of {', '.join(_MODES)}")
+        self._mode = mode
 
     # -- hand-off (the caller's thread: no OpenCL call, no wait) -----------------------------
     def watch(self, kind: str, events: Sequence[cl.Event], *, labels: Sequence[str] = (),
               name: str | None = None, parent: telemetry.Span | None = None,
               attributes: _Attrs | None = None) -> DeviceTime:  # fmt: skip
         """Watch the commands behind ``events`` (a unit of work of ``kind``), ``labels[i]`` naming
-        event i, ``name`` the unit; ``parent``: its host span (default: the current one)."""
+        event i, ``name`` the unit; ``parent``: its host span (default: the current one). In
+        summary mode only the first and last events are kept, unless the unit is drawn for
+        per-command detail; in mode ``none`` nothing is kept (the unit is done, no duration)."""
         if len(labels) > len(events):
             raise ValueError(
                 f"profiling.watch: {len(labels)} labels for {len(events)} events; expected at "
                 "most one label per event"
             )
         parent = parent if parent is not None else telemetry.current_span()
-        return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
-                                    attributes, False))  # fmt: skip
+        mode = self._mode
+        if mode == "commands" or not events:
+            return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
+                                        attributes, 0))  # fmt: skip
+        if mode == "none":
+            return DeviceTime(self, kind, (), (), name, parent, attributes, 0, done=True)
+        if self._draw(len(events)):
+            return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
+                                        attributes, 0, True))  # fmt: skip
+        return self._add(DeviceTime(self, kind, (events[0], events[-1]), (), name, parent,
+                                    attributes, _START))  # fmt: skip
+
+    def _draw(self, commands: int) -> bool:
+        """Summary mode: whether a unit of ``commands`` gets per-command detail: with the
+        probability credit / its expected collection cost, charged at once (so a burst cannot
+        overdraw the budget, and no pattern of units is always left out). The credit refills at
+        ``sample_budget`` per second up to 0.05 s worth: at a low rate every unit is drawn."""
+        now = time.monotonic()
+        budget = self.sample_budget
+        credit = min(budget * 0.05, self._sample_credit + (now - self._sample_at) * budget)
+        self._sample_at = now
+        cost = commands * self._command_cost
+        drawn = random.random() * cost < credit
+        if drawn:
+            credit -= cost
+        self._sample_credit = credit
+        return drawn
 
     def watch_markers(self, kind: str, before: cl.Event, after: cl.Event, *,
                       name: str | None = None, parent: telemetry.Span | None = None,
@@ -270,8 +336,10 @@ class Collector:
         """Watch the work between two markers enqueued on one in-order queue, ``before`` and
         ``after`` it: its device time is ``after.end - before.end``."""
         parent = parent if parent is not None else telemetry.current_span()
+        if self._mode == "none":
+            return DeviceTime(self, kind, (), (), name, parent, attributes, 0, done=True)
         return self._add(DeviceTime(self, kind, (before, after), (), name, parent, attributes,
-                                    True))  # fmt: skip
+                                    _END))  # fmt: skip
 
     def _add(self, unit: DeviceTime) -> DeviceTime:
         if unit.kind not in _KINDS:
@@ -358,41 +426,63 @@ class Collector:
 
     def _record(self, unit: DeviceTime) -> None:
         unit.done = True
+        t0 = time.perf_counter()
+        events = unit._events
         try:
-            device, commands = self._read(unit)
+            device, clock = self._device(events[0])
+            if unit._from:  # the envelope: a summary, or the time between two markers
+                first, last = events[0], events[-1]
+                if first.get_info(_STATUS) < 0 or last.get_info(_STATUS) < 0:
+                    raise _CommandFailedError("the first or last command failed")
+                start = first.get_profiling_info(unit._from) + clock.offset_ns
+                end = max(last.get_profiling_info(_END) + clock.offset_ns, start)
+            else:
+                commands = self._commands(unit, clock)
         except (cl.Error, _CommandFailedError) as exc:  # a queue without profiling, a failure
             self._counts["dropped"] += 1
             warn_once(_log, ("device_time_not_collected", type(exc)),
                       "device_time_not_collected", error=repr(exc))  # fmt: skip
             return
-        if unit._between:
-            before, after = commands[0], commands[-1]
-            unit.start_ns, unit.end_ns = before.end_ns, max(after.end_ns, before.end_ns)
-            busy_ns = unit.end_ns - unit.start_ns
+        if unit._from:
+            unit.start_ns, unit.end_ns = start, end
+            busy_ns = end - start
+            if unit._from == _START:
+                self._busy[device].append((start, end))
         else:
             unit.commands = tuple(commands)
             unit.start_ns = min(c.start_ns for c in commands)
             unit.end_ns = max(c.end_ns for c in commands)
             busy_ns = _union_ns([(c.start_ns, c.end_ns) for c in commands])
-            self._busy.setdefault(device, deque()).extend((c.start_ns, c.end_ns) for c in commands)
+            self._busy[device].extend((c.start_ns, c.end_ns) for c in commands)
+            for c in commands:
+                if c.kernel:
+                    _add(self._by_kernel, c.name, (c.end_ns - c.start_ns) / 1e9)
         unit.duration = busy_ns / 1e9
         self._counts["collected"] += 1
         _add(self._by_kind, unit.kind, unit.duration)
-        for c in unit.commands:
-            if c.kernel:
-                _add(self._by_kernel, c.name, (c.end_ns - c.start_ns) / 1e9)
         self._emit(unit, device)
+        count = len(events)
+        unit._events = events = ()  # released now (the unit may be kept), in what is timed
+        if unit.sampled:  # what the next draws are charged per command
+            self._counts["sampled"] += 1
+            cost = (time.perf_counter() - t0) / count
+            self._command_cost += (cost - self._command_cost) / 4
 
-    def _read(self, unit: DeviceTime) -> tuple[str, list[Command]]:
-        """The device's name and the unit's commands on the host clock; ``cl.Error`` for an event
-        of a queue without profiling, :class:`_CommandFailedError` for a failed command."""
-        queue = unit._events[0].command_queue
-        if queue.int_ptr not in self._devices:  # OpenCL info calls: once per queue
-            self._devices[queue.int_ptr] = (queue.device.name.strip(), queue.device)
-        name, device = self._devices[queue.int_ptr]
+    def _device(self, event: cl.Event) -> tuple[str, DeviceClock]:
+        """The name and current clock calibration of the device that ran ``event``."""
+        queue = event.get_info(_QUEUE)
+        found = self._devices.get(queue.int_ptr)
+        if found is None:  # OpenCL info calls: once per queue
+            found = self._devices[queue.int_ptr] = (queue.device.name.strip(), queue.device)
+        name, device = found
         clock = self._clocks.get(device.int_ptr)
         if clock is None or time.time_ns() - clock.measured_ns > self.recalibrate * 1e9:
             clock = self._clocks[device.int_ptr] = _calibrate(queue.context, device)
+        return name, clock
+
+    def _commands(self, unit: DeviceTime, clock: DeviceClock) -> list[Command]:
+        """The unit's commands on the host clock; ``cl.Error`` for an event of a queue without
+        profiling, :class:`_CommandFailedError` for a failed command."""
         commands = []
         for i, event in enumerate(unit._events):
             if event.command_execution_status < 0:
@@ -404,18 +494,20 @@ class Collector:
             kind = _type_name(event.command_type)
             label = unit.labels[i] if i < len(unit.labels) else kind
             commands.append(Command(label, kind, clock.to_host(start), clock.to_host(end)))
-        return name, commands
+        return commands
 
     def _emit(self, unit: DeviceTime, device: str) -> None:
         """The unit's histogram points and (when tracing) its spans: the envelope, and one span
         per command while the span budget has credit."""
-        now = time.monotonic()
-        budget = self.span_budget
-        self._credit = min(budget, self._credit + (now - self._credit_at) * budget)
-        self._credit_at = now
-        command_spans = self._credit > 0 or not unit.commands
-        if not command_spans:
-            self._counts["spans_skipped"] += 1
+        command_spans = True
+        if unit.commands:
+            now = time.monotonic()
+            budget = self.span_budget
+            self._credit = min(budget, self._credit + (now - self._credit_at) * budget)
+            self._credit_at = now
+            command_spans = self._credit > 0
+            if not command_spans:
+                self._counts["spans_skipped"] += 1
         span_name, name_attribute, histogram = _KINDS[unit.kind]
         dev = {"netcl.device.name": device}
         named = {**dev, name_attribute: unit.name} if unit.name is not None else dev
@@ -429,6 +521,8 @@ class Collector:
         if not telemetry.tracing():
             return
         attrs: dict[str, AttributeValue] = {**named, "netcl.device.duration": duration}
+        if unit.sampled:
+            attrs["netcl.device.sampled"] = True
         if not command_spans:
             attrs["netcl.device.commands_skipped"] = len(unit.commands)
         attrs.update(unit.attributes or {})
@@ -449,6 +543,19 @@ class Collector:
             except Exception as exc:  # never let the collector thread die
                 warn_once(_log, ("device_time_not_collected", type(exc)),
                           "device_time_not_collected", error=repr(exc))  # fmt: skip
+
+
+_MODES: tuple[Mode, ...] = get_args(Mode)
+
+
+def _mode_from_setting() -> Mode:
+    """``summary`` where ``NETCL_PROFILE`` says so, else ``commands`` (what a queue made with
+    profiling has always recorded); a bad value is reported where the default queue is made
+    and by ``netcl config``, and changes nothing here."""
+    try:
+        return "summary" if _settings.PROFILE.value("off") == "summary" else "commands"
+    except ValueError:
+        return "commands"
 
 
 # -- the process-wide collector ---------------------------------------------------------------
