@@ -12,7 +12,8 @@ bound (``DeviceClock.tolerance_ns``) plus 100 µs of drift, as in netcl-core's t
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -192,3 +193,81 @@ def test_a_profiled_replay_is_correct_under_a_failing_sdk(
     hostile_sdk()
     np.testing.assert_allclose(chain.host, chain.expect(2), rtol=1e-5)
     assert _replays()[0] - count == 1
+
+
+@pytest.fixture
+def summary() -> Iterator[profiling.Collector]:
+    """The process-wide collector in summary mode, drawing no unit for detail (restored after)."""
+    collector = profiling.collector()
+    saved = collector.mode, collector.sample_budget
+    collector.mode, collector.sample_budget = "summary", 0.0
+    try:
+        yield collector
+    finally:
+        collector.mode, collector.sample_budget = saved
+
+
+def test_a_replay_in_summary_mode_records_its_device_time_and_samples_its_kernels(
+    pq: cl.CommandQueue, kernels: Kernels, spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]], summary: profiling.Collector,
+) -> None:  # fmt: skip
+    """Summary mode: a replay's device span and histogram point as in per-command mode, but no
+    span per command and no kernel points; a replay drawn for detail has both, so that
+    ``netcl.kernel.duration`` keeps filling in."""
+    chain = _Chain(pq, kernels)
+    profiling.flush(5.0)
+    spans.clear()
+
+    def kernel_counts() -> dict[str, int]:
+        return {p.attributes["netcl.kernel.name"]: p.count
+                for p in metric_points("netcl.kernel.duration")}  # fmt: skip
+
+    def replay_points() -> tuple[int, float]:
+        points = metric_points("netcl.capture.replay.device_duration")
+        return sum(p.count for p in points), sum(p.sum for p in points)
+
+    kernels_before, (count, seconds) = kernel_counts(), replay_points()
+    with T.span("netcl.test.step"):
+        chain.cap.replay()
+        pq.finish()
+    assert profiling.flush(10.0) == 0
+    np.testing.assert_allclose(chain.host, chain.expect(2), rtol=1e-5)
+    finished = list(spans.get_finished_spans())
+    (host,) = _named(finished, "netcl.capture.replay")
+    (envelope,) = _named(finished, "netcl.device.replay")
+    assert envelope.parent is not None and envelope.parent.span_id == host.context.span_id
+    duration = envelope.attributes["netcl.device.duration"]
+    assert duration > 0 and "netcl.device.sampled" not in envelope.attributes
+    assert not [s for s in finished if s.name in ("netcl.device.kernel", "netcl.device.transfer")]
+    count2, seconds2 = replay_points()
+    assert count2 == count + 1 and seconds2 - seconds == pytest.approx(duration)
+    assert kernel_counts() == kernels_before
+
+    # sampled: credit for far more than a replay's detail (0.05 s of collection)
+    summary.sample_budget = 1.0
+    time.sleep(0.06)
+    spans.clear()
+    chain.cap.replay()
+    pq.finish()
+    assert profiling.flush(10.0) == 0
+    finished = list(spans.get_finished_spans())
+    (envelope,) = _named(finished, "netcl.device.replay")
+    assert envelope.attributes["netcl.device.sampled"] is True
+    assert len(_named(finished, "netcl.device.kernel")) == N
+    after = kernel_counts()
+    assert after.get("axpy", 0) - kernels_before.get("axpy", 0) == N // 2
+    assert after.get("add", 0) - kernels_before.get("add", 0) == N // 2
+    assert replay_points()[0] == count + 2
+
+
+def test_a_capture_made_in_mode_none_replays_unwatched(
+    pq: cl.CommandQueue, kernels: Kernels, summary: profiling.Collector
+) -> None:
+    summary.mode = "none"
+    chain = _Chain(pq, kernels)
+    summary.mode = "summary"  # the capture was made unwatched: it stays so
+    watched = summary.stats().watched
+    chain.cap.replay()
+    pq.finish()
+    assert summary.stats().watched == watched
+    np.testing.assert_allclose(chain.host, chain.expect(2), rtol=1e-5)

@@ -88,3 +88,29 @@ def test_a_plan_without_profiling_is_not_watched(
         sched.submit(plan)
     sched.run(wait=True)
     assert profiling.collector().stats().watched == watched
+
+
+def test_a_plan_in_summary_mode_has_its_device_time_and_no_command_spans(
+    ctx: cl.Context, kernels: Kernels, spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+) -> None:  # fmt: skip
+    collector = profiling.collector()
+    saved = collector.mode, collector.sample_budget
+    collector.mode, collector.sample_budget = "summary", 0.0
+    try:
+        pq = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * N)
+        cl.enqueue_fill_buffer(pq, buf, np.float32(1.0), 0, 4 * N)
+        sched = Scheduler()
+        for plan in _plans(pq, kernels, buf, "summary"):
+            sched.submit(plan)
+        sched.run(wait=True)
+        assert profiling.flush(10.0) == 0
+    finally:
+        collector.mode, collector.sample_budget = saved
+    assert _points(metric_points, "summary") == {"summary one": 1, "summary three": 1}
+    finished = spans.get_finished_spans()
+    device = [s for s in finished if s.name == "netcl.device.plan"
+              and str(s.attributes["netcl.plan.description"]).startswith("summary")]  # fmt: skip
+    assert len(device) == 2 and all(d.attributes["netcl.device.duration"] > 0 for d in device)
+    assert not [s for s in finished if s.name == "netcl.device.kernel"]
