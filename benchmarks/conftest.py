@@ -30,6 +30,8 @@ _SLOWDOWN_TARGETS: dict[str, list[tuple[str, str, str]]] = {
     "graph_executor": [("netcl.runtime.graph", "GraphExecutor", "run")],
     "pool_allocation": [("netcl.core.memory", "BufferPool", "allocate"),
                         ("netcl.core.memory", "BufferPool", "release")],
+    "scheduler": [("netcl.runtime.scheduler", "Scheduler", "submit"),
+                  ("netcl.runtime.scheduler", "Scheduler", "run")],
 }
 
 

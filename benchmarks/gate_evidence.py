@@ -1,6 +1,6 @@
 """Evidence that the gate is robust and sensitive: false alarms on clean passes while another
 process keeps one core busy, and detection of an injected slowdown in each of capture replay,
-cache hit, graph executor and pool allocation.
+cache hit, graph executor, pool allocation and the scheduler.
 
 Each pass is the short gate CI runs (``gate.py --run``: the gated benchmarks, then
 re-measurement of failing checks). Injected passes set ``NETCL_BENCH_SLOWDOWN`` (see
@@ -32,6 +32,8 @@ EXPECTED = {
     "graph_executor": ("graph run vs same fns by hand", "test_graph_overhead_executor_run[noop]"),
     "pool_allocation": ("pool allocate+release vs pyopencl MemoryPool",
                         "test_pool_allocate_release"),
+    "scheduler": ("scheduler run vs the same bookkeeping by hand",
+                  "test_scheduler_host_callables_plan_per_op"),
 }
 GATE = Path(__file__).with_name("gate.py")
 

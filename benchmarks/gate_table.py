@@ -9,6 +9,8 @@ Figure kinds (``figure =`` in the table):
 - ``ratio``: the fastest round of ``of[0]`` over that of ``of[1]`` (two benchmarks of a group);
 - ``paired``: the fastest round of ``of[0]`` over the fastest of the floor it timed right before
   each of its rounds (``extra_info[key]``, seconds; benchmarks/paired.py): both in one window;
+  an ``of[1]``, where given, is that floor's own benchmark, whose fastest round stands in for it
+  in runs saved before the floor was paired (the figure as it was judged then);
 - ``paired_speedup``: the inverse of ``paired``, how many times faster ``of[0]`` is;
 - ``paired_per_unit_us``: ``(fastest round - paired floor) / extra_info[per]`` in µs, the cost
   per unit (node, op) of ``of[0]`` over the same work by hand timed in the same window;
@@ -80,6 +82,17 @@ def _latest(results: Results, name: str, key: str) -> float:
     return float(results[name][-1]["extra_info"][key])
 
 
+def _floor(results: Results, name: str, key: str, fallback: str | None) -> float:
+    """The paired floor of ``name`` (its smallest ``extra_info[key]`` over the runs that have
+    one), or in runs saved before it was paired, the fastest round of ``fallback``."""
+    floors = [float(e["extra_info"][key]) for e in results[name] if key in e.get("extra_info", {})]
+    if floors:
+        return min(floors)
+    if fallback is None:
+        raise KeyError(key)
+    return _min(results, fallback)
+
+
 def _calls(results: Results, name: str) -> float:
     """Calls a round makes itself (``extra_info["calls_per_round"]``), 1 when it loops not."""
     return float(results[name][-1].get("extra_info", {}).get("calls_per_round", 1))
@@ -87,14 +100,17 @@ def _calls(results: Results, name: str) -> float:
 
 def _figure(kind: str, of: tuple[str, ...], key: str, per: Any) -> Figure:
     a, b = of[0], of[-1]
+    fallback = of[1] if len(of) > 1 else None
     if kind == "ratio":
         return Figure(kind, of, lambda r: _min(r, a) / _min(r, b), True)
     if kind == "paired":
-        return Figure(kind, of, lambda r: _min(r, a) / _smallest(r, a, key), True, per_run=True)
+        return Figure(kind, of, lambda r: _min(r, a) / _floor(r, a, key, fallback), True,
+                      per_run=True)  # fmt: skip
     if kind == "paired_speedup":
-        return Figure(kind, of, lambda r: _smallest(r, a, key) / _min(r, a), True, per_run=True)
+        return Figure(kind, of, lambda r: _floor(r, a, key, fallback) / _min(r, a), True,
+                      per_run=True)  # fmt: skip
     if kind == "paired_per_unit_us":
-        return Figure(kind, of, lambda r: (_min(r, a) - _smallest(r, a, key))
+        return Figure(kind, of, lambda r: (_min(r, a) - _floor(r, a, key, fallback))
                       / _latest(r, a, str(per)) * 1e6, True, " µs", per_run=True)
     if kind == "per_unit_us":
         return Figure(kind, of, lambda r: (_min(r, a) - _min(r, b)) / float(per) * 1e6, True,
@@ -106,16 +122,16 @@ def _figure(kind: str, of: tuple[str, ...], key: str, per: Any) -> Figure:
     return Figure(kind, of, lambda r: _smallest(r, a, key), True)  # timed_info
 
 
-# kind -> (benchmarks it reads, what it needs besides: "key" / "per")
-KINDS: Mapping[str, tuple[int, frozenset[str]]] = {
-    "ratio": (2, frozenset()),
-    "paired": (1, frozenset()),
-    "paired_speedup": (1, frozenset()),
-    "paired_per_unit_us": (1, frozenset({"per"})),
-    "per_unit_us": (2, frozenset({"per"})),
-    "time_us": (1, frozenset()),
-    "info": (1, frozenset({"key"})),
-    "timed_info": (1, frozenset({"key"})),
+# kind -> (how many benchmarks it reads, what it needs besides: "key" / "per")
+KINDS: Mapping[str, tuple[tuple[int, ...], frozenset[str]]] = {
+    "ratio": ((2,), frozenset()),
+    "paired": ((1, 2), frozenset()),
+    "paired_speedup": ((1, 2), frozenset()),
+    "paired_per_unit_us": ((1, 2), frozenset({"per"})),
+    "per_unit_us": ((2,), frozenset({"per"})),
+    "time_us": ((1,), frozenset()),
+    "info": ((1,), frozenset({"key"})),
+    "timed_info": ((1,), frozenset({"key"})),
 }
 _KEYS = {"name", "figure", "of", "key", "per", "better", "target", "note", "quick",
          *DEVICE_CLASSES}
@@ -146,10 +162,10 @@ def _check(entry: dict[str, Any], index: int) -> Check:
     kind = str(entry.get("figure"))
     if kind not in KINDS:
         raise _bad(where, f"figure one of {sorted(KINDS)}", kind)
-    count, extra = KINDS[kind]
+    counts, extra = KINDS[kind]
     of = entry.get("of")
-    if not isinstance(of, list) or len(of) != count or not all(isinstance(n, str) for n in of):
-        raise _bad(where, f"of = a list of {count} benchmark name(s)", of)
+    if not isinstance(of, list) or len(of) not in counts or not all(isinstance(n, str) for n in of):
+        raise _bad(where, f"of = a list of {' or '.join(map(str, counts))} benchmark name(s)", of)
     for needed in extra:
         if needed not in entry:
             raise _bad(where, f"{needed!r} for figure {kind!r}", None)
