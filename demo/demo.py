@@ -11,7 +11,8 @@
 
 Telemetry follows the standard OTEL_* variables (netcl.core.telemetry.configure);
 ``--console-spans`` prints every span (one line each) to stderr, ``--prometheus-port`` serves
-metrics for Prometheus, ``--profile`` records device time (spans and metrics).
+metrics for Prometheus, ``--profile`` records device time (spans and metrics; ``--profile
+summary``: one device time per replay, node and plan, kernels sampled).
 """
 
 from __future__ import annotations
@@ -290,11 +291,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="seconds to keep serving metrics after the run, >= 0 (default 0)")
     add("--no-console", action="store_true", help="no span/metric lines on stderr")
     add("--console-spans", action="store_true", help="every span on stderr")
-    add("--profile", action="store_true",
-        help="record device time (a profiling queue: device spans, kernel and busy metrics)")
+    add("--profile", nargs="?", const="commands", choices=("commands", "summary"),
+        help="record device time on a profiling queue: commands (no value: every command's, a "
+             "span per kernel) or summary (one per replay, node and plan; kernels sampled)")
     add("--soak", type=_soak, nargs="?", const=math.inf, metavar="S",
-        help="after the checked run, keep a steady mix of work going for S seconds (no S: "
-             "until Ctrl-C); implies --profile. The way to watch the dashboards")  # fmt: skip
+        help="after the checked run, keep a steady mix of work going for S seconds (no S: until "
+             "Ctrl-C); implies --profile summary. The way to watch the dashboards")  # fmt: skip
     args = parser.parse_args(argv)
     if args.prometheus_port is not None:
         why = _port_in_use(args.prometheus_port)
@@ -303,7 +305,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                 f"argument --prometheus-port: cannot serve on 127.0.0.1:{args.prometheus_port}: "
                 f"{why}"
             )
-    args.profile = args.profile or args.soak is not None
+    if args.profile is None and args.soak is not None:
+        args.profile = "summary"  # device time a service can leave on: every panel live
     return args
 
 
@@ -345,7 +348,9 @@ def _main(argv: list[str] | None = None) -> int:
     if add_processor is not None:
         add_processor(spans)
 
-    queue = _queue(args.profile)
+    queue = _queue(args.profile is not None)
+    if args.profile:
+        profiling.collector().mode = args.profile
     ctx, dev = queue.context, queue.device
     print(f"device: {dev.name} ({dev.platform.name})")
     t = cache_tour(ctx, dev)

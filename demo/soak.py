@@ -7,7 +7,8 @@ asynchronous scheduler. Every 10 s a new source variant is compiled (a cold miss
 one is read back by a fresh cache instance (a disk hit); every 30 s the graph is captured again
 and the new capture replayed; every 45 s a cache entry is damaged on purpose and recovered (so
 the recoveries panel, and over 15 minutes the NetclCacheRecoverySpike alert, have something to
-show). Ctrl-C stops it cleanly; its report lists what it did.
+show). Device time is recorded in summary mode (demo.py's default with ``--soak``), the level a
+service leaves on. Ctrl-C stops it cleanly; its report lists what it did.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The shipped dashboards against real servers: a real Prometheus scrapes the demo's steady
-workload (``demo.py --soak``, device time on) and every query of the Grafana dashboard must
+workload (``demo.py --soak``, device time on in summary mode, the soak's default: the kernel
+panels live on its sampled per-command detail) and every query of the Grafana dashboard must
 return finite, non-zero values; the console page must show a value in every cell and renders in
 a real headless browser (Debian's chromium); the alerting rules pass promtool's checks and unit
 tests.
