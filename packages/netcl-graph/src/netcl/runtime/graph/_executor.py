@@ -7,11 +7,10 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 import numpy as np
 import pyopencl as cl
-from opentelemetry.util.types import AttributeValue
 
 from netcl.core import profiling, telemetry
 from netcl.core.memory import BufferPool, Guard, MemoryCheckError, guard_byte, guard_bytes
@@ -20,6 +19,9 @@ from netcl.runtime.graph import _telemetry as tm
 from netcl.runtime.graph._graph import Graph, Op, OpFn, TensorRef
 from netcl.runtime.graph._plan import GraphPlan, build_plan, padding
 from netcl.runtime.graph._telemetry import TEL
+
+if TYPE_CHECKING:
+    from opentelemetry.util.types import AttributeValue
 
 __all__ = ["GraphExecutor"]
 
