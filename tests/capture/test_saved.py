@@ -3,6 +3,7 @@ bit-identical to the step run normally; every damaged or foreign file refused by
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -27,6 +28,7 @@ from netcl.core.tensor import Tensor
 from netcl.runtime.capture import (
     CaptureFileError,
     KernelCapture,
+    _cli,
     _saved,
     capture_step,
     load_capture,
@@ -364,8 +366,8 @@ def test_another_device_rebuilds_from_source_or_is_refused_by_name(
              "source")  # fmt: skip
 
 
-def test_spans_and_inspect(saved: bytes, queue: cl.CommandQueue, tmp_path: Path,
-                           spans: Any) -> None:  # fmt: skip
+def test_spans_and_inspect(saved: bytes, queue: cl.CommandQueue, tmp_path: Path, spans: Any,
+                           capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     path = tmp_path / "mlp.ncl"
     path.write_bytes(saved)
     load_step(path, queue)
@@ -373,14 +375,22 @@ def test_spans_and_inspect(saved: bytes, queue: cl.CommandQueue, tmp_path: Path,
     assert load.attributes["netcl.capture.bytes"] == len(saved)
     assert load.attributes["netcl.capture.rebuilt_programs"] == 0
     assert load.attributes["netcl.capture.launches"] == 2 * LAYERS
-    netcl = [sys.executable, "-m", "netcl.core.cli", "capture", "inspect"]
-    text = subprocess.run([*netcl, str(path)], capture_output=True, text=True, check=True)
-    assert "matmul, bias_relu" in text.stdout and "constant" in text.stdout, text.stdout
-    doc = json.loads(subprocess.run([*netcl, str(path), "--json"], capture_output=True,
-                                    text=True, check=True).stdout)  # fmt: skip
+    parser = argparse.ArgumentParser(prog="netcl")  # the command as `netcl` registers it
+    _cli.register(parser.add_subparsers())
+
+    def netcl(*argv: str) -> tuple[int, str, str]:
+        args = parser.parse_args(["capture", "inspect", *argv])
+        code = args.func(args)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, text, _ = netcl(str(path))
+    assert code == 0 and "matmul, bias_relu" in text and "constant" in text, text
+    code, text, _ = netcl(str(path), "--json")
+    doc = json.loads(text)
     assert doc["launches"] == 2 * LAYERS and doc["kind"] == "step"
-    bad = subprocess.run([*netcl, str(tmp_path / "missing.ncl")], capture_output=True, text=True)
-    assert bad.returncode == 1 and "cannot be read" in bad.stderr
+    code, text, err = netcl(str(tmp_path / "missing.ncl"))
+    assert code == 1 and "cannot be read" in err
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
