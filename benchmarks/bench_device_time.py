@@ -1,6 +1,6 @@
 """Device time of replays: what profiling costs the replay in each mode, and whether the device
 duration netcl reports agrees with the device's own event timestamps.
-``benchmarks/device_time.sh`` runs this file alone (here, or on the GPU machine).
+``benchmarks/device_time_h200.sh`` runs this file alone (on the GPU machine, or here).
 
 1. ``test_replay_profiled`` times a replay of a capture recorded on a profiling queue in
    per-command mode (``commands``), paired with a replay of the same kernel sequence captured on
@@ -52,8 +52,8 @@ from netcl.runtime.capture import KernelCapture
 
 KERNELS = 64
 REPEATS = 20
-SUSTAINED = 500  # replays per variant and round: long next to the sampling's burst after idle
-ROUNDS = 9
+SUSTAINED = 300  # replays per variant and round
+ROUNDS = 21
 SRC = """
 __kernel void work(__global float *a, const int n) {
     int i = get_global_id(0);
