@@ -187,7 +187,8 @@ def capture(model: Model) -> Captured:
 
 def saved_step(model: Model, c: Captured, n: int = 20) -> dict[str, float]:
     """Save the captured step, load it in a second process (load_saved.py, which imports none
-    of this file) and check its results for ``n`` new inputs against numpy."""
+    of this file) and check its results for ``n`` new inputs against numpy and, bit for bit,
+    against the step's function run normally here."""
     with tempfile.TemporaryDirectory(prefix="netcl-demo-") as tmp:
         path, inputs, outputs = (Path(tmp) / name for name in ("forward.ncl", "in.npz", "out.npz"))
         size = c.step.save(path)
@@ -197,7 +198,13 @@ def saved_step(model: Model, c: Captured, n: int = 20) -> dict[str, float]:
                         str(inputs), str(outputs)], check=True)  # fmt: skip
         found = np.load(outputs)
         for i, x in enumerate(batches):
-            model.check(found[f"c{i}_0"], x, f"the loaded step's call {i}")
+            got = found[f"c{i}_0"]
+            model.check(got, x, f"the loaded step's call {i}")
+            normal = c.step.__wrapped__(Tensor.from_numpy(x, model.queue))  # the step's code
+            if got.tobytes() != normal.to_numpy().tobytes():
+                raise SystemExit(f"demo: the loaded step's call {i} is not bit-identical to "
+                                 "the step run normally")  # fmt: skip
+            model.pool.release(normal)
         return {"bytes": size, "first": float(found["first_result_s"]), "calls": n}
 
 
