@@ -162,6 +162,9 @@ NO_SPAN: Span = _NoSpan()
 
 
 # -- instruments ------------------------------------------------------------------------------
+_making = threading.Lock()
+
+
 class _Safe:
     """A synchronous instrument whose ``add``/``record`` never raise into the caller, made by
     ``make`` on the first value recorded while OpenTelemetry is loaded (before, a value has no
@@ -176,7 +179,9 @@ class _Safe:
 
     def _made(self) -> Any:
         if self._instrument is None and _sdk.metrics_loaded():
-            self._instrument = self._make()
+            with _making:  # made once: a second instrument of a name would be a warning
+                if self._instrument is None:
+                    self._instrument = self._make()
         return self._instrument
 
     def add(self, amount: float, attributes: _Attrs | None = None) -> None:
