@@ -23,26 +23,14 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
+from capture_workloads import MLP_SRC
 
 from netcl.core import device
 from netcl.core.tensor import Tensor
 from netcl.runtime.cache import cacher
 from netcl.runtime.capture import _saved, capture_step, load_step
 
-MLP_SRC = """
-__kernel void matmul(__global float *out, __global const float *x, __global const float *w,
-                     const int k, const int m) {
-    int i = get_global_id(0);
-    int row = i / m, col = i % m;
-    float acc = 0.0f;
-    for (int j = 0; j < k; ++j) acc += x[row * k + j] * w[j * m + col];
-    out[i] = acc;
-}
-__kernel void bias_relu(__global float *out, __global const float *h, __global const float *b,
-                        const int m) {
-    int i = get_global_id(0);
-    out[i] = fmax(h[i] + b[i % m], 0.0f);
-}
+STRIDED_SRC = """
 __kernel void strided(__global float *y, __global const float *w, __global const float *x,
                       const long stride) {
     int r = get_global_id(0);
@@ -118,7 +106,7 @@ def normal(path: str, t0: float) -> dict[str, float]:
 
 def weights(path: str, nbytes: int) -> dict[str, float]:
     queue = device.default_queue()
-    prg = cl.Program(queue.context, MLP_SRC).build()
+    prg = cl.Program(queue.context, STRIDED_SRC).build()
     kernel = cl.Kernel(prg, "strided")
     w = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, nbytes)
     for offset in range(0, nbytes, 16 << 20):  # w[i] = (i >> 12) % 251, 16 MiB at a time

@@ -34,6 +34,23 @@ __kernel void block_sum(__global const float *x, __global float *out, __local fl
 }
 """
 
+# an MLP's two kernels (test_step, test_saved)
+MLP_SOURCE = """
+__kernel void matmul(__global float *out, __global const float *x, __global const float *w,
+                     const int k, const int m) {
+    int i = get_global_id(0);
+    int row = i / m, col = i % m;
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j) acc += x[row * k + j] * w[j * m + col];
+    out[i] = acc;
+}
+__kernel void bias_relu(__global float *out, __global const float *h, __global const float *b,
+                        const int m) {
+    int i = get_global_id(0);
+    out[i] = fmax(h[i] + b[i % m], 0.0f);
+}
+"""
+
 
 class Kernels:
     def __init__(self, ctx: cl.Context) -> None:

@@ -35,24 +35,11 @@ from netcl.runtime.capture import (
     load_step,
 )
 
+from .conftest import MLP_SOURCE
+
 CHILD = Path(__file__).parents[2] / "demo" / "load_saved.py"  # loads and calls a saved step
 CALLS = 20
 
-MLP_SRC = """
-__kernel void matmul(__global float *out, __global const float *x, __global const float *w,
-                     const int k, const int m) {
-    int i = get_global_id(0);
-    int row = i / m, col = i % m;
-    float acc = 0.0f;
-    for (int j = 0; j < k; ++j) acc += x[row * k + j] * w[j * m + col];
-    out[i] = acc;
-}
-__kernel void bias_relu(__global float *out, __global const float *h, __global const float *b,
-                        const int m) {
-    int i = get_global_id(0);
-    out[i] = fmax(h[i] + b[i % m], 0.0f);
-}
-"""
 BATCH, WIDTH, LAYERS = 16, 64, 8
 Arrays = list[np.ndarray]  # type: ignore[type-arg]
 
@@ -99,7 +86,7 @@ class _MLP:
 
     def __init__(self, queue: cl.CommandQueue) -> None:
         self.queue, self.pool = queue, BufferPool(queue)
-        prg = cl.Program(queue.context, MLP_SRC).build()
+        prg = cl.Program(queue.context, MLP_SOURCE).build()
         self.matmul, self.bias_relu = cl.Kernel(prg, "matmul"), cl.Kernel(prg, "bias_relu")
         self.matmul.set_scalar_arg_dtypes([None, None, None, np.int32, np.int32])
         self.bias_relu.set_scalar_arg_dtypes([None, None, None, np.int32])

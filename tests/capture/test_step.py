@@ -22,20 +22,9 @@ from netcl.runtime.capture import (
     capture_step,
 )
 
-SOURCE = """
-__kernel void matmul(__global float *out, __global const float *x, __global const float *w,
-                     const int k, const int m) {
-    int i = get_global_id(0);
-    int row = i / m, col = i % m;
-    float acc = 0.0f;
-    for (int j = 0; j < k; ++j) acc += x[row * k + j] * w[j * m + col];
-    out[i] = acc;
-}
-__kernel void bias_relu(__global float *out, __global const float *h, __global const float *b,
-                        const int m) {
-    int i = get_global_id(0);
-    out[i] = fmax(h[i] + b[i % m], 0.0f);
-}
+from .conftest import MLP_SOURCE
+
+SOURCE = MLP_SOURCE + """
 __kernel void scale(__global float *out, __global const float *x, const float s) {
     int i = get_global_id(0);
     out[i] = x[i] * s;
