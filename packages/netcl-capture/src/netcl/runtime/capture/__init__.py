@@ -5,14 +5,15 @@ afterwards; ``KernelCapture`` records the launches, copies and fills of the thre
 ``begin()`` and ``replay()`` enqueues them again at close to the cost of bare enqueues.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from netcl.runtime.capture._capture import KernelCapture, get_capture, load_capture
 from netcl.runtime.capture._intercept import capture_disabled
-from netcl.runtime.capture._saved import CaptureFileError
 from netcl.runtime.capture.version import __version__ as __version__
 
 if TYPE_CHECKING:
+    from netcl.runtime.capture._saved import CaptureFileError
     from netcl.runtime.capture._step import (
         CapturedStep,
         LoadedStep,
@@ -22,17 +23,17 @@ if TYPE_CHECKING:
         load_step,
     )
 
-# capture_step and its types load on first use: the step modules (and pyopencl.array, which
-# they need) are most of this package's import time, and a KernelCapture user never needs them
-_STEP_NAMES = frozenset({"CapturedStep", "LoadedStep", "StepCheckError", "StepStats",
-                         "capture_step", "load_step"})
+# capture_step, saved files and their types load on first use: the step modules (and
+# pyopencl.array, which they need) are most of this package's import time, and a KernelCapture
+# user never needs them
+_LAZY = {"CapturedStep": "_step", "LoadedStep": "_step", "StepCheckError": "_step",
+         "StepStats": "_step", "capture_step": "_step", "load_step": "_step",
+         "CaptureFileError": "_saved"}  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:
-    if name in _STEP_NAMES:
-        from netcl.runtime.capture import _step
-
-        value = getattr(_step, name)
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
         globals()[name] = value  # later lookups are plain attribute reads
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

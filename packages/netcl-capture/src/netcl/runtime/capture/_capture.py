@@ -14,7 +14,7 @@ import pyopencl as cl
 
 from netcl.core import profiling, telemetry
 from netcl.core.log import get_logger
-from netcl.runtime.capture import _intercept, _saved
+from netcl.runtime.capture import _intercept
 from netcl.runtime.capture import _telemetry as tm
 from netcl.runtime.capture._program import ReplayProgram, build
 from netcl.runtime.capture._recording import (
@@ -253,6 +253,8 @@ class KernelCapture:
         program = self._program
         if program is None:
             raise self._cannot("save")
+        from netcl.runtime.capture import _saved  # on first use: json and the format
+
         return _saved.save(path, program, kind="capture")
 
     @property
@@ -284,6 +286,8 @@ def load_capture(path: str | os.PathLike[str], queue: cl.CommandQueue) -> Kernel
     ready to replay on ``queue``; its :attr:`~KernelCapture.buffers` are the saved capture's, in
     the same order.
     :class:`CaptureFileError` names the file and what is wrong with it."""
+    from netcl.runtime.capture import _saved
+
     return _from_program(_saved.load(path, queue).program)
 
 
