@@ -443,20 +443,25 @@ class Collector:
             warn_once(_log, ("device_time_not_collected", type(exc)),
                       "device_time_not_collected", error=repr(exc))  # fmt: skip
             return
+        busy = self._busy[device]
         if unit._from:
             unit.start_ns, unit.end_ns = start, end
             busy_ns = end - start
             if unit._from == _START:
-                self._busy[device].append((start, end))
+                busy.append((start, end))
         else:
             unit.commands = tuple(commands)
             unit.start_ns = min(c.start_ns for c in commands)
             unit.end_ns = max(c.end_ns for c in commands)
             busy_ns = _union_ns([(c.start_ns, c.end_ns) for c in commands])
-            self._busy[device].extend((c.start_ns, c.end_ns) for c in commands)
+            busy.extend((c.start_ns, c.end_ns) for c in commands)
             for c in commands:
                 if c.kernel:
                     _add(self._by_kernel, c.name, (c.end_ns - c.start_ns) / 1e9)
+        # intervals the busy window no longer sees (also dropped here: without a metric reader
+        # the gauge is never read, and they would pile up)
+        while busy and busy[0][1] < unit.end_ns - (self.busy_window + 1) * 1e9:
+            busy.popleft()
         unit.duration = busy_ns / 1e9
         self._counts["collected"] += 1
         _add(self._by_kind, unit.kind, unit.duration)
