@@ -14,7 +14,7 @@ import stat
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +68,8 @@ class CacheStats:
         return self.memory_hits + self.disk_hits + self.remote_hits
 
     def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+        # not dataclasses.asdict: its deep copy is ~25 µs, paid twice by every new cache
+        return {name: getattr(self, name) for name in COUNTERS}
 
 
 #: The CacheStats field names: the keys of a cache's counters and of a folder's totals.
