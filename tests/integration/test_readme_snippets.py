@@ -1,5 +1,6 @@
-"""Every ```python block of every README in the repository runs verbatim, each in a fresh Python
-process with a fresh HOME (so a fresh netcl program cache), on the default device.
+"""Every ```python block of every README in the repository and of every page of the
+documentation site (docs/) runs verbatim, each in a fresh Python process with a fresh HOME (so a
+fresh netcl program cache), on the default device.
 
 A block that must not run (an excerpt, a fragment) is fenced ```python no-run: renderers still
 highlight it as Python, this test leaves it out. Keep those rare: README code is for copying.
@@ -36,12 +37,13 @@ class Block(NamedTuple):
 
 
 def _readmes() -> list[Path]:
+    """Every README.md of the repository and every Markdown page under docs/."""
     found = []
-    for path in ROOT.rglob("README.md"):
+    for path in [*ROOT.rglob("README.md"), *(ROOT / "docs").rglob("*.md")]:
         rel = path.relative_to(ROOT)
         if not any(part in _SKIP_DIRS or part.startswith(".") for part in rel.parts[:-1]):
             found.append(path)
-    return sorted(found)
+    return sorted(set(found))
 
 
 def code_blocks(readme: Path) -> list[Block]:
