@@ -171,11 +171,43 @@ def test_memory_hits_of_a_cache_that_is_gone_still_count(
     before = _lookups(metric_points).get("memory", 0)
     for _ in range(3):
         c.get_program(ctx, src, device)
-    mine = id(c)
-    assert _telemetry._live[mine] is c._c
+    (mine,) = [token for token, counters in _telemetry._live.items() if counters is c._c]
     watched = len(_telemetry._live)
     del c
     gc.collect()
+    assert _lookups(metric_points)["memory"] - before == 3
     assert mine not in _telemetry._live  # reported a last time, then forgotten
     assert len(_telemetry._live) == watched - 1
-    assert _lookups(metric_points)["memory"] - before == 3
+
+
+def test_a_cache_collected_during_a_collection_does_not_deadlock(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    metric_points: Callable[[str], list[Any]],
+) -> None:
+    """A cache's finalizer runs inside whatever allocation starts the garbage collector, also
+    inside a reader's collection of the lookups, which holds the registry's lock: it must not
+    wait for that lock (it once did, and a metric reader's thread hung for good at exit)."""
+    import threading
+
+    from netcl.runtime.cache import _telemetry
+
+    src = add_src(0.0, "collected-mid-collection")
+    c = ProgramCache(cache_dir)
+    for _ in range(3):
+        c.get_program(ctx, src, device)
+    before = _lookups(metric_points).get("memory", 0)
+    (mine,) = [token for token, counters in _telemetry._live.items() if counters is c._c]
+    done = threading.Event()
+
+    def finalizer_inside_a_collection() -> None:
+        with _telemetry._lock:  # as _count_memory_hits holds it when the collector runs
+            _telemetry._forget(mine)
+        done.set()
+
+    worker = threading.Thread(target=finalizer_inside_a_collection, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert done.is_set(), "a cache's finalizer waited for the lock its collection holds"
+    del c
+    assert _lookups(metric_points)["memory"] - before == 0  # its 2 hits counted, once
+    assert mine not in _telemetry._live

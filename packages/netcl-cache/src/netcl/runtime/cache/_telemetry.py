@@ -4,6 +4,7 @@ collects; durations are histograms. See :mod:`netcl.core.telemetry` for the fail
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 
@@ -27,28 +28,34 @@ ATTR_ERROR_TYPE = telemetry.ERROR_TYPE
 
 # An in-process hit only bumps its cache's own counter: Counts.add (~0.25 µs) would double
 # what a hit costs. LOOKUPS reads the counters of the live caches when a reader collects; a
-# cache that goes leaves its count behind.
-_live: dict[int, dict[str, int]] = {}  # by id() of the cache
+# cache that goes leaves its count behind. A cache's finalizer can run inside any allocation,
+# also one made while _lock is held, so it only queues its token (list.append needs no lock);
+# the next collection moves the count of the caches gone to _gone_hits.
+_live: dict[int, dict[str, int]] = {}  # by token (an id() is reused once its cache is gone)
+_tokens = itertools.count()
+_ended: list[int] = []
 _gone_hits = 0
 _lock = threading.Lock()
 
 
 def _count_memory_hits() -> None:
+    global _gone_hits
     with _lock:
+        while _ended:
+            _gone_hits += _live.pop(_ended.pop(), {}).get("memory_hits", 0)
         LOOKUPS.set(_gone_hits + sum(c["memory_hits"] for c in _live.values()), "memory")
 
 
-def _forget(cache_id: int) -> None:
-    global _gone_hits
-    with _lock:
-        _gone_hits += _live.pop(cache_id)["memory_hits"]
+def _forget(token: int) -> None:
+    _ended.append(token)
 
 
 def report_memory_hits(cache: object, counters: dict[str, int]) -> None:
     """Count ``counters["memory_hits"]`` of ``cache`` as ``memory`` lookups."""
     with _lock:  # a reader's collection may be summing _live in another thread
-        _live[id(cache)] = counters
-    weakref.finalize(cache, _forget, id(cache))
+        token = next(_tokens)
+        _live[token] = counters
+    weakref.finalize(cache, _forget, token)
 
 
 #: Lookups by result, process-wide (in-process hits: read from the caches' counters).
