@@ -54,6 +54,7 @@ def _is_oom(exc: cl.Error) -> bool:
 # cost the pool's fast path as much again)
 _TEL = telemetry.Scope("netcl.core.memory", __version__)
 _POOLS: weakref.WeakSet[BufferPool] = weakref.WeakSet()
+_CHECKED_POOLS: weakref.WeakSet[BufferPool] = weakref.WeakSet()  # checking() per run: O(1)
 
 
 def _look_all() -> None:
@@ -139,7 +140,19 @@ class Guard:
 
 def checking() -> bool:
     """Whether a live pool is in checked mode (a capture made then checks its replays)."""
-    return any(pool.check_memory for pool in list(_POOLS))
+    return len(_CHECKED_POOLS) > 0
+
+
+def check_all(who: str) -> None:
+    """Check the guards of every live block of the checked pools, after everything enqueued on
+    their queues (blocking): MemoryCheckError saying that ``who`` wrote out of a block."""
+    for pool in list(_POOLS):
+        for block, guard, what in list(getattr(pool, "_guards", {}).values()):
+            try:
+                guard.check(pool.queue, block, who, what)
+            except MemoryCheckError:
+                guard.fill(pool.queue, block)  # named once: a later check blames new writes
+                raise
 
 
 def guarded(ptr: int) -> tuple[BufferPool, Any, Guard, str] | None:
@@ -564,6 +577,7 @@ class _CheckedPool(BufferPool):
 
     def __init__(self, queue: cl.CommandQueue, **options: Any) -> None:
         super().__init__(queue, **options)
+        _CHECKED_POOLS.add(self)
         self._guards: dict[int, tuple[Any, Guard, str]] = {}  # int_ptr -> block, guard, what
         self._turn = itertools.count()  # each block's guard byte in turn
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import heapq
+import sys
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -190,6 +191,10 @@ class Run:
         last = len(plans) - 1
         sync = not self.async_mode
         traced = tracing()
+        # checked mode (a checked BufferPool alive): each op's writes checked after it; no
+        # checked pool can exist where netcl.core.memory was never imported
+        memory = sys.modules.get("netcl.core.memory")
+        checked = memory is not None and memory.checking()
         run_span = NO_SPAN
         if traced:
             left = sum(len(p.ops) - len(r.results) for p, r in zip(plans, records, strict=True))
@@ -215,7 +220,7 @@ class Run:
                     self.waited = False
                     record.first = len(record.results)  # before the plan counts as started
                     self.started = k + 1
-                    found = self._issue(plan, record)
+                    found = self._issue(plan, record, k, checked)
                     # device time only for a plan that names a profiling queue (one attribute
                     # test per plan otherwise: plans made by submit(op) have no queue)
                     if found and plan.queue is not None and profiling.enabled(plan.queue):
@@ -291,8 +296,9 @@ class Run:
             s.record.settled = True
         return tm.ORDER_HOST
 
-    def _issue(self, plan: ExecutionPlan, record: PlanRecord) -> bool:
-        """Run the plan's ops that have not returned yet; return whether its record has events."""
+    def _issue(self, plan: ExecutionPlan, record: PlanRecord, index: int, checked: bool) -> bool:
+        """Run the plan's ops that have not returned yet; return whether its record has events.
+        ``checked``: wait for each op's events and check the checked pools' guards after it."""
         ops = record.ops
         if ops is None:  # the first run to reach the plan takes its ops as they are now
             ops = record.ops = tuple(plan.ops)
@@ -327,12 +333,25 @@ class Run:
                         "is neither callable nor an event-like object with a wait() method "
                         f"(it is {describe_value(op)})",
                     )  # fmt: skip
+                if checked:
+                    self._check_memory(plan, record, index, len(results) - 1)
         finally:  # the plans after this one follow what it did, whether or not an op raised
             if found or record.via:
                 _remember(plan, record)
             elif _last_records:
                 _last_records.pop(id(plan), None)
         return found
+
+    def _check_memory(self, plan: ExecutionPlan, record: PlanRecord, index: int, i: int) -> None:
+        """Checked mode, after op ``i`` of ``plan`` (run ``index``): wait for its events, then
+        check every guard of the checked pools; MemoryCheckError names the op and the plan."""
+        self._wait([e for e in _flat(record.results[i : i + 1]) if e is not None],  # type: ignore[misc]
+                   [_Source(plan, record)])  # fmt: skip
+        from netcl.core import memory  # imported already: a checked pool is alive
+
+        assert record.ops is not None
+        op = describe_op(record.ops[i])
+        memory.check_all(f"Scheduler.run: op {i} ({op}) of {describe_plan(plan, index)}")
 
     def _wait(self, events: list[EventLike], sources: Iterable[_Source]) -> None:
         """Wait for ``events`` (of the plans ``sources``); raise naming the op of one that

@@ -20,6 +20,11 @@ class Scheduler:
     ``async_mode=True``: plans are issued back to back and ``run(wait=True)`` waits once, at the
     end; a plan with ``after`` is ordered after those plans (on the device with a ``queue``).
     Thread-safe. The package README describes the semantics in full.
+
+    In checked mode (a checked :class:`~netcl.core.memory.BufferPool` alive) the host waits for
+    each op's events and checks the guards of the checked pools' blocks after it: a kernel that
+    wrote out of bounds raises :class:`~netcl.core.memory.MemoryCheckError` naming the op and its
+    plan, and the plans not completed stay scheduled, as after an interrupt.
     """
 
     #: The exception ``run`` raises; see ``SchedulerError`` for its attributes.
