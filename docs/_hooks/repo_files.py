@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from mkdocs.structure.files import File, Files
+from mkdocs.structure.files import File, Files, InclusionLevel
 
 # an inline link or image target: ](../path) or ](../path#anchor "title")
 _LINK = re.compile(r"\]\((\.\./[^)\s#]+)")
@@ -37,6 +37,9 @@ def on_files(files: Files, config: Any) -> Files:
             published.add(rel)
             files.append(
                 File(src_uri, src_dir=str(docs), dest_dir=config["site_dir"],
-                     use_directory_urls=config["use_directory_urls"], dest_uri=f"repo/{rel}")
+                     use_directory_urls=config["use_directory_urls"], dest_uri=f"repo/{rel}",
+                     # stated: left undefined, mkdocs would exclude it after this hook (its
+                     # default exclusion of names starting with "." matches the "..")
+                     inclusion=InclusionLevel.INCLUDED)
             )  # fmt: skip
     return files
