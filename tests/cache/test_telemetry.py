@@ -1,4 +1,5 @@
-"""Spans and metrics as the README names them, with the in-memory exporters; the no-SDK hit path."""
+"""Spans and metrics as docs/guides/cache.md (Telemetry) names them, with the in-memory exporters;
+the no-SDK hit path."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Spans and metrics of GraphExecutor.run (the README's names), and the no-SDK fast path."""
+"""Spans and metrics of GraphExecutor.run (the names of docs/guides/graph.md, Telemetry), and the
+no-SDK fast path."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The README's recovery recipe runs as written: a failed run's unrun plans, resubmitted, still
-come after the plans of the failed run (a copy waits for a long kernel still running)."""
+"""The recovery recipe of the scheduler guide (docs/guides/scheduler.md) runs as written: a failed
+run's unrun plans, resubmitted, still come after the plans of the failed run (a copy waits for a
+long kernel still running)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "packages" / "netcl-scheduler" / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "scheduler.md"
 HEADING = "### Recovering from a failed run"
 
 
 def _recipe() -> str:
     """The first ```python block after the recipe's heading."""
-    text = README.read_text(encoding="utf-8")
+    text = GUIDE.read_text(encoding="utf-8")
     after = text[text.index(HEADING) :]
     start = after.index("```python\n") + len("```python\n")
     return after[start : after.index("\n```", start)]
 
 
-def test_the_readme_recovery_recipe_reads_what_the_failed_run_wrote() -> None:
+def test_the_guide_recovery_recipe_reads_what_the_failed_run_wrote() -> None:
     code = _recipe()
     assert "for plan in e.unrun_plans:" in code and "assert (out == 42).all()" in code
     proc = subprocess.run(
