@@ -1,5 +1,6 @@
 """The project's files name no document outside the repository: whatever a user needs (the
-telemetry contract, measured baselines, the GPU recipe) is in the project's own READMEs."""
+telemetry contract, measured baselines, the GPU recipe) is in the project's own READMEs and its
+documentation site (docs/)."""
 
 from __future__ import annotations
 
