@@ -1,7 +1,9 @@
 """The documentation site builds in strict mode (a broken link, a missing reference or a
 docstring warning fails it) and its API reference covers every public name: each name in the
 ``__all__`` of every public module of the five packages is in the built site's inventory
-(mkdocstrings' ``objects.inv``), and every public module has a reference page."""
+(mkdocstrings' ``objects.inv``), and every public module has a reference page. The built site
+has a guide per package with code (``docs/guides/<name>.md``), and the repository files its pages
+show (the dashboards' screenshots) are published with it."""
 
 from __future__ import annotations
 
@@ -91,3 +93,9 @@ def test_site_builds_strict_and_documents_every_public_name(tmp_path: Path) -> N
         if f"{module}.{name}" not in documented
     )
     assert not missing, f"public names missing from the API reference: {missing}"
+    packages = [p.parent.name.removeprefix("netcl-") for p in ROOT.glob("packages/*/src")]
+    assert len(packages) == 5, packages
+    no_guide = sorted(p for p in packages if not (site / "guides" / f"{p}.html").is_file())
+    assert not no_guide, f"no guide page (docs/guides/<name>.md, in the nav) for {no_guide}"
+    for shot in ("observability/console.png", "observability/timeline.png"):
+        assert (site / "repo" / shot).is_file(), f"{shot}, linked from a page, is not published"
