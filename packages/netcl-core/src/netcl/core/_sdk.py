@@ -190,7 +190,7 @@ def configure(*, service_name: str = "netcl", console: bool = False,
               console_out: TextIO | None = None,
               prometheus_port: int | None = None) -> dict[str, Any]:  # fmt: skip
     """Install the OpenTelemetry SDK for an application from the ``OTEL_*`` variables
-    (idempotent; needs ``netcl-core[otel]``; the package README has netcl's defaults, the checks
+    (idempotent; needs ``netcl-core[otel]``; the package's guide has netcl's defaults, the checks
     that raise :class:`ConfigError` first, and ``OTEL_SDK_DISABLED``). ``console=True`` also
     prints spans and metrics to ``console_out`` (stderr), one line each; ``prometheus_port``
     serves metrics on that port (host ``OTEL_EXPORTER_PROMETHEUS_HOST``, default 127.0.0.1). An

@@ -1,6 +1,6 @@
 """A span exporter that writes a timeline file: Chrome trace-event JSON, which Perfetto UI
 (ui.perfetto.dev, "Open trace file") and ``chrome://tracing`` open; selected with
-``OTEL_TRACES_EXPORTER=chrome_trace``. The package README says what goes where. Times in the file
+``OTEL_TRACES_EXPORTER=chrome_trace``. The package's guide says what goes where. Times in the file
 are microseconds from the first span; ``otherData.epoch_ns`` gives that instant on the host clock.
 """
 

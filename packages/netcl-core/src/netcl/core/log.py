@@ -1,5 +1,5 @@
 """Structured logging: structlog loggers over stdlib ``logging``, silent until an application
-configures it (:func:`configure_logging`). The package README says how events reach ``logging``,
+configures it (:func:`configure_logging`). The package's guide says how events reach ``logging``,
 and why structlog loads on first use."""
 
 from __future__ import annotations

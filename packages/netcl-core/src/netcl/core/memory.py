@@ -1,4 +1,4 @@
-"""BufferPool: device memory for Tensors, reused by size class (the package README has the
+"""BufferPool: device memory for Tensors, reused by size class (the package's guide has the
 design: size classes, threads, out of memory, the limit, the gauges)."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ for _name, _counts, _what in (
     _TEL.observable_gauge(f"netcl.pool.{_name}", _counts.points, "By", _what)
 
 
-# -- checked mode (README: When a kernel writes out of bounds) ------------------------------
+# -- checked mode (guide: When a kernel writes out of bounds) ------------------------------
 _POISON = np.uint8(0xFF)  # what a freed block holds: NaN in every float dtype, -1 in signed ints
 
 
@@ -250,9 +250,9 @@ class BufferPool:
                 f"BufferPool: limit={limit!r} must be an int >= 0 (bytes; 0 means no limit)"
             )
         self._limit: int = limit
-        self._lock = threading.RLock()  # all but the fast path (README: Threads)
+        self._lock = threading.RLock()  # all but the fast path (guide: Threads)
         # new blocks are backed by a 1-byte read on a queue of the pool's own, never the caller's
-        # (README: not pyopencl's ImmediateAllocator, which crashes NVIDIA's driver)
+        # (guide: not pyopencl's ImmediateAllocator, which crashes NVIDIA's driver)
         self._backing = cl.CommandQueue(queue.context, device)
         self._scratch = np.empty(1, np.uint8)
         with warnings.catch_warnings():
@@ -272,7 +272,7 @@ class BufferPool:
         # bytes of the blocks out or in the bins at the last look (a dropped tensor can only make
         # it too high, never too low)
         self._device_bytes = 0
-        # peak - (_device_bytes - bytes in the bins): the fast path's peak check (README). Only
+        # peak - (_device_bytes - bytes in the bins): the fast path's peak check (guide). Only
         # ever changed by += and -=, so a change under the lock composes with the fast path's.
         self._room = 0
         self._on_free_held: list[weakref.WeakMethod[Callable[[], None]]] = []

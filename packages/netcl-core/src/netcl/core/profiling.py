@@ -1,6 +1,6 @@
 """Device time: what the OpenCL device spent on the commands netcl enqueues, as spans and metrics
-(handed off with :func:`watch` or :func:`watch_markers`, collected without waiting; the package
-README says what is recorded and what it costs)."""
+(handed off with :func:`watch` or :func:`watch_markers`, collected without waiting; the
+package's guide says what is recorded and what it costs)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ GRAPH_NODE = "graph.node"
 SCHEDULER_PLAN = "scheduler.plan"
 COMMANDS = "commands"
 
-#: What a collector records (README: Modes): ``commands``, every command of every unit (the
+#: What a collector records (guide: Modes): ``commands``, every command of every unit (the
 #: timeline); ``summary``, one device time per unit and per-command detail for a sample of them
 #: (the level to leave on); ``none``, nothing (``enabled()`` is False for every queue).
 Mode = Literal["commands", "summary", "none"]
@@ -98,7 +98,7 @@ class DeviceClock:
 
 
 def _calibrate(context: cl.Context, device: cl.Device, rounds: int = 8) -> DeviceClock:
-    """Measure ``device``'s clock with markers on a queue of its own (README: Clock mapping): a
+    """Measure ``device``'s clock with markers on a queue of its own (guide: Clock mapping): a
     marker enqueued after host time t0 and waited for until t1 puts ``host - device`` in
     [t0 - queued, t1 - end]."""
     queue = cl.CommandQueue(context, device, properties=_PROFILING)
@@ -249,8 +249,8 @@ class Collector:
     often the daemon thread looks at pending events; ``recalibrate`` (s): how old a clock
     calibration may get; ``busy_window`` (s): the window of ``netcl.device.busy``;
     ``max_pending``: how many units may wait before the oldest is dropped; ``span_budget``: the
-    share of a CPU core that per-command spans may take (README: Cost); ``mode`` (default: from
-    ``NETCL_PROFILE``, README: Modes): what is recorded, see :data:`Mode`; ``sample_budget``:
+    share of a CPU core that per-command spans may take (guide: Cost); ``mode`` (default: from
+    ``NETCL_PROFILE``, guide: Modes): what is recorded, see :data:`Mode`; ``sample_budget``:
     the share of a core that summary mode's sampled per-command detail may take."""
 
     def __init__(self, *, interval: float = 0.05, recalibrate: float = 10.0,

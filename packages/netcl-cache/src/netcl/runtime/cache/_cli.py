@@ -1,5 +1,5 @@
 """``netcl cache stats | list | clear | zero | prune``: the disk tier from the shell (ccache -s).
-The contract for scripts (one JSON document with ``--json``, exit codes 0/1/2) is the README's."""
+The contract for scripts (one JSON document with ``--json``, exit codes 0/1/2) is the guide's."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ value in Redis), little endian::
             HMAC-SHA256 with the fleet's secret (32 bytes) in Redis
 
 Readers check the lengths, then the tag (constant-time), and only then parse the metadata; the
-README's "On-disk format and safety" says why crc32 suffices on disk and what is never done.
+guide's "On-disk format and safety" says why crc32 suffices on disk and what is never done.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def _purge_dead(tier_ref: weakref.ref[MemoryTier]) -> None:
 
 class MemoryTier:
     """``entries`` maps (weakref to ctx, device, source, options) to a :class:`MemoryEntry`; a
-    weakref without callback is shared (~0.1 µs per lookup). The bound evicts by CLOCK (README:
+    weakref without callback is shared (~0.1 µs per lookup). The bound evicts by CLOCK (guide:
     "Tiers and key")."""
 
     __slots__ = ("__weakref__", "_dead_pending", "_lock", "_watched", "entries", "key_locks",
@@ -125,7 +125,7 @@ class MemoryTier:
 
 class _Registry:
     """What caches of one process share: folders found trusted and device identities and names
-    (slow driver queries); README: ``ProgramCache(registry=...)``."""
+    (slow driver queries); guide: ``ProgramCache(registry=...)``."""
 
     def __init__(self) -> None:
         self.stores: dict[Path, DiskStore] = {}
@@ -195,7 +195,7 @@ class _Session:
 class ProgramCache:
     """Compiled OpenCL programs, cached in this process, on disk and optionally in a shared
     Redis. Arguments left out come from the environment (``NETCL_CACHE_*``) when first needed;
-    nothing touches the disk before the first lookup. The README's API section describes each.
+    nothing touches the disk before the first lookup. The guide's API section describes each.
     """
 
     #: The error :meth:`get_program` raises when the compiler rejects a program.
@@ -292,7 +292,7 @@ class ProgramCache:
                 raise
             return self.get_program(ctx, src_code, device, tuple(options))
         if hit is not None:
-            # no span, no metric call: the lookups counter reads memory_hits (see README)
+            # no span, no metric call: the lookups counter reads memory_hits (see the guide)
             self._c["memory_hits"] += 1
             hit.used = True
             return hit.program

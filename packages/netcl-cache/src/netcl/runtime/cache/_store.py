@@ -1,6 +1,6 @@
 """The disk tier: one file per key in a private folder, atomic writes, a lock per key stripe,
 LRU eviction by modification time (a hit touches its file), the folder's hit/miss totals. Every
-operation handles whatever kind of file sits at an entry's path (README: "Hostile files")."""
+operation handles whatever kind of file sits at an entry's path (guide: "Hostile files")."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ _TMP_NAME = re.compile(r"^\.(?:[0-9a-f]{64}|stats)\.(?:(\d+)\.)?[A-Za-z0-9_]+\.t
 
 @dataclass(frozen=True)
 class CacheStats:
-    """A snapshot of a cache's counters (this process, this instance; the README's API section
+    """A snapshot of a cache's counters (this process, this instance; the guide's API section
     says what each counts); a folder's totals across processes have the same fields."""
 
     memory_hits: int = 0

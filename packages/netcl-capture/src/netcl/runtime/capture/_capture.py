@@ -248,7 +248,7 @@ class KernelCapture:
 
     def save(self, path: str | os.PathLike[str]) -> int:
         """Write the capture to ``path``: its programs, commands and every buffer it uses, with
-        the contents of those not overwritten whole by their first use (README, "Saved
+        the contents of those not overwritten whole by their first use (guide, "Saved
         steps"); :func:`load_capture` replays it in another process. Returns the bytes."""
         program = self._program
         if program is None:

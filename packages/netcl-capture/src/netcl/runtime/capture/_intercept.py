@@ -1,5 +1,5 @@
 """Interception of pyopencl's entry points (``_contract.ENTRY_POINTS``) while captures record
-(README, "How it works": Interception, Interrupts, Threads).
+(guide, "How it works": Interception, Interrupts, Threads).
 
 The hooks are made once, at import, from the originals read then: installing and removing are
 idempotent assignments of fixed objects, and ``reconcile()`` (every begin/end/reset calls it)

@@ -1,4 +1,4 @@
-"""The order of a replay that spans queues, an out-of-order queue or contexts (README, "How
+"""The order of a replay that spans queues, an out-of-order queue or contexts (guide, "How
 it works": Ordering, Several contexts, Host-side waits, Flushes).
 
 A command depends on the commands whose events it, or the host before issuing it, waited on in

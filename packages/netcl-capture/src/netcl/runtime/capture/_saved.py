@@ -1,5 +1,5 @@
 """Saved captures: a capture's programs, commands and buffers in a file that another process
-loads without the code that recorded it. The format is data only, never pickle (README, "Saved
+loads without the code that recorded it. The format is data only, never pickle (guide, "Saved
 steps"), little-endian:
 
 * a 64-byte header: ``NETCLCAP``, the format version (u32), flags (u32, 0), the manifest's

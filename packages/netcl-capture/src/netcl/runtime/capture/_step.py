@@ -298,7 +298,7 @@ class CapturedStep(Generic[P, R]):
 
     def save(self, path: str | os.PathLike[str]) -> int:
         """Write the capture this step replays for its most recent arguments to ``path`` (its
-        programs, commands, call signature and the contents of the buffers it reads: README,
+        programs, commands, call signature and the contents of the buffers it reads: guide,
         "Saved steps"); :func:`load_step` replays it in another process without this step's
         code. Returns the file's size in bytes."""
         with self._lock:

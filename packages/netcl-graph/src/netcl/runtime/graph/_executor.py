@@ -220,7 +220,7 @@ class GraphExecutor:
         self._out_of_order = bool(queue.properties & _OOO)
         # a queue's properties never change: the one profiling check, made here
         self._profiled = profiling.enabled(queue)
-        self._checked = pool.check_memory  # checked mode is the pool's (README)
+        self._checked = pool.check_memory  # checked mode is the pool's (guide)
         self._lock = threading.Lock()
         self._runs: weakref.WeakKeyDictionary[Graph, dict[tuple[str, ...] | None, _PlannedRun]]
         self._runs = weakref.WeakKeyDictionary()

@@ -1,7 +1,7 @@
 """Memory layouts and the choice among them: each strategy puts every value of a plan in a pool
 block at an offset; each layout is run through a model of the pool (a released block goes to a
 free list of its size class and is reused within that class only), and the one that takes the
-least device memory from an empty pool wins. The strategies are described in the README."""
+least device memory from an empty pool wins. The strategies are described in the guide."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Interval packing: offsets in one arena for values with known lifetimes, no two values alive at
 the same step overlapping. Several heuristics run and the smallest arena wins (XLA's heap
-simulator does the same); the README lists them."""
+simulator does the same); the guide lists them."""
 
 from __future__ import annotations
 

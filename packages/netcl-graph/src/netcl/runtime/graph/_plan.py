@@ -40,7 +40,7 @@ class GraphPlan:
     ``lower_bound`` is the most aligned bytes alive at one step (an output alive from its step to
     the end of the run): no layout needs less. ``strategy`` is the layout whose run from an empty
     pool takes the fewest device bytes (``pool_device_bytes``; ``candidates`` has every layout's,
-    ``strategy_reason`` says why). The package README describes every field.
+    ``strategy_reason`` says why). The package's guide describes every field.
     """
 
     order: tuple[str, ...]

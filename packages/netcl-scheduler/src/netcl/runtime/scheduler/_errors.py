@@ -20,7 +20,7 @@ class SchedulerError(RuntimeError):
     not an event, or an event failed. ``plan_index`` is -1 for a plan of an earlier run (a plan
     of this run comes ``after`` it); ``event`` is None when the op itself failed;
     ``unrun_plans`` are the plans to resubmit; ``events`` every event the run collected (they
-    may still be running). The package README describes each attribute."""
+    may still be running). The package's guide describes each attribute."""
 
     message: str
     _: KW_ONLY

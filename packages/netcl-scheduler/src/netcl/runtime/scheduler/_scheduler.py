@@ -19,7 +19,7 @@ class Scheduler:
     ``async_mode=False`` (sync): each plan's events are waited for before the next plan starts.
     ``async_mode=True``: plans are issued back to back and ``run(wait=True)`` waits once, at the
     end; a plan with ``after`` is ordered after those plans (on the device with a ``queue``).
-    Thread-safe. The package README describes the semantics in full.
+    Thread-safe. The package's guide describes the semantics in full.
 
     In checked mode (a checked :class:`~netcl.core.memory.BufferPool` alive) the host waits for
     each op's events and checks the guards of the checked pools' blocks after it: a kernel that
