@@ -18,7 +18,7 @@ import threading
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TypeAlias
 
 import pyopencl as cl
 
@@ -36,6 +36,7 @@ from netcl.runtime.scheduler._plan import EventLike, ExecutionPlan, Op, after_of
 __all__ = ["Barriers", "PlanRecord", "Run", "run_order"]
 
 _Event = cl.Event
+_STATUS = cl.event_info.COMMAND_EXECUTION_STATUS  # read by get_info: the property adds a call
 
 
 class PlanRecord:
@@ -54,16 +55,9 @@ class PlanRecord:
         self.barrier: cl.Event | None = None  # the barrier that ordered it (see Barriers)
         self.settled = False  # its events were waited for and succeeded
 
-    def events(self) -> list[EventLike]:
-        """The events its ops returned (or were), in op order."""
-        return [e for e in _flat(self.results) if e is not None]  # type: ignore[misc]
 
-
-class _Source(NamedTuple):
-    """A plan and its record, whose events a later plan follows."""
-
-    plan: ExecutionPlan
-    record: PlanRecord
+# A plan and its record, whose events a later plan follows: a plain pair (zip makes them in C)
+_Source: TypeAlias = tuple[ExecutionPlan, PlanRecord]
 
 
 class _LastRecord(weakref.ref[ExecutionPlan]):
@@ -78,14 +72,6 @@ class _LastRecord(weakref.ref[ExecutionPlan]):
 # callback is _last_records.pop bound to the key, C code that no interrupt can cut short. Records
 # that leave nothing to follow (no events, no ordering) are left out, like no record at all.
 _last_records: dict[int, _LastRecord] = {}
-
-
-def _remember(plan: ExecutionPlan, record: PlanRecord) -> None:
-    entry = _last_records.get(id(plan))
-    if entry is None:
-        drop = functools.partial(_last_records.pop, id(plan))  # called as drop(entry)
-        entry = _last_records[id(plan)] = _LastRecord(plan, drop)
-    entry.record = record
 
 
 @dataclass(slots=True, eq=False)
@@ -111,10 +97,7 @@ def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
     ``ValueError`` naming a cycle, ``TypeError`` naming an ``after`` that holds no plans."""
     position = {id(p): k for k, p in enumerate(plans)}
     # per plan: the positions of the plans of this run it comes after
-    preds = [
-        tuple(dict.fromkeys(position[id(q)] for q in after_of(plan) if id(q) in position))
-        for plan in plans
-    ]
+    preds = [[position[id(q)] for q in after_of(plan) if id(q) in position] for plan in plans]
     if all(j < k for k, ks in enumerate(preds) for j in ks):
         return plans
     # Kahn's algorithm, taking the ready plan submitted first
@@ -153,15 +136,17 @@ def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
 
 def _watch_plan(plan: ExecutionPlan, record: PlanRecord, span: Span) -> None:
     """Hand the cl.Events the plan's ops returned in this run to the device-time collector."""
-    events = [e for e in _flat(record.results[record.first :]) if isinstance(e, _Event)]
+    events = [e for e in _events(record.results[record.first :]) if isinstance(e, _Event)]
     if events:
         profiling.watch(profiling.SCHEDULER_PLAN, events, name=plan.description or None,
                         parent=span)  # fmt: skip
 
 
-def _flat(results: Iterable[object]) -> list[object]:
-    """Ops' results, the items of a returned list or tuple one by one."""
-    return [x for r in results for x in (r if isinstance(r, (list, tuple)) else (r,))]
+def _events(results: Iterable[object]) -> list[EventLike]:
+    """The events in ops' results, in order: the items of a returned list or tuple one by one."""
+    return [  # type: ignore[misc]
+        x for r in results for x in (r if isinstance(r, (list, tuple)) else (r,)) if x is not None
+    ]
 
 
 def _is_events(value: object) -> bool:
@@ -202,6 +187,8 @@ class Run:
                           tm.RUN_WAIT: wait}  # fmt: skip
             run_span = tm.TEL.span(tm.RUN_SPAN, attributes)
         events: list[EventLike] = []
+        # whether a queue is watched, read once a run: profiling.enabled reads its properties
+        watched: dict[int, bool] = {}  # by id(queue) (an info query, slow on NVIDIA)
         with run_span:
             for k, plan in enumerate(plans):
                 record = records[k]
@@ -223,12 +210,15 @@ class Run:
                     found = self._issue(plan, record, k, checked)
                     # device time only for a plan that names a profiling queue (one attribute
                     # test per plan otherwise: plans made by submit(op) have no queue)
-                    if found and plan.queue is not None and profiling.enabled(plan.queue):
-                        _watch_plan(plan, record, span)
+                    if found and (queue := plan.queue) is not None:
+                        if (on := watched.get(id(queue))) is None:
+                            on = watched[id(queue)] = profiling.enabled(queue)
+                        if on:
+                            _watch_plan(plan, record, span)
                     if found and sync:
-                        plan_events = record.events()
+                        plan_events = _events(record.results)
                         if plan_events and (wait or k < last):  # a wait that orders the next
-                            self._wait(plan_events, [_Source(plan, record)])
+                            self._wait(plan_events, [(plan, record)])
                             record.settled = True
                             if k < last:
                                 self.host_waits += 1
@@ -245,9 +235,9 @@ class Run:
                 if sync:
                     self.done = k + 1
             if not sync:
-                events = [e for r in records for e in r.events()]
+                events = _events(x for r in records for x in r.results)
                 if wait:
-                    self._wait(events, map(_Source, plans, records))
+                    self._wait(events, list(zip(plans, records, strict=True)))
                     for r in records:
                         r.settled = True
             self.done = len(plans)
@@ -258,29 +248,31 @@ class Run:
         """Order ``plan`` after the unfinished last events of the plans it comes ``after`` (of
         this run or an earlier one): a barrier on its ``queue`` in async mode, else on the host.
         Return how (netcl.plan.ordering; in sync mode the host waited for the plan before)."""
-        ordering = tm.ORDER_HOST if self.waited else tm.ORDER_NONE
-        sources: dict[int, _Source] = {}  # by id(record): each followed once
-        for earlier in after_of(plan) if plan.after else ():
+        followed: list[_Source] = []  # each record followed once, with its events in ``events``
+        events: list[EventLike] = []
+        after = plan.after  # a tuple of plans, as run_order checked it (else not yet checked)
+        for earlier in after if type(after) is tuple else after_of(plan):
             entry = _last_records.get(id(earlier))
             if entry is not None:  # a run reached it: its last events, else what its ordering
                 # waited for (the order passes through a plan that left nothing to wait for)
                 last = entry.record
-                theirs = (_Source(earlier, last),) if last.events() else last.via
-                sources.update((id(s.record), s) for s in theirs if not s.record.settled)
-        events = [e for s in sources.values() for e in s.record.events()]
+                theirs = _events(last.results)
+                for p, r in ((earlier, last),) if theirs else last.via:
+                    if not r.settled and all(r is not f for _, f in followed):
+                        followed.append((p, r))
+                        events += theirs if r is last else _events(r.results)
         if not events:
-            return ordering
-        followed = list(sources.values())
+            return tm.ORDER_HOST if self.waited else tm.ORDER_NONE
         queue = plan.queue
         if self.async_mode and queue is not None and all(isinstance(e, _Event) for e in events):
             for ev in events:
-                status = ev.command_execution_status  # type: ignore[attr-defined]
+                status = ev.get_info(_STATUS)  # type: ignore[attr-defined]
                 if status < 0:  # never issue a plan on top of a failure already known
                     raise self._event_error(ev, f"failed (command status {status})", followed)
             try:
                 # OpenCL starts commands another queue waits for only once their queue is
                 # flushed; PoCL does not start them before that
-                for q in {id(s.plan.queue): s.plan.queue for s in followed}.values():
+                for q in {id(p.queue): p.queue for p, _ in followed}.values():
                     if q is not None and q is not queue:
                         q.flush()
                 barrier = cl.enqueue_barrier(queue, wait_for=events)
@@ -292,8 +284,8 @@ class Run:
                 return tm.ORDER_DEVICE
         self.host_waits += 1
         self._wait(events, followed)
-        for s in followed:
-            s.record.settled = True
+        for _, r in followed:
+            r.settled = True
         return tm.ORDER_HOST
 
     def _issue(self, plan: ExecutionPlan, record: PlanRecord, index: int, checked: bool) -> bool:
@@ -337,7 +329,10 @@ class Run:
                     self._check_memory(plan, record, index, len(results) - 1)
         finally:  # the plans after this one follow what it did, whether or not an op raised
             if found or record.via:
-                _remember(plan, record)
+                if (entry := _last_records.get(id(plan))) is None:
+                    drop = functools.partial(_last_records.pop, id(plan))  # called as drop(entry)
+                    entry = _last_records[id(plan)] = _LastRecord(plan, drop)
+                entry.record = record
             elif _last_records:
                 _last_records.pop(id(plan), None)
         return found
@@ -345,20 +340,17 @@ class Run:
     def _check_memory(self, plan: ExecutionPlan, record: PlanRecord, index: int, i: int) -> None:
         """Checked mode, after op ``i`` of ``plan`` (run ``index``): wait for its events, then
         check every guard of the checked pools; MemoryCheckError names the op and the plan."""
-        self._wait([e for e in _flat(record.results[i : i + 1]) if e is not None],  # type: ignore[misc]
-                   [_Source(plan, record)])  # fmt: skip
+        self._wait(_events(record.results[i : i + 1]), [(plan, record)])
         from netcl.core import memory  # imported already: a checked pool is alive
 
         assert record.ops is not None
         op = describe_op(record.ops[i])
         memory.check_all(f"Scheduler.run: op {i} ({op}) of {describe_plan(plan, index)}")
 
-    def _wait(self, events: list[EventLike], sources: Iterable[_Source]) -> None:
-        """Wait for ``events`` (of the plans ``sources``); raise naming the op of one that
-        failed."""
+    def _wait(self, events: list[EventLike], where: Sequence[_Source]) -> None:
+        """Wait for ``events`` (of the plans ``where``); raise naming the op of one that failed."""
         if not events:
             return
-        where = list(sources)  # read again to name a failed event
         # other event-likes first, by their own wait(); then the cl.Events in one
         # clWaitForEvents (a separate wait() costs ~4 µs each on PoCL)
         self._wait_each([e for e in events if not isinstance(e, _Event)], where)
@@ -371,7 +363,7 @@ class Run:
             # contexts) passes here when every event waits fine on its own
             self._wait_each(cl_events, where)
         for ev in cl_events:
-            status = ev.command_execution_status
+            status = ev.get_info(_STATUS)
             if status < 0:
                 raise self._event_error(ev, f"failed (command status {status})", where)
 
@@ -391,9 +383,9 @@ class Run:
         """The error for ``event`` failing, named after the op (of a plan in ``where``) that
         returned it or was it."""
         plan, record, i = next(
-            (s.plan, s.record, i)
-            for s in where
-            for i, r in enumerate(s.record.results)
+            (plan, record, i)
+            for plan, record in where
+            for i, r in enumerate(record.results)
             if r is event or (isinstance(r, (list, tuple)) and any(x is event for x in r))
         )
         if record.ops is not None and record.ops[i] is event:
@@ -416,7 +408,7 @@ class Run:
             behind = {id(record)}
             held = []
             for k in range(index + 1, self.started):
-                if any(id(s.record) in behind for s in records[k].via):
+                if any(id(r) in behind for _, r in records[k].via):
                     behind.add(id(records[k]))
                     held.append(k)
             unrun = held + unrun
@@ -435,7 +427,7 @@ class Run:
             f"{what}{tail}",
             plan=plan, plan_index=-1 if index is None else index, op=op, op_index=op_index,
             event=event, unrun_plans=[self.plans[k] for k in unrun],
-            events=[e for r in records[: self.started] for e in r.events()],
+            events=_events(x for r in records[: self.started] for x in r.results),
         )  # fmt: skip
 
     def count(self, ok: bool) -> None:
