@@ -95,8 +95,10 @@ def _signed(meta: bytes, binary: bytes = b"") -> bytes:
         (b"\xff\xfe", "metadata"),  # not UTF-8
         (b"[1, 2]", "not a JSON object"),
         (b"{", "metadata"),
+        (b'{"a":1} {}', "extra data"),  # the parser stops after the first value
     ],
-    ids=["30000-deep", "9-deep", "over-64KiB", "not-utf8", "not-an-object", "not-json"],
+    ids=["30000-deep", "9-deep", "over-64KiB", "not-utf8", "not-an-object", "not-json",
+         "extra-data"],
 )
 def test_any_metadata_parse_failure_is_a_refused_value(meta: bytes, why: str) -> None:
     """Signed by a key holder (or forged in unsigned mode), yet refused: a value, never an

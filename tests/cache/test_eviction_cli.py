@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from netcl.runtime.cache import ProgramCache
 from netcl.runtime.cache._cli import register
 from netcl.runtime.cache._config import parse_size
+from netcl.runtime.cache._store import TOUCH_S
 
 
 class cli:  # noqa: N801 - stands in for `netcl` without needing the installed entry point
@@ -54,6 +56,28 @@ def test_lru_eviction_order(
     assert keys["b"] not in left
     assert {keys["a"], keys["c"]} <= left and len(left) == 3
     assert capped.stats.evictions == 1
+
+
+def test_a_hit_touches_its_entry_at_a_granularity_of_a_minute(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str]
+) -> None:
+    """A disk hit refreshes its entry's mtime only when that is TOUCH_S or more away from now
+    (older, or in the future: a clock set back); one used or written just now is left as is."""
+    src = add_src(0.0, "touch")
+    ProgramCache(cache_dir).get_program(ctx, src, device)
+    (entry,) = ProgramCache(cache_dir).entries()
+    for offset, touched in ((-TOUCH_S / 2, False), (TOUCH_S / 2, False), (-TOUCH_S - 5, True),
+                            (TOUCH_S + 5, True), (-1e6, True)):  # fmt: skip
+        before = time.time()
+        os.utime(entry.path, (before + offset, before + offset))
+        c = ProgramCache(cache_dir)
+        c.get_program(ctx, src, device)
+        assert c.stats.disk_hits == 1
+        mtime = entry.path.stat().st_mtime
+        if touched:
+            assert before - 1 <= mtime <= time.time() + 1, offset
+        else:
+            assert mtime == pytest.approx(before + offset, abs=1e-3), offset
 
 
 def test_max_bytes_env_and_parse(monkeypatch: pytest.MonkeyPatch, cache_dir: Path) -> None:

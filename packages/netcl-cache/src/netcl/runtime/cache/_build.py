@@ -52,9 +52,9 @@ def from_binary(ctx: cl.Context, dev: cl.Device, opts: str, binary: Any) -> cl.P
     lengths do not add up (never handed to the driver), ``cl.Error`` when the driver rejects
     it."""
     check_binary(binary)
-    prg = cl._cl._Program(ctx, [dev], [binary])
-    _build(prg, opts, dev)
-    return cl.Program(prg)
+    prg = cl.Program(ctx, [dev], [binary])  # cl.Program(_Program) would ask the driver for ctx
+    _build(prg._prg, opts, dev)
+    return prg
 
 
 def entry_meta(dev: cl.Device, ident: str, opts: str, src_len: int) -> dict[str, Any]:

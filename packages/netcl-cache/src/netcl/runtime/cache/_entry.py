@@ -94,24 +94,16 @@ def _includes(source: bytes, dirs: Sequence[str]) -> list[tuple[bytes, bytes | N
 def compute_key(source: bytes, options: str, identity: str) -> str:
     """The hex sha256 key of a program: every input is length-framed, so no two differ only in
     where one part ends and the next begins."""
-    h = hashlib.sha256()
-
-    def feed(tag: bytes, data: bytes) -> None:
-        h.update(tag + len(data).to_bytes(8, "little"))
-        h.update(data)
-
-    feed(b"fmt", str(FORMAT_VERSION).encode())
-    feed(b"dev", identity.encode("utf-8", "surrogateescape"))
-    opts = options.encode("utf-8", "surrogateescape")
-    feed(b"opt", opts)
-    feed(b"src", source)
+    parts = [(b"fmt", str(FORMAT_VERSION).encode()),
+             (b"dev", identity.encode("utf-8", "surrogateescape")),
+             (b"opt", options.encode("utf-8", "surrogateescape")), (b"src", source)]  # fmt: skip
     if b"include" in source:
         for name, content in _includes(source, include_dirs(options)):
-            feed(b"inc", name)
-            if content is None:
-                feed(b"miss", b"")
-            else:
-                feed(b"dat", content)
+            parts += ((b"inc", name), (b"miss", b"") if content is None else (b"dat", content))
+    h = hashlib.sha256()
+    for tag, data in parts:  # a loop, not a closure per part: ~1 µs of a disk hit's ~50
+        h.update(tag + _U64(len(data)))
+        h.update(data)
     return h.hexdigest()
 
 
@@ -124,6 +116,8 @@ MAX_ENTRY_BYTES = 256 << 20
 #: Metadata is a flat JSON object of a few hundred bytes; past these bounds it is not ours.
 MAX_META_BYTES = 64 << 10
 MAX_META_DEPTH = 8
+_U64 = struct.Struct("<Q").pack
+_JSON = json.JSONDecoder()
 _DOMAIN = b"netcl-cache entry\0"
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 _BRACKET = re.compile(rb"[\[\]{}]")
@@ -203,7 +197,7 @@ def decode(
 def parse_meta(raw: bytes) -> dict[str, Any]:
     """The JSON object of an entry's metadata; :class:`EntryError` ``metadata`` when too large,
     nested too deep (checked first: it would exhaust the parser's recursion), not UTF-8, not
-    JSON, not an object."""
+    JSON (whitespace around it included: :func:`encode` writes none), not an object."""
     if len(raw) > MAX_META_BYTES:
         raise EntryError("metadata", f"{len(raw)} bytes, at most {MAX_META_BYTES}")
     if raw.count(b"[") + raw.count(b"{") > MAX_META_DEPTH:  # else it cannot nest deeper
@@ -213,12 +207,13 @@ def parse_meta(raw: bytes) -> dict[str, Any]:
             deepest = max(deepest, depth)
         if deepest > MAX_META_DEPTH:
             raise EntryError("metadata", f"nested {deepest} deep, at most {MAX_META_DEPTH}")
-    try:
-        meta = json.loads(raw)
+    try:  # raw_decode: json.loads less its encoding sniffing and whitespace skipping (~2 µs)
+        text = raw.decode()
+        meta, end = _JSON.raw_decode(text)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise EntryError("metadata", str(exc)[:200]) from exc
-    if not isinstance(meta, dict):
-        raise EntryError("metadata", "not a JSON object")
+    if not isinstance(meta, dict) or end != len(text):
+        raise EntryError("metadata", "not a JSON object" if end == len(text) else "extra data")
     return meta
 
 
@@ -227,29 +222,28 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))  # fmt: skip
 
 
-def read_file(fd: int) -> bytes:
-    """The bytes of the disk entry open as ``fd`` (``O_NONBLOCK | O_NOFOLLOW``), never past what
-    its header declares: :class:`EntryError` ``special`` unless it is a regular file,
-    ``oversized`` past :data:`MAX_ENTRY_BYTES` or its header. A short or foreign file comes
-    back as it is (up to the header) for :func:`decode` to name what is wrong."""
+def read_file(fd: int) -> tuple[bytes, float]:
+    """(bytes, mtime) of the disk entry open as ``fd`` (``O_NONBLOCK | O_NOFOLLOW``), never
+    read past what its header declares: :class:`EntryError` ``special`` unless it is a regular
+    file, ``oversized`` past :data:`MAX_ENTRY_BYTES` or its header. A short or foreign file
+    comes back as it is (up to the header) for :func:`decode` to name what is wrong."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise EntryError("special", next((n for t, n in _KINDS if t(st.st_mode)), "not a file"))
-    head = _read_exactly(fd, min(HEADER.size, st.st_size))
+    # pread leaves the offset at 0: one read then takes the entry, no copy joins two (~1-6 µs)
+    head = os.pread(fd, HEADER.size, 0)
     if len(head) < HEADER.size or head[:8] != MAGIC:
-        return head
+        return head, st.st_mtime
     want = HEADER.size + sum(HEADER.unpack_from(head)[3:5]) + tag_size(None)
     if want > MAX_ENTRY_BYTES or st.st_size > MAX_ENTRY_BYTES:
-        raise EntryError(
-            "oversized", f"{max(want, st.st_size)} bytes, at most {MAX_ENTRY_BYTES} accepted"
-        )
+        raise EntryError("oversized", f"{max(want, st.st_size)} bytes, at most {MAX_ENTRY_BYTES}")
     if st.st_size > want:
         raise EntryError("oversized", f"{st.st_size} bytes, header says {want}")
-    return head + _read_exactly(fd, st.st_size - HEADER.size)
+    return _read_exactly(fd, st.st_size), st.st_mtime
 
 
 def _read_exactly(fd: int, n: int) -> bytes:
-    """Up to ``n`` bytes (fewer only at end of file)."""
+    """Up to ``n`` bytes (fewer only at end of file); one read of a regular file: no copy."""
     parts = []
     while n > 0 and (chunk := os.read(fd, n)):
         parts.append(chunk)

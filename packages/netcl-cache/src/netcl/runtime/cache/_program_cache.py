@@ -438,17 +438,18 @@ class ProgramCache:
     ) -> tuple[cl.Program | None, str]:
         """(program, "") on a hit, (None, "") when absent, (None, why) when damaged."""
         try:
-            data = store.read(req.key)  # a FIFO, link, folder or huge file: EntryError, no wait
+            found = store.read(req.key)  # a FIFO, link, folder or huge file: EntryError, no wait
         except EntryError as exc:
             why = str(exc)
         except OSError as exc:
             why = f"unreadable: {exc}"
         else:
-            if data is None:
+            if found is None:
                 return None, ""
+            data, mtime = found
             prg, _, why = req.load(lambda: decode(data, req.key, ident=req.ident)[1])
             if prg is not None:
-                store.touch(req.key)
+                store.touch(req.key, mtime)
                 self._c["disk_hits"] += 1
                 self._c["bytes_read"] += len(data)
                 return prg, ""

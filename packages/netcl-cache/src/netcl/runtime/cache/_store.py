@@ -34,6 +34,8 @@ TMP_SUFFIX = ".tmp"
 #: Temporary files older than this are left-overs whatever their pid says (a pid can be reused);
 #: those whose writer is no longer running go at once.
 STALE_TMP_S = 3600.0
+#: The LRU order's granularity: a hit touches an entry last modified longer ago (or later).
+TOUCH_S = 60.0
 _MAX_STATS_BYTES = 1 << 20
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 # `.<key or "stats">.<pid>.<mkstemp's random part>.tmp`; `.<key>.<random>.tmp` from older writers
@@ -218,9 +220,9 @@ class DiskStore:
     def path(self, key: str) -> Path:
         return self.programs / (key + SUFFIX)
 
-    def read(self, key: str) -> bytes | None:
-        """The bytes of entry ``key`` (None: there is none); EntryError for what is not a
-        regular file or too large, ``OSError`` when it cannot be read."""
+    def read(self, key: str) -> tuple[bytes, float] | None:
+        """(bytes, modification time) of entry ``key`` (None: there is none); EntryError for
+        what is not a regular file or too large, ``OSError`` when it cannot be read."""
         try:
             fd = os.open(self._prefix + key + SUFFIX, _OPEN_FLAGS)
         except FileNotFoundError:
@@ -241,13 +243,15 @@ class DiskStore:
         else :class:`EntryError` or ``OSError`` naming why not."""
         if not f.regular:
             raise EntryError("special", f"a {f.kind}")
-        data = self.read(f.key)
-        return None if data is None else decode(data, f.key)[0]
+        found = self.read(f.key)
+        return None if found is None else decode(found[0], f.key)[0]
 
-    def touch(self, key: str) -> None:
-        """Mark an entry used now (LRU order)."""
-        with contextlib.suppress(OSError):  # a read-only folder: harmless
-            os.utime(self._prefix + key + SUFFIX)
+    def touch(self, key: str, mtime: float) -> None:
+        """Mark an entry last modified at ``mtime`` used now (LRU order) unless that is within
+        :data:`TOUCH_S`: a hit on one used or written just now skips the ``utime`` (~3 µs)."""
+        if abs(time.time() - mtime) >= TOUCH_S:
+            with contextlib.suppress(OSError):  # a read-only folder: harmless
+                os.utime(self._prefix + key + SUFFIX)
 
     def write(self, key: str, data: bytes) -> None:
         """Write an entry atomically (a folder in the way is removed first); raises OSError."""
