@@ -79,20 +79,21 @@ _new_plan = object.__new__
 def after_of(plan: ExecutionPlan) -> tuple[ExecutionPlan, ...]:
     """``plan.after`` as a tuple of plans (it may have been reassigned since construction)."""
     after = plan.after
-    if isinstance(after, ExecutionPlan):
-        return (after,)
-    if after is None:  # the first plan of a chain: ``ExecutionPlan(after=prev)`` with prev None
-        return ()
-    if isinstance(after, (str, bytes)) or not hasattr(after, "__iter__"):
-        raise TypeError(
-            f"ExecutionPlan {plan.description!r}: after must be an ExecutionPlan or a sequence of "
-            f"them, got {after!r} ({type(after).__name__})"
-        )
-    items = after if type(after) is tuple else tuple(after)
-    for p in items:
+    if type(after) is not tuple:  # a tuple (as normalised) has only its items to check
+        if isinstance(after, ExecutionPlan):
+            return (after,)
+        if after is None:  # the first plan of a chain: ``ExecutionPlan(after=prev)``, prev None
+            return ()
+        if isinstance(after, (str, bytes)) or not hasattr(after, "__iter__"):
+            raise TypeError(
+                f"ExecutionPlan {plan.description!r}: after must be an ExecutionPlan or a "
+                f"sequence of them, got {after!r} ({type(after).__name__})"
+            )
+        after = tuple(after)
+    for p in after:
         if not isinstance(p, ExecutionPlan):
             raise TypeError(
                 f"ExecutionPlan {plan.description!r}: after must hold ExecutionPlans, got {p!r} "
                 f"({type(p).__name__}) in it"
             )
-    return items
+    return after

@@ -16,7 +16,7 @@ import heapq
 import sys
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -215,9 +215,9 @@ class Run:
                             on = watched[id(queue)] = profiling.enabled(queue)
                         if on:
                             _watch_plan(plan, record, span)
-                    if found and sync:
+                    if found:
                         plan_events = _events(record.results)
-                        if plan_events and (wait or k < last):  # a wait that orders the next
+                        if sync and plan_events and (wait or k < last):  # orders the next plan
                             self._wait(plan_events, [(plan, record)])
                             record.settled = True
                             if k < last:
@@ -234,12 +234,10 @@ class Run:
                     span.end()
                 if sync:
                     self.done = k + 1
-            if not sync:
-                events = _events(x for r in records for x in r.results)
-                if wait:
-                    self._wait(events, list(zip(plans, records, strict=True)))
-                    for r in records:
-                        r.settled = True
+            if not sync and wait:
+                self._wait(events, list(zip(plans, records, strict=True)))
+                for r in records:
+                    r.settled = True
             self.done = len(plans)
             run_span.set(tm.RUN_EVENTS, len(events))
         return events
@@ -248,8 +246,8 @@ class Run:
         """Order ``plan`` after the unfinished last events of the plans it comes ``after`` (of
         this run or an earlier one): a barrier on its ``queue`` in async mode, else on the host.
         Return how (netcl.plan.ordering; in sync mode the host waited for the plan before)."""
-        followed: list[_Source] = []  # each record followed once, with its events in ``events``
-        events: list[EventLike] = []
+        followed: dict[int, _Source] = {}  # by id(record): each followed once, its events in
+        events: list[EventLike] = []  # ``events``
         after = plan.after  # a tuple of plans, as run_order checked it (else not yet checked)
         for earlier in after if type(after) is tuple else after_of(plan):
             entry = _last_records.get(id(earlier))
@@ -258,8 +256,8 @@ class Run:
                 last = entry.record
                 theirs = _events(last.results)
                 for p, r in ((earlier, last),) if theirs else last.via:
-                    if not r.settled and all(r is not f for _, f in followed):
-                        followed.append((p, r))
+                    if not r.settled and id(r) not in followed:
+                        followed[id(r)] = (p, r)
                         events += theirs if r is last else _events(r.results)
         if not events:
             return tm.ORDER_HOST if self.waited else tm.ORDER_NONE
@@ -268,11 +266,12 @@ class Run:
             for ev in events:
                 status = ev.get_info(_STATUS)  # type: ignore[attr-defined]
                 if status < 0:  # never issue a plan on top of a failure already known
-                    raise self._event_error(ev, f"failed (command status {status})", followed)
+                    where = followed.values()
+                    raise self._event_error(ev, f"failed (command status {status})", where)
             try:
                 # OpenCL starts commands another queue waits for only once their queue is
                 # flushed; PoCL does not start them before that
-                for q in {id(p.queue): p.queue for p, _ in followed}.values():
+                for q in {id(p.queue): p.queue for p, _ in followed.values()}.values():
                     if q is not None and q is not queue:
                         q.flush()
                 barrier = cl.enqueue_barrier(queue, wait_for=events)
@@ -280,11 +279,11 @@ class Run:
                 pass  # events of another context, say: the host waits instead
             else:
                 self.barriers.hold(barrier)
-                record.barrier, record.via = barrier, tuple(followed)
+                record.barrier, record.via = barrier, tuple(followed.values())
                 return tm.ORDER_DEVICE
         self.host_waits += 1
-        self._wait(events, followed)
-        for _, r in followed:
+        self._wait(events, followed.values())
+        for _, r in followed.values():
             r.settled = True
         return tm.ORDER_HOST
 
@@ -310,7 +309,7 @@ class Run:
                     if result is None:
                         continue
                     found = True
-                    if type(result) is not _Event and not _is_events(result):
+                    if not isinstance(result, _Event) and not _is_events(result):
                         raise self._error(
                             plan, record, len(results) - 1, None,
                             f"returned {describe_value(result)}; an op must return None, an "
@@ -347,7 +346,7 @@ class Run:
         op = describe_op(record.ops[i])
         memory.check_all(f"Scheduler.run: op {i} ({op}) of {describe_plan(plan, index)}")
 
-    def _wait(self, events: list[EventLike], where: Sequence[_Source]) -> None:
+    def _wait(self, events: list[EventLike], where: Collection[_Source]) -> None:
         """Wait for ``events`` (of the plans ``where``); raise naming the op of one that failed."""
         if not events:
             return
@@ -367,7 +366,7 @@ class Run:
             if status < 0:
                 raise self._event_error(ev, f"failed (command status {status})", where)
 
-    def _wait_each(self, events: Iterable[EventLike], where: Sequence[_Source]) -> None:
+    def _wait_each(self, events: Iterable[EventLike], where: Collection[_Source]) -> None:
         for ev in events:
             try:
                 ev.wait()
@@ -379,7 +378,7 @@ class Run:
                 what = f"failed{detail}: wait() raised {type(exc).__name__}: {exc}"
                 raise self._event_error(ev, what, where) from exc
 
-    def _event_error(self, event: EventLike, what: str, where: Sequence[_Source]) -> SchedulerError:
+    def _event_error(self, event: EventLike, what: str, where: Iterable[_Source]) -> SchedulerError:
         """The error for ``event`` failing, named after the op (of a plan in ``where``) that
         returned it or was it."""
         plan, record, i = next(
