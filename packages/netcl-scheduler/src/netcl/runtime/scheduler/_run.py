@@ -215,9 +215,9 @@ class Run:
                             on = watched[id(queue)] = profiling.enabled(queue)
                         if on:
                             _watch_plan(plan, record, span)
-                    if found:
+                    if found and sync:
                         plan_events = _events(record.results)
-                        if sync and plan_events and (wait or k < last):  # orders the next plan
+                        if plan_events and (wait or k < last):  # a wait that orders the next
                             self._wait(plan_events, [(plan, record)])
                             record.settled = True
                             if k < last:
@@ -234,10 +234,12 @@ class Run:
                     span.end()
                 if sync:
                     self.done = k + 1
-            if not sync and wait:
-                self._wait(events, list(zip(plans, records, strict=True)))
-                for r in records:
-                    r.settled = True
+            if not sync:  # the events in one pass (not one a plan, as they are issued)
+                events = _events([x for r in records for x in r.results])
+                if wait:
+                    self._wait(events, list(zip(plans, records, strict=True)))
+                    for r in records:
+                        r.settled = True
             self.done = len(plans)
             run_span.set(tm.RUN_EVENTS, len(events))
         return events
@@ -270,10 +272,10 @@ class Run:
                     raise self._event_error(ev, f"failed (command status {status})", where)
             try:
                 # OpenCL starts commands another queue waits for only once their queue is
-                # flushed; PoCL does not start them before that
-                for q in {id(p.queue): p.queue for p, _ in followed.values()}.values():
-                    if q is not None and q is not queue:
-                        q.flush()
+                # flushed; PoCL does not start them before that (a queue twice: flushed twice)
+                for p, _ in followed.values():
+                    if p.queue is not None and p.queue is not queue:
+                        p.queue.flush()
                 barrier = cl.enqueue_barrier(queue, wait_for=events)
             except cl.Error:
                 pass  # events of another context, say: the host waits instead
@@ -328,9 +330,10 @@ class Run:
                     self._check_memory(plan, record, index, len(results) - 1)
         finally:  # the plans after this one follow what it did, whether or not an op raised
             if found or record.via:
-                if (entry := _last_records.get(id(plan))) is None:
-                    drop = functools.partial(_last_records.pop, id(plan))  # called as drop(entry)
-                    entry = _last_records[id(plan)] = _LastRecord(plan, drop)
+                key = id(plan)
+                if (entry := _last_records.get(key)) is None:
+                    drop = functools.partial(_last_records.pop, key)  # called as drop(entry)
+                    entry = _last_records[key] = _LastRecord(plan, drop)
                 entry.record = record
             elif _last_records:
                 _last_records.pop(id(plan), None)
