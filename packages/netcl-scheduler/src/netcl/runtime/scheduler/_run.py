@@ -36,6 +36,7 @@ from netcl.runtime.scheduler._plan import EventLike, ExecutionPlan, Op, after_of
 __all__ = ["Barriers", "PlanRecord", "Run", "run_order"]
 
 _Event = cl.Event
+_is_cl_event = _Event.__instancecheck__  # isinstance(e, cl.Event) for map (a generator: a frame)
 _STATUS = cl.event_info.COMMAND_EXECUTION_STATUS  # read by get_info: the property adds a call
 
 
@@ -96,10 +97,15 @@ def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
     later; then the stable topological order (the earliest submitted ready plan first). Raises
     ``ValueError`` naming a cycle, ``TypeError`` naming an ``after`` that holds no plans."""
     position = {id(p): k for k, p in enumerate(plans)}
+    late = False  # a plan comes after one submitted later (plain loops: no frame per plan)
+    for k, plan in enumerate(plans):
+        for q in after_of(plan):
+            if position.get(id(q), -1) >= k:  # -1: a plan of no run, or of an earlier one
+                late = True
+    if not late:
+        return plans
     # per plan: the positions of the plans of this run it comes after
     preds = [[position[id(q)] for q in after_of(plan) if id(q) in position] for plan in plans]
-    if all(j < k for k, ks in enumerate(preds) for j in ks):
-        return plans
     # Kahn's algorithm, taking the ready plan submitted first
     waiting = [len(ks) for ks in preds]
     followers: list[list[int]] = [[] for _ in plans]
@@ -264,7 +270,7 @@ class Run:
         if not events:
             return tm.ORDER_HOST if self.waited else tm.ORDER_NONE
         queue = plan.queue
-        if self.async_mode and queue is not None and all(isinstance(e, _Event) for e in events):
+        if self.async_mode and queue is not None and all(map(_is_cl_event, events)):
             for ev in events:
                 status = ev.get_info(_STATUS)  # type: ignore[attr-defined]
                 if status < 0:  # never issue a plan on top of a failure already known
