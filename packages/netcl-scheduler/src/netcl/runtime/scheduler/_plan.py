@@ -58,7 +58,10 @@ class ExecutionPlan:
                 f"ExecutionPlan {self.description!r}: queue must be a pyopencl.CommandQueue or "
                 f"None, got {self.queue!r} ({type(self.queue).__name__})"
             )
-        if self.after is not _NO_PLANS:
+        after = self.after
+        if type(after) is ExecutionPlan:  # the usual chain, after=prev: no call to after_of
+            self.after = (after,)
+        elif after is not _NO_PLANS:
             self.after = after_of(self)
 
 

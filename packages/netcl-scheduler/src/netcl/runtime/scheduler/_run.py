@@ -36,7 +36,7 @@ from netcl.runtime.scheduler._plan import EventLike, ExecutionPlan, Op, after_of
 __all__ = ["Barriers", "PlanRecord", "Run", "run_order"]
 
 _Event = cl.Event
-_is_cl_event = _Event.__instancecheck__  # isinstance(e, cl.Event) for map (a generator: a frame)
+_is_cl_event = _Event.__instancecheck__  # isinstance(e, cl.Event) that map calls in C (no frame)
 _STATUS = cl.event_info.COMMAND_EXECUTION_STATUS  # read by get_info: the property adds a call
 
 
@@ -99,9 +99,8 @@ def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
     position = {id(p): k for k, p in enumerate(plans)}
     late = False  # a plan comes after one submitted later (plain loops: no frame per plan)
     for k, plan in enumerate(plans):
-        for q in after_of(plan):
-            if position.get(id(q), -1) >= k:  # -1: a plan of no run, or of an earlier one
-                late = True
+        for q in after_of(plan):  # -1: a plan of no run, or of an earlier one
+            late = late or position.get(id(q), -1) >= k
     if not late:
         return plans
     # per plan: the positions of the plans of this run it comes after
@@ -149,7 +148,7 @@ def _watch_plan(plan: ExecutionPlan, record: PlanRecord, span: Span) -> None:
 
 
 def _events(results: Iterable[object]) -> list[EventLike]:
-    """The events in ops' results, in order: the items of a returned list or tuple one by one."""
+    """The events in ops' results, in order (a returned list or tuple item by item, no None)."""
     return [  # type: ignore[misc]
         x for r in results for x in (r if isinstance(r, (list, tuple)) else (r,)) if x is not None
     ]
@@ -193,8 +192,7 @@ class Run:
                           tm.RUN_WAIT: wait}  # fmt: skip
             run_span = tm.TEL.span(tm.RUN_SPAN, attributes)
         events: list[EventLike] = []
-        # whether a queue is watched, read once a run: profiling.enabled reads its properties
-        watched: dict[int, bool] = {}  # by id(queue) (an info query, slow on NVIDIA)
+        watched: dict[int, bool] = {}  # profiling.enabled by id(queue), once a run (info query)
         with run_span:
             for k, plan in enumerate(plans):
                 record = records[k]
@@ -254,9 +252,9 @@ class Run:
         """Order ``plan`` after the unfinished last events of the plans it comes ``after`` (of
         this run or an earlier one): a barrier on its ``queue`` in async mode, else on the host.
         Return how (netcl.plan.ordering; in sync mode the host waited for the plan before)."""
-        followed: dict[int, _Source] = {}  # by id(record): each followed once, its events in
-        events: list[EventLike] = []  # ``events``
-        after = plan.after  # a tuple of plans, as run_order checked it (else not yet checked)
+        followed: dict[int, _Source] = {}  # by id(record): each record followed once
+        events: list[EventLike] = []  # the events of the records followed
+        after = plan.after  # a tuple that run_order checked (reassigned since: after_of checks)
         for earlier in after if type(after) is tuple else after_of(plan):
             entry = _last_records.get(id(earlier))
             if entry is not None:  # a run reached it: its last events, else what its ordering
@@ -278,7 +276,7 @@ class Run:
                     raise self._event_error(ev, f"failed (command status {status})", where)
             try:
                 # OpenCL starts commands another queue waits for only once their queue is
-                # flushed; PoCL does not start them before that (a queue twice: flushed twice)
+                # flushed; PoCL does not start them before that (one followed twice: two flushes)
                 for p, _ in followed.values():
                     if p.queue is not None and p.queue is not queue:
                         p.queue.flush()
@@ -363,8 +361,8 @@ class Run:
         # clWaitForEvents (a separate wait() costs ~4 µs each on PoCL)
         self._wait_each([e for e in events if not isinstance(e, _Event)], where)
         cl_events = [e for e in events if isinstance(e, _Event)]
-        try:  # it fails when an event failed (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST), so
-            # no status is read after it (an info query per event, slow on NVIDIA)
+        try:  # clWaitForEvents fails if an event failed (ERROR_FOR_EVENTS_IN_WAIT_LIST): no
+            # status read per event after it (an info query each, slow on NVIDIA)
             if cl_events:
                 cl.wait_for_events(cl_events)
         except Exception:
