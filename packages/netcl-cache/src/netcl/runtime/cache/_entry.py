@@ -101,9 +101,8 @@ def compute_key(source: bytes, options: str, identity: str) -> str:
         for name, content in _includes(source, include_dirs(options)):
             parts += ((b"inc", name), (b"miss", b"") if content is None else (b"dat", content))
     h = hashlib.sha256()
-    for tag, data in parts:  # a loop, not a closure per part: ~1 µs of a disk hit's ~50
-        h.update(tag + _U64(len(data)))
-        h.update(data)
+    for tag, data in parts:
+        h.update(tag + _U64(len(data)) + data)
     return h.hexdigest()
 
 

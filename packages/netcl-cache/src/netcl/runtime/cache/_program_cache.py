@@ -7,14 +7,13 @@ and the counters; tiers get, lock, put."""
 from __future__ import annotations
 
 import atexit
-import contextlib
 import functools
 import os
 import threading
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,7 @@ class MemoryEntry:
     used: bool = False
 
 
-def _purge_dead(tier_ref: weakref.ref[MemoryTier]) -> None:
+def _purge_dead(tier_ref: weakref.ref[MemoryTier], _ctx: object = None) -> None:
     # a context the tier keyed on was collected: its entries go (keys of dead weakrefs never
     # match a lookup again; this frees the programs)
     tier = tier_ref()
@@ -69,23 +68,21 @@ class MemoryTier:
         self.entries: OrderedDict[tuple[Any, ...], MemoryEntry] = OrderedDict()
         self.max_programs = max_programs
         self.key_locks: dict[tuple[Any, ...], threading.Lock] = {}
-        self._watched: weakref.WeakSet[cl.Context] = weakref.WeakSet()
+        # per context a weakref whose callback purges (weakref.finalize: ~2 µs more a new tier)
+        self._watched: dict[weakref.ref[cl.Context], weakref.ref[cl.Context]] = {}
         self._dead_pending = False
         self._lock = threading.Lock()
 
-    @contextlib.contextmanager
-    def builder(self, mkey: tuple[Any, ...]) -> Iterator[None]:
-        """Held while this thread builds ``mkey``: threads wanting the same program wait, then
-        find it in ``entries``; the lock goes after the build, also after a failed one."""
+    def key_lock(self, mkey: tuple[Any, ...]) -> threading.Lock:
+        """The lock held while building ``mkey`` (threads wanting it wait, then find it in
+        ``entries``); :meth:`unlock` after, also a failed build (a generator: ~2 µs more)."""
         with self._lock:
-            key_lock = self.key_locks.setdefault(mkey, threading.Lock())
-        try:
-            with key_lock:
-                yield
-        finally:
-            with self._lock:
-                if self.key_locks.get(mkey) is key_lock:  # not a newer one of a later caller
-                    del self.key_locks[mkey]
+            return self.key_locks.setdefault(mkey, threading.Lock())
+
+    def unlock(self, mkey: tuple[Any, ...], key_lock: threading.Lock) -> None:
+        with self._lock:
+            if self.key_locks.get(mkey) is key_lock:  # not a newer one of a later caller
+                del self.key_locks[mkey]
 
     def remember(self, mkey: tuple[Any, ...], ctx: cl.Context, entry: MemoryEntry) -> None:
         with self._lock:
@@ -98,9 +95,8 @@ class MemoryTier:
                 if old.used and k != mkey:  # a second chance
                     old.used = False
                     entries[k] = old
-            if ctx not in self._watched:
-                self._watched.add(ctx)
-                weakref.finalize(ctx, _purge_dead, weakref.ref(self))
+            if mkey[0] not in self._watched:
+                self._watched[mkey[0]] = _ref(ctx, functools.partial(_purge_dead, _ref(self)))
 
     def clear(self) -> None:
         with self._lock:
@@ -121,6 +117,7 @@ class MemoryTier:
         self._dead_pending = False
         for k in [k for k in self.entries if k[0]() is None]:
             del self.entries[k]
+        self._watched = {k: v for k, v in self._watched.items() if k() is not None}
 
 
 class _Registry:
@@ -303,22 +300,26 @@ class ProgramCache:
         dev = _check_args(ctx, src_code, device)
         opts = normalize_options(options)
         # threads wanting the same program: one builds, the others take it
-        with self._tier.builder(mkey):
-            hit = self._memory.get(mkey)
-            if hit is not None:  # built by the thread this one waited for
-                self._c["memory_hits"] += 1
-                return hit.program
-            ident, name = self._registry.device(dev, self._device_identity)
-            # a failure leaving the block marks the span (status ERROR, error.type)
-            with tel.TEL.span(tel.SPAN_GET_PROGRAM, {tel.ATTR_DEVICE: name}) as span:
-                raw = src_code.encode("utf-8", "surrogateescape")
-                req = _Request(ctx, src_code, dev, opts, compute_key(raw, opts, ident), ident,
-                               len(raw), name)  # fmt: skip
-                span.set(tel.ATTR_KEY, req.key)
-                prg, result = self._resolve(req)
-                span.set(tel.ATTR_RESULT, result)
-            tel.LOOKUPS.add(1, result)
-            self._tier.remember(mkey, ctx, MemoryEntry(prg, req.key))
+        key_lock = self._tier.key_lock(mkey)
+        try:
+            with key_lock:
+                hit = self._memory.get(mkey)
+                if hit is not None:  # built by the thread this one waited for
+                    self._c["memory_hits"] += 1
+                    return hit.program
+                ident, name = self._registry.device(dev, self._device_identity)
+                # a failure leaving the block marks the span (status ERROR, error.type)
+                with tel.TEL.span(tel.SPAN_GET_PROGRAM, {tel.ATTR_DEVICE: name}) as span:
+                    raw = src_code.encode("utf-8", "surrogateescape")
+                    req = _Request(ctx, src_code, dev, opts, compute_key(raw, opts, ident), ident,
+                                   len(raw), name)  # fmt: skip
+                    span.set(tel.ATTR_KEY, req.key)
+                    prg, result = self._resolve(req)
+                    span.set(tel.ATTR_RESULT, result)
+                tel.LOOKUPS.add(1, result)
+                self._tier.remember(mkey, ctx, MemoryEntry(prg, req.key))
+        finally:
+            self._tier.unlock(mkey, key_lock)
         return prg
 
     # the order ----------------------------------------------------------------------------------
@@ -547,7 +548,7 @@ def _check_args(ctx: Any, src_code: Any, device: Any) -> cl.Device:
     if not isinstance(src_code, str):
         raise TypeError(f"get_program: src_code must be a str of OpenCL C, got "
                         f"{type(src_code).__name__}")  # fmt: skip
-    if not src_code.strip():
+    if not src_code or src_code.isspace():  # not strip(): a copy of the source
         raise ValueError("get_program: src_code is empty")
     devices = ctx.devices
     if device is None:
