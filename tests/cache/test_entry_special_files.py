@@ -52,3 +52,24 @@ def test_a_block_device_is_named() -> None:
     if dev is None:
         pytest.skip("no block device under /dev")
     assert _refusal(dev, os.O_PATH) == "special: a block device"
+
+
+def test_an_entry_read_in_short_parts_comes_back_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read may return less than asked (a network file system): the reader asks again, and
+    hands back the entry's bytes with its mtime; a file that shrank comes back short."""
+    from netcl.runtime.cache import _entry
+
+    data = _entry.encode("ab" * 32, bytes(range(256)) * 40, {"identity": "x"})
+    path = tmp_path / "entry"
+    path.write_bytes(data)
+    real_pread = os.pread
+    monkeypatch.setattr(_entry.os, "pread", lambda fd, n, at: real_pread(fd, min(n, 1000), at))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert read_file(fd) == (data, os.fstat(fd).st_mtime)
+        os.truncate(path, 5000)  # the header still declares the whole entry: decode says so
+        assert read_file(fd)[0] == data[:5000]
+    finally:
+        os.close(fd)

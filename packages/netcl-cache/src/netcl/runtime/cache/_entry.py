@@ -229,7 +229,7 @@ def read_file(fd: int) -> tuple[bytes, float]:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise EntryError("special", next((n for t, n in _KINDS if t(st.st_mode)), "not a file"))
-    # pread leaves the offset at 0: one read then takes the entry, no copy joins two (~1-6 µs)
+    # the header, then the whole entry from its start: no copy joins two reads (~1-6 µs)
     head = os.pread(fd, HEADER.size, 0)
     if len(head) < HEADER.size or head[:8] != MAGIC:
         return head, st.st_mtime
@@ -238,13 +238,7 @@ def read_file(fd: int) -> tuple[bytes, float]:
         raise EntryError("oversized", f"{max(want, st.st_size)} bytes, at most {MAX_ENTRY_BYTES}")
     if st.st_size > want:
         raise EntryError("oversized", f"{st.st_size} bytes, header says {want}")
-    return _read_exactly(fd, st.st_size), st.st_mtime
-
-
-def _read_exactly(fd: int, n: int) -> bytes:
-    """Up to ``n`` bytes (fewer only at end of file); one read of a regular file: no copy."""
-    parts = []
-    while n > 0 and (chunk := os.read(fd, n)):
-        parts.append(chunk)
-        n -= len(chunk)
-    return b"".join(parts)
+    data = os.pread(fd, st.st_size, 0)  # short only at the end of the file (or on a network one)
+    while len(data) < st.st_size and (more := os.pread(fd, st.st_size - len(data), len(data))):
+        data += more
+    return data, st.st_mtime
