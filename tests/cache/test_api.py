@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import stat
 import subprocess
@@ -146,6 +147,24 @@ def test_bad_arguments(
         ProgramCache(cache_dir, lock_timeout=-1.0)
     assert c.stats.compiles == 0
     assert not cache_dir.exists()  # nothing was written for bad input
+
+
+def test_the_devices_of_a_context_are_asked_once_and_held_weakly(
+    device: cl.Device, cache_dir: Path, add_src: Callable[..., str]
+) -> None:
+    """A lookup checks its device against the registry's list of the context's devices
+    (ctx.devices is a driver query), asked on first use and gone with the context."""
+    registry = _program_cache._Registry()
+    own = cl.Context(devices=[device])
+    src = add_src(0.0, "devices-of")
+    ProgramCache(cache_dir, registry=registry).get_program(own, src, device)
+    assert registry.contexts[own] == [device]
+    registry.contexts[own] = []  # the list held is the one checked: not asked again
+    with pytest.raises(ValueError, match=r"is not in ctx, whose devices are \[\]"):
+        ProgramCache(cache_dir, registry=registry).get_program(own, src, device)
+    del own
+    gc.collect()
+    assert len(registry.contexts) == 0
 
 
 def test_disable_env(
