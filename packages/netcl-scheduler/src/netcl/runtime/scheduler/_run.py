@@ -361,14 +361,19 @@ class Run:
         # clWaitForEvents (a separate wait() costs ~4 µs each on PoCL)
         self._wait_each([e for e in events if not isinstance(e, _Event)], where)
         cl_events = [e for e in events if isinstance(e, _Event)]
-        try:  # clWaitForEvents fails if an event failed (ERROR_FOR_EVENTS_IN_WAIT_LIST): no
-            # status read per event after it (an info query each, slow on NVIDIA)
+        try:
             if cl_events:
                 cl.wait_for_events(cl_events)
         except Exception:
-            # find the culprit (each wait() fails as the batch does); a batch refused for
-            # another reason (events of several contexts) passes here when each waits fine
+            # find the culprit; a batch refused for another reason (events of several
+            # contexts) passes here when every event waits fine on its own
             self._wait_each(cl_events, where)
+        # each status read too: NVIDIA's clWaitForEvents succeeds over failed events (against
+        # OpenCL's CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, which PoCL returns)
+        for ev in cl_events:
+            status = ev.get_info(_STATUS)
+            if status < 0:
+                raise self._event_error(ev, f"failed (command status {status})", where)
 
     def _wait_each(self, events: Iterable[EventLike], where: Collection[_Source]) -> None:
         for ev in events:
