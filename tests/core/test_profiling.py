@@ -6,6 +6,7 @@ a few microseconds on PoCL) plus 100 µs for drift between calibration and measu
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import subprocess
@@ -346,6 +347,25 @@ def test_summary_mode_records_one_envelope_per_unit_and_no_command_detail(
     # the envelope counts as busy time
     busy = collector.busy()[pq.device.name.strip()]
     assert busy == pytest.approx(unit.duration / collector.busy_window, rel=1e-6)
+
+
+def test_a_failed_command_drops_its_unit(pq: cl.CommandQueue, kernels: Any,
+                                         caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    """A unit whose command failed has no duration: it is dropped, with a warning."""
+    collector = profiling.Collector(mode="summary", sample_budget=0.0, interval=3600.0)
+    gate = cl.UserEvent(pq.context)
+    _, scale, buf = kernels
+    scale.set_args(buf, np.float32(1.0))
+    first = _scale(pq, kernels)
+    failed = cl.enqueue_nd_range_kernel(pq, scale, (4096,), None, wait_for=[gate])
+    gate.set_status(-5)  # the kernel waiting for it fails
+    with contextlib.suppress(cl.Error):
+        pq.finish()
+    assert failed.command_execution_status < 0
+    unit = collector.watch(profiling.REPLAY, [first, failed])
+    assert collector.flush(5.0) == 0
+    assert unit.done and unit.duration is None
+    assert collector.stats().dropped == 1 and collector.stats().collected == 0
 
 
 def test_summary_mode_samples_units_in_per_command_detail(

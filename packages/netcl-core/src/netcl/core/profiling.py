@@ -176,6 +176,8 @@ class DeviceTime:
     # first event to the last one's end: START for a summary, END for watch_markers
     _from: int
     sampled: bool = False  #: summary mode: drawn for per-command detail
+    _queue: cl.CommandQueue | None = None  # the events' queue, when the caller knows it
+    _failed: bool = False  # ready() saw a failed command
     done: bool = False
     duration: float | None = None
     start_ns: int | None = None
@@ -184,8 +186,13 @@ class DeviceTime:
 
     def ready(self) -> bool:
         """Whether every event has completed (or failed): a status read, no wait."""
-        # the last ones first: those complete last
-        return all(e.get_info(_STATUS) <= _COMPLETE for e in reversed(self._events))
+        for e in reversed(self._events):  # the last ones first: those complete last
+            status = e.get_info(_STATUS)
+            if status > _COMPLETE:
+                return False
+            if status < 0:  # read once: _record trusts it
+                self._failed = True
+        return True
 
     def poll(self) -> float | None:
         """The device duration in seconds if the events have completed (collecting them now,
@@ -269,7 +276,7 @@ class Collector:
         self._pending: deque[DeviceTime] = deque()
         self._lock = threading.RLock()  # one collection at a time; guards the fields below
         self._clocks: dict[int, DeviceClock] = {}  # by device
-        self._devices: dict[int, tuple[str, cl.Device]] = {}  # by queue: name, device
+        self._devices: dict[int, tuple[str, cl.Device, int]] = {}  # by queue: name, device, key
         self._busy: defaultdict[str, deque[tuple[int, int]]] = defaultdict(deque)
         self._counts = dict.fromkeys(("watched", "collected", "dropped", "spans_skipped",
                                       "sampled"), 0)  # fmt: skip
@@ -291,9 +298,11 @@ class Collector:
     # -- hand-off (the caller's thread: no OpenCL call, no wait) -----------------------------
     def watch(self, kind: str, events: Sequence[cl.Event], *, labels: Sequence[str] = (),
               name: str | None = None, parent: telemetry.Span | None = None,
-              attributes: _Attrs | None = None) -> DeviceTime:  # fmt: skip
+              attributes: _Attrs | None = None,
+              queue: cl.CommandQueue | None = None) -> DeviceTime:  # fmt: skip
         """Watch the commands behind ``events`` (a unit of work of ``kind``), ``labels[i]`` naming
-        event i, ``name`` the unit; ``parent``: its host span (default: the current one). In
+        event i, ``name`` the unit; ``parent``: its host span (default: the current one);
+        ``queue``: the events' queue where the caller knows it (spares an OpenCL query). In
         summary mode only the first and last events are kept, unless the unit is drawn for
         per-command detail; in mode ``none`` nothing is kept (the unit is done, no duration)."""
         if len(labels) > len(events):
@@ -305,14 +314,14 @@ class Collector:
         mode = self._mode
         if mode == "commands" or not events:
             return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
-                                        attributes, 0))  # fmt: skip
+                                        attributes, 0, _queue=queue))  # fmt: skip
         if mode == "none":
             return DeviceTime(self, kind, (), (), name, parent, attributes, 0, done=True)
         if self._draw(len(events)):
             return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
-                                        attributes, 0, True))  # fmt: skip
+                                        attributes, 0, True, queue))  # fmt: skip
         return self._add(DeviceTime(self, kind, (events[0], events[-1]), (), name, parent,
-                                    attributes, _START))  # fmt: skip
+                                    attributes, _START, _queue=queue))  # fmt: skip
 
     def _draw(self, commands: int) -> bool:
         """Summary mode: whether a unit of ``commands`` gets per-command detail: with the
@@ -332,14 +341,16 @@ class Collector:
 
     def watch_markers(self, kind: str, before: cl.Event, after: cl.Event, *,
                       name: str | None = None, parent: telemetry.Span | None = None,
-                      attributes: _Attrs | None = None) -> DeviceTime:  # fmt: skip
-        """Watch the work between two markers enqueued on one in-order queue, ``before`` and
-        ``after`` it: its device time is ``after.end - before.end``."""
+                      attributes: _Attrs | None = None,
+                      queue: cl.CommandQueue | None = None) -> DeviceTime:  # fmt: skip
+        """Watch the work between two markers enqueued on one in-order queue (``queue``, where
+        the caller knows it), ``before`` and ``after`` it: its device time is ``after.end -
+        before.end``."""
         parent = parent if parent is not None else telemetry.current_span()
         if self._mode == "none":
             return DeviceTime(self, kind, (), (), name, parent, attributes, 0, done=True)
         return self._add(DeviceTime(self, kind, (before, after), (), name, parent, attributes,
-                                    _END))  # fmt: skip
+                                    _END, _queue=queue))  # fmt: skip
 
     def _add(self, unit: DeviceTime) -> DeviceTime:
         if unit.kind not in _KINDS:
@@ -426,13 +437,13 @@ class Collector:
 
     def _record(self, unit: DeviceTime) -> None:
         unit.done = True
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if unit.sampled else 0.0
         events = unit._events
         try:
-            device, clock = self._device(events[0])
+            device, clock = self._device(unit)
             if unit._from:  # the envelope: a summary, or the time between two markers
                 first, last = events[0], events[-1]
-                if first.get_info(_STATUS) < 0 or last.get_info(_STATUS) < 0:
+                if unit._failed:
                     raise _CommandFailedError("the first or last command failed")
                 start = first.get_profiling_info(unit._from) + clock.offset_ns
                 end = max(last.get_profiling_info(_END) + clock.offset_ns, start)
@@ -473,27 +484,30 @@ class Collector:
             cost = (time.perf_counter() - t0) / count
             self._command_cost += (cost - self._command_cost) / 4
 
-    def _device(self, event: cl.Event) -> tuple[str, DeviceClock]:
-        """The name and current clock calibration of the device that ran ``event``."""
-        queue = event.get_info(_QUEUE)
+    def _device(self, unit: DeviceTime) -> tuple[str, DeviceClock]:
+        """The name and current clock calibration of the device that ran ``unit``."""
+        queue = unit._queue
+        if queue is None:  # an OpenCL query that makes a new CommandQueue object each time
+            queue = unit._events[0].get_info(_QUEUE)
         found = self._devices.get(queue.int_ptr)
         if found is None:  # OpenCL info calls: once per queue
-            found = self._devices[queue.int_ptr] = (queue.device.name.strip(), queue.device)
-        name, device = found
-        clock = self._clocks.get(device.int_ptr)
+            device = queue.device
+            found = self._devices[queue.int_ptr] = (device.name.strip(), device, device.int_ptr)
+        name, device, key = found
+        clock = self._clocks.get(key)
         if clock is None or time.time_ns() - clock.measured_ns > self.recalibrate * 1e9:
-            clock = self._clocks[device.int_ptr] = _calibrate(queue.context, device)
+            clock = self._clocks[key] = _calibrate(queue.context, device)
         return name, clock
 
     def _commands(self, unit: DeviceTime, clock: DeviceClock) -> list[Command]:
         """The unit's commands on the host clock; ``cl.Error`` for an event of a queue without
         profiling, :class:`_CommandFailedError` for a failed command."""
+        if unit._failed:
+            i, status = next((i, s) for i, e in enumerate(unit._events)
+                             if (s := e.get_info(_STATUS)) < 0)  # fmt: skip
+            raise _CommandFailedError(f"command {i} failed: status {status}")
         commands = []
         for i, event in enumerate(unit._events):
-            if event.command_execution_status < 0:
-                raise _CommandFailedError(
-                    f"command {i} failed: status {event.command_execution_status}"
-                )
             start = event.get_profiling_info(_START)
             end = max(event.get_profiling_info(_END), start)
             kind = _type_name(event.command_type)

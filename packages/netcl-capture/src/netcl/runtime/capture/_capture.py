@@ -205,7 +205,7 @@ class KernelCapture:
                 span = tm.TEL.span(tm.REPLAY_SPAN, attributes, start_time=start, current=False)
             if keep:  # what was enqueued runs on the device, even when the replay failed later
                 profiling.watch(profiling.REPLAY, keep, labels=program.labels[: len(keep)],
-                                parent=span)  # fmt: skip
+                                parent=span, queue=program.queue)  # fmt: skip
             span.end(error)
         return event
 

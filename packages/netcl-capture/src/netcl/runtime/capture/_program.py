@@ -146,7 +146,8 @@ class ReplayProgram:
     buffers (its own OpenCL references), kernels and host arrays alive."""
 
     def __init__(self, ops: list[Op], binds: Binds, launches: int, plan: Schedule | None,
-                 opaque: tuple[str, ...], profiled: bool, checked: bool) -> None:  # fmt: skip
+                 opaque: tuple[str, ...], profiled: bool, checked: bool,
+                 queue: cl.CommandQueue | None) -> None:  # fmt: skip
         self.ops = tuple(ops)
         self.binds = binds
         # None: one in-order queue, where queue order is every dependency there is
@@ -158,6 +159,7 @@ class ReplayProgram:
         # every queue of the capture has profiling: replays keep each command's event for the
         # device-time collector (decided once here; a queue's properties never change)
         self.profiled = profiled
+        self.queue = queue  # the capture's one queue (None: several), for the collector
         # the device-time label of each command a replay enqueues (a finish enqueues none):
         # the kernel's function name, or the transfer's operation (``copy_buffer``)
         self.labels = tuple(
@@ -351,5 +353,6 @@ def build(rec: Recording) -> ReplayProgram:
     )
     profiled = bool(distinct) and all(profiling.enabled(q) for q in distinct.values())
     plan = None if ordered else schedule(ops, host_waits)
+    one = next(iter(distinct.values())) if len(distinct) == 1 else None
     return ReplayProgram(ops, binds, launches, plan, tuple(binder.opaque), profiled,
-                         memory.checking())
+                         memory.checking(), one)

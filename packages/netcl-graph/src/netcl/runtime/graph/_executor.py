@@ -355,9 +355,8 @@ class GraphExecutor:
                     if marker is not None:
                         # node k's device time: from the marker before it to one enqueued now
                         after = cl.enqueue_marker(queue)
-                        profiling.watch_markers(
-                            profiling.GRAPH_NODE, marker, after, name=node.name, parent=span
-                        )
+                        profiling.watch_markers(profiling.GRAPH_NODE, marker, after,
+                                                name=node.name, parent=span, queue=queue)
                         marker = after
                     span.end()
                     span = telemetry.NO_SPAN
