@@ -306,8 +306,8 @@ class BufferPool:
             block = self._miss(bin_, shape, dt)
         else:
             self._hits += 1
-            self._room -= bin_.nbytes
-            if self._room < 0:
+            self._room = room = self._room - bin_.nbytes  # one attribute read fewer
+            if room < 0:
                 self._new_peak()
         t = _new_tensor(Tensor)
         t._buffer = block
