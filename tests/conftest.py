@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -40,9 +41,10 @@ from netcl.core import device, telemetry
 class _Hostility:
     """While ``armed``, the session's SDK fails the way a broken plug-in would: a span processor
     raising in ``on_start`` and ``on_end``, and a metric reader whose aggregation raises when a
-    value is recorded and which raises when collected."""
+    value is recorded and which raises when collected. ``slow_s``: each span's end blocks."""
 
     armed = False
+    slow_s = 0.0
 
 
 class _ExplodingProcessor(SpanProcessor):
@@ -53,6 +55,8 @@ class _ExplodingProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         if _Hostility.armed:
             raise RuntimeError("processor on_end exploded")
+        if _Hostility.slow_s:  # an exporter that blocks: wall time, no CPU
+            time.sleep(_Hostility.slow_s)
 
 
 class _ExplodingAggregation(DefaultAggregation):
@@ -103,6 +107,17 @@ def hostile_sdk() -> Iterator[Callable[[], None]]:
         yield collect
     finally:
         _Hostility.armed = False
+
+
+@pytest.fixture
+def slow_sdk() -> Iterator[None]:
+    """Every span's end blocks 20 ms in the session's SDK (as a synchronous exporter over a slow
+    network would), for the test."""
+    _Hostility.slow_s = 0.02
+    try:
+        yield
+    finally:
+        _Hostility.slow_s = 0.0
 
 
 @pytest.fixture(scope="session")

@@ -391,6 +391,24 @@ def test_summary_mode_samples_units_in_per_command_detail(
     assert len(_by_name(finished, "netcl.device.kernel")) == 6
 
 
+@pytest.mark.usefixtures("slow_sdk")
+def test_a_blocking_exporter_does_not_stop_the_draws(
+    pq: cl.CommandQueue, kernels: Any, spans: InMemorySpanExporter,
+) -> None:  # fmt: skip
+    """A drawn unit is charged what collecting it cost in CPU time: an SDK that blocks in a
+    span's end (a synchronous exporter, a slow network) or waits for the GIL on a loaded machine
+    must not inflate the cost per command, or the next draws all but stop (a dashboard's kernel
+    panels went empty that way)."""
+    collector = profiling.Collector(mode="summary", sample_budget=1.0, interval=3600.0)
+    time.sleep(0.06)
+    unit = collector.watch(profiling.REPLAY, [_scale(pq, kernels)] * 8)
+    pq.finish()
+    assert unit.sampled and collector.flush(5.0) == 0
+    assert len(_by_name(list(spans.get_finished_spans()), "netcl.device.kernel")) == 8
+    # the SDK's CPU time, not its 9 blocking ends (20 ms each: ~5.6 ms a command after the update)
+    assert collector._command_cost < 2e-3, collector._command_cost
+
+
 def test_summary_sampling_is_charged_at_hand_off(pq: cl.CommandQueue, kernels: Any) -> None:
     """A burst of units cannot draw more detail than the credit there is: each drawn unit is
     charged its expected cost at once, so after a full credit at most two of a thousand are."""

@@ -437,7 +437,9 @@ class Collector:
 
     def _record(self, unit: DeviceTime) -> None:
         unit.done = True
-        t0 = time.perf_counter() if unit.sampled else 0.0
+        # a drawn unit's cost in the collecting thread's CPU time: wall time would count the
+        # waits for the GIL on a loaded machine, and one slow unit could stop the draws for long
+        t0 = time.thread_time() if unit.sampled else 0.0
         events = unit._events
         try:
             device, clock = self._device(unit)
@@ -481,7 +483,7 @@ class Collector:
         unit._events = events = ()  # released now (the unit may be kept), in what is timed
         if unit.sampled:  # what the next draws are charged per command
             self._counts["sampled"] += 1
-            cost = (time.perf_counter() - t0) / count
+            cost = (time.thread_time() - t0) / count
             self._command_cost += (cost - self._command_cost) / 4
 
     def _device(self, unit: DeviceTime) -> tuple[str, DeviceClock]:
