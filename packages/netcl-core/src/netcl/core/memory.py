@@ -144,8 +144,7 @@ def checking() -> bool:
 
 
 def check_all(who: str) -> None:
-    """Check the guards of every live block of the checked pools, after everything enqueued on
-    their queues (blocking): MemoryCheckError saying that ``who`` wrote out of a block."""
+    """Check every live block's guards (blocking): MemoryCheckError saying ``who`` overran."""
     for pool in list(_POOLS):
         for block, guard, what in list(getattr(pool, "_guards", {}).values()):
             try:

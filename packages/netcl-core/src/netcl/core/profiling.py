@@ -437,8 +437,7 @@ class Collector:
 
     def _record(self, unit: DeviceTime) -> None:
         unit.done = True
-        # a drawn unit's cost in the collecting thread's CPU time: wall time would count the
-        # waits for the GIL on a loaded machine, and one slow unit could stop the draws for long
+        # CPU time: a wait for the GIL or a blocking SDK once stopped the draws for long
         t0 = time.thread_time() if unit.sampled else 0.0
         events = unit._events
         try:

@@ -15,6 +15,9 @@ an out-of-order queue, contexts) is issued command by command as its ``Schedule`
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
@@ -141,13 +144,26 @@ def _replicate(
     return replica
 
 
+# A process ending right after replays left their commands running while the interpreter freed
+# what they use: PoCL crashed at exit (1 run in 10). So atexit finishes the programs' queues.
+_LIVE: weakref.WeakSet[ReplayProgram] = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_at_exit() -> None:
+    for program in list(_LIVE):
+        for queue in program.queues:
+            with contextlib.suppress(cl.Error):
+                queue.finish()
+
+
 class ReplayProgram:
     """Launches and transfers of one capture, every argument bound once; holds the recorded
     buffers (its own OpenCL references), kernels and host arrays alive."""
 
     def __init__(self, ops: list[Op], binds: Binds, launches: int, plan: Schedule | None,
                  opaque: tuple[str, ...], profiled: bool, checked: bool,
-                 queue: cl.CommandQueue | None) -> None:  # fmt: skip
+                 queues: tuple[cl.CommandQueue, ...]) -> None:  # fmt: skip
         self.ops = tuple(ops)
         self.binds = binds
         # None: one in-order queue, where queue order is every dependency there is
@@ -159,7 +175,9 @@ class ReplayProgram:
         # every queue of the capture has profiling: replays keep each command's event for the
         # device-time collector (decided once here; a queue's properties never change)
         self.profiled = profiled
-        self.queue = queue  # the capture's one queue (None: several), for the collector
+        self.queues = queues  # finished at exit (see _finish_at_exit)
+        self.queue = queues[0] if len(queues) == 1 else None  # for the device-time collector
+        _LIVE.add(self)
         # the device-time label of each command a replay enqueues (a finish enqueues none):
         # the kernel's function name, or the transfer's operation (``copy_buffer``)
         self.labels = tuple(
@@ -353,6 +371,5 @@ def build(rec: Recording) -> ReplayProgram:
     )
     profiled = bool(distinct) and all(profiling.enabled(q) for q in distinct.values())
     plan = None if ordered else schedule(ops, host_waits)
-    one = next(iter(distinct.values())) if len(distinct) == 1 else None
     return ReplayProgram(ops, binds, launches, plan, tuple(binder.opaque), profiled,
-                         memory.checking(), one)
+                         memory.checking(), tuple(distinct.values()))
