@@ -24,7 +24,7 @@ SCRIPT = """
     x, y = pool.allocate((1024,), np.float32), pool.allocate((1024,), np.float32)
 
     def fill_x(): return fill(queue, (1024,), None, x.buffer)
-    def fill_y_twice_over(): return fill(queue, (2048,), None, y.buffer)  # twice y's size
+    def fill_y_twice_over(): fill(queue, (2048,), None, y.buffer)  # twice y's size; no event
     def later(): print("later ran")
 
     for async_mode in (False, True):

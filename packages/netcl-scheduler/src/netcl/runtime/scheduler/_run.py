@@ -312,15 +312,14 @@ class Run:
                     except Exception as exc:
                         why = f"raised {type(exc).__name__}: {exc}"
                         raise self._error(plan, record, len(results), None, why) from exc
-                    if result is None:
-                        continue
-                    found = True
-                    if not isinstance(result, _Event) and not _is_events(result):
-                        raise self._error(
-                            plan, record, len(results) - 1, None,
-                            f"returned {describe_value(result)}; an op must return None, an "
-                            "event (an object with wait()) or a list/tuple of events",
-                        )  # fmt: skip
+                    if result is not None:
+                        found = True
+                        if not isinstance(result, _Event) and not _is_events(result):
+                            raise self._error(
+                                plan, record, len(results) - 1, None,
+                                f"returned {describe_value(result)}; an op must return None, "
+                                "an event (an object with wait()) or a list/tuple of events",
+                            )  # fmt: skip
                 elif callable(getattr(op, "wait", None)):
                     results.append(op)
                     found = True
