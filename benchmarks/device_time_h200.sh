@@ -3,7 +3,7 @@
 # loop in each mode, the driver's own price, netcl's duration against the raw events), figures
 # printed and saved as pytest-benchmark JSON under $OUT (default: the current folder).
 #
-# On the GPU machine, from the project root with the wheels carried (GPU.md; carry .whl):
+# On the GPU machine, from the project root with the wheels carried (README: Running on a GPU):
 #   bash benchmarks/device_time_h200.sh
 # (it sources .whl/device-env.sh there, where NVIDIA's OpenCL driver is). Here, on PoCL:
 #   OCL_ICD_VENDORS=/etc/OpenCL/vendors/pocl.icd hatch run bench:bash benchmarks/device_time_h200.sh
