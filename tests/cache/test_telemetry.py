@@ -3,6 +3,7 @@ the no-SDK hit path."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import textwrap
@@ -193,22 +194,22 @@ def test_a_cache_collected_during_a_collection_does_not_deadlock(
     from netcl.runtime.cache import _telemetry
 
     src = add_src(0.0, "collected-mid-collection")
-    c = ProgramCache(cache_dir)
+    box = [ProgramCache(cache_dir)]
     for _ in range(3):
-        c.get_program(ctx, src, device)
+        box[0].get_program(ctx, src, device)
     before = _lookups(metric_points).get("memory", 0)
-    (mine,) = [token for token, counters in _telemetry._live.items() if counters is c._c]
+    (mine,) = [token for token, counters in _telemetry._live.items() if counters is box[0]._c]
     done = threading.Event()
 
     def finalizer_inside_a_collection() -> None:
         with _telemetry._lock:  # as _count_memory_hits holds it when the collector runs
-            _telemetry._forget(mine)
+            box.clear()  # the cache goes here: its finalizer runs with the lock held
+            gc.collect()
         done.set()
 
     worker = threading.Thread(target=finalizer_inside_a_collection, daemon=True)
     worker.start()
     worker.join(10)
     assert done.is_set(), "a cache's finalizer waited for the lock its collection holds"
-    del c
     assert _lookups(metric_points)["memory"] - before == 0  # its 2 hits counted, once
     assert mine not in _telemetry._live

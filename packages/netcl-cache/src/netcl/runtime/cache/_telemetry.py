@@ -46,16 +46,12 @@ def _count_memory_hits() -> None:
         LOOKUPS.set(_gone_hits + sum(c["memory_hits"] for c in _live.values()), "memory")
 
 
-def _forget(token: int) -> None:
-    _ended.append(token)
-
-
 def report_memory_hits(cache: object, counters: dict[str, int]) -> None:
     """Count ``counters["memory_hits"]`` of ``cache`` as ``memory`` lookups."""
     with _lock:  # a reader's collection may be summing _live in another thread
         token = next(_tokens)
         _live[token] = counters
-    weakref.finalize(cache, _forget, token)
+    weakref.finalize(cache, _ended.append, token)
 
 
 #: Lookups by result, process-wide (in-process hits: read from the caches' counters).
