@@ -39,7 +39,7 @@ _APP = """
         with t.span("netcl.test.inner") as s:
             s.fail("line_two", "line one\\nline two")
             s.set("netcl.compile.log", "error: x\\n  at y")
-    t.counter("netcl.test.count", "1", "a test counter").add(2)
+    t.histogram("netcl.test.count", "1", "a test histogram").record(2)
     print("service.name=" + p["tracer_provider"].resource.attributes["service.name"])
     print("exporters=" + repr(p["exporters"]))
     telemetry.shutdown()
@@ -126,7 +126,7 @@ def test_console_lines_carry_ids_and_status_on_one_line() -> None:
     # multi-line values stay on the span's line, JSON-quoted
     assert 'status=ERROR status.description="line one\\nline two"' in inner[0]
     assert 'netcl.compile.log="error: x\\n  at y"' in inner[0]
-    assert "metric netcl.test.count{} 2" in lines, proc.stderr
+    assert "metric netcl.test.count{} count=1 sum=2" in lines, proc.stderr
     assert "service.name=netcl" in proc.stdout
 
 
@@ -340,12 +340,12 @@ def test_scope_span_survives_a_failing_sdk(
     # the once-per-kind memory is process-wide: start from none reported, as a fresh process does
     monkeypatch.setattr(log, "_warned", set())
     t = telemetry.Scope("netcl.test", "0")
-    counter = t.counter("netcl.test.hostile", "1", "a test counter")
+    histogram = t.histogram("netcl.test.hostile", "1", "a test histogram")
     with caplog.at_level("WARNING", logger="netcl.core.telemetry"):
         for _ in range(3):
             with t.span("netcl.test.hostile", {"netcl.test.n": 1}) as s:
                 s.set("netcl.test.m", 2)
-                counter.add(1, {"netcl.test.series": "a"})
+                histogram.record(1, {"netcl.test.series": "a"})
             hostile_sdk()
     stages = [r.getMessage().split()[1] for r in caplog.records]
     assert len(stages) == len(set(stages)), stages  # once per kind
@@ -389,7 +389,7 @@ _EXPORTING_APP = """
     for _ in range(2000):
         with t.span("netcl.test.s"):
             pass
-    t.counter("netcl.test.count", "1", "a test counter").add(1)
+    t.histogram("netcl.test.count", "1", "a test histogram").record(1)
     t0 = time.monotonic()
     done = telemetry.shutdown()
     print(f"shutdown {time.monotonic() - t0:.2f} s done={done}")

@@ -166,9 +166,10 @@ _making = threading.Lock()
 
 
 class _Safe:
-    """A synchronous instrument whose ``add``/``record`` never raise into the caller, made by
-    ``make`` on the first value recorded while OpenTelemetry is loaded (before, a value has no
-    provider to go to: the API's own proxy instrument would drop it too)."""
+    """A histogram whose ``record`` never raises into the caller, made by ``make`` on the first
+    value recorded while OpenTelemetry is loaded (before, a value has no provider to go to: the
+    API's own proxy instrument would drop it too). Counts are ``Counts``, read by observable
+    instruments: one pattern for every package's numbers."""
 
     __slots__ = ("_instrument", "_make", "_stage")
 
@@ -183,14 +184,6 @@ class _Safe:
                 if self._instrument is None:
                     self._instrument = self._make()
         return self._instrument
-
-    def add(self, amount: float, attributes: _Attrs | None = None) -> None:
-        try:
-            instrument = self._instrument or self._made()
-            if instrument is not None:
-                instrument.add(amount, attributes)
-        except Exception as exc:
-            _sdk_failed(self._stage, exc)
 
     def record(self, amount: float, attributes: _Attrs | None = None) -> None:
         try:
@@ -315,16 +308,6 @@ class Scope:
         span.end(end_time=end_time)
 
     # instruments: the API's own, wrapped so that recording a value never raises
-    def counter(self, name: str, unit: str, description: str) -> _Safe:
-        """A monotonic counter."""
-        return _Safe(lambda: self.meter.create_counter(name, unit=unit, description=description),
-                     name)  # fmt: skip
-
-    def up_down_counter(self, name: str, unit: str, description: str) -> _Safe:
-        """A counter that goes up and down."""
-        return _Safe(lambda: self.meter.create_up_down_counter(
-            name, unit=unit, description=description), name)  # fmt: skip
-
     def histogram(self, name: str, unit: str, description: str,
                   buckets: tuple[float, ...] | None = DURATION_BUCKETS_S) -> _Safe:  # fmt: skip
         """A histogram; durations (seconds) get :data:`DURATION_BUCKETS_S` by default."""
@@ -341,11 +324,6 @@ class Scope:
     def observable_gauge(self, name: str, observe: Observe, unit: str, description: str) -> None:
         """A gauge read when a metric reader collects, as :meth:`observable_counter`."""
         self._observable("create_observable_gauge", name, observe, unit, description)
-
-    def observable_up_down_counter(self, name: str, observe: Observe, unit: str,
-                                   description: str) -> None:  # fmt: skip
-        """An up-down counter read when a metric reader collects, as :meth:`observable_counter`."""
-        self._observable("create_observable_up_down_counter", name, observe, unit, description)
 
     def _observable(self, create: str, name: str, observe: Observe, unit: str,
                     description: str) -> None:  # fmt: skip
