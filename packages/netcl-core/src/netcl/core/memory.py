@@ -318,11 +318,12 @@ class BufferPool:
 
     def release(self, tensor: Tensor) -> None:
         """Give a tensor's block back to the pool; any later use of the tensor raises."""
-        try:
+        try:  # cheaper than getattr on the fast path
             bin_ = tensor._bin
-        except AttributeError:  # not a Tensor (try: cheaper than getattr on the fast path)
-            bin_ = None
-        if bin_ is None or bin_.owner is not self._token:
+            owner = bin_.owner
+        except AttributeError:  # not a Tensor, or not a live pool tensor (its _bin is None)
+            owner = None
+        if owner is not self._token:
             self._bad_release(tensor)
         bin_.free.append(tensor._buffer)
         tensor._buffer = _RELEASED
