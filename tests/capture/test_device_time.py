@@ -260,6 +260,40 @@ def test_a_replay_in_summary_mode_records_its_device_time_and_samples_its_kernel
     assert replay_points()[0] == count + 2
 
 
+def test_a_summary_replay_keeps_only_its_first_and_last_events(
+    pq: cl.CommandQueue, kernels: Kernels, summary: profiling.Collector
+) -> None:
+    """The draw for detail is made before the replay: one not drawn keeps the first and the last
+    event, every other one released as it is enqueued (as a plain replay does); one drawn keeps
+    them all. Either way, the device time of the whole replay."""
+    chain = _Chain(pq, kernels)
+    program = chain.cap._program
+    assert program is not None
+    ends: list[cl.Event] = []
+    last = program.run(None, ends, False, True)
+    every: list[cl.Event] = []
+    program.run(None, every, False, False)
+    pq.finish()
+    assert len(ends) == 2 and ends[1] is last and len(every) == N + 1
+    kinds = [e.command_type for e in ends]
+    assert kinds == [cl.command_type.NDRANGE_KERNEL, cl.command_type.READ_BUFFER]
+    assert not profiling.detail(N + 1)  # no budget: never drawn
+    summary.mode = "commands"
+    assert profiling.detail(N + 1)
+    summary.mode = "none"
+    assert not profiling.detail(N + 1)
+    summary.mode = "summary"
+    before = _replays()
+    chain.cap.replay()
+    pq.finish()
+    assert profiling.flush(10.0) == 0
+    count, seconds = _replays()
+    assert count == before[0] + 1
+    start, end = ends[0].profile.start, ends[1].profile.end
+    assert 0 < seconds - before[1] < 10 * (end - start) / 1e9
+    np.testing.assert_allclose(chain.host, chain.expect(4), rtol=1e-5)  # recorded, 3 runs
+
+
 def test_a_capture_made_in_mode_none_replays_unwatched(
     pq: cl.CommandQueue, kernels: Kernels, summary: profiling.Collector
 ) -> None:

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMANDS", "DEVICE_BUCKETS_S", "GRAPH_NODE", "REPLAY", "SCHEDULER_PLAN", "Collector",
-    "Command", "DeviceClock", "DeviceTime", "Mode", "Stats", "collector", "enabled", "flush",
-    "watch", "watch_markers",
+    "Command", "DeviceClock", "DeviceTime", "Mode", "Stats", "collector", "detail", "enabled",
+    "flush", "watch", "watch_markers",
 ]  # fmt: skip
 
 #: Kinds of watched work (the first argument of :func:`watch`).
@@ -298,13 +298,15 @@ class Collector:
     # -- hand-off (the caller's thread: no OpenCL call, no wait) -----------------------------
     def watch(self, kind: str, events: Sequence[cl.Event], *, labels: Sequence[str] = (),
               name: str | None = None, parent: telemetry.Span | None = None,
-              attributes: _Attrs | None = None,
-              queue: cl.CommandQueue | None = None) -> DeviceTime:  # fmt: skip
+              attributes: _Attrs | None = None, queue: cl.CommandQueue | None = None,
+              detail: bool | None = None) -> DeviceTime:  # fmt: skip
         """Watch the commands behind ``events`` (a unit of work of ``kind``), ``labels[i]`` naming
         event i, ``name`` the unit; ``parent``: its host span (default: the current one);
         ``queue``: the events' queue where the caller knows it (spares an OpenCL query). In
         summary mode only the first and last events are kept, unless the unit is drawn for
-        per-command detail; in mode ``none`` nothing is kept (the unit is done, no duration)."""
+        per-command detail; in mode ``none`` nothing is kept (the unit is done, no duration).
+        ``detail``: what :meth:`detail` answered before the work was enqueued (then, if False,
+        ``events`` need only be the first and the last); None: decided here."""
         if len(labels) > len(events):
             raise ValueError(
                 f"profiling.watch: {len(labels)} labels for {len(events)} events; expected at "
@@ -312,16 +314,22 @@ class Collector:
             )
         parent = parent if parent is not None else telemetry.current_span()
         mode = self._mode
-        if mode == "commands" or not events:
-            return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
-                                        attributes, 0, _queue=queue))  # fmt: skip
-        if mode == "none":
+        if mode == "none" and events:
             return DeviceTime(self, kind, (), (), name, parent, attributes, 0, done=True)
-        if self._draw(len(events)):
+        if detail is None:
+            detail = mode == "commands" or not events or self._draw(len(events))
+        if detail or not events:
             return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
-                                        attributes, 0, True, queue))  # fmt: skip
+                                        attributes, 0, mode == "summary", queue))  # fmt: skip
         return self._add(DeviceTime(self, kind, (events[0], events[-1]), (), name, parent,
                                     attributes, _START, _queue=queue))  # fmt: skip
+
+    def detail(self, commands: int) -> bool:
+        """Whether a unit of ``commands`` commands about to be enqueued gets per-command detail:
+        always in mode ``commands``, never in ``none``, drawn in ``summary`` (and charged now:
+        pass the answer to :meth:`watch`, which then needs only the first and last events)."""
+        mode = self._mode
+        return mode == "commands" or (mode == "summary" and self._draw(commands))
 
     def _draw(self, commands: int) -> bool:
         """Summary mode: whether a unit of ``commands`` gets per-command detail: with the
@@ -587,8 +595,9 @@ def collector() -> Collector:
     return _collector
 
 
-# the process-wide collector's hand-off and flush (see the Collector's methods)
+# the process-wide collector's hand-off, draw and flush (see the Collector's methods)
 watch = _collector.watch
+detail = _collector.detail
 watch_markers = _collector.watch_markers
 flush = _collector.flush
 

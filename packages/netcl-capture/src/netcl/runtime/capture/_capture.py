@@ -191,9 +191,11 @@ class KernelCapture:
         start = time.time_ns()
         error: BaseException | None = None
         keep: list[cl.Event] | None = [] if program.profiled else None
+        # drawn before the replay: a summary's replay keeps only its first and last events
+        detail = program.profiled and profiling.detail(program.num_commands)
         try:
             with self._lock:
-                event = program.run(subst, keep, program.checked)
+                event = program.run(subst, keep, program.checked, not detail)
                 self._replays += 1
         except BaseException as exc:
             error = exc
@@ -204,8 +206,9 @@ class KernelCapture:
                 attributes = {tm.LAUNCHES: program.num_launches, tm.REBOUND: len(subst or ())}
                 span = tm.TEL.span(tm.REPLAY_SPAN, attributes, start_time=start, current=False)
             if keep:  # what was enqueued runs on the device, even when the replay failed later
-                profiling.watch(profiling.REPLAY, keep, labels=program.labels[: len(keep)],
-                                parent=span, queue=program.queue)  # fmt: skip
+                labels = program.labels[: len(keep)] if detail else ()
+                profiling.watch(profiling.REPLAY, keep, labels=labels, parent=span,
+                                queue=program.queue, detail=detail)  # fmt: skip
             span.end(error)
         return event
 

@@ -195,10 +195,11 @@ class ReplayProgram:
         return self._index
 
     def run(self, subst: Subst | None = None, keep: list[Any] | None = None,
-            checked: bool = False) -> cl.Event | None:  # fmt: skip
+            checked: bool = False, ends: bool = False) -> cl.Event | None:  # fmt: skip
         """Enqueue the recorded commands with buffers substituted (a map ``index.validate``
         returned); an event that completes when all of them have (None if there are none).
-        ``keep`` (a profiled replay) gets every command's event, in the order of ``labels``;
+        ``keep`` (a profiled replay) gets every command's event, in the order of ``labels``, or
+        with ``ends`` on one in-order queue, the first and the last (a summary's);
         ``checked`` (checked mode) enqueues them one at a time, each followed by ``check``.
         OpenCL takes a kernel's arguments at enqueue time: an argument set, enqueued with and
         set back leaves the launch with the substitute and the recorded arguments in place."""
@@ -228,13 +229,20 @@ class ReplayProgram:
                     after(i, event)
                 return event
             found = _segments(self.ops, self.binds, subst) if transfers else self._segments
-            if keep is not None:
+            if keep is not None and not ends:
                 for fn, calls in found:
                     keep += starmap(fn, calls)
                 return keep[-1] if keep else None
-            last: deque[Any] | None = None
+            last: deque[Any] = deque(maxlen=1)
+            if keep is not None and found:  # ends: the first event, then only the last is kept
+                (fn, calls), *rest = found
+                last.append(fn(*calls[0]))
+                keep.append(last[0])
+                found = [(fn, calls[1:]), *rest]
             for fn, calls in found:
-                last = deque(starmap(fn, calls), 1)
+                last.extend(starmap(fn, calls))
+            if keep is not None and last:
+                keep.append(last[0])
             return last[0] if last else None
         finally:
             for kernel, index, old, _ in touched:
