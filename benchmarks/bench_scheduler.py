@@ -13,10 +13,11 @@ lock, then every op called and its events collected), which costs what the sched
 Python costs on each CPU; for kernels, the same launches waited by hand.
 
 Pipeline (``test_pipeline_*``): ``NETCL_BENCH_PIPELINE_CHUNKS`` chunks (default 8) of
-``NETCL_BENCH_PIPELINE_MB`` MB (default 1; 32 on a GPU) go host -> device, through a kernel and
-back, on three in-order queues: all on one queue, ``Scheduler`` sync mode (a plan per stage),
-device-ordered plans (async mode, ``queue`` + ``after``) and events chained by hand. The kernel's
-work per element is calibrated so that a kernel takes about 1.3x a copy
+``NETCL_BENCH_PIPELINE_MB`` MB (default 32 on a GPU, 1 elsewhere: a GPU moves 1 MB faster than
+the host can enqueue it, and the figures would time the host) go host -> device, through a
+kernel and back, on three in-order queues: all on one queue, ``Scheduler`` sync mode (a plan per
+stage), device-ordered plans (async mode, ``queue`` + ``after``) and events chained by hand. The
+kernel's work per element is calibrated so that a kernel takes about 1.3x a copy
 (``NETCL_BENCH_PIPELINE_ITERS`` sets it). Each variant stores ``speedup_vs_one_queue`` and
 ``ratio_vs_hand_chained``, paired in the same process. Target: device-ordered plans as fast as
 hand-chained events (ratio 1; on a GPU, at least 1.7x one queue). On a 2-core CPU nothing
@@ -266,7 +267,13 @@ def test_scheduler_kernels_async(benchmark: Any, kern: _Kernels) -> None:
 # --- pipeline: copy in / compute / copy out over chunks on three queues ------------------------
 
 PIPELINE_CHUNKS = int(os.environ.get("NETCL_BENCH_PIPELINE_CHUNKS", "8"))
-PIPELINE_MB = float(os.environ.get("NETCL_BENCH_PIPELINE_MB", "1"))
+
+
+def _chunk_mb(device: cl.Device) -> float:
+    gpu = bool(device.type & cl.device_type.GPU)
+    return float(os.environ.get("NETCL_BENCH_PIPELINE_MB", "32" if gpu else "1"))
+
+
 PIPELINE_SOURCE = """
 __kernel void work(__global float *a, int iters) {
     size_t i = get_global_id(0);
@@ -290,7 +297,8 @@ class _Pipeline:
     def __init__(self, ctx: cl.Context) -> None:
         mf = cl.mem_flags
         self.queues = [cl.CommandQueue(ctx) for _ in range(3)]
-        self.n = n = max(1, int(PIPELINE_MB * 2**20) // 4)
+        self.mb = _chunk_mb(ctx.devices[0])
+        self.n = n = max(1, int(self.mb * 2**20) // 4)
         self.knl = cl.Kernel(cl.Program(ctx, PIPELINE_SOURCE).build(), "work")
         q = self.queues[0]
         # pinned host memory (ALLOC_HOST_PTR, mapped): what lets a GPU copy while it computes
@@ -406,7 +414,7 @@ def _bench_pipeline(benchmark: Any, pipe: _Pipeline, variant: Callable[[], None]
     mine, one, hand = (statistics.median(r[k] for r in rounds) for k in range(3))
     benchmark.extra_info.update(
         chunks=PIPELINE_CHUNKS,
-        chunk_mb=PIPELINE_MB,
+        chunk_mb=pipe.mb,
         kernel_iters=pipe.iters,
         wall_ms=round(mine * 1e3, 3),
         one_queue_ms=round(one * 1e3, 3),
