@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 _LAZY = ("structlog", "rich", "opentelemetry.trace", "opentelemetry.metrics",
-         "opentelemetry.context")
+         "opentelemetry.context", "netcl.core.profiling")
 _MODULES = [
     "netcl.core.memory",
     "netcl.core.device",
@@ -41,9 +41,61 @@ def _loaded_after(code: str) -> list[str]:
 
 @pytest.mark.parametrize("module", _MODULES)
 def test_importing_a_package_loads_no_structlog_nor_opentelemetry(module: str) -> None:
+    """Nor device time: it loads with the first profiling queue."""
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} is not installed")
     assert _loaded_after(f"import {module}") == []
+
+
+def test_device_time_the_pool_and_the_planner_load_with_their_first_use() -> None:
+    """A capture replayed on a plain queue loads neither device time nor the pool (checked
+    mode's); the graph's planner loads with a first plan; a graph run and a scheduler run on a
+    plain queue load no device time; a capture on a profiling queue does."""
+    code = """
+        import sys
+        import numpy as np
+        import pyopencl as cl
+        from netcl.runtime.capture import KernelCapture
+        ctx = cl.create_some_context(interactive=False)
+        k = cl.Program(ctx, "__kernel void k(__global float *a) { a[0] += 1; }").build().k
+        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4)
+        def loaded():
+            return [m for m in ("netcl.core.profiling", "netcl.core.memory",
+                                "netcl.runtime.graph._plan") if m in sys.modules]
+        def replay(q):
+            cap = KernelCapture()
+            with cap:
+                k(q, (1,), None, buf)
+            cap.replay()
+            q.finish()
+        plain = cl.CommandQueue(ctx)
+        replay(plain)
+        print(loaded())
+        from netcl.core.memory import BufferPool
+        from netcl.core.tensor import Tensor
+        from netcl.runtime.graph import Graph, GraphExecutor
+        from netcl.runtime.scheduler import ExecutionPlan, Scheduler
+        print(loaded())
+        graph = Graph()
+        x = Tensor.from_numpy(np.ones(1, np.float32), plain)
+        graph.add_op("k", lambda ins, out: k(out.queue, (1,), None, out.buffer), [x], shape=(1,),
+                     dtype="float32")
+        GraphExecutor(BufferPool(plain)).run(graph)
+        sched = Scheduler()
+        sched.submit(ExecutionPlan([lambda: k(plain, (1,), None, buf)], queue=plain))
+        sched.run()
+        print(loaded())
+        replay(cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE))
+        print(loaded())
+        """
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    plan = "'netcl.runtime.graph._plan'"
+    assert proc.stdout.splitlines() == [
+        "[]", "['netcl.core.memory']", f"['netcl.core.memory', {plan}]",
+        f"['netcl.core.profiling', 'netcl.core.memory', {plan}]",
+    ], proc.stdout
 
 
 def test_importing_capture_loads_no_step_machinery() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pyopencl as cl
 
-from netcl.core import profiling, telemetry
+from netcl.core import telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.capture import _intercept
 from netcl.runtime.capture import _telemetry as tm
@@ -190,9 +190,14 @@ class KernelCapture:
         device's instead of delaying it."""
         start = time.time_ns()
         error: BaseException | None = None
-        keep: list[cl.Event] | None = [] if program.profiled else None
-        # drawn before the replay: a summary's replay keeps only its first and last events
-        detail = program.profiled and profiling.detail(program.num_commands)
+        keep: list[cl.Event] | None = None
+        detail = False
+        if program.profiled:
+            from netcl.core import profiling  # loaded: build() found the queue profiled
+
+            keep = []
+            # drawn before the replay: a summary's replay keeps only its first and last events
+            detail = profiling.detail(program.num_commands)
         try:
             with self._lock:
                 event = program.run(subst, keep, program.checked, not detail)

@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import sys
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from itertools import starmap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyopencl as cl
 
-from netcl.core import memory, profiling
 from netcl.runtime.capture import _contract
 from netcl.runtime.capture._ordering import Schedule, schedule
 from netcl.runtime.capture._rebind import BufferIndex
@@ -43,6 +43,9 @@ from netcl.runtime.capture._recording import (
     launch_sizes,
 )
 
+if TYPE_CHECKING:
+    from netcl.core import memory
+
 __all__ = ["BoundLaunch", "ReplayProgram", "build"]
 
 _enqueue = _contract.enqueue_nd_range_kernel
@@ -52,6 +55,7 @@ _flush = _contract.flush
 _marker = _contract.marker
 _wait = _contract.wait_for_events
 _OUT_OF_ORDER = int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+_PROFILING = int(cl.command_queue_properties.PROFILING_ENABLE)
 
 # (callable, argument tuples): a run of plain launches, or one call
 Segment = tuple[Callable[..., Any], list[tuple[Any, ...]]]
@@ -254,7 +258,8 @@ class ReplayProgram:
         for buf in bufs:
             ptr = _contract.mem_ptr(buf)
             new = subst.get(ptr)
-            found = memory.guarded(ptr if new is None else _contract.mem_ptr(new))
+            found = sys.modules["netcl.core.memory"].guarded(
+                ptr if new is None else _contract.mem_ptr(new))
             if found is not None:
                 yield found
 
@@ -377,7 +382,14 @@ def build(rec: Recording) -> ReplayProgram:
     ordered = len(distinct) <= 1 and not any(
         int(q.properties) & _OUT_OF_ORDER for q in distinct.values()
     )
-    profiled = bool(distinct) and all(profiling.enabled(q) for q in distinct.values())
+    # device time and checked mode load with their first use: a profiling queue, a checked pool
+    profiled = bool(distinct) and all(int(q.properties) & _PROFILING for q in distinct.values())
+    if profiled:
+        from netcl.core import profiling
+
+        profiled = all(profiling.enabled(q) for q in distinct.values())
+    mem = sys.modules.get("netcl.core.memory")  # not imported: no pool, let alone a checked one
+    checked = mem is not None and mem.checking()
     plan = None if ordered else schedule(ops, host_waits)
-    return ReplayProgram(ops, binds, launches, plan, tuple(binder.opaque), profiled,
-                         memory.checking(), tuple(distinct.values()))
+    return ReplayProgram(ops, binds, launches, plan, tuple(binder.opaque), profiled, checked,
+                         tuple(distinct.values()))

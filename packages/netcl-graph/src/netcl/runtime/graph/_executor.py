@@ -12,16 +12,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple, overload
 import numpy as np
 import pyopencl as cl
 
-from netcl.core import profiling, telemetry
+from netcl.core import telemetry
 from netcl.core.memory import BufferPool, Guard, MemoryCheckError, guard_byte, guard_bytes
 from netcl.core.tensor import Shape, Tensor, _Gone
 from netcl.runtime.graph import _telemetry as tm
 from netcl.runtime.graph._graph import Graph, Op, OpFn, TensorRef
-from netcl.runtime.graph._plan import GraphPlan, build_plan, padding
 from netcl.runtime.graph._telemetry import TEL
 
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
+
+    from netcl.runtime.graph._plan import GraphPlan
 
 __all__ = ["GraphExecutor"]
 
@@ -131,6 +132,8 @@ class _PlannedRun:
         """The blocks, giving each value its slot: grouped by block (its owner, then its views),
         so that a run puts a block's views into the value table with one slice assignment; in
         checked mode each value's guard (after it, and before it in a view) into ``guards``."""
+        from netcl.runtime.graph._plan import padding  # loaded: the plan was built
+
         plan = self.plan
         guard = None if guards is None else guard_bytes
         members: list[list[Op]] = [[] for _ in plan.blocks]
@@ -218,8 +221,13 @@ class GraphExecutor:
         # sub-buffer origins must be multiples of the device's base address alignment (in bits)
         self._alignment = max(int(queue.device.mem_base_addr_align) // 8, 1)
         self._out_of_order = bool(queue.properties & _OOO)
-        # a queue's properties never change: the one profiling check, made here
-        self._profiled = profiling.enabled(queue)
+        # a queue's properties never change: the one profiling check, made here (device time
+        # loads with the first profiling queue)
+        self._profiled = False
+        if queue.properties & cl.command_queue_properties.PROFILING_ENABLE:
+            from netcl.core import profiling
+
+            self._profiled = profiling.enabled(queue)
         self._checked = pool.check_memory  # checked mode is the pool's (guide)
         self._lock = threading.Lock()
         self._runs: weakref.WeakKeyDictionary[Graph, dict[tuple[str, ...] | None, _PlannedRun]]
@@ -249,6 +257,8 @@ class GraphExecutor:
             cached = self._runs.get(graph, {}).get(key)
         if cached is not None and cached.plan.graph_version == graph.version:
             return cached
+        from netcl.runtime.graph._plan import build_plan  # the planner loads with a first plan
+
         plan = build_plan(graph, key, self._alignment, self.pool.block_bytes,
                           guard_bytes if self._checked else None)
         run = _PlannedRun(plan, graph, self._context, self._checked)
@@ -325,6 +335,8 @@ class GraphExecutor:
             if ooo:
                 cl.enqueue_barrier(queue)  # earlier users of these blocks finish first
             if profiled:
+                from netcl.core import profiling  # loaded: __init__ found the queue profiled
+
                 marker = cl.enqueue_marker(queue)
             # The one per-op loop: take the op's blocks, call its fn, release the blocks whose
             # last reader it was. Span and device-time work only behind `hooked`; no call or

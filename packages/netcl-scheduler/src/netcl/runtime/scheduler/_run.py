@@ -22,7 +22,6 @@ from typing import TypeAlias
 
 import pyopencl as cl
 
-from netcl.core import profiling
 from netcl.core.telemetry import NO_SPAN, Span, tracing
 from netcl.runtime.scheduler import _telemetry as tm
 from netcl.runtime.scheduler._errors import (
@@ -139,10 +138,21 @@ def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
     )
 
 
+def _profiled(queue: cl.CommandQueue) -> bool:
+    """Whether device time watches ``queue``; it loads with the first profiling queue."""
+    if not queue.properties & cl.command_queue_properties.PROFILING_ENABLE:
+        return False
+    from netcl.core import profiling
+
+    return profiling.enabled(queue)
+
+
 def _watch_plan(plan: ExecutionPlan, record: PlanRecord, span: Span) -> None:
     """Hand the cl.Events the plan's ops returned in this run to the device-time collector."""
     events = [e for e in _events(record.results[record.first :]) if isinstance(e, _Event)]
     if events:
+        from netcl.core import profiling  # loaded: _profiled found the plan's queue profiled
+
         profiling.watch(profiling.SCHEDULER_PLAN, events, name=plan.description or None,
                         parent=span)  # fmt: skip
 
@@ -216,7 +226,7 @@ class Run:
                     # test per plan otherwise: plans made by submit(op) have no queue)
                     if found and (queue := plan.queue) is not None:
                         if (on := watched.get(id(queue))) is None:
-                            on = watched[id(queue)] = profiling.enabled(queue)
+                            on = watched[id(queue)] = _profiled(queue)
                         if on:
                             _watch_plan(plan, record, span)
                     if found and sync:
