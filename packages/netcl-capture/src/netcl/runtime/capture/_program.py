@@ -22,7 +22,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from itertools import starmap
+from itertools import chain, starmap
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -233,21 +233,16 @@ class ReplayProgram:
                     after(i, event)
                 return event
             found = _segments(self.ops, self.binds, subst) if transfers else self._segments
+            events = chain.from_iterable(starmap(fn, calls) for fn, calls in found)
             if keep is not None and not ends:
-                for fn, calls in found:
-                    keep += starmap(fn, calls)
+                keep += events
                 return keep[-1] if keep else None
-            last: deque[Any] = deque(maxlen=1)
-            if keep is not None and found:  # ends: the first event, then only the last is kept
-                (fn, calls), *rest = found
-                last.append(fn(*calls[0]))
-                keep.append(last[0])
-                found = [(fn, calls[1:]), *rest]
-            for fn, calls in found:
-                last.extend(starmap(fn, calls))
-            if keep is not None and last:
-                keep.append(last[0])
-            return last[0] if last else None
+            first = next(events, None)  # the others are released as they are enqueued
+            last = deque(events, 1)
+            end = last[0] if last else first
+            if keep is not None and first is not None:  # ends: a summary's, the first and last
+                keep += (first, end)
+            return end
         finally:
             for kernel, index, old, _ in touched:
                 _set_arg(kernel, index, old)
