@@ -198,7 +198,9 @@ class DeviceTime:
         """The device duration in seconds if the events have completed (collecting them now,
         in the caller's thread), else None. Never waits."""
         if not self.done and self.ready():
-            self._owner.collect_one(self)
+            with self._owner._lock:  # one collection at a time
+                if not self.done:
+                    self._owner._record(self)
         return self.duration
 
     def __repr__(self) -> str:
@@ -317,7 +319,7 @@ class Collector:
         if mode == "none" and events:
             return DeviceTime(self, kind, (), (), name, parent, attributes, 0, done=True)
         if detail is None:
-            detail = mode == "commands" or not events or self._draw(len(events))
+            detail = not events or self.detail(len(events))
         if detail or not events:
             return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
                                         attributes, 0, mode == "summary", queue))  # fmt: skip
@@ -325,26 +327,21 @@ class Collector:
                                     attributes, _START, _queue=queue))  # fmt: skip
 
     def detail(self, commands: int) -> bool:
-        """Whether a unit of ``commands`` commands about to be enqueued gets per-command detail:
-        always in mode ``commands``, never in ``none``, drawn in ``summary`` (and charged now:
-        pass the answer to :meth:`watch`, which then needs only the first and last events)."""
-        mode = self._mode
-        return mode == "commands" or (mode == "summary" and self._draw(commands))
-
-    def _draw(self, commands: int) -> bool:
-        """Summary mode: whether a unit of ``commands`` gets per-command detail: with the
-        probability credit / its expected collection cost, charged at once (so a burst cannot
+        """Whether a unit of ``commands`` commands about to be enqueued gets per-command detail
+        (pass the answer to :meth:`watch`, which then needs only the first and last events):
+        always in mode ``commands``, never in ``none``; in ``summary`` with the probability
+        credit / the unit's expected collection cost, charged at once (so a burst cannot
         overdraw the budget, and no pattern of units is always left out). The credit refills at
         ``sample_budget`` per second up to 0.05 s worth: at a low rate every unit is drawn."""
+        if self._mode != "summary":
+            return self._mode == "commands"
         now = time.monotonic()
         budget = self.sample_budget
         credit = min(budget * 0.05, self._sample_credit + (now - self._sample_at) * budget)
         self._sample_at = now
         cost = commands * self._command_cost
         drawn = random.random() * cost < credit
-        if drawn:
-            credit -= cost
-        self._sample_credit = credit
+        self._sample_credit = credit - cost if drawn else credit
         return drawn
 
     def watch_markers(self, kind: str, before: cl.Event, after: cl.Event, *,
@@ -399,12 +396,6 @@ class Collector:
                     waiting.append(unit)
             pending.extendleft(reversed(waiting))
             return len(waiting)
-
-    def collect_one(self, unit: DeviceTime) -> None:
-        """Record ``unit`` now if its events have completed."""
-        with self._lock:
-            if not unit.done and unit.ready():
-                self._record(unit)
 
     def flush(self, timeout: float = 5.0) -> int:
         """Collect, waiting up to ``timeout`` seconds for pending events (the end of a run's host
