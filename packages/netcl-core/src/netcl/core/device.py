@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 import pyopencl as cl
 
 from netcl.core import _settings
 
-__all__ = ["NoDeviceError", "default_context", "default_queue", "device_identity", "pick_device"]
+if TYPE_CHECKING:
+    from netcl.core.profiling import Collector
+
+__all__ = ["NoDeviceError", "default_context", "default_queue", "device_identity", "pick_device",
+           "watcher"]  # fmt: skip
 
 #: pyopencl's variable choosing the platform and device (``0``, ``0:1``, a name's start).
 CTX_ENV = _settings.PYOPENCL_CTX.name
@@ -23,6 +28,7 @@ class NoDeviceError(RuntimeError):
     platforms and devices there are."""
 
 
+_PROFILING = cl.command_queue_properties.PROFILING_ENABLE
 _lock = threading.Lock()
 _context: cl.Context | None = None
 _queues: dict[tuple[int, bool], cl.CommandQueue] = {}
@@ -105,9 +111,22 @@ def default_queue(
     with _lock:
         queue = _queues.get(key)
         if queue is None:
-            props = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0
+            props = _PROFILING if profiling else 0
             queue = _queues[key] = cl.CommandQueue(ctx, properties=props)
         return queue
+
+
+def watcher(*queues: cl.CommandQueue) -> Collector | None:
+    """The device-time collector when it watches work on every one of ``queues`` (each made with
+    profiling, and the collector's mode not ``none``), else None: the check a package makes once
+    per queue. Device time (:mod:`netcl.core.profiling`) loads here with the first profiling
+    queue, so a process without one never imports it."""
+    if not queues or not all(q.properties & _PROFILING for q in queues):
+        return None
+    from netcl.core import profiling
+
+    collector = profiling.collector()
+    return collector if collector.mode != "none" else None
 
 
 def device_identity(device: cl.Device) -> str:

@@ -25,15 +25,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMANDS", "DEVICE_BUCKETS_S", "GRAPH_NODE", "REPLAY", "SCHEDULER_PLAN", "Collector",
-    "Command", "DeviceClock", "DeviceTime", "Mode", "Stats", "collector", "detail", "enabled",
-    "flush", "watch", "watch_markers",
+    "Command", "DeviceClock", "DeviceTime", "Kind", "Mode", "Stats", "collector", "detail",
+    "enabled", "flush", "watch", "watch_markers",
 ]  # fmt: skip
 
 #: Kinds of watched work (the first argument of :func:`watch`).
-REPLAY = "replay"
-GRAPH_NODE = "graph.node"
-SCHEDULER_PLAN = "scheduler.plan"
-COMMANDS = "commands"
+Kind = Literal["replay", "graph.node", "scheduler.plan", "commands"]
+REPLAY: Kind = "replay"
+GRAPH_NODE: Kind = "graph.node"
+SCHEDULER_PLAN: Kind = "scheduler.plan"
+COMMANDS: Kind = "commands"
 
 #: What a collector records (guide: Modes): ``commands``, every command of every unit (the
 #: timeline); ``summary``, one device time per unit and per-command detail for a sample of them
@@ -166,7 +167,7 @@ class DeviceTime:
     ``end_ns`` (host clock) and ``commands`` (of :func:`watch`), filled in when it completes."""
 
     _owner: Collector
-    kind: str
+    kind: Kind
     _events: tuple[cl.Event, ...]
     labels: tuple[str, ...]
     name: str | None
@@ -298,7 +299,7 @@ class Collector:
         self._mode = mode
 
     # -- hand-off (the caller's thread: no OpenCL call, no wait) -----------------------------
-    def watch(self, kind: str, events: Sequence[cl.Event], *, labels: Sequence[str] = (),
+    def watch(self, kind: Kind, events: Sequence[cl.Event], *, labels: Sequence[str] = (),
               name: str | None = None, parent: telemetry.Span | None = None,
               attributes: _Attrs | None = None, queue: cl.CommandQueue | None = None,
               detail: bool | None = None) -> DeviceTime:  # fmt: skip
@@ -344,7 +345,7 @@ class Collector:
         self._sample_credit = credit - cost if drawn else credit
         return drawn
 
-    def watch_markers(self, kind: str, before: cl.Event, after: cl.Event, *,
+    def watch_markers(self, kind: Kind, before: cl.Event, after: cl.Event, *,
                       name: str | None = None, parent: telemetry.Span | None = None,
                       attributes: _Attrs | None = None,
                       queue: cl.CommandQueue | None = None) -> DeviceTime:  # fmt: skip

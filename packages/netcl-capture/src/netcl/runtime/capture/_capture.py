@@ -171,7 +171,8 @@ class KernelCapture:
     def _replay(
         self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
     ) -> cl.Event | None:
-        if program.profiled or program.checked or telemetry.tracing():  # per plain replay
+        # the one test of a plain replay
+        if program.collector is not None or program.checked or telemetry.tracing():
             event = self._observed(program, subst)
         else:
             with self._lock:
@@ -192,12 +193,11 @@ class KernelCapture:
         error: BaseException | None = None
         keep: list[cl.Event] | None = None
         detail = False
-        if program.profiled:
-            from netcl.core import profiling  # loaded: build() found the queue profiled
-
+        collector = program.collector
+        if collector is not None:
             keep = []
             # drawn before the replay: a summary's replay keeps only its first and last events
-            detail = profiling.detail(program.num_commands)
+            detail = collector.detail(program.num_commands)
         try:
             with self._lock:
                 event = program.run(subst, keep, program.checked, not detail)
@@ -210,10 +210,11 @@ class KernelCapture:
             if telemetry.tracing():
                 attributes = {tm.LAUNCHES: program.num_launches, tm.REBOUND: len(subst or ())}
                 span = tm.TEL.span(tm.REPLAY_SPAN, attributes, start_time=start, current=False)
-            if keep:  # what was enqueued runs on the device, even when the replay failed later
+            # what was enqueued runs on the device, even when the replay failed later
+            if collector is not None and keep:
                 labels = program.labels[: len(keep)] if detail else ()
-                profiling.watch(profiling.REPLAY, keep, labels=labels, parent=span,
-                                queue=program.queue, detail=detail)  # fmt: skip
+                collector.watch("replay", keep, labels=labels, parent=span, queue=program.queue,
+                                detail=detail)  # fmt: skip
             span.end(error)
         return event
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyopencl as cl
 
+from netcl.core import device
 from netcl.runtime.capture import _contract
 from netcl.runtime.capture._ordering import Schedule, schedule
 from netcl.runtime.capture._rebind import BufferIndex
@@ -45,6 +46,7 @@ from netcl.runtime.capture._recording import (
 
 if TYPE_CHECKING:
     from netcl.core import memory
+    from netcl.core.profiling import Collector
 
 __all__ = ["BoundLaunch", "ReplayProgram", "build"]
 
@@ -55,7 +57,6 @@ _flush = _contract.flush
 _marker = _contract.marker
 _wait = _contract.wait_for_events
 _OUT_OF_ORDER = int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
-_PROFILING = int(cl.command_queue_properties.PROFILING_ENABLE)
 
 # (callable, argument tuples): a run of plain launches, or one call
 Segment = tuple[Callable[..., Any], list[tuple[Any, ...]]]
@@ -166,7 +167,7 @@ class ReplayProgram:
     buffers (its own OpenCL references), kernels and host arrays alive."""
 
     def __init__(self, ops: list[Op], binds: Binds, launches: int, plan: Schedule | None,
-                 opaque: tuple[str, ...], profiled: bool, checked: bool,
+                 opaque: tuple[str, ...], collector: Collector | None, checked: bool,
                  queues: tuple[cl.CommandQueue, ...]) -> None:  # fmt: skip
         self.ops = tuple(ops)
         self.binds = binds
@@ -176,9 +177,9 @@ class ReplayProgram:
         self.num_commands = sum(type(op) is not RawFinish for op in ops)
         self.opaque_launches = opaque  # kernels launched with arguments set before begin()
         self._segments = _segments(self.ops, binds, {}) if plan is None else []
-        # every queue of the capture has profiling: replays keep each command's event for the
-        # device-time collector (decided once here; a queue's properties never change)
-        self.profiled = profiled
+        # where device time watches every queue of the capture, the collector replays hand
+        # events to (decided once here; a queue's properties never change)
+        self.collector = collector
         self.queues = queues  # finished at exit (see _finish_at_exit)
         self.queue = queues[0] if len(queues) == 1 else None  # for the device-time collector
         _LIVE.add(self)
@@ -187,7 +188,7 @@ class ReplayProgram:
         self.labels = tuple(
             binds[id(op.shape)].name if isinstance(op, RawLaunch) else op.entry.operation
             for op in self.ops if isinstance(op, (RawLaunch, RawTransfer))
-        ) if profiled else ()  # fmt: skip
+        ) if collector is not None else ()  # fmt: skip
         self._index: BufferIndex | None = None
         self.checked = checked  # a pool was in checked mode at end(): replays check guards
 
@@ -377,14 +378,9 @@ def build(rec: Recording) -> ReplayProgram:
     ordered = len(distinct) <= 1 and not any(
         int(q.properties) & _OUT_OF_ORDER for q in distinct.values()
     )
-    # device time and checked mode load with their first use: a profiling queue, a checked pool
-    profiled = bool(distinct) and all(int(q.properties) & _PROFILING for q in distinct.values())
-    if profiled:
-        from netcl.core import profiling
-
-        profiled = all(profiling.enabled(q) for q in distinct.values())
+    # checked mode loads with its first use (a checked pool), as device time does (watcher)
     mem = sys.modules.get("netcl.core.memory")  # not imported: no pool, let alone a checked one
     checked = mem is not None and mem.checking()
     plan = None if ordered else schedule(ops, host_waits)
-    return ReplayProgram(ops, binds, launches, plan, tuple(binder.opaque), profiled, checked,
-                         tuple(distinct.values()))
+    return ReplayProgram(ops, binds, launches, plan, tuple(binder.opaque),
+                         device.watcher(*distinct.values()), checked, tuple(distinct.values()))

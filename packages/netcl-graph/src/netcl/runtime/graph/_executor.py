@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, overload
 import numpy as np
 import pyopencl as cl
 
-from netcl.core import telemetry
+from netcl.core import device, telemetry
 from netcl.core.memory import BufferPool, Guard, MemoryCheckError, guard_byte, guard_bytes
 from netcl.core.tensor import Shape, Tensor, _Gone
 from netcl.runtime.graph import _telemetry as tm
@@ -22,6 +22,7 @@ from netcl.runtime.graph._telemetry import TEL
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
+    from netcl.core.profiling import Collector
     from netcl.runtime.graph._plan import GraphPlan
 
 __all__ = ["GraphExecutor"]
@@ -221,13 +222,8 @@ class GraphExecutor:
         # sub-buffer origins must be multiples of the device's base address alignment (in bits)
         self._alignment = max(int(queue.device.mem_base_addr_align) // 8, 1)
         self._out_of_order = bool(queue.properties & _OOO)
-        # a queue's properties never change: the one profiling check, made here (device time
-        # loads with the first profiling queue)
-        self._profiled = False
-        if queue.properties & cl.command_queue_properties.PROFILING_ENABLE:
-            from netcl.core import profiling
-
-            self._profiled = profiling.enabled(queue)
+        # a queue's properties never change: the one device-time check, made here
+        self._collector = device.watcher(queue)
         self._checked = pool.check_memory  # checked mode is the pool's (guide)
         self._lock = threading.Lock()
         self._runs: weakref.WeakKeyDictionary[Graph, dict[tuple[str, ...] | None, _PlannedRun]]
@@ -302,7 +298,7 @@ class GraphExecutor:
         if telemetry.tracing():
             result = self._traced(state)
         else:
-            result = self._execute(state, False, self._profiled, self._checked)
+            result = self._execute(state, False, self._collector, self._checked)
         tm.RUN_DURATION.record(time.perf_counter() - t0)
         tm.NODES_EXECUTED.add(len(state.ops))
         return result[0] if outputs is None else result
@@ -310,14 +306,14 @@ class GraphExecutor:
     def _traced(self, state: _PlannedRun) -> list[Tensor]:
         with TEL.span(tm.RUN_SPAN, state.run_attrs) as span:
             try:
-                return self._execute(state, True, self._profiled, self._checked)
+                return self._execute(state, True, self._collector, self._checked)
             except BaseException as exc:
                 # the caller gets an error that wraps the op's own: the span reports the op's
                 span.fail(exc.__cause__ if exc.__cause__ is not None else exc)
                 raise
 
     def _execute(
-        self, state: _PlannedRun, traced: bool, profiled: bool, checked: bool
+        self, state: _PlannedRun, traced: bool, collector: Collector | None, checked: bool
     ) -> list[Tensor]:
         pool = self.pool
         queue = self._queue
@@ -329,14 +325,12 @@ class GraphExecutor:
         allocating = -1
         span = telemetry.NO_SPAN
         # after the fn, spans, device time and checked mode share one flag (one test per op)
-        hooked = traced or profiled or checked
+        hooked = traced or collector is not None or checked
         marker: cl.Event | None = None
         try:
             if ooo:
                 cl.enqueue_barrier(queue)  # earlier users of these blocks finish first
-            if profiled:
-                from netcl.core import profiling  # loaded: __init__ found the queue profiled
-
+            if collector is not None:
                 marker = cl.enqueue_marker(queue)
             # The one per-op loop: take the op's blocks, call its fn, release the blocks whose
             # last reader it was. Span and device-time work only behind `hooked`; no call or
@@ -364,10 +358,10 @@ class GraphExecutor:
                         k, guard, what = node.guard  # type: ignore[misc]
                         guard.check(queue, taken[k].buffer,  # type: ignore[union-attr]
                                     f"GraphExecutor.run: op {node.name!r}", what)
-                    if marker is not None:
+                    if collector is not None and marker is not None:
                         # node k's device time: from the marker before it to one enqueued now
                         after = cl.enqueue_marker(queue)
-                        profiling.watch_markers(profiling.GRAPH_NODE, marker, after,
+                        collector.watch_markers("graph.node", marker, after,
                                                 name=node.name, parent=span, queue=queue)
                         marker = after
                     span.end()

@@ -18,10 +18,11 @@ import threading
 import weakref
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import pyopencl as cl
 
+from netcl.core.device import watcher
 from netcl.core.telemetry import NO_SPAN, Span, tracing
 from netcl.runtime.scheduler import _telemetry as tm
 from netcl.runtime.scheduler._errors import (
@@ -31,6 +32,9 @@ from netcl.runtime.scheduler._errors import (
     describe_value,
 )
 from netcl.runtime.scheduler._plan import EventLike, ExecutionPlan, Op, after_of
+
+if TYPE_CHECKING:
+    from netcl.core.profiling import Collector
 
 __all__ = ["Barriers", "PlanRecord", "Run", "run_order"]
 
@@ -138,23 +142,12 @@ def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
     )
 
 
-def _profiled(queue: cl.CommandQueue) -> bool:
-    """Whether device time watches ``queue``; it loads with the first profiling queue."""
-    if not queue.properties & cl.command_queue_properties.PROFILING_ENABLE:
-        return False
-    from netcl.core import profiling
-
-    return profiling.enabled(queue)
-
-
-def _watch_plan(plan: ExecutionPlan, record: PlanRecord, span: Span) -> None:
+def _watch_plan(collector: Collector, plan: ExecutionPlan, record: PlanRecord,
+                span: Span) -> None:  # fmt: skip
     """Hand the cl.Events the plan's ops returned in this run to the device-time collector."""
     events = [e for e in _events(record.results[record.first :]) if isinstance(e, _Event)]
     if events:
-        from netcl.core import profiling  # loaded: _profiled found the plan's queue profiled
-
-        profiling.watch(profiling.SCHEDULER_PLAN, events, name=plan.description or None,
-                        parent=span)  # fmt: skip
+        collector.watch("scheduler.plan", events, name=plan.description or None, parent=span)
 
 
 def _events(results: Iterable[object]) -> list[EventLike]:
@@ -202,7 +195,7 @@ class Run:
                           tm.RUN_WAIT: wait}  # fmt: skip
             run_span = tm.TEL.span(tm.RUN_SPAN, attributes)
         events: list[EventLike] = []
-        watched: dict[int, bool] = {}  # profiling.enabled by id(queue), once a run (info query)
+        watched: dict[int, Collector | None] = {}  # watcher() by id(queue), once a run
         with run_span:
             for k, plan in enumerate(plans):
                 record = records[k]
@@ -225,10 +218,10 @@ class Run:
                     # device time only for a plan that names a profiling queue (one attribute
                     # test per plan otherwise: plans made by submit(op) have no queue)
                     if found and (queue := plan.queue) is not None:
-                        if (on := watched.get(id(queue))) is None:
-                            on = watched[id(queue)] = _profiled(queue)
-                        if on:
-                            _watch_plan(plan, record, span)
+                        if id(queue) not in watched:
+                            watched[id(queue)] = watcher(queue)
+                        if (collector := watched[id(queue)]) is not None:
+                            _watch_plan(collector, plan, record, span)
                     if found and sync:
                         plan_events = _events(record.results)
                         if plan_events and (wait or k < last):  # a wait that orders the next
