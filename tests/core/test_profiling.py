@@ -429,6 +429,18 @@ def test_summary_sampling_is_charged_at_hand_off(pq: cl.CommandQueue, kernels: A
     none.flush()
 
 
+def test_a_unit_dearer_than_the_full_credit_is_still_drawn() -> None:
+    """At the default budget the full credit (0.05 s at 0.25% of a core: 125 µs) is less than
+    collecting a unit of 100 commands is expected to cost (~500 µs): such units are still drawn
+    once the credit is full, whatever share of their cost the draw asked for."""
+    for _ in range(5):  # five draws of that share: a cap missed would fail one in 4**5 times
+        collector = profiling.Collector(mode="summary")
+        deadline = time.monotonic() + 1.0
+        while not collector.detail(100):
+            assert time.monotonic() < deadline, "no unit of 100 commands drawn in 1 s"
+            time.sleep(0.002)
+
+
 def test_summary_mode_keeps_markers_and_single_commands(
     pq: cl.CommandQueue, kernels: Any
 ) -> None:

@@ -276,13 +276,13 @@ class Collector:
         # summary mode's draws: credit in seconds of collection, charged at the hand-off with the
         # measured cost per command of collecting a drawn unit (a first guess until measured)
         self._sample_credit, self._sample_at, self._command_cost = 0.0, time.monotonic(), 5e-6
+        self._sample_share, self._sample_next = random.random(), 0.0  # see detail()
         self._pending: deque[DeviceTime] = deque()
         self._lock = threading.RLock()  # one collection at a time; guards the fields below
         self._clocks: dict[int, DeviceClock] = {}  # by device
-        self._devices: dict[int, tuple[str, cl.Device, int]] = {}  # by queue: name, device, key
+        self._devices: dict[int, tuple[str, int, int]] = {}  # see _device
         self._busy: defaultdict[str, deque[tuple[int, int]]] = defaultdict(deque)
-        self._counts = dict.fromkeys(("watched", "collected", "dropped", "spans_skipped",
-                                      "sampled"), 0)  # fmt: skip
+        self._counts = dict.fromkeys(("watched", "dropped", "spans_skipped", "sampled"), 0)
         self._by_kind: dict[str, list[float]] = {}
         self._by_kernel: dict[str, list[float]] = {}
         self._thread: threading.Thread | None = None
@@ -325,25 +325,36 @@ class Collector:
             return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
                                         attributes, 0, mode == "summary", queue))  # fmt: skip
         return self._add(DeviceTime(self, kind, (events[0], events[-1]), (), name, parent,
-                                    attributes, _START, _queue=queue))  # fmt: skip
+                                    attributes, _START, False, queue))  # fmt: skip
 
     def detail(self, commands: int) -> bool:
         """Whether a unit of ``commands`` commands about to be enqueued gets per-command detail
         (pass the answer to :meth:`watch`, which then needs only the first and last events):
-        always in mode ``commands``, never in ``none``; in ``summary`` with the probability
-        credit / the unit's expected collection cost, charged at once (so a burst cannot
-        overdraw the budget, and no pattern of units is always left out). The credit refills at
-        ``sample_budget`` per second up to 0.05 s worth: at a low rate every unit is drawn."""
+        always in mode ``commands``, never in ``none``; in ``summary`` once the credit covers a
+        random share (uniform, drawn anew after each draw; at most the full credit) of the unit's
+        expected collection cost, which is then charged at once (so a burst cannot overdraw the
+        budget, and no pattern of units is always left out). The credit refills at
+        ``sample_budget`` per second up to 0.05 s worth: at a low rate every unit is drawn.
+        Until the credit can cover the share, the answer is one clock read."""
         if self._mode != "summary":
             return self._mode == "commands"
         now = time.monotonic()
+        if now < self._sample_next:
+            return False
         budget = self.sample_budget
-        credit = min(budget * 0.05, self._sample_credit + (now - self._sample_at) * budget)
+        full = budget * 0.05
+        credit = min(full, self._sample_credit + (now - self._sample_at) * budget)
         self._sample_at = now
         cost = commands * self._command_cost
-        drawn = random.random() * cost < credit
-        self._sample_credit = credit - cost if drawn else credit
-        return drawn
+        need = min(self._sample_share * cost, full)  # a unit dearer than full credit is drawable
+        if credit < need or credit <= 0:
+            self._sample_credit = credit
+            if budget > 0:  # when the credit will cover it (for a unit of this size)
+                self._sample_next = now + (need - credit) / budget
+            return False
+        self._sample_credit = credit - cost
+        self._sample_share = random.random()
+        return True
 
     def watch_markers(self, kind: Kind, before: cl.Event, after: cl.Event, *,
                       name: str | None = None, parent: telemetry.Span | None = None,
@@ -356,7 +367,7 @@ class Collector:
         if self._mode == "none":
             return DeviceTime(self, kind, (), (), name, parent, attributes, 0, done=True)
         return self._add(DeviceTime(self, kind, (before, after), (), name, parent, attributes,
-                                    _END, _queue=queue))  # fmt: skip
+                                    _END, False, queue))  # fmt: skip
 
     def _add(self, unit: DeviceTime) -> DeviceTime:
         if unit.kind not in _KINDS:
@@ -396,6 +407,12 @@ class Collector:
                 else:
                     waiting.append(unit)
             pending.extendleft(reversed(waiting))
+            # intervals the busy window no longer sees (dropped here, once a collection: without
+            # a metric reader the gauge is never read, and they would pile up)
+            old = time.time_ns() - (self.busy_window + 1) * 1e9
+            for intervals in self._busy.values():
+                while intervals and intervals[0][1] < old:
+                    intervals.popleft()
             return len(waiting)
 
     def flush(self, timeout: float = 5.0) -> int:
@@ -417,8 +434,9 @@ class Collector:
         with self._lock:
             kind, kernel = ({k: (int(n), t) for k, (n, t) in d.items()}
                             for d in (self._by_kind, self._by_kernel))  # fmt: skip
-            return Stats(**self._counts, pending=len(self._pending), by_kind=kind,
-                         by_kernel=kernel)  # fmt: skip
+            collected = sum(n for n, _ in kind.values())
+            return Stats(**self._counts, collected=collected, pending=len(self._pending),
+                         by_kind=kind, by_kernel=kernel)  # fmt: skip
 
     def busy(self, now_ns: int | None = None) -> dict[str, float]:
         """Per device name, the share of the last ``busy_window`` seconds in which watched
@@ -429,8 +447,6 @@ class Collector:
         out = {}
         with self._lock:
             for dev, intervals in self._busy.items():
-                while intervals and intervals[0][1] < low - int(1e9):
-                    intervals.popleft()
                 clipped = [(max(s, low), min(e, now)) for s, e in intervals if e > low and s < now]
                 out[dev] = _union_ns(clipped) / (now - low)
         return out
@@ -441,15 +457,14 @@ class Collector:
         t0 = time.thread_time() if unit.sampled else 0.0
         events = unit._events
         try:
-            device, clock = self._device(unit)
+            device, offset = self._device(unit)
             if unit._from:  # the envelope: a summary, or the time between two markers
-                first, last = events[0], events[-1]
                 if unit._failed:
                     raise _CommandFailedError("the first or last command failed")
-                start = first.get_profiling_info(unit._from) + clock.offset_ns
-                end = max(last.get_profiling_info(_END) + clock.offset_ns, start)
+                start = events[0].get_profiling_info(unit._from) + offset
+                end = max(events[-1].get_profiling_info(_END) + offset, start)
             else:
-                commands = self._commands(unit, clock)
+                commands = self._commands(unit, offset)
         except (cl.Error, _CommandFailedError) as exc:  # a queue without profiling, a failure
             self._counts["dropped"] += 1
             warn_once(_log, ("device_time_not_collected", type(exc)),
@@ -470,12 +485,7 @@ class Collector:
             for c in commands:
                 if c.kernel:
                     _add(self._by_kernel, c.name, (c.end_ns - c.start_ns) / 1e9)
-        # intervals the busy window no longer sees (also dropped here: without a metric reader
-        # the gauge is never read, and they would pile up)
-        while busy and busy[0][1] < unit.end_ns - (self.busy_window + 1) * 1e9:
-            busy.popleft()
         unit.duration = busy_ns / 1e9
-        self._counts["collected"] += 1
         _add(self._by_kind, unit.kind, unit.duration)
         self._emit(unit, device)
         count = len(events)
@@ -485,22 +495,24 @@ class Collector:
             cost = (time.thread_time() - t0) / count
             self._command_cost += (cost - self._command_cost) / 4
 
-    def _device(self, unit: DeviceTime) -> tuple[str, DeviceClock]:
-        """The name and current clock calibration of the device that ran ``unit``."""
+    def _device(self, unit: DeviceTime) -> tuple[str, int]:
+        """The name of the device that ran ``unit`` and its clock's current offset (ns)."""
         queue = unit._queue
         if queue is None:  # an OpenCL query that makes a new CommandQueue object each time
             queue = unit._events[0].get_info(_QUEUE)
+        # by queue: (device name, clock offset, when the calibration expires)
         found = self._devices.get(queue.int_ptr)
-        if found is None:  # OpenCL info calls: once per queue
-            device = queue.device
-            found = self._devices[queue.int_ptr] = (device.name.strip(), device, device.int_ptr)
-        name, device, key = found
-        clock = self._clocks.get(key)
-        if clock is None or time.time_ns() - clock.measured_ns > self.recalibrate * 1e9:
-            clock = self._clocks[key] = _calibrate(queue.context, device)
-        return name, clock
+        if found is None or time.time_ns() > found[2]:
+            device = queue.device  # OpenCL info calls: once per queue and calibration
+            clock = self._clocks.get(device.int_ptr)
+            if clock is None or time.time_ns() - clock.measured_ns > self.recalibrate * 1e9:
+                clock = self._clocks[device.int_ptr] = _calibrate(queue.context, device)
+            found = self._devices[queue.int_ptr] = (
+                device.name.strip(), clock.offset_ns,
+                clock.measured_ns + int(self.recalibrate * 1e9))  # fmt: skip
+        return found[0], found[1]
 
-    def _commands(self, unit: DeviceTime, clock: DeviceClock) -> list[Command]:
+    def _commands(self, unit: DeviceTime, offset: int) -> list[Command]:
         """The unit's commands on the host clock; ``cl.Error`` for an event of a queue without
         profiling, :class:`_CommandFailedError` for a failed command."""
         if unit._failed:
@@ -513,7 +525,7 @@ class Collector:
             end = max(event.get_profiling_info(_END), start)
             kind = _type_name(event.command_type)
             label = unit.labels[i] if i < len(unit.labels) else kind
-            commands.append(Command(label, kind, clock.to_host(start), clock.to_host(end)))
+            commands.append(Command(label, kind, start + offset, end + offset))
         return commands
 
     def _emit(self, unit: DeviceTime, device: str) -> None:
@@ -529,15 +541,16 @@ class Collector:
             if not command_spans:
                 self._counts["spans_skipped"] += 1
         span_name, name_attribute, histogram = _KINDS[unit.kind]
-        dev = {"netcl.device.name": device}
-        named = {**dev, name_attribute: unit.name} if unit.name is not None else dev
+        named = {"netcl.device.name": device}
+        if unit.name is not None:
+            named[name_attribute] = unit.name
         duration = unit.duration or 0.0
         if histogram is not None:
             histogram.record(duration, named)
         for c in unit.commands:
             if c.kernel:
                 _KERNEL_DURATION.record((c.end_ns - c.start_ns) / 1e9,
-                                        {"netcl.kernel.name": c.name, **dev})  # fmt: skip
+                                        {"netcl.kernel.name": c.name, "netcl.device.name": device})
         if not telemetry.tracing():
             return
         attrs: dict[str, AttributeValue] = {**named, "netcl.device.duration": duration}
@@ -549,7 +562,8 @@ class Collector:
         envelope = TEL.span(span_name, attrs, start_time=unit.start_ns, current=False,
                             parent=unit.parent)  # fmt: skip
         for c in unit.commands if command_spans else ():
-            TEL.record_span(c.span_name, c.start_ns, c.end_ns, {**c.attributes, **dev},
+            TEL.record_span(c.span_name, c.start_ns, c.end_ns,
+                            {**c.attributes, "netcl.device.name": device},
                             parent=envelope)  # fmt: skip
         envelope.end(end_time=unit.end_ns)
         if unit.commands:

@@ -178,18 +178,15 @@ class _Safe:
         self._make = make
         self._stage = f"metric:{name}"
 
-    def _made(self) -> Any:
-        if self._instrument is None and _sdk.metrics_loaded():
-            with _making:  # made once: a second instrument of a name would be a warning
-                if self._instrument is None:
-                    self._instrument = self._make()
-        return self._instrument
-
     def record(self, amount: float, attributes: _Attrs | None = None) -> None:
         try:
-            instrument = self._instrument or self._made()
-            if instrument is not None:
-                instrument.record(amount, attributes)
+            if self._instrument is None:
+                if not _sdk.metrics_loaded():
+                    return
+                with _making:  # made once: a second instrument of a name would be a warning
+                    if self._instrument is None:
+                        self._instrument = self._make()
+            self._instrument.record(amount, attributes)
         except Exception as exc:
             _sdk_failed(self._stage, exc)
 

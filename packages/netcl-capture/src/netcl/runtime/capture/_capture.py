@@ -189,7 +189,8 @@ class KernelCapture:
         profiling queues, every command's event kept and handed to the device-time collector.
         The span is made after the launches, backdated: its ~10 µs of SDK work overlaps the
         device's instead of delaying it."""
-        start = time.time_ns()
+        traced = telemetry.tracing()
+        start = time.time_ns() if traced else 0
         error: BaseException | None = None
         keep: list[cl.Event] | None = None
         detail = False
@@ -207,7 +208,7 @@ class KernelCapture:
             raise
         finally:
             span = telemetry.NO_SPAN
-            if telemetry.tracing():
+            if traced:
                 attributes = {tm.LAUNCHES: program.num_launches, tm.REBOUND: len(subst or ())}
                 span = tm.TEL.span(tm.REPLAY_SPAN, attributes, start_time=start, current=False)
             # what was enqueued runs on the device, even when the replay failed later
