@@ -116,13 +116,14 @@ class KernelCapture:
         recording is live. Idempotent."""
         rec = self._recording
         if rec is not None:
-            _intercept.uninstall(rec)
+            _intercept.uninstall(rec)  # reconciles
             rec.clear()
+        else:  # what an interrupted begin() or end() may have left
+            _intercept.reconcile()
         finalizer, self._finalizer = self._finalizer, None
         if finalizer is not None:
             finalizer.detach()
         self._recording = None
-        _intercept.reconcile()
         span, self._span = self._span, telemetry.NO_SPAN
         if isinstance(why, ReplayProgram):
             span.set_many({tm.LAUNCHES: why.num_launches, tm.COMMANDS: why.num_commands})

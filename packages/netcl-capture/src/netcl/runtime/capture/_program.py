@@ -174,7 +174,7 @@ class ReplayProgram:
         # None: one in-order queue, where queue order is every dependency there is
         self.plan = plan
         self.num_launches = launches
-        self.num_commands = sum(type(op) is not RawFinish for op in ops)
+        self.num_commands = len(ops) - list(map(type, ops)).count(RawFinish)
         self.opaque_launches = opaque  # kernels launched with arguments set before begin()
         self._segments = _segments(self.ops, binds, {}) if plan is None else []
         # where device time watches every queue of the capture, the collector replays hand
