@@ -78,12 +78,9 @@ def table(
             over -= take
     lines = []
     for r in cells:
-        parts = []
-        for i, c in enumerate(r):
-            c = _cut(c, widths[i])
-            last = i == n - 1
-            parts.append(c.rjust(widths[i]) if i in right else (c if last else c.ljust(widths[i])))
-        line = _GAP.join(parts).rstrip()
+        parts = [_cut(c, w).rjust(w) if i in right else _cut(c, w).ljust(w)
+                 for i, (c, w) in enumerate(zip(r, widths, strict=True))]
+        line = _GAP.join(parts).rstrip()  # rstrip: no padding after the last column
         lines.append(_cut(line, limit) if limit is not None else line)
     return lines
 
@@ -98,8 +95,7 @@ def pairs(rows: Sequence[tuple[str, object]]) -> list[str]:
         text = str(value)
         line = f"{label:<{label_w}}{_GAP}{text}".rstrip()
         if limit is not None and len(line) > limit:
-            lines.append(_cut(label, limit))
-            lines.append(_cut("    " + text, limit))
+            lines += [_cut(label, limit), _cut("    " + text, limit)]
         else:
             lines.append(line)
     return lines

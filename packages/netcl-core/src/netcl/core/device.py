@@ -17,9 +17,6 @@ __all__ = ["NoDeviceError", "default_context", "default_queue", "device_identity
 
 #: pyopencl's variable choosing the platform and device (``0``, ``0:1``, a name's start).
 CTX_ENV = _settings.PYOPENCL_CTX.name
-#: ``1``, ``commands`` or ``summary`` make :func:`default_queue` hand out a profiling queue
-#: unless told otherwise (and choose what is recorded: netcl.core.profiling's modes).
-PROFILE_ENV = _settings.PROFILE.name
 
 
 class NoDeviceError(RuntimeError):
@@ -109,8 +106,7 @@ def default_queue(
     ctx = ctx or default_context()
     key = (ctx.int_ptr, bool(profiling))
     with _lock:
-        queue = _queues.get(key)
-        if queue is None:
+        if (queue := _queues.get(key)) is None:
             props = _PROFILING if profiling else 0
             queue = _queues[key] = cl.CommandQueue(ctx, properties=props)
         return queue

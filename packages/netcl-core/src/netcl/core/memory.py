@@ -27,9 +27,6 @@ from netcl.core.version import __version__
 __all__ = ["BufferPool", "Guard", "MemoryCheckError", "PoolStats", "checking", "guard_byte",
            "guard_bytes", "guarded"]
 
-#: The variable with the default pool limit (declared in ``netcl.core._settings``).
-LIMIT_ENV = POOL_LIMIT.name
-
 # pyopencl's read primitive, bound at import: netcl-capture intercepts the module attribute while
 # it records, and the pool's backing read (on its own queue) is not part of the application's work
 _read_buffer = cl._cl._enqueue_read_buffer
@@ -386,12 +383,10 @@ class BufferPool:
         size = self.block_bytes(nbytes)
         if size > self._max_alloc:
             return _Bin(self._token, size, direct=True)  # not kept: allocating from it fails
-        bin_ = self._bins.get(size)
-        if bin_ is not None:
+        if (bin_ := self._bins.get(size)) is not None:
             return bin_
         with self._lock:  # one bin per size, whichever thread makes it
-            bin_ = self._bins.get(size)
-            if bin_ is None:
+            if (bin_ := self._bins.get(size)) is None:
                 # pyopencl's class of the device's maximum can be larger than the maximum
                 direct = self._class_bytes(size) != size
                 bin_ = self._bins[size] = _Bin(self._token, size, direct)

@@ -10,14 +10,12 @@ from typing import Any
 import pyopencl as cl
 
 from netcl.core import telemetry
-from netcl.core.log import get_logger
 from netcl.runtime.cache import _telemetry as tel
+from netcl.runtime.cache._config import log
 from netcl.runtime.cache._entry import EntryError
 from netcl.runtime.cache.version import __version__
 
 __all__ = ["ProgramBuildError", "check_binary", "compile_program", "entry_meta", "from_binary"]
-
-log = get_logger("netcl.runtime.cache")
 
 
 class ProgramBuildError(RuntimeError):
@@ -26,10 +24,7 @@ class ProgramBuildError(RuntimeError):
     is the ``__cause__``."""
 
     def __init__(self, *, device_name: str, options: str, log: str, code: int | None) -> None:
-        self.device_name = device_name
-        self.options = options
-        self.log = log
-        self.code = code
+        self.device_name, self.options, self.log, self.code = device_name, options, log, code
         opts = f" with options {options!r}" if options else ""
         super().__init__(
             f"OpenCL build failed on device {device_name!r}{opts} (error {code}); "

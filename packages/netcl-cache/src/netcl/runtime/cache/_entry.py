@@ -72,12 +72,8 @@ def _includes(source: bytes, dirs: Sequence[str]) -> list[tuple[bytes, bytes | N
         for m in _INCLUDE.finditer(text):
             name = m.group(2).decode("utf-8", "surrogateescape").strip()
             search = ([here] if here is not None and m.group(1) == b'"' else []) + list(dirs)
-            path = None
-            for d in search:
-                candidate = os.path.join(d, name)
-                if os.path.isfile(candidate):
-                    path = os.path.realpath(candidate)
-                    break
+            candidates = (os.path.join(d, name) for d in search)
+            path = next((os.path.realpath(c) for c in candidates if os.path.isfile(c)), None)
             if path is None:
                 found.append((m.group(2), None))
                 continue

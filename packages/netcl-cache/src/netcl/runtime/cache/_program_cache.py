@@ -22,18 +22,17 @@ import pyopencl as cl
 
 from netcl.core import device as core_device
 from netcl.core import paths
-from netcl.core.log import LazyLogger, get_logger, warn_once
+from netcl.core.log import LazyLogger, warn_once
 from netcl.runtime.cache import _remote
 from netcl.runtime.cache import _telemetry as tel
 from netcl.runtime.cache._build import ProgramBuildError, compile_program, entry_meta, from_binary
-from netcl.runtime.cache._config import DEFAULT_MAX_BYTES, DISABLE, MAX_BYTES, read
+from netcl.runtime.cache._config import DEFAULT_MAX_BYTES, DISABLE, MAX_BYTES, log, read
 from netcl.runtime.cache._entry import EntryError, compute_key, decode, encode
 from netcl.runtime.cache._remote import Lease, RemoteError, RemoteTier
 from netcl.runtime.cache._store import CacheStats, DiskStore, EntryFile, refusal
 
 __all__ = ["DEFAULT_LOCK_TIMEOUT_S", "REGISTRY", "MemoryEntry", "MemoryTier", "ProgramCache"]
 
-log = get_logger("netcl.runtime.cache")
 _ref = weakref.ref
 #: Seconds to wait for another process (or machine) compiling the same program.
 DEFAULT_LOCK_TIMEOUT_S = 60.0
@@ -425,8 +424,7 @@ class ProgramCache:
         root = self.cache_dir
         # A folder found trusted stays trusted for this process (only this user or root could
         # change that): a fresh instance then skips the three stat calls.
-        store = self._registry.stores.get(root)
-        if store is None:
+        if (store := self._registry.stores.get(root)) is None:
             try:
                 why = refusal(root, create=True)  # its folders made (0700) when missing
             except OSError as exc:

@@ -13,14 +13,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from netcl.core import telemetry
-from netcl.core.log import get_logger, warn_once
+from netcl.core.log import warn_once
 from netcl.runtime.cache import _telemetry as tel
-from netcl.runtime.cache._config import REMOTE, RemoteSettings, redact, remote_settings
+from netcl.runtime.cache._config import REMOTE, RemoteSettings, log, redact, remote_settings
 from netcl.runtime.cache._entry import FORMAT_VERSION, decode, encode
 
 __all__ = ["Lease", "RemoteError", "RemoteTier", "remote_info", "tier_for"]
-
-log = get_logger("netcl.runtime.cache")
 
 CONNECT_TIMEOUT_S = 0.2
 TIMEOUT_S = 0.5
@@ -62,8 +60,7 @@ class RemoteError(Exception):
 
     def __init__(self, message: str, *, failed: bool, down: bool) -> None:
         super().__init__(message)
-        self.failed = failed
-        self.down = down
+        self.failed, self.down = failed, down
 
 
 @dataclass

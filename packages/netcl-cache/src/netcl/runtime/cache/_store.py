@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from netcl.core.log import get_logger
+from netcl.runtime.cache._config import log
 from netcl.runtime.cache._entry import EntryError, decode, read_file
 
 if TYPE_CHECKING:
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 __all__ = ["COUNTERS", "CacheStats", "DiskStore", "EntryFile", "TempFile", "pid_alive", "probe",
            "refusal", "write_atomic"]  # fmt: skip
-
-log = get_logger("netcl.runtime.cache")
 
 SUFFIX = ".clprg"
 TMP_SUFFIX = ".tmp"

@@ -216,8 +216,7 @@ def _hooks() -> dict[tuple[Any, str], Any]:
     made: dict[int, Any] = {}  # one object under two names gets one hook
     hooks: dict[tuple[Any, str], Any] = {}
     for entry, owner, orig in BOUND:
-        hook = made.get(id(orig))
-        if hook is None:
+        if (hook := made.get(id(orig))) is None:
             hook = made[id(orig)] = _hook_for(entry, orig)
         if hook is not None:
             hooks[(owner, entry.name)] = hook

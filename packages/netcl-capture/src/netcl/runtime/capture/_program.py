@@ -101,11 +101,9 @@ class Binder:
         if not known:
             self.opaque[kernel.function_name] = None
         key = (id(kernel), tuple((a.arg_index, id(a.setter), _value_key(a.payload)) for a in snap))
-        replica = self._replicas.get(key)
-        if replica is None:
-            replica = self._replicas[key] = _replicate(
-                kernel, self._clones.get(id(kernel)), snap, known
-            )
+        if (replica := self._replicas.get(key)) is None:
+            clone = self._clones.get(id(kernel))
+            replica = self._replicas[key] = _replicate(kernel, clone, snap, known)
         buffers = self._buffers.get(id(snap))
         if buffers is None:  # a payload is (index, value...), pairs' values in a tuple
             buffers = self._buffers[id(snap)] = tuple(

@@ -67,10 +67,7 @@ class BufferIndex:
                     self._use(buf, i).transfers = True
 
     def _use(self, buf: cl.MemoryObjectHolder, op: int) -> BufferUse:
-        ptr = mem_ptr(buf)
-        use = self.uses.get(ptr)
-        if use is None:
-            use = self.uses[ptr] = BufferUse(buf)
+        use = self.uses.setdefault(mem_ptr(buf), BufferUse(buf))
         use.ops[op] = None
         return use
 
@@ -87,8 +84,7 @@ class BufferIndex:
                 f"{_WHO}: keys must be cl.Buffer.int_ptr values (int), got "
                 f"{type(key).__name__} {key!r}"
             )
-        use = self.uses.get(key)
-        if use is None:
+        if (use := self.uses.get(key)) is None:
             known = ", ".join(hex(k) for k in list(self.uses)[:8]) or "none"
             raise ValueError(
                 f"{_WHO}: key {key:#x} matches no buffer of the recorded arguments (recorded "

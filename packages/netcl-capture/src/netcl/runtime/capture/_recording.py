@@ -127,9 +127,7 @@ class RawTransfer(NamedTuple):
 
     def bound(self) -> dict[str, Any]:
         """The arguments by pyopencl's parameter names."""
-        found = dict(zip(self.entry.params, self.args, strict=False))
-        found.update(self.kwargs)
-        return found
+        return dict(zip(self.entry.params, self.args, strict=False), **self.kwargs)
 
     def substituted(
         self, subst: Mapping[int, cl.MemoryObjectHolder]
@@ -235,8 +233,7 @@ class Recording:
     def retain(self, mem: cl.MemoryObjectHolder) -> cl.MemoryObjectHolder:
         """This recording's reference to ``mem`` (taken on first sight)."""
         ptr = _mem_ptr(mem)
-        own = self.mems.get(ptr)
-        if own is None:
+        if (own := self.mems.get(ptr)) is None:
             own = self.mems[ptr] = _retain(ptr, retain=True)
         return own
 
@@ -250,8 +247,7 @@ class Recording:
         return value
 
     def _state(self, kernel: cl.Kernel) -> _KernelState:
-        state = self.kernels.get(id(kernel))
-        if state is None:
+        if (state := self.kernels.get(id(kernel))) is None:
             state = self.kernels[id(kernel)] = _KernelState(kernel)
         return state
 

@@ -127,8 +127,7 @@ class _Encoder:
 
     def buffer(self, mem: cl.MemoryObjectHolder) -> int:
         ptr = _contract.mem_ptr(mem)
-        found = self.buffers.get(ptr)
-        if found is None:
+        if (found := self.buffers.get(ptr)) is None:
             if mem.get_info(cl.mem_info.TYPE) != cl.mem_object_type.BUFFER:
                 raise CaptureFileError(f"{self.where}: the capture uses an image (a "
                                        f"{type(mem).__name__}); only buffers can be saved")
@@ -225,11 +224,9 @@ def _manifest(writer: _Writer, program: ReplayProgram, queue: cl.CommandQueue,
     for op in program.ops:
         if type(op) is RawLaunch:
             shape = op.shape
-            s = shapes.get(id(shape))
-            if s is None:
+            if (s := shapes.get(id(shape))) is None:
                 prg = shape.kernel.program
-                p = programs.get(prg.int_ptr)
-                if p is None:
+                if (p := programs.get(prg.int_ptr)) is None:
                     p = programs[prg.int_ptr] = len(saved_programs)
                     saved_programs.append(_save_program(writer, prg, dev))
                 gsize, lsize, offset = launch_sizes(shape)
@@ -472,8 +469,7 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
     shapes = []
     for s in m["shapes"]:
         key = (int(s["program"]), str(s["kernel"]))
-        kernel = kernels.get(key)
-        if kernel is None:
+        if (kernel := kernels.get(key)) is None:
             kernel = kernels[key] = cl.Kernel(programs[key[0]], key[1])
         args = tuple(ArgSet(int(i), _allowed(file, name), decode(payload))
                      for i, name, payload in s["args"])  # fmt: skip
@@ -551,8 +547,7 @@ def _decoder(file: _File, queue: cl.CommandQueue, buffers: list[cl.Buffer]
         if kind == "local":
             return cl.LocalMemory(int(found))
         if kind == "scalar":
-            dtype = _dtype(found)
-            return np.frombuffer(bytes.fromhex(value["hex"]), dtype)[0]
+            return np.frombuffer(bytes.fromhex(value["hex"]), _dtype(found))[0]
         if kind == "array":
             data = np.frombuffer(file.section(found), _dtype(value["dtype"]))
             return data.reshape(tuple(value["shape"])).copy()  # writable, as recorded

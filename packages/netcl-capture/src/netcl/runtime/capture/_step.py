@@ -26,12 +26,12 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from netcl.core.log import get_logger, warn_once
+from netcl.core.log import warn_once
 from netcl.core.telemetry import Counts
 from netcl.core.tensor import Tensor
 from netcl.runtime.capture import _saved
 from netcl.runtime.capture import _telemetry as tm
-from netcl.runtime.capture._capture import KernelCapture, _from_program
+from netcl.runtime.capture._capture import KernelCapture, _from_program, log
 from netcl.runtime.capture._intercept import thread_records
 
 __all__ = ["CapturedStep", "LoadedStep", "StepCheckError", "StepStats", "capture_step",
@@ -40,8 +40,6 @@ __all__ = ["CapturedStep", "LoadedStep", "StepCheckError", "StepStats", "capture
 P = ParamSpec("P")
 R = TypeVar("R")
 GuardKey = tuple[Any, ...]
-
-log = get_logger("netcl.runtime.capture")
 
 _Array = cla.Array
 _TENSOR, _ARRAY = "Tensor", "Array"
@@ -82,8 +80,7 @@ class StepCheckError(RuntimeError):
 
     def __init__(self, message: str, *, output: int, max_abs_diff: float) -> None:
         super().__init__(message)
-        self.output = output
-        self.max_abs_diff = max_abs_diff
+        self.output, self.max_abs_diff = output, max_abs_diff
 
 
 class _Call(NamedTuple):
@@ -387,11 +384,8 @@ def _save(step: CapturedStep[Any, Any], entry: _Capture, path: str | os.PathLike
                 f"({_short(part[1])}), which a saved step cannot check: a saved step's "
                 "arguments are Tensors, pyopencl Arrays, ints, finite floats, bools, strs or "
                 "None")  # fmt: skip
-    roles: list[tuple[str, Any]] = []
-    index: dict[int, int] = {}  # int_ptr -> position in the file's buffer table
-    for _, ptr in entry.slots:
-        index[ptr] = len(roles)
-        roles.append((_saved.INPUT, program.index.uses[ptr].buffer))
+    roles = [(_saved.INPUT, program.index.uses[p].buffer) for _, p in entry.slots]
+    index = {p: k for k, (_, p) in enumerate(entry.slots)}  # int_ptr -> row of the buffer table
     outputs = []
     for kind, o in entry.plan:
         if kind == "arg":

@@ -216,8 +216,7 @@ class GraphExecutor:
         if not isinstance(pool, BufferPool):
             raise TypeError(f"GraphExecutor: pool must be a BufferPool, got {pool!r}")
         self.pool = pool
-        queue = pool.queue
-        self._queue = queue
+        self._queue = queue = pool.queue
         self._context = queue.context
         # sub-buffer origins must be multiples of the device's base address alignment (in bits)
         self._alignment = max(int(queue.device.mem_base_addr_align) // 8, 1)

@@ -8,6 +8,7 @@ import bisect
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 __all__ = ["Interval", "Placement", "lower_bound", "place"]
 
@@ -39,12 +40,7 @@ def _most_alive(items: Sequence[Interval], weights: Sequence[int]) -> int:
     for it, w in zip(items, weights, strict=True):
         change[it.first] = change.get(it.first, 0) + w
         change[it.last + 1] = change.get(it.last + 1, 0) - w
-    live = most = 0
-    for step in sorted(change):
-        live += change[step]
-        if live > most:
-            most = live
-    return most
+    return max(accumulate(change[step] for step in sorted(change)), default=0)
 
 
 def _fit(lo: int, hi: float, size: int, bounds: Sequence[int]) -> int:
@@ -121,16 +117,9 @@ def _greedy(
         p = first[i]
         # the placed items alive with item i: alive at its first position, or starting later
         # within its life
-        busy = []  # (start, stop) of each
-        for j in alive_at[p]:
-            busy.append((offsets[j], offsets[j] + sizes[j]))
-        for j in alive_across[p // _SPAN]:
-            busy.append((offsets[j], offsets[j] + sizes[j]))
-        for q in range(p + 1, last[i] + 1):
-            for j in by_start[q]:
-                if placed[j]:
-                    busy.append((offsets[j], offsets[j] + sizes[j]))
-        busy.sort()
+        near = [*alive_at[p], *alive_across[p // _SPAN],
+                *(j for q in range(p + 1, last[i] + 1) for j in by_start[q] if placed[j])]
+        busy = sorted((offsets[j], offsets[j] + sizes[j]) for j in near)  # (start, stop) of each
         add(i, _gap(busy, sizes[i], best_fit, bounds))
     return offsets
 

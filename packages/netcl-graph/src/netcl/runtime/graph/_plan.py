@@ -207,13 +207,9 @@ def _find_cycle(by_name: Mapping[str, Op], indegree: Mapping[str, int]) -> list[
         seen[name] = len(path)
         path.append(name)
         # follow the first input that is itself stuck: one always exists
-        name = next(
-            x.name
-            for x in by_name[name].inputs
-            if isinstance(x, TensorRef) and indegree[x.name] > 0
-        )
-    cycle = path[seen[name] :]
-    cycle.reverse()  # we walked from readers to producers; report in data-flow order
+        name = next(x.name for x in by_name[name].inputs
+                    if isinstance(x, TensorRef) and indegree[x.name] > 0)  # fmt: skip
+    cycle = path[seen[name] :][::-1]  # we walked from readers to producers: data-flow order
     return [*cycle, cycle[0]]
 
 

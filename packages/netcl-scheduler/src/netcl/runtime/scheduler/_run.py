@@ -132,8 +132,7 @@ def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
     while k not in path:
         path[k] = len(path)
         k = next(j for j in preds[k] if j in stuck)
-    cycle = list(path)[path[k] :]
-    cycle.reverse()  # walked backwards (plan -> the plan it follows); show the run direction
+    cycle = list(path)[path[k] :][::-1]  # walked backwards (plan -> the plan it follows)
     start = cycle.index(min(cycle))  # from the plan submitted first: the same text every time
     names = " -> ".join(describe_plan(plans[j], j) for j in [*cycle[start:], *cycle[: start + 1]])
     raise ValueError(
