@@ -11,6 +11,9 @@ Figure kinds (``figure =`` in the table):
   each of its rounds (``extra_info[key]``, seconds; benchmarks/paired.py): both in one window;
   an ``of[1]``, where given, is that floor's own benchmark, whose fastest round stands in for it
   in runs saved before the floor was paired (the figure as it was judged then);
+- ``paired_median``: the median of the ratios of each round of ``of[0]`` to the floor timed right
+  before it (``extra_info["paired_ratio_median"]``), for a benchmark whose fastest rounds are
+  rare outliers; in runs saved before that median was stored, the ``paired`` figure;
 - ``paired_speedup``: the inverse of ``paired``, how many times faster ``of[0]`` is;
 - ``paired_per_unit_us``: ``(fastest round - paired floor) / extra_info[per]`` in µs, the cost
   per unit (node, op) of ``of[0]`` over the same work by hand timed in the same window;
@@ -106,6 +109,9 @@ def _figure(kind: str, of: tuple[str, ...], key: str, per: Any) -> Figure:
     if kind == "paired":
         return Figure(kind, of, lambda r: _min(r, a) / _floor(r, a, key, fallback), True,
                       per_run=True)  # fmt: skip
+    if kind == "paired_median":
+        return Figure(kind, of, lambda r: _paired_median(r, a, key, fallback), True,
+                      per_run=True)  # fmt: skip
     if kind == "paired_speedup":
         return Figure(kind, of, lambda r: _floor(r, a, key, fallback) / _min(r, a), True,
                       per_run=True)  # fmt: skip
@@ -122,10 +128,17 @@ def _figure(kind: str, of: tuple[str, ...], key: str, per: Any) -> Figure:
     return Figure(kind, of, lambda r: _smallest(r, a, key), True)  # timed_info
 
 
+def _paired_median(results: Results, name: str, key: str, fallback: str | None) -> float:
+    medians = [float(e["extra_info"]["paired_ratio_median"]) for e in results[name]
+               if "paired_ratio_median" in e.get("extra_info", {})]  # fmt: skip
+    return min(medians) if medians else _min(results, name) / _floor(results, name, key, fallback)
+
+
 # kind -> (how many benchmarks it reads, what it needs besides: "key" / "per")
 KINDS: Mapping[str, tuple[tuple[int, ...], frozenset[str]]] = {
     "ratio": ((2,), frozenset()),
     "paired": ((1, 2), frozenset()),
+    "paired_median": ((1, 2), frozenset()),
     "paired_speedup": ((1, 2), frozenset()),
     "paired_per_unit_us": ((1, 2), frozenset({"per"})),
     "per_unit_us": ((2,), frozenset({"per"})),
