@@ -113,16 +113,14 @@ def default_queue(
 
 
 def watcher(*queues: cl.CommandQueue) -> Collector | None:
-    """The device-time collector when it watches work on every one of ``queues`` (each made with
-    profiling, and the collector's mode not ``none``), else None: the check a package makes once
-    per queue. Device time (:mod:`netcl.core.profiling`) loads here with the first profiling
-    queue, so a process without one never imports it."""
+    """The device-time collector when :func:`netcl.core.profiling.enabled` holds for every one
+    of ``queues``, else None: the check a package makes once per queue. Device time loads here
+    with the first profiling queue, so a process without one never imports it."""
     if not queues or not all(q.properties & _PROFILING for q in queues):
-        return None
+        return None  # a plain queue: nothing to load
     from netcl.core import profiling
 
-    collector = profiling.collector()
-    return collector if collector.mode != "none" else None
+    return profiling.collector() if all(map(profiling.enabled, queues)) else None
 
 
 def device_identity(device: cl.Device) -> str:

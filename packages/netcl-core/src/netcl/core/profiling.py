@@ -504,12 +504,12 @@ class Collector:
         found = self._devices.get(queue.int_ptr)
         if found is None or time.time_ns() > found[2]:
             device = queue.device  # OpenCL info calls: once per queue and calibration
-            clock = self._clocks.get(device.int_ptr)
-            if clock is None or time.time_ns() - clock.measured_ns > self.recalibrate * 1e9:
+            age = int(self.recalibrate * 1e9)  # how old a calibration may get
+            clock = self._clocks.get(device.int_ptr)  # another queue's may still be good
+            if clock is None or time.time_ns() > clock.measured_ns + age:
                 clock = self._clocks[device.int_ptr] = _calibrate(queue.context, device)
-            found = self._devices[queue.int_ptr] = (
-                device.name.strip(), clock.offset_ns,
-                clock.measured_ns + int(self.recalibrate * 1e9))  # fmt: skip
+            found = (device.name.strip(), clock.offset_ns, clock.measured_ns + age)
+            self._devices[queue.int_ptr] = found
         return found[0], found[1]
 
     def _commands(self, unit: DeviceTime, offset: int) -> list[Command]:

@@ -67,7 +67,8 @@ class BufferIndex:
                     self._use(buf, i).transfers = True
 
     def _use(self, buf: cl.MemoryObjectHolder, op: int) -> BufferUse:
-        use = self.uses.setdefault(mem_ptr(buf), BufferUse(buf))
+        if (use := self.uses.get(ptr := mem_ptr(buf))) is None:  # not setdefault: two dicts
+            use = self.uses[ptr] = BufferUse(buf)  # made for nothing on every later use
         use.ops[op] = None
         return use
 
