@@ -51,7 +51,7 @@ TEL = telemetry.Scope("netcl.core.profiling", __version__)
 _log = get_logger("netcl.core.profiling")
 _KERNEL_DURATION = TEL.histogram(
     "netcl.kernel.duration", "s", "Device time of kernel commands, by kernel name; in summary "
-    "mode sampled: only the units drawn for per-command detail (at most 0.25% of a core), so "
+    "mode sampled: only the units drawn for per-command detail (about 0.25% of a core), so "
     "rates are a fraction of the total while shares and quantiles hold", DEVICE_BUCKETS_S,
 )
 # kind -> (its device span, the attribute naming a unit, its histogram)
@@ -273,10 +273,12 @@ class Collector:
         self.sample_budget = sample_budget
         self._credit = span_budget  # seconds of span work allowed now (refills at span_budget/s)
         self._credit_at = time.monotonic()
-        # summary mode's draws: credit in seconds of collection, charged at the hand-off with the
-        # measured cost per command of collecting a drawn unit (a first guess until measured)
-        self._sample_credit, self._sample_at, self._command_cost = 0.0, time.monotonic(), 5e-6
-        self._sample_share, self._sample_next = random.random(), 0.0  # see detail()
+        # summary mode's draws (see detail): the measured cost per command of collecting a drawn
+        # unit (a first guess until measured); commands offered since _offered_at and the
+        # collection a second that drawing all of them would take; the credit against bursts
+        self._command_cost, self._offered, self._demand = 5e-6, 0, 0.0
+        self._sample_credit = 2 * sample_budget
+        self._offered_at = self._sample_at = time.monotonic()
         self._pending: deque[DeviceTime] = deque()
         self._lock = threading.RLock()  # one collection at a time; guards the fields below
         self._clocks: dict[int, DeviceClock] = {}  # by device
@@ -330,30 +332,25 @@ class Collector:
     def detail(self, commands: int) -> bool:
         """Whether a unit of ``commands`` commands about to be enqueued gets per-command detail
         (pass the answer to :meth:`watch`, which then needs only the first and last events):
-        always in mode ``commands``, never in ``none``; in ``summary`` once the credit covers a
-        random share (uniform, drawn anew after each draw; at most the full credit) of the unit's
-        expected collection cost, which is then charged at once (so a burst cannot overdraw the
-        budget, and no pattern of units is always left out). The credit refills at
-        ``sample_budget`` per second up to 0.05 s worth: at a low rate every unit is drawn.
-        Until the credit can cover the share, the answer is one clock read."""
+        always in mode ``commands``, never in ``none``; in ``summary`` every unit with the same
+        chance, whatever its size (so the per-kernel figures stand for the whole workload), set
+        four times a second from the units offered so that collecting the drawn ones takes about
+        ``sample_budget`` of a core: at a low rate every unit is drawn. Against bursts, a drawn
+        unit is charged its expected cost to a credit that refills at twice ``sample_budget``
+        per second, up to one second's worth; while it is spent nothing is drawn."""
         if self._mode != "summary":
             return self._mode == "commands"
-        now = time.monotonic()
-        if now < self._sample_next:
-            return False
+        self._offered += commands  # a lost update between threads only blurs the estimate
         budget = self.sample_budget
-        full = budget * 0.05
-        credit = min(full, self._sample_credit + (now - self._sample_at) * budget)
-        self._sample_at = now
-        cost = commands * self._command_cost
-        need = min(self._sample_share * cost, full)  # a unit dearer than full credit is drawable
-        if credit < need or credit <= 0:
-            self._sample_credit = credit
-            if budget > 0:  # when the credit will cover it (for a unit of this size)
-                self._sample_next = now + (need - credit) / budget
+        if random.random() * self._demand >= budget:
             return False
-        self._sample_credit = credit - cost
-        self._sample_share = random.random()
+        now = time.monotonic()
+        credit = min(2 * budget, self._sample_credit + (now - self._sample_at) * 2 * budget)
+        self._sample_at = now
+        if credit <= 0:
+            self._sample_credit = credit
+            return False
+        self._sample_credit = credit - commands * self._command_cost
         return True
 
     def watch_markers(self, kind: Kind, before: cl.Event, after: cl.Event, *,
@@ -407,6 +404,10 @@ class Collector:
                 else:
                     waiting.append(unit)
             pending.extendleft(reversed(waiting))
+            if (now := time.monotonic()) - self._offered_at >= 0.25:  # detail's chance, anew
+                offered, self._offered = self._offered, 0
+                self._demand = offered * self._command_cost / (now - self._offered_at)
+                self._offered_at = now
             # intervals the busy window no longer sees (dropped here, once a collection: without
             # a metric reader the gauge is never read, and they would pile up)
             old = time.time_ns() - (self.busy_window + 1) * 1e9
