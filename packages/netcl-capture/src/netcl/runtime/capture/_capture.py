@@ -51,8 +51,8 @@ class KernelCapture:
             if old is not None and old.live:
                 raise RuntimeError(f"KernelCapture.begin: already recording (begun in thread "
                                    f"{old.thread_name!r}); call end() before beginning again")
-            # a recording left over by an interrupted begin()/end() is dropped here
-            self._discard("replaced by begin()")
+            if old is not None:  # left over by an interrupted begin()/end(): dropped here
+                self._discard("replaced by begin()")  # (install() reconciles pyopencl anyway)
             self._program = None
             self._replays = 0
             # open from begin() to end(), so never the current span
