@@ -30,29 +30,34 @@ def _demo(tmp: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProces
 def test_a_dead_collector_costs_seconds_not_minutes(
     tmp_path: Path, silent_port: int, closed_port: int
 ) -> None:
+    """Each exporter's run against the larger of the plain runs right before and after it (the
+    machine's load moves both); one over the limit is measured once more before failing, as the
+    benchmark gate re-measures (a slow spell of a shared runner once made a silent collector's
+    run read 7 s over while the plain runs around it read 4.7 s)."""
     _demo(tmp_path, "--steps", "1")  # the global cache's compile, out of the measured runs
-    base, t_base = _demo(tmp_path, "--steps", "200")
+    base, t_before = _demo(tmp_path, "--steps", "200")
     assert base.returncode == 0, base.stderr[-3000:]
     assert "export FAILED" not in base.stdout
-    timings = {"none": t_base}
+    extras: dict[str, list[float]] = {}
     for what, port, protocol in [("refusing", closed_port, "grpc"),
                                  ("silent", silent_port, "grpc"),
                                  ("silent", silent_port, "http/protobuf")]:  # fmt: skip
-        proc, seconds = _demo(
-            tmp_path, "--steps", "200",
-            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
-            OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
-        )  # fmt: skip
-        timings[f"{what} {protocol}"] = seconds
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert "export FAILED: " in proc.stdout, proc.stdout
-        assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    # the baseline again: the machine's load moves both
-    _, t_again = _demo(tmp_path, "--steps", "200")
-    baseline = max(t_base, t_again)
-    slow = {k: v for k, v in timings.items() if v > baseline + EXTRA_S}
-    assert not slow, (timings, t_again)
-    print({k: round(v, 2) for k, v in timings.items()}, "again", round(t_again, 2))
+        runs = extras[f"{what} {protocol}"] = []
+        while len(runs) < 2 and (not runs or runs[-1] > EXTRA_S):
+            proc, seconds = _demo(
+                tmp_path, "--steps", "200",
+                OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+                OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            assert "export FAILED: " in proc.stdout, proc.stdout
+            assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+            _, t_after = _demo(tmp_path, "--steps", "200")
+            runs.append(seconds - max(t_before, t_after))
+            t_before = t_after
+    slow = {k: v for k, v in extras.items() if min(v) > EXTRA_S}
+    assert not slow, extras
+    print({k: [round(x, 2) for x in v] for k, v in extras.items()}, "s over the plain runs")
 
 
 def test_bad_otel_value_is_one_line_and_exit_2(tmp_path: Path) -> None:
