@@ -43,7 +43,7 @@ def test_a_dead_collector_costs_seconds_not_minutes(
                                  ("silent", silent_port, "grpc"),
                                  ("silent", silent_port, "http/protobuf")]:  # fmt: skip
         runs = extras[f"{what} {protocol}"] = []
-        while len(runs) < 2 and (not runs or runs[-1] > EXTRA_S):
+        for _ in range(2):  # a second run only where the first was over the limit
             proc, seconds = _demo(
                 tmp_path, "--steps", "200",
                 OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
@@ -55,6 +55,8 @@ def test_a_dead_collector_costs_seconds_not_minutes(
             _, t_after = _demo(tmp_path, "--steps", "200")
             runs.append(seconds - max(t_before, t_after))
             t_before = t_after
+            if runs[-1] <= EXTRA_S:
+                break
     slow = {k: v for k, v in extras.items() if min(v) > EXTRA_S}
     assert not slow, extras
     print({k: [round(x, 2) for x in v] for k, v in extras.items()}, "s over the plain runs")

@@ -344,8 +344,8 @@ class Collector:
         budget = self.sample_budget
         if random.random() * self._demand >= budget:
             return False
-        now = time.monotonic()
-        credit = min(2 * budget, self._sample_credit + (now - self._sample_at) * 2 * budget)
+        now, refill = time.monotonic(), 2 * budget  # the credit: a second's worth at most
+        credit = min(refill, self._sample_credit + (now - self._sample_at) * refill)
         self._sample_at = now
         if credit <= 0:
             self._sample_credit = credit
