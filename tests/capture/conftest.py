@@ -93,7 +93,7 @@ def host_read(queue: cl.CommandQueue):  # type: ignore[no-untyped-def]
 @pytest.fixture(autouse=True)
 def _no_leaked_interception():  # type: ignore[no-untyped-def]
     """Every test must leave pyopencl unpatched."""
-    call = cl.Kernel.__dict__["__call__"]
+    setter = cl.Kernel.__dict__["_set_arg_multi"]
     yield
     assert not _intercept.is_patched(), "a test left the capture hooks installed"
-    assert cl.Kernel.__dict__["__call__"] is call
+    assert cl.Kernel.__dict__["_set_arg_multi"] is setter

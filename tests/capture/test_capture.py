@@ -52,6 +52,35 @@ def test_launch_records_are_read_only(queue: cl.CommandQueue, kernels: Any, buf:
         rec.kernel_name = "other"  # type: ignore[misc]
 
 
+def test_launch_records_show_the_arguments_the_replay_sets(
+    ctx: cl.Context, queue: cl.CommandQueue, kernels: Any, buf: Any
+) -> None:
+    """Whatever way a launch set its arguments: in the call (typed scalars too), with
+    ``set_args`` before ``enqueue_nd_range_kernel``, or as a pyopencl Array (its buffer);
+    empty when one was set before ``begin()``."""
+    import pyopencl.array as cla
+    from pyopencl.elementwise import ElementwiseKernel
+
+    y, x = buf(np.zeros(N)), buf(np.ones(N))
+    k = cl.Kernel(kernels.program, "add")
+    preset = cl.Kernel(kernels.program, "add")
+    preset.set_arg(0, y)
+    scale = ElementwiseKernel(ctx, "float *v, float s", "v[i] *= s")
+    v = cla.to_device(queue, np.ones(N, np.float32))
+    with KernelCapture() as cap:
+        kernels.scale_shift(queue, (N,), None, y, x, 2.5, 3)
+        k.set_args(y, x, x)
+        cl.enqueue_nd_range_kernel(queue, k, (N,), None)
+        scale(v, np.float32(2))
+        preset.set_arg(1, x)
+        preset.set_arg(2, x)
+        cl.enqueue_nd_range_kernel(queue, preset, (N,), None)
+    typed, direct, array, partial = (launch.args for launch in cap.launches)
+    assert typed == (y, x, 2.5, 3) and isinstance(typed[0], cl.Buffer)
+    assert direct == (y, x, x)
+    assert array == (v.base_data, 0, 2.0, N)  # an Array is its buffer and offset
+    assert partial == ()
+
 def test_replay_sees_inputs_changed_in_place(
     queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
 ) -> None:

@@ -26,12 +26,12 @@ __all__ = ["BOUND", "ENTRY_POINTS", "ORIGINALS", "SUPPORTED", "EntryPoint", "Ope
 SUPPORTED = "pyopencl>=2026.1,<2027"
 _LOWEST, _BEYOND = (2026, 1), (2027,)
 
-# call: Kernel.__call__; launch: the driver's enqueue; setter, setter_pairs, setter_triples:
+# launch: the driver's enqueue; setter, setter_pairs, setter_triples:
 # argument setters (index, value...; flat pairs; flat (index, struct code, value) triples);
 # transfer, order: copies, fills, markers, barriers; host_wait (events), event_wait (Event.wait);
 # invoker generation; handle (int_ptr) and wrap (from_int_ptr): raw handles; replay: not hooked
 Kind = Literal[
-    "call", "launch", "setter", "setter_pairs", "setter_triples", "transfer", "order", "finish",
+    "launch", "setter", "setter_pairs", "setter_triples", "transfer", "order", "finish",
     "host_wait", "event_wait", "invoker", "handle", "wrap", "replay",
 ]  # fmt: skip
 
@@ -84,7 +84,6 @@ _SETTER = "the argument value as set (memory objects by the recording's own refe
 ENTRY_POINTS: tuple[EntryPoint, ...] = (
     # launches: Kernel.__call__ runs pyopencl's generated invoker, which sets the arguments
     # through the _set_arg*_multi setters and enqueues through _cl.enqueue_nd_range_kernel
-    EntryPoint("pyopencl.Kernel", "__call__", "call", "the call's positional kernel arguments"),
     EntryPoint("pyopencl._cl", "enqueue_nd_range_kernel", "launch",
                "the launch: kernel, sizes, argument table, wait list, event", wait_for=5,
                params=("queue", "kernel", "global_work_size", "local_work_size",

@@ -6,8 +6,10 @@ idempotent assignments of fixed objects, and ``reconcile()`` (every begin/end/re
 makes pyopencl match the live recordings whatever an interrupt cut short. A hook finds its
 thread's recording in a ``threading.local``, calls pyopencl's function, then notes it;
 ``rec.busy`` counts hooks between the two, so ``end()`` refuses a recording that may have
-missed a command. The three hooks every launch goes through are written out with their notes
-inlined (a call saved per launch recorded); the rest share ``_make_hook``.
+missed a command. The two hooks every ``knl(...)`` goes through (the invoker's argument setter
+and the driver's enqueue) are written out with their notes inlined (a call saved per launch
+recorded); the rest share ``_make_hook``. ``Kernel.__call__`` itself is not hooked: its frame
+would cost a recorded launch more than all the notes of the other two.
 """
 
 from __future__ import annotations
@@ -96,10 +98,7 @@ def _launch_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
                 and s[6] is allow_empty_ndrange):  # fmt: skip
             s = rec.new_shape(state, kernel, queue, global_work_size, local_work_size,
                               global_work_offset, g_times_l, allow_empty_ndrange)  # fmt: skip
-        call = None
-        if rec.call_kernel is kernel:
-            call, rec.call_kernel = rec.call_args, None
-        rec.raw.append(_new(RawLaunch, (s, tuple(wait_for) if wait_for else (), event, call)))
+        rec.raw.append(_new(RawLaunch, (s, tuple(wait_for) if wait_for else (), event)))
         rec.busy -= 1
         return event
 
@@ -132,25 +131,6 @@ def _pairs_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
             rec.note_pairs(orig, kernel, flat)
         rec.busy -= 1
         return None
-
-    return hook
-
-
-def _call_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """``Kernel.__call__``: lends its arguments to the launch the invoker then enqueues (which
-    ``_launch_hook`` records, with the wait list the invoker adds for array arguments)."""
-
-    def hook(kernel: Any, *args: Any, **kwargs: Any) -> Any:
-        rec = _tls.rec
-        if rec is None or not rec.live:
-            return orig(kernel, *args, **kwargs)
-        rec.call_kernel = kernel
-        rec.call_args = args
-        try:
-            return orig(kernel, *args, **kwargs)
-        except BaseException:
-            rec.call_kernel = None  # no launch took them
-            raise
 
     return hook
 
@@ -190,8 +170,8 @@ def _memo_invoker(*args: Any, **kwargs: Any) -> Any:
     return found
 
 
-# the hooks by kind: the three of every launch, and the generic ones with the note of each
-_LAUNCH_HOOKS = {"call": _call_hook, "launch": _launch_hook, "setter_pairs": _pairs_hook}
+# the hooks by kind: the two of every launch, and the generic ones with the note of each
+_LAUNCH_HOOKS = {"launch": _launch_hook, "setter_pairs": _pairs_hook}
 _NOTES: dict[str, Note] = {
     "setter_triples": Recording.note_pack, "setter": Recording.note_one,
     "transfer": Recording.note_transfer, "order": Recording.note_transfer,

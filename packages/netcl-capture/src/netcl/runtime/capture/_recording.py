@@ -33,8 +33,9 @@ Kwargs = dict[str, Any]
 
 @dataclass(frozen=True)
 class CapturedLaunch:
-    """One recorded kernel launch; ``args`` as passed to ``Kernel.__call__`` (empty for a
-    launch through ``cl.enqueue_nd_range_kernel`` with preset arguments)."""
+    """One recorded kernel launch; ``args`` are the kernel's arguments as its replay sets them,
+    one per argument index (empty when an argument was set before ``begin()``: see
+    ``RawLaunch.record``)."""
 
     kernel_name: str
     queue: cl.CommandQueue
@@ -85,19 +86,33 @@ class RawLaunch(NamedTuple):
     shape: LaunchShape
     wait_for: tuple[Any, ...]
     event: Any
-    # what Kernel.__call__ got after the kernel: (queue, global size, local size, *arguments),
-    # None for a launch through enqueue_nd_range_kernel
-    call: tuple[Any, ...] | None
 
     @property
     def queue(self) -> cl.CommandQueue:
         return self.shape.queue
 
     def record(self) -> CapturedLaunch:
-        """The read-only record of this launch."""
-        gsize, lsize, offset = launch_sizes(self.shape)
-        return CapturedLaunch(self.shape.kernel.function_name, self.shape.queue, gsize, lsize,
-                              offset, tuple(self.call[3:]) if self.call is not None else ())
+        """The read-only record of this launch. Its ``args`` come from the argument table: a
+        memory object as the recording's own reference, a pyopencl Array as its buffer (and
+        offset, where the kernel takes one), a scalar as set, ``None`` for a NULL argument;
+        empty when the table lacks an index (set before ``begin()``: the replay keeps it,
+        unseen)."""
+        shape = self.shape
+        gsize, lsize, offset = launch_sizes(shape)
+        table = {arg.arg_index: arg.payload for arg in shape.args}
+        n = shape.kernel.num_args
+        args = tuple(_set_value(table[i]) for i in range(n)) if len(table) >= n else ()
+        return CapturedLaunch(shape.kernel.function_name, shape.queue, gsize, lsize, offset,
+                              args)  # fmt: skip
+
+
+def _set_value(payload: tuple[Any, ...]) -> Any:
+    """The value an ``ArgSet`` payload sets: ``((index, value),)`` and ``((index, code,
+    value),)`` from the multi setters, ``(index[, value])`` from the single ones."""
+    first = payload[0]
+    if isinstance(first, tuple):
+        return first[-1]
+    return payload[1] if len(payload) > 1 else None
 
 
 # (position or keyword, buffer) of a memory object among a transfer's arguments
@@ -211,9 +226,6 @@ class Recording:
         # hooks between "the command may have run" and "noted" (see _intercept)
         self.busy = 0
         self.raw: list[Raw] = []  # commands and host waits, in issue order
-        # the kernel and Kernel.__call__ arguments after it, of the call in progress
-        self.call_kernel: cl.Kernel | None = None
-        self.call_args: tuple[Any, ...] = ()
         self.kernels: dict[int, _KernelState] = {}  # id(kernel) -> state
         self.mems: dict[int, cl.MemoryObjectHolder] = {}  # int_ptr -> our own reference
         self.native: dict[NativeAccess, None] = {}  # raw-handle accesses, in order
@@ -227,8 +239,6 @@ class Recording:
         self.kernels = {}
         self.mems = {}
         self.native = {}
-        self.call_kernel = None
-        self.call_args = ()
 
     def retain(self, mem: cl.MemoryObjectHolder) -> cl.MemoryObjectHolder:
         """This recording's reference to ``mem`` (taken on first sight)."""

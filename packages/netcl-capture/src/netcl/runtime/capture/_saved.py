@@ -484,7 +484,7 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
     ops: list[Op] = []
     for c in m["commands"]:
         if c[0] == "launch":
-            ops.append(RawLaunch(shapes[c[1]], (), None, None))
+            ops.append(RawLaunch(shapes[c[1]], (), None))
         elif c[0] == "transfer":
             entry = _ALLOWED.get(c[1])
             if entry is None or entry.kind not in ("transfer", "order"):
