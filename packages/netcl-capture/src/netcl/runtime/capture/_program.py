@@ -114,17 +114,25 @@ class Binder:
         self.by_shape[id(shape)] = BoundLaunch(shape, replica, buffers)
 
 
+_PLAIN = (int, float, bytes, str)
+
+
 def _value_key(value: Any) -> Any:
+    kind = type(value)  # exact types first: payloads are tuples of ints and a value
+    if kind is tuple:
+        return tuple(map(_value_key, value))
+    if kind in _PLAIN or value is None:
+        return value
     if isinstance(value, cl.MemoryObjectHolder):
         return ("mem", id(value))  # the recording's own reference, one per buffer
     if isinstance(value, cl.LocalMemory):
         return ("local", value.size)
     if isinstance(value, (np.ndarray, np.generic)):
         return ("np", value.dtype.str, value.tobytes())
-    if value is None or isinstance(value, (int, float, bytes, str)):
+    if isinstance(value, _PLAIN):  # subclasses (bool)
         return value
     if isinstance(value, tuple):
-        return tuple(_value_key(v) for v in value)
+        return tuple(map(_value_key, value))
     return ("id", id(value))  # held alive by the recording
 
 
@@ -164,15 +172,15 @@ class ReplayProgram:
     """Launches and transfers of one capture, every argument bound once; holds the recorded
     buffers (its own OpenCL references), kernels and host arrays alive."""
 
-    def __init__(self, ops: list[Op], binds: Binds, launches: int, plan: Schedule | None,
-                 opaque: tuple[str, ...], collector: Collector | None, checked: bool,
-                 queues: tuple[cl.CommandQueue, ...]) -> None:  # fmt: skip
+    def __init__(self, ops: list[Op], binds: Binds, launches: int, finishes: int,
+                 plan: Schedule | None, opaque: tuple[str, ...], collector: Collector | None,
+                 checked: bool, queues: tuple[cl.CommandQueue, ...]) -> None:  # fmt: skip
         self.ops = tuple(ops)
         self.binds = binds
         # None: one in-order queue, where queue order is every dependency there is
         self.plan = plan
         self.num_launches = launches
-        self.num_commands = len(ops) - list(map(type, ops)).count(RawFinish)
+        self.num_commands = len(ops) - finishes  # a finish enqueues no command
         self.opaque_launches = opaque  # kernels launched with arguments set before begin()
         self._segments = _segments(self.ops, binds, {}) if plan is None else []
         # where device time watches every queue of the capture, the collector replays hand
@@ -356,7 +364,7 @@ def build(rec: Recording) -> ReplayProgram:
     ops: list[Op] = []
     host_waits: list[tuple[int, tuple[cl.Event, ...]]] = []
     queues: dict[int, cl.CommandQueue] = {}
-    launches = 0
+    launches = finishes = 0
     shape: Any = None
     for raw in rec.raw:  # once per launch: kept to a few operations for a launch
         if type(raw) is RawLaunch:
@@ -372,6 +380,7 @@ def build(rec: Recording) -> ReplayProgram:
         else:
             queues[id(raw.queue)] = raw.queue
             ops.append(raw)
+            finishes += type(raw) is RawFinish
     distinct = {_contract.queue_ptr(q): q for q in queues.values()}
     ordered = len(distinct) <= 1 and not any(
         int(q.properties) & _OUT_OF_ORDER for q in distinct.values()
@@ -380,5 +389,5 @@ def build(rec: Recording) -> ReplayProgram:
     mem = sys.modules.get("netcl.core.memory")  # not imported: no pool, let alone a checked one
     checked = mem is not None and mem.checking()
     plan = None if ordered else schedule(ops, host_waits)
-    return ReplayProgram(ops, binds, launches, plan, tuple(binder.opaque),
+    return ReplayProgram(ops, binds, launches, finishes, plan, tuple(binder.opaque),
                          device.watcher(*distinct.values()), checked, tuple(distinct.values()))
