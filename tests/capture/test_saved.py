@@ -213,7 +213,9 @@ def test_a_kernel_capture_and_its_buffers(queue: cl.CommandQueue, ctx: cl.Contex
     cap.save(tmp_path / "cap.ncl")
     loaded = load_capture(tmp_path / "cap.ncl", queue)
     assert [int(b.size) for b in loaded.buffers] == [int(b.size) for b in cap.buffers]
-    y2, _ = loaded.buffers
+    y2, x2 = loaded.buffers
+    # the launch records as recorded, with the loaded capture's own buffers
+    assert [launch.args for launch in loaded.launches] == [(y2, x2, 2), (y2, x2, 0.5)]
     loaded.replay()
     got = np.empty(64, np.float32)
     cl.enqueue_copy(queue, got, y2)
