@@ -57,7 +57,7 @@ def test_launch_records_show_the_arguments_the_replay_sets(
 ) -> None:
     """Whatever way a launch set its arguments: in the call (typed scalars too), with
     ``set_args`` before ``enqueue_nd_range_kernel``, or as a pyopencl Array (its buffer);
-    empty when one was set before ``begin()``."""
+    empty when one was set before ``begin()``; an array passed by value as a read-only view."""
     import pyopencl.array as cla
     from pyopencl.elementwise import ElementwiseKernel
 
@@ -80,6 +80,18 @@ def test_launch_records_show_the_arguments_the_replay_sets(
     assert direct == (y, x, x)
     assert array == (v.base_data, 0, 2.0, N)  # an Array is its buffer and offset
     assert partial == ()
+    by_value = cl.Kernel(cl.Program(ctx, """__kernel void fill4(__global float4 *o, float4 v)
+        { o[get_global_id(0)] = v; }""").build(), "fill4")
+    value = np.arange(4, dtype=np.float32)
+    with KernelCapture() as cap:
+        by_value.set_args(y, value)
+        cl.enqueue_nd_range_kernel(queue, by_value, (1,), None)
+    (launch,) = cap.launches
+    held = launch.args[1]
+    assert held.tolist() == [0, 1, 2, 3] and held is not value
+    with pytest.raises(ValueError, match="read-only"):
+        held[0] = 9  # the recording's own copy, which save() writes
+
 
 def test_replay_sees_inputs_changed_in_place(
     queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any

@@ -6,10 +6,10 @@ idempotent assignments of fixed objects, and ``reconcile()`` (every begin/end/re
 makes pyopencl match the live recordings whatever an interrupt cut short. A hook finds its
 thread's recording in a ``threading.local``, calls pyopencl's function, then notes it;
 ``rec.busy`` counts hooks between the two, so ``end()`` refuses a recording that may have
-missed a command. The two hooks every ``knl(...)`` goes through (the invoker's argument setter
-and the driver's enqueue) are written out with their notes inlined (a call saved per launch
-recorded); the rest share ``_make_hook``. ``Kernel.__call__`` itself is not hooked: its frame
-would cost a recorded launch more than all the notes of the other two.
+missed a command. The two hooks every ``knl(...)`` goes through (the invoker's pair-wise
+argument setter and the driver's enqueue) are written out (a frame saved per launch recorded);
+the rest share ``_make_hook``. ``Kernel.__call__`` itself is not hooked: its hook, frame and
+note, was a tenth of what recording a launch cost.
 """
 
 from __future__ import annotations

@@ -94,14 +94,15 @@ class RawLaunch(NamedTuple):
     def record(self) -> CapturedLaunch:
         """The read-only record of this launch. Its ``args`` come from the argument table: a
         memory object as the recording's own reference, a pyopencl Array as its buffer (and
-        offset, where the kernel takes one), a scalar as set, ``None`` for a NULL argument;
-        empty when the table lacks an index (set before ``begin()``: the replay keeps it,
-        unseen)."""
+        offset, where the kernel takes one), a scalar as set (or as the bytes pyopencl packed
+        it into), ``None`` for a NULL argument, a by-value array read-only; empty when the
+        table lacks an index (set before ``begin()``: the replay keeps it, unseen)."""
         shape = self.shape
         gsize, lsize, offset = launch_sizes(shape)
         table = {arg.arg_index: arg.payload for arg in shape.args}
-        n = shape.kernel.num_args
-        args = tuple(_set_value(table[i]) for i in range(n)) if len(table) >= n else ()
+        indices = range(shape.kernel.num_args)
+        args = () if any(i not in table for i in indices) else tuple(
+            _set_value(table[i]) for i in indices)  # fmt: skip
         return CapturedLaunch(shape.kernel.function_name, shape.queue, gsize, lsize, offset,
                               args)  # fmt: skip
 
@@ -110,9 +111,11 @@ def _set_value(payload: tuple[Any, ...]) -> Any:
     """The value an ``ArgSet`` payload sets: ``((index, value),)`` and ``((index, code,
     value),)`` from the multi setters, ``(index[, value])`` from the single ones."""
     first = payload[0]
-    if isinstance(first, tuple):
-        return first[-1]
-    return payload[1] if len(payload) > 1 else None
+    value = first[-1] if isinstance(first, tuple) else payload[1] if len(payload) > 1 else None
+    if isinstance(value, np.ndarray):  # the recording's copy: what save() writes
+        value = value.view()
+        value.flags.writeable = False
+    return value
 
 
 # (position or keyword, buffer) of a memory object among a transfer's arguments
