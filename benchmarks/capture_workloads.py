@@ -135,6 +135,31 @@ class PythonOpsMLP:
             self.pool.release(z)
         return h
 
+    def by_hand(self) -> Callable[[], None]:
+        """The step's launches enqueued by hand, each kernel object with its arguments set once
+        (outputs of their own, held for good): what a replay of the step enqueues, without it."""
+        program, queue = self.kernels["matmul"].program, self.queue
+        launches: list[tuple[cl.Kernel, tuple[int, ...]]] = []
+
+        def op(name: str, *args: Any) -> Tensor:
+            out = self.pool.allocate((BATCH, WIDTH), np.float32)
+            kernel = cl.Kernel(program, name)
+            kernel.set_args(out.buffer, *args)
+            launches.append((kernel, (out.size,)))
+            return out
+
+        h, n = self.x, np.int32(WIDTH)
+        for w, b in zip(self.w, self.b, strict=True):
+            z = op("matmul", h.buffer, w.buffer, n, n)
+            h = op("bias_relu", z.buffer, b.buffer, n)
+        enqueue = cl.enqueue_nd_range_kernel
+
+        def run() -> None:
+            for kernel, size in launches:
+                enqueue(queue, kernel, size, None)
+
+        return run
+
     def reference(self, x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         h = x
         for w, b in zip(self.w_host, self.b_host, strict=True):

@@ -145,14 +145,25 @@ def test_runs_are_merged_on_their_fastest_rounds(tmp_path: Path) -> None:
 def test_a_paired_figure_is_judged_within_each_run(tmp_path: Path) -> None:
     # fastest replay of one run and fastest normal step of another would make 160/36 = 4.4, a
     # figure no run measured; each run on its own gives 4.4 and 5.05: the best run counts
-    check = next(c for c in gate.CHECKS if c.name == "capture step speed-up, Python ops")
-    bench = "test_step_replay[python_ops]"
+    check = next(c for c in gate.CHECKS if c.name == "capture step speed-up, pyopencl.array")
+    bench = "test_step_replay[pyopencl_array]"
     a = {bench: (36e-6, {"paired_floor_s": 160e-6})}
     b = {bench: (46.8e-6, {"paired_floor_s": 236.4e-6})}
     results, _ = gate.load([_write(tmp_path / "a.json", _doc(a, POCL)),
                             _write(tmp_path / "b.json", _doc(b, POCL))])
     (verdict,) = gate.judge(results, [check], "pocl")
     assert verdict.value == pytest.approx(236.4 / 46.8)
+
+
+def test_the_step_replay_is_judged_against_its_launches_by_hand(tmp_path: Path) -> None:
+    # one run holds both floors: the normal step (the speed-up's) and the launches by hand
+    check = next(c for c in gate.CHECKS
+                 if c.name == "capture step replay vs the same launches by hand")  # fmt: skip
+    run = {"test_step_replay[python_ops]": (20e-6, {"paired_floor_s": 46e-6,
+                                                     "hand_floor_s": 13e-6})}  # fmt: skip
+    results, _ = gate.load([_write(tmp_path / "a.json", _doc(run, POCL))])
+    (verdict,) = gate.judge(results, [check], "pocl")
+    assert verdict.value == pytest.approx(20 / 13) and verdict.ok
 
 
 def test_the_table_is_parsed_once_into_typed_limits() -> None:
