@@ -19,7 +19,10 @@ duration netcl reports agrees with the device's own event timestamps.
    target <= 1.03), ``summary_over_plain`` (the whole price of leaving it on, target <= 1.10 on
    the H200), ``none_over_plain`` (the driver's price for a profiling queue in this loop),
    ``commands_over_none`` and ``e2e_ratio`` (commands over plain, the figure of earlier runs):
-   medians of the ratios within each round.
+   medians of the ratios within each round; ``twin_over_none``, the same pairing of two
+   identical variants (a second capture replayed in mode ``none``): how far these medians read
+   from 1 with nothing between them (on a 2-core runner a round's ratio spreads by ±6% and the
+   median of 31 rounds by ±2%, so ``ROUNDS`` is 61).
 2. ``test_device_duration_matches_raw_events[mode]`` replays a capture of 64 kernels ``REPEATS``
    times and reads the device duration netcl recorded in that mode (the collector's ``REPLAY``
    totals; summary mode without sampled detail); in the same run it enqueues the same 64 kernels
@@ -55,7 +58,7 @@ from netcl.runtime.capture import KernelCapture
 KERNELS = 64
 REPEATS = 20
 SUSTAINED = 100  # replays per variant and round
-ROUNDS = 31
+ROUNDS = 61
 SRC = """
 __kernel void work(__global float *a, const int n) {
     int i = get_global_id(0);
@@ -126,14 +129,14 @@ def _mode(mode: profiling.Mode, sample_budget: float | None = None) -> Iterator[
 
 
 @pytest.fixture(scope="module")
-def chains(ctx: cl.Context) -> tuple[_Chain, _Chain, _Chain]:
-    """The chain on a plain queue, on a profiling queue, and on that same queue captured in mode
-    ``none`` (its replays take the plain path: the profiling queue without collection)."""
+def chains(ctx: cl.Context) -> tuple[_Chain, _Chain, _Chain, _Chain]:
+    """The chain on a plain queue, on a profiling queue, and twice on that same queue captured
+    in mode ``none`` (its replays take the plain path: the profiling queue without collection)."""
     plain = cl.CommandQueue(ctx)
     profiled = cl.CommandQueue(ctx, properties=_PROFILING)
     with _mode("none"):
-        unwatched = _Chain(profiled, 256, 1)
-    return _Chain(plain, 256, 1), _Chain(profiled, 256, 1), unwatched
+        unwatched = _Chain(profiled, 256, 1), _Chain(profiled, 256, 1)
+    return _Chain(plain, 256, 1), _Chain(profiled, 256, 1), *unwatched
 
 
 def _sustained(chain: _Chain, n: int) -> float:
@@ -168,8 +171,8 @@ def _paired_rounds(variants: dict[str, tuple[_Chain, profiling.Mode]], top: str,
 
 
 @pytest.mark.benchmark(group="device-time")
-def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, _Chain, _Chain]) -> None:
-    plain, profiled, unwatched = chains
+def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, _Chain, _Chain, _Chain]) -> None:
+    plain, profiled, unwatched, twin = chains
     assert profiling.enabled(profiled.queue) and not profiling.enabled(plain.queue)
     held = _Held(plain.queue, profiled.queue)
     setup, floor = paired_floor(plain.replay, between=held)
@@ -184,12 +187,14 @@ def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, _Chain, _Chain]) 
     sampled = profiling.collector().stats().sampled
     variants: dict[str, tuple[_Chain, profiling.Mode]] = {
         "plain": (plain, "commands"), "none": (unwatched, "none"),
-        "summary": (profiled, "summary"), "commands": (profiled, "commands")}  # fmt: skip
+        "summary": (profiled, "summary"), "commands": (profiled, "commands"),
+        "twin": (twin, "none")}  # fmt: skip
     e2e: dict[str, list[float]] = {}
     n, rounds = (5, 3) if benchmark.disabled else (SUSTAINED, ROUNDS)
     ratios = {f"{top}_over_{bottom}": _paired_rounds(variants, top, bottom, n, rounds, e2e)
               for top, bottom in (("summary", "none"), ("summary", "plain"), ("none", "plain"),
-                                  ("commands", "none"), ("commands", "plain"))}  # fmt: skip
+                                  ("commands", "none"), ("commands", "plain"),
+                                  ("twin", "none"))}  # fmt: skip
     driver = interleaved_times({"plain": plain.bare, "profiled": profiled.bare},
                                _rounds(benchmark, 300), setup=held)
     held.release()
