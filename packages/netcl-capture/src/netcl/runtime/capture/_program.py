@@ -214,6 +214,11 @@ class ReplayProgram:
         ``checked`` (checked mode) enqueues them one at a time, each followed by ``check``.
         OpenCL takes a kernel's arguments at enqueue time: an argument set, enqueued with and
         set back leaves the launch with the substitute and the recorded arguments in place."""
+        if not subst and keep is None and not checked and self.plan is None:
+            # a plain replay, the common one: the prepared segments and nothing else (the set-up
+            # below was ~1 µs of a 16-launch replay's ~15)
+            last = deque(chain.from_iterable(starmap(fn, calls) for fn, calls in self._segments), 1)
+            return last[0] if last else None
         subst = subst or {}
         touched: list[tuple[cl.Kernel, int, cl.MemoryObjectHolder, cl.MemoryObjectHolder]] = []
         transfers = False
