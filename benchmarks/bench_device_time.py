@@ -215,7 +215,8 @@ def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, _Chain, _Chain, _
         info["netcl_over_driver"] = info["ratio_min"] / info["driver_ratio"]
     benchmark.extra_info.update(info)
     print("\nprofiled vs plain replay:", {k: round(v, 9) for k, v in info.items()})
-    assert replays >= 3  # every profiled round's device time reached the collector
+    # every profiled round's device time reached the collector (disabled: pedantic runs once)
+    assert replays >= (1 if benchmark.disabled else 3)
 
 
 @pytest.mark.parametrize("mode", ["commands", "summary"])
