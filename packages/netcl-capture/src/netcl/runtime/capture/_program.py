@@ -214,11 +214,10 @@ class ReplayProgram:
         ``checked`` (checked mode) enqueues them one at a time, each followed by ``check``.
         OpenCL takes a kernel's arguments at enqueue time: an argument set, enqueued with and
         set back leaves the launch with the substitute and the recorded arguments in place."""
-        if not subst and keep is None and not checked and self.plan is None:
-            # a plain replay, the common one: the prepared segments and nothing else (the set-up
-            # below was ~1 µs of a 16-launch replay's ~15)
-            last = deque(chain.from_iterable(starmap(fn, calls) for fn, calls in self._segments), 1)
-            return last[0] if last else None
+        if not subst and not checked and self.plan is None:
+            # the common replay, plain or profiled: the prepared segments and nothing to set up
+            # (the set-up below was ~1 µs of a 16-launch replay's ~15)
+            return _issue(self._segments, keep, ends)
         subst = subst or {}
         touched: list[tuple[cl.Kernel, int, cl.MemoryObjectHolder, cl.MemoryObjectHolder]] = []
         transfers = False
@@ -244,17 +243,8 @@ class ReplayProgram:
                             keep.append(event)
                     after(i, event)
                 return event
-            found = _segments(self.ops, self.binds, subst) if transfers else self._segments
-            events = chain.from_iterable(starmap(fn, calls) for fn, calls in found)
-            if keep is not None and not ends:
-                keep += events
-                return keep[-1] if keep else None
-            first = next(events, None)  # the others are released as they are enqueued
-            last = deque(events, 1)
-            end = last[0] if last else first
-            if keep is not None and first is not None:  # ends: a summary's, the first and last
-                keep += (first, end)
-            return end
+            return _issue(_segments(self.ops, self.binds, subst) if transfers else self._segments,
+                          keep, ends)  # fmt: skip
         finally:
             for kernel, index, old, _ in touched:
                 _set_arg(kernel, index, old)
@@ -290,6 +280,21 @@ class ReplayProgram:
         for pool, block, guard, what in self._guarded(subst, [b for _, b in bound.buffers]):
             guard.check(pool.queue, block, f"KernelCapture.replay: recorded command {i} "
                         f"(kernel {bound.name!r})", what)  # fmt: skip
+
+
+def _issue(segments: list[Segment], keep: list[Any] | None, ends: bool) -> cl.Event | None:
+    """Enqueue ``segments``; the last event (None if there are none). ``keep`` gets every
+    event, or with ``ends`` the first and the last (a summary's)."""
+    events = chain.from_iterable(starmap(fn, calls) for fn, calls in segments)
+    if keep is not None and not ends:
+        keep += events
+        return keep[-1] if keep else None
+    first = next(events, None)  # the others are released as they are enqueued
+    last = deque(events, 1)
+    end = last[0] if last else first
+    if keep is not None and first is not None:
+        keep += (first, end)
+    return end
 
 
 def _segments(ops: Sequence[Op], binds: Binds, subst: Subst) -> list[Segment]:
