@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import deque
 from collections.abc import Callable
+from itertools import starmap
 from typing import Any
 
 import numpy as np
@@ -152,11 +154,10 @@ class PythonOpsMLP:
         for w, b in zip(self.w, self.b, strict=True):
             z = op("matmul", h.buffer, w.buffer, n, n)
             h = op("bias_relu", z.buffer, b.buffer, n)
-        enqueue = cl.enqueue_nd_range_kernel
+        calls = [(queue, kernel, size, None) for kernel, size in launches]
 
-        def run() -> None:
-            for kernel, size in launches:
-                enqueue(queue, kernel, size, None)
+        def run() -> None:  # driven from C, as a replay drives its launches
+            deque(starmap(cl.enqueue_nd_range_kernel, calls), 0)
 
         return run
 
