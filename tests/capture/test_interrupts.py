@@ -3,9 +3,11 @@ public API restores pyopencl exactly and a new capture records and replays exact
 
 from __future__ import annotations
 
+import _weakrefset
 import gc
 import signal
 import time
+import weakref
 from typing import Any
 
 import numpy as np
@@ -22,10 +24,15 @@ def _pyopencl_attributes() -> dict[tuple[Any, str], Any]:
     return {key: key[0].__dict__.get(key[1]) for key in _intercept.ORIGINALS}
 
 
-def _in_gc_callback(frame: Any) -> bool:
+# the weakref module's callbacks (WeakSet, WeakValueDictionary, finalize) run where an object
+# dies, whichever frame that is
+_WEAKREF_FILES = {weakref.__file__, _weakrefset.__file__}
+
+
+def _in_callback(frame: Any) -> bool:
     codes = {getattr(cb, "__code__", None) for cb in gc.callbacks}
     while frame is not None:
-        if frame.f_code in codes:
+        if frame.f_code in codes or frame.f_code.co_filename in _WEAKREF_FILES:
             return True
         frame = frame.f_back
     return False
@@ -42,9 +49,10 @@ def test_random_keyboard_interrupts_never_corrupt_pyopencl(
 
     def interrupt(signum: int, frame: Any) -> None:
         # one interrupt per cycle, never outside the guarded block, nor inside a gc callback
-        # (another library's, e.g. hypothesis's): CPython reports an exception from one as
-        # unraisable and carries on, so that interrupt would never reach this test
-        if armed[0] and not _in_gc_callback(frame):
+        # (another library's, e.g. hypothesis's) or a weakref one: CPython reports an
+        # exception from one as unraisable and carries on, so that interrupt would never reach
+        # this test
+        if armed[0] and not _in_callback(frame):
             armed[0] = False
             raise KeyboardInterrupt
 
