@@ -226,7 +226,7 @@ class Stats(NamedTuple):
 
 
 def _add(to: dict[str, list[float]], key: str, seconds: float) -> None:
-    entry = to.setdefault(key, [0, 0.0])  # count, seconds
+    entry = to.get(key) or to.setdefault(key, [0, 0.0])  # count, seconds
     entry[0] += 1
     entry[1] += seconds
 
@@ -454,53 +454,45 @@ class Collector:
 
     def _record(self, unit: DeviceTime) -> None:
         unit.done = True
-        # CPU time: a wait for the GIL or a blocking SDK once stopped the draws for long
-        t0 = time.thread_time() if unit.sampled else 0.0
-        events = unit._events
+        events, unit._events = unit._events, ()  # released after this (the unit may be kept)
         try:
-            device, offset = self._device(unit)
+            device, offset = self._device(unit._queue, events[0])
             if unit._from:  # the envelope: a summary, or the time between two markers
                 if unit._failed:
                     raise _CommandFailedError("the first or last command failed")
                 start = events[0].get_profiling_info(unit._from) + offset
                 end = max(events[-1].get_profiling_info(_END) + offset, start)
-            else:
-                commands = self._commands(unit, offset)
+                unit.start_ns, unit.end_ns, unit.duration = start, end, (end - start) / 1e9
+                if unit._from == _START:
+                    self._busy[device].append((start, end))
+                self._emit(unit, device)
+                return
+            # every command; CPU time: a wait for the GIL or a blocking SDK once stopped the draws
+            t0 = time.thread_time() if unit.sampled else 0.0
+            unit.commands = commands = self._commands(unit, events, offset)
         except (cl.Error, _CommandFailedError) as exc:  # a queue without profiling, a failure
             self._counts["dropped"] += 1
             warn_once(_log, ("device_time_not_collected", type(exc)),
                       "device_time_not_collected", error=repr(exc))  # fmt: skip
             return
-        busy = self._busy[device]
-        if unit._from:
-            unit.start_ns, unit.end_ns = start, end
-            busy_ns = end - start
-            if unit._from == _START:
-                busy.append((start, end))
-        else:
-            unit.commands = tuple(commands)
-            unit.start_ns = min(c.start_ns for c in commands)
-            unit.end_ns = max(c.end_ns for c in commands)
-            busy_ns = _union_ns([(c.start_ns, c.end_ns) for c in commands])
-            busy.extend((c.start_ns, c.end_ns) for c in commands)
-            for c in commands:
-                if c.kernel:
-                    _add(self._by_kernel, c.name, (c.end_ns - c.start_ns) / 1e9)
-        unit.duration = busy_ns / 1e9
-        _add(self._by_kind, unit.kind, unit.duration)
+        unit.start_ns = min(c.start_ns for c in commands)
+        unit.end_ns = max(c.end_ns for c in commands)
+        unit.duration = _union_ns([(c.start_ns, c.end_ns) for c in commands]) / 1e9
+        self._busy[device].extend((c.start_ns, c.end_ns) for c in commands)
+        for c in commands:
+            if c.kernel:
+                _add(self._by_kernel, c.name, (c.end_ns - c.start_ns) / 1e9)
         self._emit(unit, device)
-        count = len(events)
-        unit._events = events = ()  # released now (the unit may be kept), in what is timed
         if unit.sampled:  # what the next draws are charged per command
             self._counts["sampled"] += 1
-            cost = (time.thread_time() - t0) / count
+            cost = (time.thread_time() - t0) / len(events)
             self._command_cost += (cost - self._command_cost) / 4
 
-    def _device(self, unit: DeviceTime) -> tuple[str, int]:
-        """The name of the device that ran ``unit`` and its clock's current offset (ns)."""
-        queue = unit._queue
+    def _device(self, queue: cl.CommandQueue | None, event: cl.Event) -> tuple[str, int]:
+        """The name of the device of ``event`` (on ``queue``, where known) and its clock's
+        current offset (ns)."""
         if queue is None:  # an OpenCL query that makes a new CommandQueue object each time
-            queue = unit._events[0].get_info(_QUEUE)
+            queue = event.get_info(_QUEUE)
         # by queue: (device name, clock offset, when the calibration expires)
         found = self._devices.get(queue.int_ptr)
         if found is None or time.time_ns() > found[2]:
@@ -513,25 +505,28 @@ class Collector:
             self._devices[queue.int_ptr] = found
         return found[0], found[1]
 
-    def _commands(self, unit: DeviceTime, offset: int) -> list[Command]:
-        """The unit's commands on the host clock; ``cl.Error`` for an event of a queue without
-        profiling, :class:`_CommandFailedError` for a failed command."""
+    def _commands(self, unit: DeviceTime, events: tuple[cl.Event, ...],
+                  offset: int) -> tuple[Command, ...]:  # fmt: skip
+        """The commands of ``unit`` (``events``) on the host clock; ``cl.Error`` for an event
+        of a queue without profiling, :class:`_CommandFailedError` for a failed command."""
         if unit._failed:
-            i, status = next((i, s) for i, e in enumerate(unit._events)
+            i, status = next((i, s) for i, e in enumerate(events)
                              if (s := e.get_info(_STATUS)) < 0)  # fmt: skip
             raise _CommandFailedError(f"command {i} failed: status {status}")
         commands = []
-        for i, event in enumerate(unit._events):
+        for i, event in enumerate(events):
             start = event.get_profiling_info(_START)
             end = max(event.get_profiling_info(_END), start)
             kind = _type_name(event.command_type)
             label = unit.labels[i] if i < len(unit.labels) else kind
             commands.append(Command(label, kind, start + offset, end + offset))
-        return commands
+        return tuple(commands)
 
     def _emit(self, unit: DeviceTime, device: str) -> None:
-        """The unit's histogram points and (when tracing) its spans: the envelope, and one span
-        per command while the span budget has credit."""
+        """The unit's totals, histogram points and (when tracing) its spans: the envelope, and
+        one span per command while the span budget has credit."""
+        duration = unit.duration or 0.0
+        _add(self._by_kind, unit.kind, duration)
         command_spans = True
         if unit.commands:
             now = time.monotonic()
@@ -545,7 +540,6 @@ class Collector:
         named = {"netcl.device.name": device}
         if unit.name is not None:
             named[name_attribute] = unit.name
-        duration = unit.duration or 0.0
         if histogram is not None:
             histogram.record(duration, named)
         for c in unit.commands:
