@@ -452,7 +452,7 @@ def test_summary_draws_give_small_and_large_units_the_same_chance() -> None:
 
 
 def test_a_unit_dearer_than_the_full_credit_is_still_drawn() -> None:
-    """At the default budget the full credit (one second at twice 0.25% of a core: 5 ms) is less
+    """At the default budget the full credit (one second at twice 0.1% of a core: 2 ms) is less
     than collecting a unit of 2000 commands is expected to cost (~10 ms): such a unit is still
     drawn while the credit is not spent, and then spends it (the next one waits for the refill)."""
     collector = profiling.Collector(mode="summary", interval=3600.0)
@@ -516,7 +516,7 @@ def test_the_kernel_metric_says_it_is_sampled(metric_reader: Any) -> None:
     described = {m.name: m.description for rm in data.resource_metrics
                  for sm in rm.scope_metrics for m in sm.metrics}  # fmt: skip
     text = described["netcl.kernel.duration"]
-    assert "summary mode" in text and "sampled" in text and "0.25% of a core" in text, text
+    assert "summary mode" in text and "sampled" in text and "0.1% of a core" in text, text
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,7 @@ TEL = telemetry.Scope("netcl.core.profiling", __version__)
 _log = get_logger("netcl.core.profiling")
 _KERNEL_DURATION = TEL.histogram(
     "netcl.kernel.duration", "s", "Device time of kernel commands, by kernel name; in summary "
-    "mode sampled: only the units drawn for per-command detail (about 0.25% of a core), so "
+    "mode sampled: only the units drawn for per-command detail (about 0.1% of a core), so "
     "rates are a fraction of the total while shares and quantiles hold", DEVICE_BUCKETS_S,
 )
 # kind -> (its device span, the attribute naming a unit, its histogram)
@@ -73,6 +73,7 @@ _QUEUED, _START, _END = cl.profiling_info.QUEUED, cl.profiling_info.START, cl.pr
 _COMPLETE = cl.command_execution_status.COMPLETE
 # event info read through get_info: pyopencl's properties add a Python call to each read
 _STATUS, _QUEUE = cl.event_info.COMMAND_EXECUTION_STATUS, cl.event_info.COMMAND_QUEUE
+_TYPE = cl.event_info.COMMAND_TYPE
 _KERNELS = ("ndrange_kernel", "task")
 _TRANSFER_WORDS = ("buffer", "image", "map", "svm", "migrate")
 
@@ -266,7 +267,7 @@ class Collector:
     def __init__(self, *, interval: float = 0.05, recalibrate: float = 10.0,
                  busy_window: float = 5.0, max_pending: int = 100_000,
                  span_budget: float = 0.05, mode: Mode | None = None,
-                 sample_budget: float = 0.0025) -> None:  # fmt: skip
+                 sample_budget: float = 0.001) -> None:  # fmt: skip
         self.interval, self.recalibrate, self.busy_window = interval, recalibrate, busy_window
         self.max_pending, self.span_budget = max_pending, span_budget
         self.mode = mode if mode is not None else _mode_from_setting()
@@ -470,22 +471,21 @@ class Collector:
             # every command; CPU time: a wait for the GIL or a blocking SDK once stopped the draws
             t0 = time.thread_time() if unit.sampled else 0.0
             unit.commands = commands = self._commands(unit, events, offset)
+            count, events = len(events), ()  # released in what is timed
         except (cl.Error, _CommandFailedError) as exc:  # a queue without profiling, a failure
             self._counts["dropped"] += 1
             warn_once(_log, ("device_time_not_collected", type(exc)),
                       "device_time_not_collected", error=repr(exc))  # fmt: skip
             return
-        unit.start_ns = min(c.start_ns for c in commands)
-        unit.end_ns = max(c.end_ns for c in commands)
-        unit.duration = _union_ns([(c.start_ns, c.end_ns) for c in commands]) / 1e9
-        self._busy[device].extend((c.start_ns, c.end_ns) for c in commands)
-        for c in commands:
-            if c.kernel:
-                _add(self._by_kernel, c.name, (c.end_ns - c.start_ns) / 1e9)
+        intervals = [(c.start_ns, c.end_ns) for c in commands]
+        unit.start_ns = min(intervals)[0]
+        unit.end_ns = max(end for _, end in intervals)
+        unit.duration = _union_ns(intervals) / 1e9
+        self._busy[device].extend(intervals)
         self._emit(unit, device)
         if unit.sampled:  # what the next draws are charged per command
             self._counts["sampled"] += 1
-            cost = (time.thread_time() - t0) / len(events)
+            cost = (time.thread_time() - t0) / count
             self._command_cost += (cost - self._command_cost) / 4
 
     def _device(self, queue: cl.CommandQueue | None, event: cl.Event) -> tuple[str, int]:
@@ -513,12 +513,12 @@ class Collector:
             i, status = next((i, s) for i, e in enumerate(events)
                              if (s := e.get_info(_STATUS)) < 0)  # fmt: skip
             raise _CommandFailedError(f"command {i} failed: status {status}")
-        commands = []
+        commands, labels = [], unit.labels
         for i, event in enumerate(events):
             start = event.get_profiling_info(_START)
             end = max(event.get_profiling_info(_END), start)
-            kind = _type_name(event.command_type)
-            label = unit.labels[i] if i < len(unit.labels) else kind
+            kind = _type_name(event.get_info(_TYPE))
+            label = labels[i] if i < len(labels) else kind
             commands.append(Command(label, kind, start + offset, end + offset))
         return tuple(commands)
 
@@ -544,8 +544,10 @@ class Collector:
             histogram.record(duration, named)
         for c in unit.commands:
             if c.kernel:
-                _KERNEL_DURATION.record((c.end_ns - c.start_ns) / 1e9,
-                                        {"netcl.kernel.name": c.name, "netcl.device.name": device})
+                seconds = (c.end_ns - c.start_ns) / 1e9
+                _add(self._by_kernel, c.name, seconds)
+                _KERNEL_DURATION.record(seconds, {"netcl.kernel.name": c.name,
+                                                  "netcl.device.name": device})  # fmt: skip
         if not telemetry.tracing():
             return
         attrs: dict[str, AttributeValue] = {**named, "netcl.device.duration": duration}
