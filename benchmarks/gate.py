@@ -132,6 +132,9 @@ def _verdict(c: Check, results: Results, device: str) -> Verdict:
     if missing:
         return Verdict(c, None, limit, False,
                        f"benchmark(s) {', '.join(missing)} not in the results")
+    if not c.figure.measured(results):
+        return Verdict(c, None, limit, False, f"not measured: a run of {c.figure.needs[0]} has "
+                       f"no extra_info {', '.join(c.figure.keys)} (saved before it was recorded?)")
     try:
         value = _value(c.figure, results, limit)
     except (KeyError, ZeroDivisionError) as exc:

@@ -70,6 +70,13 @@ class Figure:
     timed: bool  # a timing: re-measuring can change it
     unit: str = ""
     per_run: bool = False  # paired: judged run by run (the best run counts), never across runs
+    keys: tuple[str, ...] = ()  # extra_info it reads from every run of its first benchmark
+
+    def measured(self, results: Results) -> bool:
+        """Whether ``results`` hold what the figure reads: its benchmarks, and ``keys`` in every
+        run of the first (a run saved before a floor was recorded has not)."""
+        return all(n in results for n in self.needs) and all(
+            k in e.get("extra_info", {}) for e in results[self.needs[0]] for k in self.keys)
 
 
 def _min(results: Results, name: str) -> float:
@@ -106,26 +113,28 @@ def _figure(kind: str, of: tuple[str, ...], key: str, per: Any) -> Figure:
     fallback = of[1] if len(of) > 1 else None
     if kind == "ratio":
         return Figure(kind, of, lambda r: _min(r, a) / _min(r, b), True)
+    floor = () if fallback else (key,)  # without a fallback every run needs its floor
     if kind == "paired":
         return Figure(kind, of, lambda r: _min(r, a) / _floor(r, a, key, fallback), True,
-                      per_run=True)  # fmt: skip
+                      per_run=True, keys=floor)  # fmt: skip
     if kind == "paired_median":
         return Figure(kind, of, lambda r: _paired_median(r, a, key, fallback), True,
-                      per_run=True)  # fmt: skip
+                      per_run=True, keys=floor)  # fmt: skip
     if kind == "paired_speedup":
         return Figure(kind, of, lambda r: _floor(r, a, key, fallback) / _min(r, a), True,
-                      per_run=True)  # fmt: skip
+                      per_run=True, keys=floor)  # fmt: skip
     if kind == "paired_per_unit_us":
         return Figure(kind, of, lambda r: (_min(r, a) - _floor(r, a, key, fallback))
-                      / _latest(r, a, str(per)) * 1e6, True, " µs", per_run=True)
+                      / _latest(r, a, str(per)) * 1e6, True, " µs", per_run=True,
+                      keys=(*floor, str(per)))
     if kind == "per_unit_us":
         return Figure(kind, of, lambda r: (_min(r, a) - _min(r, b)) / float(per) * 1e6, True,
                       " µs")
     if kind == "time_us":
         return Figure(kind, of, lambda r: _min(r, a) / _calls(r, a) * 1e6, True, " µs")
     if kind == "info":
-        return Figure(kind, of, lambda r: _latest(r, a, key), False)
-    return Figure(kind, of, lambda r: _smallest(r, a, key), True)  # timed_info
+        return Figure(kind, of, lambda r: _latest(r, a, key), False, keys=(key,))
+    return Figure(kind, of, lambda r: _smallest(r, a, key), True, keys=(key,))  # timed_info
 
 
 def _paired_median(results: Results, name: str, key: str, fallback: str | None) -> float:

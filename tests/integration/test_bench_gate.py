@@ -164,6 +164,14 @@ def test_the_step_replay_is_judged_against_its_launches_by_hand(tmp_path: Path) 
     results, _ = gate.load([_write(tmp_path / "a.json", _doc(run, POCL))])
     (verdict,) = gate.judge(results, [check], "pocl")
     assert verdict.value == pytest.approx(20 / 13) and verdict.ok
+    # a run saved before that floor was recorded: the check is not measured, and says why
+    older = {"test_step_replay[python_ops]": (20e-6, {"paired_floor_s": 46e-6})}
+    results, _ = gate.load([_write(tmp_path / "a.json", _doc(run, POCL)),
+                            _write(tmp_path / "b.json", _doc(older, POCL))])
+    assert not check.figure.measured(results)
+    (verdict,) = gate.judge(results, [check], "pocl")
+    assert verdict.value is None and not verdict.ok
+    assert "not measured" in verdict.line() and "hand_floor_s" in verdict.line()
 
 
 def test_the_table_is_parsed_once_into_typed_limits() -> None:
