@@ -475,6 +475,12 @@ def test_summary_mode_keeps_markers_and_single_commands(
     assert node.duration is not None and node.duration * 1e9 >= own
     assert single.duration == pytest.approx(own / 1e9)
     assert single.commands == ()
+    # a device with marker units only is in the busy gauge (at 0: what runs between two markers
+    # is not known to be the device's), so its dashboard panel reads 0, not "no data"
+    markers = profiling.Collector(mode="summary", sample_budget=0.0)
+    markers.watch_markers(profiling.GRAPH_NODE, cl.enqueue_marker(pq), cl.enqueue_marker(pq))
+    pq.finish()
+    assert markers.flush(10.0) == 0 and list(markers.busy().values()) == [0.0]
 
 
 def test_mode_none_watches_nothing(

@@ -464,11 +464,13 @@ class Collector:
                 start = events[0].get_profiling_info(unit._from) + offset
                 end = max(events[-1].get_profiling_info(_END) + offset, start)
                 unit.start_ns, unit.end_ns, unit.duration = start, end, (end - start) / 1e9
+                busy = self._busy[device]  # the device is listed (0 busy) for markers too
                 if unit._from == _START:
-                    self._busy[device].append((start, end))
+                    busy.append((start, end))
                 self._emit(unit, device)
                 return
-            # every command; CPU time: a wait for the GIL or a blocking SDK once stopped the draws
+            # every command; CPU time (a wait for the GIL or a blocking SDK once stopped the draws)
+            # from here: _device is every unit's cost, a draw's own is what follows
             t0 = time.thread_time() if unit.sampled else 0.0
             unit.commands = commands = self._commands(unit, events, offset)
             count, events = len(events), ()  # released in what is timed
