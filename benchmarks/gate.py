@@ -132,9 +132,7 @@ def _verdict(c: Check, results: Results, device: str) -> Verdict:
     if missing:
         return Verdict(c, None, limit, False,
                        f"benchmark(s) {', '.join(missing)} not in the results")
-    if not c.figure.measured(results):
-        runs = results[c.figure.needs[0]]
-        keys = [k for k in c.figure.keys if not all(k in e.get("extra_info", {}) for e in runs)]
+    if keys := c.figure.unrecorded(results):
         return Verdict(c, None, limit, False, f"not measured: a run of {c.figure.needs[0]} has "
                        f"no extra_info {', '.join(keys)} (saved before it was recorded?)")
     try:

@@ -72,11 +72,14 @@ class Figure:
     per_run: bool = False  # paired: judged run by run (the best run counts), never across runs
     keys: tuple[str, ...] = ()  # extra_info it reads from every run of its first benchmark
 
+    def unrecorded(self, results: Results) -> list[str]:
+        """The ``keys`` a run of the first benchmark lacks (one saved before they were recorded)."""
+        runs = results.get(self.needs[0], [])
+        return [k for k in self.keys if not all(k in e.get("extra_info", {}) for e in runs)]
+
     def measured(self, results: Results) -> bool:
-        """Whether ``results`` hold what the figure reads: its benchmarks, and ``keys`` in every
-        run of the first (a run saved before a floor was recorded has not)."""
-        return all(n in results for n in self.needs) and all(
-            k in e.get("extra_info", {}) for e in results[self.needs[0]] for k in self.keys)
+        """Whether ``results`` hold what the figure reads: its benchmarks and their ``keys``."""
+        return all(n in results for n in self.needs) and not self.unrecorded(results)
 
 
 def _min(results: Results, name: str) -> float:
