@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 from typing import Any
 
@@ -91,6 +92,33 @@ def test_failing_launch_is_not_recorded(queue: cl.CommandQueue, kernels: Any, bu
             kernels.add(queue, (N,), None, out, a)  # one argument short
         kernels.add(queue, (N,), None, out, a, a)
     assert cap.num_launches == 1
+
+
+@pytest.mark.parametrize("queues", [1, 2])
+def test_a_finished_capture_holds_no_recorded_event(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, queues: int
+) -> None:
+    """The recording's events only told the order of its commands: end() lets them go (a
+    capture of 50k launches held 50k driver events), on one queue and across two, where they
+    planned the replay's waits first; the replay keeps that order."""
+    q2 = cl.CommandQueue(queue.context) if queues == 2 else queue
+    a, b, out = buf(np.ones(N)), buf(np.zeros(N)), buf(np.zeros(N))
+    with KernelCapture() as cap:
+        e1 = kernels.axpy(queue, (N,), None, b, a, np.float32(2))  # b = 2a
+        e2 = kernels.add(q2, (N,), None, out, b, a, wait_for=[e1])  # out = b + a
+        e3 = cl.enqueue_copy(q2, a, out, wait_for=[e2])  # a = out
+        cl.wait_for_events([e3])
+    assert cap._program is not None and (cap._program.plan is not None) == (queues == 2)
+    done = cap.replay()  # recorded from a = 1: b = 2, out = 3, a = 3; replayed: 8, 11, 11
+    assert done is not None
+    done.wait()
+    host = np.empty(N, np.float32)
+    cl.enqueue_copy(queue, host, a)
+    np.testing.assert_allclose(host, 11.0)
+    held = [sys.getrefcount(e) for e in (e1, e2, e3)]
+    del cap
+    gc.collect()
+    assert [sys.getrefcount(e) for e in (e1, e2, e3)] == held  # the capture held none
 
 
 def test_other_threads_pass_through(

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from netcl.runtime.capture._contract import BOUND, ORIGINALS, EntryPoint, original
-from netcl.runtime.capture._recording import Args, Fn, Kwargs, RawLaunch, Recording
+from netcl.runtime.capture._recording import Args, Fn, Kwargs, RawLaunch, Recording, _new
 
 __all__ = ["capture_disabled", "install", "is_patched", "reconcile", "thread_records",
            "uninstall"]
@@ -34,7 +34,6 @@ class _Local(threading.local):
 
 
 _tls = _Local()
-_new = tuple.__new__  # a NamedTuple from a tuple in one C call
 _lock = threading.RLock()
 # every recording begun and not yet stopped (its thread may have exited)
 _live: set[Recording] = set()

@@ -41,6 +41,7 @@ from netcl.runtime.capture._recording import (
     RawLaunch,
     RawTransfer,
     Recording,
+    _new,
     launch_sizes,
 )
 
@@ -371,14 +372,18 @@ def build(rec: Recording) -> ReplayProgram:
     """The replay form of a finished recording."""
     binder = Binder({k: state.clone for k, state in rec.kernels.items()})
     binds = binder.by_shape
+    # the replay's commands hold no recorded event: the events only told the order (the plan
+    # keeps it), and a capture would otherwise keep one driver event per command alive
     ops: list[Op] = []
+    recorded: list[Op] = []  # as recorded, events included: what the plan is made from
     host_waits: list[tuple[int, tuple[cl.Event, ...]]] = []
     queues: dict[int, cl.CommandQueue] = {}
     launches = finishes = 0
     shape: Any = None
     for raw in rec.raw:  # once per launch: kept to a few operations for a launch
         if type(raw) is RawLaunch:
-            ops.append(raw)
+            recorded.append(raw)
+            ops.append(_new(RawLaunch, (raw[0], (), None)))
             launches += 1
             if raw[0] is not shape:
                 shape = raw[0]
@@ -389,7 +394,9 @@ def build(rec: Recording) -> ReplayProgram:
             host_waits.append((len(ops), raw.events))
         else:
             queues[id(raw.queue)] = raw.queue
-            ops.append(raw)
+            recorded.append(raw)
+            ops.append(_new(RawTransfer, (*raw[:4], (), None, raw[6]))
+                       if type(raw) is RawTransfer else raw)  # fmt: skip
             finishes += type(raw) is RawFinish
     distinct = {_contract.queue_ptr(q): q for q in queues.values()}
     ordered = len(distinct) <= 1 and not any(
@@ -398,6 +405,6 @@ def build(rec: Recording) -> ReplayProgram:
     # checked mode loads with its first use (a checked pool), as device time does (watcher)
     mem = sys.modules.get("netcl.core.memory")  # not imported: no pool, let alone a checked one
     checked = mem is not None and mem.checking()
-    plan = None if ordered else schedule(ops, host_waits)
+    plan = None if ordered else schedule(recorded, host_waits)
     return ReplayProgram(ops, binds, launches, finishes, plan, tuple(binder.opaque),
                          device.watcher(*distinct.values()), checked, tuple(distinct.values()))
