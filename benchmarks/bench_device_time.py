@@ -22,7 +22,8 @@ duration netcl reports agrees with the device's own event timestamps.
    medians of the ratios within each round; ``twin_over_none``, the same pairing of two
    identical variants (a second capture replayed in mode ``none``): how far these medians read
    from 1 with nothing between them (on a 2-core runner a round's ratio spreads by ±6% and the
-   median of 31 rounds by ±2%, so ``ROUNDS`` is 61).
+   median of 31 rounds by ±2%, so ``ROUNDS`` is 61; ``NETCL_BENCH_DEVICE_TIME_ROUNDS`` sets it,
+   e.g. 241 for a figure to ±1%).
 2. ``test_device_duration_matches_raw_events[mode]`` replays a capture of 64 kernels ``REPEATS``
    times and reads the device duration netcl recorded in that mode (the collector's ``REPLAY``
    totals; summary mode without sampled detail); in the same run it enqueues the same 64 kernels
@@ -37,6 +38,7 @@ duration netcl reports agrees with the device's own event timestamps.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import sys
 import time
@@ -58,7 +60,7 @@ from netcl.runtime.capture import KernelCapture
 KERNELS = 64
 REPEATS = 20
 SUSTAINED = 100  # replays per variant and round
-ROUNDS = 61
+ROUNDS = int(os.environ.get("NETCL_BENCH_DEVICE_TIME_ROUNDS", "61"))
 SRC = """
 __kernel void work(__global float *a, const int n) {
     int i = get_global_id(0);
