@@ -383,7 +383,7 @@ def build(rec: Recording) -> ReplayProgram:
     for raw in rec.raw:  # once per launch: kept to a few operations for a launch
         if type(raw) is RawLaunch:
             recorded.append(raw)
-            ops.append(_new(RawLaunch, (raw[0], (), None)))
+            ops.append(_new(RawLaunch, (raw.shape, (), None)))
             launches += 1
             if raw[0] is not shape:
                 shape = raw[0]
@@ -395,7 +395,8 @@ def build(rec: Recording) -> ReplayProgram:
         else:
             queues[id(raw.queue)] = raw.queue
             recorded.append(raw)
-            ops.append(_new(RawTransfer, (*raw[:4], (), None, raw[6]))
+            ops.append(_new(RawTransfer, (raw.entry, raw.fn, raw.args, raw.kwargs, (), None,
+                                          raw.buffers))
                        if type(raw) is RawTransfer else raw)  # fmt: skip
             finishes += type(raw) is RawFinish
     distinct = {_contract.queue_ptr(q): q for q in queues.values()}
