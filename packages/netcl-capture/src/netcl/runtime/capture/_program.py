@@ -375,18 +375,16 @@ def build(rec: Recording) -> ReplayProgram:
     # the replay's commands hold no recorded event: the events only told the order (the plan
     # keeps it), and a capture would otherwise keep one driver event per command alive
     ops: list[Op] = []
-    recorded: list[Op] = []  # as recorded, events included: what the plan is made from
     host_waits: list[tuple[int, tuple[cl.Event, ...]]] = []
     queues: dict[int, cl.CommandQueue] = {}
     launches = finishes = 0
     shape: Any = None
     for raw in rec.raw:  # once per launch: kept to a few operations for a launch
         if type(raw) is RawLaunch:
-            recorded.append(raw)
             ops.append(_new(RawLaunch, (raw.shape, (), None)))
             launches += 1
-            if raw[0] is not shape:
-                shape = raw[0]
+            if raw.shape is not shape:
+                shape = raw.shape
                 if id(shape) not in binds:
                     binder.bind(shape)
                     queues[id(shape.queue)] = shape.queue
@@ -394,7 +392,6 @@ def build(rec: Recording) -> ReplayProgram:
             host_waits.append((len(ops), raw.events))
         else:
             queues[id(raw.queue)] = raw.queue
-            recorded.append(raw)
             ops.append(_new(RawTransfer, (raw.entry, raw.fn, raw.args, raw.kwargs, (), None,
                                           raw.buffers))
                        if type(raw) is RawTransfer else raw)  # fmt: skip
@@ -406,6 +403,9 @@ def build(rec: Recording) -> ReplayProgram:
     # checked mode loads with its first use (a checked pool), as device time does (watcher)
     mem = sys.modules.get("netcl.core.memory")  # not imported: no pool, let alone a checked one
     checked = mem is not None and mem.checking()
-    plan = None if ordered else schedule(recorded, host_waits)
+    # the plan is made from the commands as recorded, events included (host waits index them)
+    plan = None if ordered else schedule(
+        [raw for raw in rec.raw if not isinstance(raw, RawHostWait)], host_waits
+    )
     return ReplayProgram(ops, binds, launches, finishes, plan, tuple(binder.opaque),
                          device.watcher(*distinct.values()), checked, tuple(distinct.values()))
