@@ -270,9 +270,9 @@ def test_a_summary_replay_keeps_only_its_first_and_last_events(
     program = chain.cap._program
     assert program is not None
     ends: list[cl.Event] = []
-    last = program.run(None, ends, False, True)
+    last = program.run(None, ends, ends=True)
     every: list[cl.Event] = []
-    program.run(None, every, False, False)
+    program.run(None, every, ends=False)
     pq.finish()
     assert len(ends) == 2 and ends[1] is last and len(every) == N + 1
     kinds = [e.command_type for e in ends]

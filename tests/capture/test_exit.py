@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from netcl.runtime.capture import KernelCapture, _program
+from netcl.core import device
+from netcl.runtime.capture import KernelCapture
 
 SLOW = """__kernel void slow(__global float *a, int n) {
     float x = a[get_global_id(0)];
@@ -27,5 +28,5 @@ def test_the_exit_hook_finishes_the_queues_replays_left_running(ctx: cl.Context)
     queue.finish()
     last = [cap.replay() for _ in range(5)][-1]
     assert last is not None
-    _program._finish_at_exit()  # what atexit runs
+    device._finish_all()  # what atexit runs
     assert last.command_execution_status == cl.command_execution_status.COMPLETE

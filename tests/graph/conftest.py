@@ -11,7 +11,7 @@ import pytest
 
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
-from netcl.runtime.graph._packing import Interval
+from netcl.core.packing import Interval
 
 KERNELS = r"""
 __kernel void add(__global const float *a, __global const float *b, __global float *out) {

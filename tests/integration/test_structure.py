@@ -109,3 +109,148 @@ def test_no_code_generated_at_run_time(call: str) -> None:
                     and node.func.id == call):
                 hits.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not hits, f"{call}() in the packages: {hits}"
+
+
+# -- seams: packages meet at public API, and pyopencl's internals sit in one contract ----------
+_CONTRACT = "netcl.core.contract"
+_PYOPENCL = ("pyopencl",)  # module names whose private attributes only the contract may use
+
+
+def _package(module: str) -> str:
+    """The distribution a module belongs to: ``netcl.core`` or ``netcl.runtime.<name>``."""
+    parts = module.split(".")
+    return ".".join(parts[:2] if parts[1] == "core" else parts[:3])
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _own_privates(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Per package, the private names its own modules and classes define (module globals,
+    ``self._x = ...``, ``__slots__``, class attributes): what its modules may write on objects
+    (and modules) of its own."""
+    own: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        names = own.setdefault(_package(name), set())
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for stmt in tree.body:
+            for target in getattr(stmt, "targets", [getattr(stmt, "target", None)]):
+                if isinstance(target, ast.Name):
+                    names.add(target.id)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and (
+                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            ):
+                names.add(node.attr)
+            elif isinstance(node, ast.ClassDef):
+                for stmt in node.body:
+                    for target in getattr(stmt, "targets", [getattr(stmt, "target", None)]):
+                        if isinstance(target, ast.Name):
+                            names.add(target.id)
+                    if (isinstance(stmt, ast.Assign) and any(
+                            isinstance(t, ast.Name) and t.id == "__slots__" for t in stmt.targets)
+                            and isinstance(stmt.value, (ast.Tuple, ast.List))):
+                        names.update(e.value for e in stmt.value.elts
+                                     if isinstance(e, ast.Constant) and isinstance(e.value, str))
+                    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        names.add(stmt.name)
+    return own
+
+
+def _aliases(tree: ast.AST, roots: tuple[str, ...]) -> set[str]:
+    """The local names a module binds to modules under ``roots`` (``import pyopencl as cl``)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update((a.asname or a.name).split(".")[0] for a in node.names
+                         if a.name.split(".")[0] in roots)  # fmt: skip
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in roots:
+            found.update(a.asname or a.name for a in node.names)
+    return found
+
+
+def seam_breaches(name: str, source: str, own: set[str]) -> list[str]:
+    """What module ``name`` (of a package whose own private names are ``own``) does across a
+    seam: a ``sys.modules`` lookup of a netcl module, a write of (or ``getattr`` on) a private
+    attribute that its package does not define, pyopencl's private names outside the contract,
+    a function over 80 lines. One line per finding, with its line number."""
+    tree = ast.parse(source)
+    found: list[str] = []
+    pyopencl = _aliases(tree, _PYOPENCL) if name != _CONTRACT else set()
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        # sys.modules["netcl..."] / sys.modules.get("netcl...")
+        if isinstance(node, (ast.Subscript, ast.Call)):
+            target = node.value if isinstance(node, ast.Subscript) else node.func
+            if isinstance(node, ast.Call) and isinstance(target, ast.Attribute) and (
+                    target.attr in ("get", "__getitem__")):
+                target, keys = target.value, node.args[:1]
+            elif isinstance(node, ast.Subscript):
+                keys = [node.slice]
+            else:
+                keys = []
+            if (isinstance(target, ast.Attribute) and target.attr == "modules"
+                    and isinstance(target.value, ast.Name) and target.value.id == "sys"):
+                texts = [k.value if isinstance(k, ast.Constant) else ast.unparse(k) for k in keys]
+                if any(str(t).lstrip("f'\"").startswith("netcl") for t in texts):
+                    found.append(f"{line}: sys.modules lookup of a netcl module ({texts[0]})")
+        # obj._private = ... on an object that is not the class's own
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            base = node.value
+            if isinstance(base, ast.Name) and base.id in pyopencl:
+                found.append(f"{line}: pyopencl private {base.id}.{node.attr} outside the "
+                             "contract (netcl/core/contract.py)")
+            elif (isinstance(node.ctx, ast.Store) and node.attr not in own
+                    and not (isinstance(base, ast.Name) and base.id in ("self", "cls"))):
+                found.append(f"{line}: writes {ast.unparse(node)}, another package's private "
+                             "attribute")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) > 1
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+                and _private(node.args[1].value) and node.args[1].value not in own):
+            found.append(f"{line}: {node.func.id}(..., {node.args[1].value!r}) probes another "
+                         "package's private attribute")
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and name != _CONTRACT:
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [
+                f"{node.module}.{a.name}" for a in node.names]
+            if any(n.startswith("pyopencl.") and any(map(_private, n.split(".")[1:]))
+                   for n in names):
+                found.append(f"{line}: imports a pyopencl private module outside the contract")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = (node.end_lineno or line) - line + 1
+            if length > 80:
+                found.append(f"{line}: function {node.name} is {length} lines (at most 80)")
+    return found
+
+
+def test_packages_meet_at_seams() -> None:
+    modules = _modules()
+    own = _own_privates(modules)
+    assert {"_buffer", "_bin"} <= own["netcl.core"] and "_buffer" not in own["netcl.runtime.graph"]
+    breaches = [f"{path.relative_to(ROOT)}:{finding}"
+                for name, path in modules.items()
+                for finding in seam_breaches(name, path.read_text(encoding="utf-8"),
+                                             own[_package(name)])]  # fmt: skip
+    assert not breaches, "across a seam:\n" + "\n".join(breaches)
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ('import sys\nm = sys.modules["netcl.core.memory"]\n', "sys.modules lookup"),
+    ('import sys\nm = sys.modules.get("netcl.core.memory")\n', "sys.modules lookup"),
+    ("def f(t):\n    t._buffer = None\n", "writes t._buffer"),
+    ('def f(pool):\n    return getattr(pool, "_guards", {})\n', "probes another package"),
+    ("import pyopencl as cl\nf = cl._cl._enqueue_read_buffer\n", "pyopencl private cl._cl"),
+    ("import pyopencl._cl as _cl\n", "pyopencl private module"),
+    ("def f():\n" + "    x = 1\n" * 80, "function f is 81 lines"),
+])  # fmt: skip
+def test_the_seam_check_names_each_breach(source: str, expected: str) -> None:
+    found = seam_breaches("netcl.runtime.graph._executor", source, {"_own"})
+    assert len(found) == 1 and expected in found[0], found
+    assert found[0].startswith(("2:", "1:")), found
+
+
+def test_the_seam_check_passes_a_package_s_own_privates() -> None:
+    source = 'import sys\nclass A:\n    def f(self, o):\n        o._own = 1\n        self._x = 2\n'
+    source += '        return sys.modules.get("opentelemetry.sdk")\n'
+    assert seam_breaches("netcl.runtime.graph._executor", source, {"_own"}) == []

@@ -297,10 +297,15 @@ def shutdown(timeout: float | None = None) -> bool:
     most ``timeout`` seconds (default: the larger of ``OTEL_BSP_EXPORT_TIMEOUT`` and
     ``OTEL_METRIC_EXPORT_TIMEOUT``), after collecting pending device time (up to 1 s). False
     when an exporter was still busy at the deadline (left on its daemon thread)."""
-    profiling = sys.modules.get("netcl.core.profiling")  # not imported: only if in use
-    if profiling is not None and _configured:
-        profiling.flush(1.0)
+    if _configured:
+        for hook in _before_shutdown:
+            hook(1.0)
     return _bounded("shutdown", timeout)
+
+
+# what runs before shutdown: device time's flush, registered when device time loads (a process
+# without it never imports it)
+_before_shutdown: list[Callable[[float], object]] = []
 
 
 def export_failures() -> list[str]:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import threading
-from typing import TYPE_CHECKING
+import weakref
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyopencl as cl
 
@@ -13,7 +17,7 @@ if TYPE_CHECKING:
     from netcl.core.profiling import Collector
 
 __all__ = ["NoDeviceError", "default_context", "default_queue", "device_identity", "pick_device",
-           "watcher"]  # fmt: skip
+           "checker", "finish_at_exit", "held_blocks", "out_of_order", "watcher"]  # fmt: skip
 
 #: pyopencl's variable choosing the platform and device (``0``, ``0:1``, a name's start).
 CTX_ENV = _settings.PYOPENCL_CTX.name
@@ -26,6 +30,7 @@ class NoDeviceError(RuntimeError):
 
 
 _PROFILING = cl.command_queue_properties.PROFILING_ENABLE
+_OUT_OF_ORDER = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 _lock = threading.Lock()
 _context: cl.Context | None = None
 _queues: dict[tuple[int, bool], cl.CommandQueue] = {}
@@ -123,9 +128,60 @@ def watcher(*queues: cl.CommandQueue) -> Collector | None:
     return profiling.collector() if all(map(profiling.enabled, queues)) else None
 
 
+class Checking(Protocol):
+    """What checked mode offers the packages (``netcl.core.memory.Checker``)."""
+
+    def guarded(self, ptr: int) -> tuple[Any, Any, Any, str] | None: ...
+    def check_all(self, who: str) -> None: ...
+
+
+# set by netcl.core.memory as it loads: (its checker(), its held_blocks()). A process that never
+# made a BufferPool never imports it, and has no checked pool and no held block.
+_pools: tuple[Callable[[], Checking | None], Callable[[], set[int]]] | None = None
+
+
+def checker() -> Checking | None:
+    """Checked mode's seam, as :func:`watcher` is device time's: the checker while a checked
+    BufferPool is alive, else None; loads nothing."""
+    return None if _pools is None else _pools[0]()
+
+
+def held_blocks() -> set[int]:
+    """The ``int_ptr`` of every block the live BufferPools hold for reuse (released, not handed
+    out again): memory nothing outside its pool can reach. Loads nothing."""
+    return set() if _pools is None else _pools[1]()
+
+
+def out_of_order(queue: cl.CommandQueue) -> bool:
+    """Whether ``queue`` may run its commands out of order (then only events order them)."""
+    return bool(queue.properties & _OUT_OF_ORDER)
+
+
 def device_identity(device: cl.Device) -> str:
     """A stable string naming a device and the software that compiles for it (platform name and
     version, device name and version, driver version: a change makes compiled binaries stale)."""
     platform = device.platform
     parts = (platform.name, platform.version, device.name, device.version, device.driver_version)
     return " | ".join(p.strip() for p in parts)
+
+
+# A process ending right after enqueuing work (replays above all) left commands running while
+# the interpreter freed what they use: PoCL crashed at exit (1 run in 10). So the queues of the
+# live owners registered here are finished at exit.
+_AT_EXIT: weakref.WeakKeyDictionary[object, tuple[cl.CommandQueue, ...]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def finish_at_exit(owner: object, queues: Iterable[cl.CommandQueue]) -> None:
+    """Finish ``queues`` when the process exits, if ``owner`` (weakly referable) is still alive:
+    for objects that enqueue work on memory they hold (a capture's replay program)."""
+    _AT_EXIT[owner] = tuple(queues)
+
+
+@atexit.register
+def _finish_all() -> None:
+    for queues in list(_AT_EXIT.values()):
+        for queue in queues:
+            with contextlib.suppress(cl.Error):
+                queue.finish()

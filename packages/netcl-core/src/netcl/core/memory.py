@@ -19,20 +19,19 @@ import numpy.typing as npt
 import pyopencl as cl
 import pyopencl.tools as cltools
 
-from netcl.core import telemetry
+from netcl.core import contract, device, telemetry
 from netcl.core._settings import CHECK_MEMORY, POOL_LIMIT
-from netcl.core.tensor import _RELEASED, Shape, Tensor, _Gone, normalize_shape
+from netcl.core.device import out_of_order
+from netcl.core.tensor import _RELEASED, Gone, Shape, Tensor, normalize_shape
 from netcl.core.version import __version__
 
-__all__ = ["BufferPool", "Guard", "MemoryCheckError", "PoolStats", "checking", "guard_byte",
-           "guard_bytes", "guarded"]
+__all__ = ["BufferPool", "Checker", "Guard", "MemoryCheckError", "PoolStats", "checker",
+           "guard_byte", "guard_bytes", "held_blocks"]
 
-# pyopencl's read primitive, bound at import: netcl-capture intercepts the module attribute while
-# it records, and the pool's backing read (on its own queue) is not part of the application's work
-_read_buffer = cl._cl._enqueue_read_buffer
-_fill_buffer = cl._cl._enqueue_fill_buffer  # so are checked mode's guard fills and reads
-_barrier = cl._cl._enqueue_barrier_with_wait_list
-_OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+# pyopencl's own primitives (the contract's originals): netcl-capture intercepts the module
+# attributes while it records, and the pool's backing read (on its own queue) and checked mode's
+# guard fills and reads are not part of the application's work
+_read_buffer, _fill_buffer, _barrier = contract.read_buffer, contract.fill_buffer, contract.barrier
 
 # pyopencl reports running out of device memory with these codes (MemoryError covers the first)
 _OOM_CODES = frozenset(
@@ -51,7 +50,7 @@ def _is_oom(exc: cl.Error) -> bool:
 # cost the pool's fast path as much again)
 _TEL = telemetry.Scope("netcl.core.memory", __version__)
 _POOLS: weakref.WeakSet[BufferPool] = weakref.WeakSet()
-_CHECKED_POOLS: weakref.WeakSet[BufferPool] = weakref.WeakSet()  # checking() per run: O(1)
+_CHECKED_POOLS: weakref.WeakSet[_CheckedPool] = weakref.WeakSet()  # checker() per run: O(1)
 
 
 def _look_all() -> None:
@@ -102,7 +101,7 @@ class Guard:
 
     def fill(self, queue: cl.CommandQueue, block: Any) -> None:
         """Enqueue the fills of the guard bytes (ordered on an out-of-order queue too)."""
-        ooo = queue.properties & _OOO
+        ooo = out_of_order(queue)
         if ooo:
             _barrier(queue, None)
         pattern = np.uint8(self.byte)
@@ -116,7 +115,7 @@ class Guard:
         """Read the guard bytes (blocking, after everything enqueued before) and raise
         MemoryCheckError saying that ``who`` wrote out of ``what`` when one was overwritten."""
         host = np.empty(self.before + self.after, np.uint8)
-        if queue.properties & _OOO:
+        if out_of_order(queue):
             _barrier(queue, None)
         if self.before:
             _read_buffer(queue, block, host[: self.before], self.start - self.before, None, True)
@@ -135,29 +134,49 @@ class Guard:
         )
 
 
-def checking() -> bool:
-    """Whether a live pool is in checked mode (a capture made then checks its replays)."""
-    return len(_CHECKED_POOLS) > 0
+class Checker:
+    """Checked mode as the packages use it (:func:`checker`): the guards of every live block of
+    the checked pools, looked up by buffer and checked."""
+
+    __slots__ = ()
+
+    def guarded(self, ptr: int) -> tuple[BufferPool, Any, Guard, str] | None:
+        """The checked pool, block, guard and description of the live pool block at ``ptr``."""
+        for pool in list(_CHECKED_POOLS):
+            entry = pool._guards.get(ptr)
+            if entry is not None:
+                return (pool, *entry)
+        return None
+
+    def check_all(self, who: str) -> None:
+        """Check every live block's guards (blocking): MemoryCheckError saying ``who`` overran."""
+        for pool in list(_CHECKED_POOLS):
+            for block, guard, what in list(pool._guards.values()):
+                try:
+                    guard.check(pool.queue, block, who, what)
+                except MemoryCheckError:
+                    guard.fill(pool.queue, block)  # named once: a later check blames new writes
+                    raise
 
 
-def check_all(who: str) -> None:
-    """Check every live block's guards (blocking): MemoryCheckError saying ``who`` overran."""
+_CHECKER = Checker()
+
+
+def held_blocks() -> set[int]:
+    """The ``int_ptr`` of every block the live BufferPools hold for reuse (released, not handed
+    out again): memory that nothing outside its pool can reach (a capture's end() asks, through
+    :func:`netcl.core.device.held_blocks`)."""
+    found: set[int] = set()
     for pool in list(_POOLS):
-        for block, guard, what in list(getattr(pool, "_guards", {}).values()):
-            try:
-                guard.check(pool.queue, block, who, what)
-            except MemoryCheckError:
-                guard.fill(pool.queue, block)  # named once: a later check blames new writes
-                raise
+        for bin_ in list(pool._bins.values()):
+            found.update(block.int_ptr for block in list(bin_.free))
+    return found
 
 
-def guarded(ptr: int) -> tuple[BufferPool, Any, Guard, str] | None:
-    """The checked pool, block, guard and description of the live pool block at ``ptr``."""
-    for pool in list(_POOLS):
-        entry = getattr(pool, "_guards", {}).get(ptr)
-        if entry is not None:
-            return (pool, *entry)
-    return None
+def checker() -> Checker | None:
+    """Checked mode's seam: the :class:`Checker` while a checked pool is alive, else None (the
+    one test a capture makes at ``end()``, a scheduler per run)."""
+    return _CHECKER if _CHECKED_POOLS else None
 
 
 @dataclass(frozen=True)
@@ -339,7 +358,7 @@ class BufferPool:
         if not isinstance(tensor, Tensor):
             raise TypeError(f"BufferPool.release: expected a Tensor, got {tensor!r}")
         gone = tensor._buffer
-        if type(gone) is _Gone:
+        if type(gone) is Gone:
             what = "was already released" if gone is _RELEASED else gone.message
             raise ValueError(f"BufferPool.release: {tensor!r} {what}")
         raise ValueError(f"BufferPool.release: {tensor!r} was not allocated by this pool")
@@ -559,8 +578,10 @@ class BufferPool:
         self._mempool.free_held()
         self._look()
 
-    def _add_free_held_hook(self, hook: Callable[[], None]) -> None:
-        """Call ``hook`` (a weak method is kept) before held blocks are freed."""
+    def on_free_held(self, hook: Callable[[], None]) -> None:
+        """Call ``hook``, a bound method (kept weakly), each time before the pool frees the
+        blocks it holds for reuse: for users that keep views of its blocks (a graph executor's
+        sub-buffers), which would otherwise keep the freed blocks' memory allocated."""
         self._on_free_held.append(weakref.WeakMethod(hook))  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
@@ -605,3 +626,6 @@ class _CheckedPool(BufferPool):
         finally:
             if guard.nbytes:  # a read of freed memory shows up as NaN (or -1) in results
                 _fill_buffer(self.queue, block, _POISON, 0, guard.nbytes)
+
+
+device._pools = (checker, held_blocks)  # the seam: device.checker(), device.held_blocks()

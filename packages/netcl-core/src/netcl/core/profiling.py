@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, get_args
 
 import pyopencl as cl
 
-from netcl.core import _settings, telemetry
+from netcl.core import _sdk, _settings, telemetry
 from netcl.core.log import get_logger, warn_once
 from netcl.core.version import __version__
 
@@ -605,6 +605,7 @@ watch = _collector.watch
 detail = _collector.detail
 watch_markers = _collector.watch_markers
 flush = _collector.flush
+_sdk._before_shutdown.append(flush)  # telemetry.shutdown() collects pending device time first
 
 
 TEL.observable_gauge(

@@ -13,7 +13,7 @@ import pyopencl as cl
 if TYPE_CHECKING:
     import pyopencl.array as cla
 
-__all__ = ["Shape", "Tensor", "normalize_shape"]
+__all__ = ["Gone", "Shape", "Tensor", "normalize_shape"]
 
 Shape = tuple[int, ...]
 
@@ -33,10 +33,11 @@ def normalize_shape(shape: int | Sequence[int]) -> Shape:
     return tuple(int(d) for d in dims)
 
 
-class _Gone:
+class Gone:
     """Stands in for the buffer of a tensor whose memory is no longer its own (released to its
-    pool, or a graph intermediate whose run ended): a later use raises RuntimeError with
-    ``message`` instead of touching a block that may already hold another tensor's values."""
+    pool, or a graph intermediate whose run ended; see :meth:`Tensor.revoke`): a later use
+    raises RuntimeError with ``message`` instead of touching a block that may already hold
+    another tensor's values."""
 
     __slots__ = ("message",)
     size = 0
@@ -49,7 +50,7 @@ class _Gone:
         return f"<gone: {self.message}>"
 
 
-_RELEASED: Any = _Gone("was released to its BufferPool; a released tensor cannot be used")
+_RELEASED: Any = Gone("was released to its BufferPool; a released tensor cannot be used")
 
 
 class Tensor:
@@ -75,9 +76,19 @@ class Tensor:
         """The OpenCL buffer (``RuntimeError`` once the tensor was released to its pool, or once
         the run of the graph it was an intermediate of ended)."""
         buf = self._buffer
-        if type(buf) is _Gone:
+        if type(buf) is Gone:
             raise RuntimeError(f"{self!r} {buf.message}")
         return buf
+
+    def lend(self, buffer: cl.MemoryObjectHolder) -> None:
+        """Let the tensor view ``buffer`` (again), which must hold its :attr:`nbytes`: for code
+        that hands out tensors over memory it owns and takes back (a graph's intermediates)."""
+        self._buffer = buffer
+
+    def revoke(self, gone: Gone) -> None:
+        """Take the tensor's buffer back: any later use raises RuntimeError with ``gone``'s
+        message. A pool's tensor goes back with ``pool.release``, which revokes it itself."""
+        self._buffer = gone
 
     @property
     def nbytes(self) -> int:

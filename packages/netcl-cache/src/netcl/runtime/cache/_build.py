@@ -9,7 +9,7 @@ from typing import Any
 
 import pyopencl as cl
 
-from netcl.core import telemetry
+from netcl.core import contract, telemetry
 from netcl.runtime.cache import _telemetry as tel
 from netcl.runtime.cache._config import log
 from netcl.runtime.cache._entry import EntryError
@@ -39,7 +39,7 @@ ProgramBuildError.__module__ = "netcl.runtime.cache"
 def _build(prg: Any, options: str, dev: cl.Device) -> None:
     # The raw clBuildProgram: pyopencl's `build` wrapper also fetches every device's build log
     # after a success (to warn about compiler output), ~0.1 ms a disk hit does not need.
-    prg._build(options=options.encode("utf-8", "surrogateescape"), devices=[dev])
+    contract.build_raw(prg, options.encode("utf-8", "surrogateescape"), [dev])
 
 
 def from_binary(ctx: cl.Context, dev: cl.Device, opts: str, binary: Any) -> cl.Program:
@@ -48,7 +48,7 @@ def from_binary(ctx: cl.Context, dev: cl.Device, opts: str, binary: Any) -> cl.P
     it."""
     check_binary(binary)
     prg = cl.Program(ctx, [dev], [binary])  # cl.Program(_Program) would ask the driver for ctx
-    _build(prg._prg, opts, dev)
+    _build(contract.raw_program(prg), opts, dev)
     return prg
 
 
@@ -67,7 +67,7 @@ def compile_program(
     point = {tel.ATTR_DEVICE: device_name}
     try:
         with tel.TEL.span(tel.SPAN_COMPILE, {tel.ATTR_OPTIONS: opts, tel.ATTR_KEY: key}) as span:
-            prg = cl._cl._Program(ctx, src_code)
+            prg = contract.RawProgram(ctx, src_code)
             try:
                 _build(prg, opts, dev)
             except cl.Error as exc:

@@ -16,6 +16,7 @@ from netcl.core import telemetry
 from netcl.core.log import get_logger
 from netcl.runtime.capture import _intercept
 from netcl.runtime.capture import _telemetry as tm
+from netcl.runtime.capture._memory import CaptureMemory, SharedArena
 from netcl.runtime.capture._program import ReplayProgram, build
 from netcl.runtime.capture._recording import (
     CapturedLaunch,
@@ -43,6 +44,7 @@ class KernelCapture:
         self._program: ReplayProgram | None = None
         self._replays = 0
         self._span = telemetry.NO_SPAN  # the record span, begin() .. end()
+        self._shared: SharedArena | None = None  # a captured step's arena, shared by its keys
 
     def begin(self) -> None:
         """Start recording the calling thread's launches (drops any earlier recording)."""
@@ -94,7 +96,7 @@ class KernelCapture:
                     )
                 if rec.native and not allow_native:
                     raise RuntimeError(_native_refusal(rec))
-                program = build(rec)
+                program = build(rec, self._shared)
             except BaseException as exc:
                 self._discard(exc)
                 raise
@@ -126,7 +128,9 @@ class KernelCapture:
         self._recording = None
         span, self._span = self._span, telemetry.NO_SPAN
         if isinstance(why, ReplayProgram):
-            span.set_many({tm.LAUNCHES: why.num_launches, tm.COMMANDS: why.num_commands})
+            arena = why.arena.memory.arena_bytes if why.arena is not None else 0
+            span.set_many({tm.LAUNCHES: why.num_launches, tm.COMMANDS: why.num_commands,
+                           tm.ARENA_BYTES: arena})  # fmt: skip
             span.end()
         elif isinstance(why, BaseException):
             span.end(why)
@@ -173,7 +177,7 @@ class KernelCapture:
         self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
     ) -> cl.Event | None:
         # the one test of a plain replay
-        if program.collector is not None or program.checked or telemetry.tracing():
+        if program.collector is not None or program.checker is not None or telemetry.tracing():
             event = self._observed(program, subst)
         else:
             with self._lock:
@@ -202,7 +206,7 @@ class KernelCapture:
             detail = collector.detail(program.num_commands)
         try:
             with self._lock:
-                event = program.run(subst, keep, program.checked, not detail)
+                event = program.run(subst, keep, ends=not detail)
                 self._replays += 1
         except BaseException as exc:
             error = exc
@@ -267,6 +271,14 @@ class KernelCapture:
         from netcl.runtime.capture import _saved  # on first use: json and the format
 
         return _saved.save(path, program, kind="capture")
+
+    @property
+    def memory(self) -> CaptureMemory | None:
+        """The device memory the capture holds since its end() (None before): the bytes of its
+        own arena, where the buffers nothing else could reach by then live, and of the buffers
+        it refers to where the application keeps them."""
+        program = self._program
+        return None if program is None or program.arena is None else program.arena.memory
 
     @property
     def replay_count(self) -> int:

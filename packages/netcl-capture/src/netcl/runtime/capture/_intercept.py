@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from netcl.runtime.capture._contract import BOUND, ORIGINALS, EntryPoint, original
+from netcl.core.contract import BOUND, ORIGINALS, EntryPoint, original
 from netcl.runtime.capture._recording import Args, Fn, Kwargs, RawLaunch, Recording, _new
 
 __all__ = ["capture_disabled", "install", "is_patched", "reconcile", "thread_records",

@@ -17,12 +17,12 @@ from typing import Any, NamedTuple
 
 import pyopencl as cl
 
-from netcl.runtime.capture._contract import queue_ptr
+from netcl.core import device
+from netcl.core.contract import queue_ptr
 from netcl.runtime.capture._recording import Op, RawFinish
 
 __all__ = ["Issue", "Schedule", "schedule"]
 
-_OUT_OF_ORDER = int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
 
 
 class Issue(NamedTuple):
@@ -53,7 +53,7 @@ def schedule(ops: Sequence[Op], host_waits: Sequence[tuple[int, tuple[cl.Event, 
     keys = [queue_ptr(op.queue) for op in ops]
     queues = dict(zip(keys, (op.queue for op in ops), strict=True))
     context = {k: q.context.int_ptr for k, q in queues.items()}  # queue int_ptr -> context's
-    in_order = {k: not int(q.properties) & _OUT_OF_ORDER for k, q in queues.items()}
+    in_order = {k: not device.out_of_order(q) for k, q in queues.items()}
     ctx = [context[k] for k in keys]
     fences: list[int] = []  # producers of host-waited events, in order of the waits
     fenced: dict[int, int] = {}  # in-order queue -> how many fences its commands took
@@ -78,13 +78,13 @@ def schedule(ops: Sequence[Op], host_waits: Sequence[tuple[int, tuple[cl.Event, 
         else:
             deps.update(fences)
         deps = {d for d in deps if 0 <= d < i}
-        device = tuple(sorted(d for d in deps if ctx[d] == ctx[i]))
+        on_device = tuple(sorted(d for d in deps if ctx[d] == ctx[i]))
         host = sorted(d for d in deps if ctx[d] != ctx[i] and d not in on_host)
         on_host.update(host)
-        waited.update(device)
-        flushes = tuple(dirty.pop(keys[d]) for d in (*device, *host)
+        waited.update(on_device)
+        flushes = tuple(dirty.pop(keys[d]) for d in (*on_device, *host)
                         if keys[d] in dirty and keys[d] != key)  # fmt: skip
-        issues.append(Issue(device, _by_context(host, ctx), flushes))
+        issues.append(Issue(on_device, _by_context(host, ctx), flushes))
         dirty[key] = op.queue
     return _closing(ops, issues, ctx, context, dirty, waited | on_host, events)
 

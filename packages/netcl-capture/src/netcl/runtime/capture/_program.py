@@ -15,10 +15,6 @@ an out-of-order queue, contexts) is issued command by command as its ``Schedule`
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import sys
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
@@ -28,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyopencl as cl
 
-from netcl.core import device
-from netcl.runtime.capture import _contract
+from netcl.core import contract, device
+from netcl.runtime.capture import _memory
+from netcl.runtime.capture._memory import Arena, SharedArena
 from netcl.runtime.capture._ordering import Schedule, schedule
 from netcl.runtime.capture._rebind import BufferIndex
 from netcl.runtime.capture._recording import (
@@ -46,18 +43,16 @@ from netcl.runtime.capture._recording import (
 )
 
 if TYPE_CHECKING:
-    from netcl.core import memory
     from netcl.core.profiling import Collector
 
 __all__ = ["BoundLaunch", "ReplayProgram", "build"]
 
-_enqueue = _contract.enqueue_nd_range_kernel
-_set_arg = _contract.set_arg
-_finish = _contract.finish
-_flush = _contract.flush
-_marker = _contract.marker
-_wait = _contract.wait_for_events
-_OUT_OF_ORDER = int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+_enqueue = contract.enqueue_nd_range_kernel
+_set_arg = contract.set_arg
+_finish = contract.finish
+_flush = contract.flush
+_marker = contract.marker
+_wait = contract.wait_for_events
 
 # (callable, argument tuples): a run of plain launches, or one call
 Segment = tuple[Callable[..., Any], list[tuple[Any, ...]]]
@@ -156,26 +151,14 @@ def _replicate(
     return replica
 
 
-# A process ending right after replays left their commands running while the interpreter freed
-# what they use: PoCL crashed at exit (1 run in 10). So atexit finishes the programs' queues.
-_LIVE: weakref.WeakSet[ReplayProgram] = weakref.WeakSet()
-
-
-@atexit.register
-def _finish_at_exit() -> None:
-    for program in list(_LIVE):
-        for queue in program.queues:
-            with contextlib.suppress(cl.Error):
-                queue.finish()
-
-
 class ReplayProgram:
     """Launches and transfers of one capture, every argument bound once; holds the recorded
     buffers (its own OpenCL references), kernels and host arrays alive."""
 
     def __init__(self, ops: list[Op], binds: Binds, launches: int, finishes: int,
                  plan: Schedule | None, opaque: tuple[str, ...], collector: Collector | None,
-                 checked: bool, queues: tuple[cl.CommandQueue, ...]) -> None:  # fmt: skip
+                 checker: device.Checking | None,
+                 queues: tuple[cl.CommandQueue, ...]) -> None:  # fmt: skip
         self.ops = tuple(ops)
         self.binds = binds
         # None: one in-order queue, where queue order is every dependency there is
@@ -187,9 +170,9 @@ class ReplayProgram:
         # where device time watches every queue of the capture, the collector replays hand
         # events to (decided once here; a queue's properties never change)
         self.collector = collector
-        self.queues = queues  # finished at exit (see _finish_at_exit)
+        self.queues = queues
         self.queue = queues[0] if len(queues) == 1 else None  # for the device-time collector
-        _LIVE.add(self)
+        device.finish_at_exit(self, queues)
         # the device-time label of each command a replay enqueues (a finish enqueues none):
         # the kernel's function name, or the transfer's operation (``copy_buffer``)
         self.labels = tuple(
@@ -197,7 +180,36 @@ class ReplayProgram:
             for op in self.ops if isinstance(op, (RawLaunch, RawTransfer))
         ) if collector is not None else ()  # fmt: skip
         self._index: BufferIndex | None = None
-        self.checked = checked  # a pool was in checked mode at end(): replays check guards
+        # a pool was in checked mode at end(): replays go command by command, checking guards
+        self.checker = checker
+        self.arena: Arena | None = None  # the capture's own memory (build() sets it)
+
+    def rebase(self, old: cl.Buffer, new: cl.Buffer) -> None:
+        """Move the regions of ``old`` (a shared arena that grew) this program uses onto the
+        same places in ``new``: its replay kernels' arguments, its transfers, its segments."""
+        base = contract.mem_ptr(old)
+        moved: dict[int, cl.MemoryObjectHolder] = {}
+        for ptr, use in self.index.uses.items():
+            parent = use.buffer.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
+            if parent is None or contract.mem_ptr(parent) != base:
+                continue
+            region = moved[ptr] = new.get_sub_region(
+                int(use.buffer.get_info(cl.mem_info.OFFSET)), int(use.buffer.size))
+            for kernel, index in use.kernel_args:
+                _set_arg(kernel, index, region)
+        if not moved:
+            return
+        for bound in self.binds.values():
+            bound.buffers = tuple((i, moved.get(contract.mem_ptr(b), b)) for i, b in bound.buffers)
+        ops = list(self.ops)
+        shapes = _memory.relocate(ops, moved)  # nothing may hold the old arena's regions
+        self.binds = {id(shapes[k]) if k in shapes else k: b for k, b in self.binds.items()}
+        self.ops = tuple(ops)
+        if self.plan is None:
+            self._segments = _segments(self.ops, self.binds, {})
+        self._index = None
+        if self.arena is not None:
+            self.arena = self.arena._replace_buffer(old, new)
 
     @property
     def index(self) -> BufferIndex:
@@ -206,16 +218,18 @@ class ReplayProgram:
             self._index = BufferIndex(self.ops, self.binds)
         return self._index
 
-    def run(self, subst: Subst | None = None, keep: list[Any] | None = None,
-            checked: bool = False, ends: bool = False) -> cl.Event | None:  # fmt: skip
+    def run(self, subst: Subst | None = None, keep: list[Any] | None = None, *,
+            ends: bool = False) -> cl.Event | None:  # fmt: skip
         """Enqueue the recorded commands with buffers substituted (a map ``index.validate``
         returned); an event that completes when all of them have (None if there are none).
         ``keep`` (a profiled replay) gets every command's event, in the order of ``labels``, or
         with ``ends`` on one in-order queue, the first and the last (a summary's);
-        ``checked`` (checked mode) enqueues them one at a time, each followed by ``check``.
+        In checked mode (``checker``) they are enqueued one at a time, each followed by
+        ``check``.
         OpenCL takes a kernel's arguments at enqueue time: an argument set, enqueued with and
         set back leaves the launch with the substitute and the recorded arguments in place."""
-        if not subst and not checked and self.plan is None:
+        checker = self.checker
+        if not subst and checker is None and self.plan is None:
             # the common replay, plain or profiled: the prepared segments and nothing to set up
             # (the set-up below was ~1 µs of a 16-launch replay's ~15)
             return _issue(self._segments, keep, ends)
@@ -230,9 +244,9 @@ class ReplayProgram:
             for kernel, index, _, new in touched:
                 _set_arg(kernel, index, new)
             after = None
-            if checked:
-                self.refill(subst)
-                after = partial(self.check, subst=subst)
+            if checker is not None:
+                self.refill(checker, subst)
+                after = partial(self.check, checker=checker, subst=subst)
             if self.plan is not None:
                 return _run_scheduled(self.ops, self.binds, self.plan, subst, keep, after)
             if after is not None:
@@ -250,26 +264,28 @@ class ReplayProgram:
             for kernel, index, old, _ in touched:
                 _set_arg(kernel, index, old)
 
-    def _guarded(self, subst: Subst, bufs: Iterable[cl.MemoryObjectHolder]
-                 ) -> Iterator[tuple[memory.BufferPool, Any, memory.Guard, str]]:  # fmt: skip
+    @staticmethod
+    def _guarded(checker: device.Checking, subst: Subst, bufs: Iterable[cl.MemoryObjectHolder]
+                 ) -> Iterator[tuple[Any, Any, Any, str]]:  # fmt: skip
         """The checked pool blocks among ``bufs`` (recorded buffers), as ``subst`` maps them."""
         for buf in bufs:
-            ptr = _contract.mem_ptr(buf)
+            ptr = contract.mem_ptr(buf)
             new = subst.get(ptr)
-            found = sys.modules["netcl.core.memory"].guarded(
-                ptr if new is None else _contract.mem_ptr(new))
+            found = checker.guarded(ptr if new is None else contract.mem_ptr(new))
             if found is not None:
                 yield found
 
-    def refill(self, subst: Subst) -> None:
+    def refill(self, checker: device.Checking, subst: Subst) -> None:
         """Checked mode, before a replay: fill the guards of the checked pool blocks it uses
         afresh, so that a damaged one names this replay's command."""
-        for pool, block, guard, _ in self._guarded(subst, [u.buffer for u in self.index.uses
-                                                           .values()]):  # fmt: skip
+        for pool, block, guard, _ in self._guarded(
+            checker, subst, [u.buffer for u in self.index.uses.values()]
+        ):
             guard.fill(pool.queue, block)
             _finish(pool.queue)  # filled before the replay's first command runs
 
-    def check(self, i: int, event: cl.Event | None, subst: Subst) -> None:
+    def check(self, i: int, event: cl.Event | None, checker: device.Checking,
+              subst: Subst) -> None:  # fmt: skip
         """Checked mode, after recorded command ``i``: wait for it, then check the guards of the
         checked pool blocks it launched on, naming it as the culprit of a damaged one."""
         op = self.ops[i]
@@ -278,7 +294,8 @@ class ReplayProgram:
         if event is not None:
             event.wait()
         bound = self.binds[id(op.shape)]
-        for pool, block, guard, what in self._guarded(subst, [b for _, b in bound.buffers]):
+        for pool, block, guard, what in self._guarded(checker, subst,
+                                                      [b for _, b in bound.buffers]):  # fmt: skip
             guard.check(pool.queue, block, f"KernelCapture.replay: recorded command {i} "
                         f"(kernel {bound.name!r})", what)  # fmt: skip
 
@@ -368,8 +385,10 @@ def _run_scheduled(ops: Sequence[Op], binds: Binds, plan: Schedule, subst: Subst
     return done
 
 
-def build(rec: Recording) -> ReplayProgram:
-    """The replay form of a finished recording."""
+def build(rec: Recording, shared: SharedArena | None = None) -> ReplayProgram:
+    """The replay form of a finished recording, in memory of its own where it can (_memory;
+    ``shared``: the arena of the captures it never runs beside)."""
+    arena = _memory.plan(rec, shared)
     binder = Binder({k: state.clone for k, state in rec.kernels.items()})
     binds = binder.by_shape
     # the replay's commands hold no recorded event: the events only told the order (the plan
@@ -396,16 +415,18 @@ def build(rec: Recording) -> ReplayProgram:
                                           raw.buffers))
                        if type(raw) is RawTransfer else raw)  # fmt: skip
             finishes += type(raw) is RawFinish
-    distinct = {_contract.queue_ptr(q): q for q in queues.values()}
+    distinct = {contract.queue_ptr(q): q for q in queues.values()}
     ordered = len(distinct) <= 1 and not any(
-        int(q.properties) & _OUT_OF_ORDER for q in distinct.values()
+        device.out_of_order(q) for q in distinct.values()
     )
-    # checked mode loads with its first use (a checked pool), as device time does (watcher)
-    mem = sys.modules.get("netcl.core.memory")  # not imported: no pool, let alone a checked one
-    checked = mem is not None and mem.checking()
     # the plan is made from the commands as recorded, events included (host waits index them)
     plan = None if ordered else schedule(
         [raw for raw in rec.raw if not isinstance(raw, RawHostWait)], host_waits
     )
-    return ReplayProgram(ops, binds, launches, finishes, plan, tuple(binder.opaque),
-                         device.watcher(*distinct.values()), checked, tuple(distinct.values()))
+    program = ReplayProgram(ops, binds, launches, finishes, plan, tuple(binder.opaque),
+                            device.watcher(*distinct.values()), device.checker(),
+                            tuple(distinct.values()))  # fmt: skip
+    program.arena = arena
+    if shared is not None and arena.buffers:
+        shared.users.add(program)
+    return program

@@ -12,8 +12,8 @@ from typing import Any, NamedTuple, Protocol
 
 import pyopencl as cl
 
+from netcl.core.contract import mem_ptr
 from netcl.core.tensor import Tensor
-from netcl.runtime.capture._contract import mem_ptr
 from netcl.runtime.capture._recording import Op, RawLaunch, RawTransfer
 
 __all__ = ["BufferIndex", "BufferUse"]

@@ -16,15 +16,15 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyopencl as cl
 
-from netcl.runtime.capture import _contract
-from netcl.runtime.capture._contract import EntryPoint
+from netcl.core import contract
+from netcl.core.contract import EntryPoint
 
 __all__ = ["ArgSet", "CapturedLaunch", "CapturedTransfer", "LaunchShape", "NativeAccess", "Op",
            "RawFinish", "RawHostWait", "RawLaunch", "RawTransfer", "Recording", "launch_sizes"]
 
 _MemoryObject = cl.MemoryObjectHolder
-_retain = _contract.retain
-_mem_ptr = _contract.mem_ptr
+_retain = contract.retain
+_mem_ptr = contract.mem_ptr
 _new = tuple.__new__  # a NamedTuple in one C call: half of what its __new__ costs
 Fn = Callable[..., Any]
 Args = tuple[Any, ...]
@@ -231,6 +231,9 @@ class Recording:
         self.raw: list[Raw] = []  # commands and host waits, in issue order
         self.kernels: dict[int, _KernelState] = {}  # id(kernel) -> state
         self.mems: dict[int, cl.MemoryObjectHolder] = {}  # int_ptr -> our own reference
+        # int_ptr -> the application's object seen first: end() asks whether anything but the
+        # recording still holds it (see _memory)
+        self.users: dict[int, cl.MemoryObjectHolder] = {}
         self.native: dict[NativeAccess, None] = {}  # raw-handle accesses, in order
 
     @property
@@ -241,6 +244,7 @@ class Recording:
         self.raw = []
         self.kernels = {}
         self.mems = {}
+        self.users = {}
         self.native = {}
 
     def retain(self, mem: cl.MemoryObjectHolder) -> cl.MemoryObjectHolder:
@@ -248,6 +252,7 @@ class Recording:
         ptr = _mem_ptr(mem)
         if (own := self.mems.get(ptr)) is None:
             own = self.mems[ptr] = _retain(ptr, retain=True)
+            self.users[ptr] = mem
         return own
 
     def _hold(self, value: Any) -> Any:

@@ -27,9 +27,9 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 import pyopencl as cl
 
+from netcl.core import contract, device
 from netcl.core.device import device_identity
 from netcl.core.log import get_logger
-from netcl.runtime.capture import _contract
 from netcl.runtime.capture import _telemetry as tm
 from netcl.runtime.capture._program import ReplayProgram, build
 from netcl.runtime.capture._recording import (
@@ -55,13 +55,12 @@ _CHUNK = 16 << 20  # staging buffer size: what saving or loading holds of a buff
 _FLAGS = int(cl.mem_flags.READ_WRITE | cl.mem_flags.READ_ONLY | cl.mem_flags.WRITE_ONLY
              | cl.mem_flags.HOST_WRITE_ONLY | cl.mem_flags.HOST_READ_ONLY
              | cl.mem_flags.HOST_NO_ACCESS)  # fmt: skip
-_OUT_OF_ORDER = int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
 # the pyopencl functions a file may name, by name: setters, and the transfers a file can hold
-_ALLOWED = {e.name: e for e, _, _ in _contract.BOUND
+_ALLOWED = {e.name: e for e, _, _ in contract.BOUND
             if e.kind in ("setter", "setter_pairs", "setter_triples", "order")
             or e.name in ("_enqueue_read_buffer", "_enqueue_write_buffer",
                           "_enqueue_copy_buffer", "_enqueue_fill_buffer")}  # fmt: skip
-_NAMES = {id(obj): e.name for e, _, obj in _contract.BOUND if e.name in _ALLOWED}
+_NAMES = {id(obj): e.name for e, _, obj in contract.BOUND if e.name in _ALLOWED}
 # transfers whose first operand they overwrite whole (then the buffer's contents are not saved)
 _WRITES = {"_enqueue_write_buffer": "mem", "_enqueue_copy_buffer": "dst",
            "_enqueue_fill_buffer": "mem"}  # fmt: skip
@@ -126,7 +125,7 @@ class _Encoder:
         self.parents: dict[int, tuple[int, int]] = {}  # sub-buffer int_ptr -> (parent, origin)
 
     def buffer(self, mem: cl.MemoryObjectHolder) -> int:
-        ptr = _contract.mem_ptr(mem)
+        ptr = contract.mem_ptr(mem)
         if (found := self.buffers.get(ptr)) is None:
             if mem.get_info(cl.mem_info.TYPE) != cl.mem_object_type.BUFFER:
                 raise CaptureFileError(f"{self.where}: the capture uses an image (a "
@@ -176,7 +175,7 @@ def save(path: str | os.PathLike[str], program: ReplayProgram, *, kind: str,
     the first buffers of the file's table, in this order (the rest are constants or scratch);
     ``step``: a step's signature and outputs. Returns the file's size in bytes."""
     where = f"save({os.fspath(path)!r})"
-    queues = {_contract.queue_ptr(op.queue): op.queue for op in program.ops}
+    queues = {contract.queue_ptr(op.queue): op.queue for op in program.ops}
     if len(queues) > 1 or program.plan is not None:
         raise CaptureFileError(f"{where}: the capture uses {len(queues)} queues (or an "
                                "out-of-order queue); only a capture on one in-order queue can "
@@ -192,7 +191,7 @@ def save(path: str | os.PathLike[str], program: ReplayProgram, *, kind: str,
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     start = time.time_ns()
     with tm.TEL.span(tm.SAVE_SPAN, {tm.FILE: str(target)}) as span:
-        _contract.finish(queue)  # the contents saved are those after the recorded commands ran
+        contract.finish(queue)  # the contents saved are those after the recorded commands ran
         try:
             with open(partial, "wb") as f:
                 writer = _Writer(f)
@@ -214,6 +213,8 @@ def _manifest(writer: _Writer, program: ReplayProgram, queue: cl.CommandQueue,
               ) -> dict[str, Any]:  # fmt: skip
     enc = _Encoder(writer, queue, where)
     role_of = {enc.buffer(buf): role for role, buf in roles}  # first: the step refers to them
+    if program.arena is not None:  # the capture's own memory: no contents worth keeping
+        role_of.update((enc.buffer(buf), SCRATCH) for buf in program.arena.buffers)
     programs: dict[int, int] = {}  # program int_ptr -> index
     saved_programs: list[dict[str, Any]] = []
     shapes: dict[int, int] = {}  # id(LaunchShape) -> index
@@ -409,7 +410,7 @@ def load(path: str | os.PathLike[str], queue: cl.CommandQueue) -> Loaded:
     if not isinstance(queue, cl.CommandQueue):
         raise TypeError(f"load({os.fspath(path)!r}): expected a pyopencl CommandQueue, got "
                         f"{type(queue).__name__}")  # fmt: skip
-    if int(queue.properties) & _OUT_OF_ORDER:
+    if device.out_of_order(queue):
         raise ValueError(f"load({os.fspath(path)!r}): the queue is out of order; a saved "
                          "capture replays on an in-order queue")  # fmt: skip
     with tm.TEL.span(tm.LOAD_SPAN, {tm.FILE: os.fspath(path)}) as span:
@@ -493,7 +494,7 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
             args, kwargs = tuple(decode(c[2])), {str(k): decode(v) for k, v in c[3].items()}
             places: list[tuple[int | str, Any]] = [*enumerate(args), *kwargs.items()]
             where = tuple((k, v) for k, v in places if isinstance(v, cl.MemoryObjectHolder))
-            fn = _contract.original(entry.owner, entry.name)
+            fn = contract.original(entry.owner, entry.name)
             ops.append(RawTransfer(entry, fn, args, kwargs, (), None, where))
         elif c[0] == "finish":
             ops.append(RawFinish(queue))
@@ -507,7 +508,7 @@ def _allowed(file: _File, name: Any) -> Callable[..., Any]:
     entry = _ALLOWED.get(name)
     if entry is None or entry.owner != "pyopencl.Kernel":
         raise file.error(f"its manifest names argument setter {name!r}, which a file cannot use")
-    return _contract.original(entry.owner, entry.name)  # type: ignore[no-any-return]
+    return contract.original(entry.owner, entry.name)  # type: ignore[no-any-return]
 
 
 def _rebuild(file: _File, p: dict[str, Any], i: int, ctx: cl.Context, dev: cl.Device,

@@ -26,6 +26,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
+from netcl.core import device
 from netcl.core.log import warn_once
 from netcl.core.telemetry import Counts
 from netcl.core.tensor import Tensor
@@ -33,6 +34,7 @@ from netcl.runtime.capture import _saved
 from netcl.runtime.capture import _telemetry as tm
 from netcl.runtime.capture._capture import KernelCapture, _from_program, log
 from netcl.runtime.capture._intercept import thread_records
+from netcl.runtime.capture._memory import SharedArena
 
 __all__ = ["CapturedStep", "LoadedStep", "StepCheckError", "StepStats", "capture_step",
            "load_step"]
@@ -46,7 +48,6 @@ _TENSOR, _ARRAY = "Tensor", "Array"
 _FIELDS = {_TENSOR: ("shape", "dtype", "queue"),
            _ARRAY: ("shape", "dtype", "strides", "offset", "queue")}  # fmt: skip
 _DROPPED = sys.maxsize  # warm-up count of a key whose capture was dropped: record at once
-_OUT_OF_ORDER = int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
 
 # By step name; a counter never goes down, so a step's counts outlive the step.
 _RUNS, _CAPTURES, _REPLAYS, _EVICTIONS, _KEPT = (Counts(tm.STEP_NAME) for _ in range(5))
@@ -110,6 +111,7 @@ class CapturedStep(Generic[P, R]):
         self._warmup, self._max = warmup, max_captures
         self._copy, self._check, self._atol = bool(copy_outputs), bool(check), float(check_atol)
         self._captures: OrderedDict[GuardKey, _Capture] = OrderedDict()  # least recent first
+        self._arena = SharedArena()  # the captures' own memory, one arena for all keys
         self._warm: OrderedDict[GuardKey, int] = OrderedDict()  # normal runs per uncaptured key
         self._mru: _Capture | None = None
         self._lock = threading.RLock()
@@ -221,6 +223,7 @@ class CapturedStep(Generic[P, R]):
         attributes = {tm.STEP_NAME: self.name, tm.STEP_REASON: reason}
         with tm.TEL.span(tm.STEP_CAPTURE_SPAN, attributes) as span:
             cap = KernelCapture()
+            cap._shared = self._arena  # keys never run at once: the largest plan, not the sum
             try:
                 with cap:  # discarded if the function raises
                     result = self._fn(*call.args, **kwargs)
@@ -577,7 +580,7 @@ class _Capture:
             scratch = self.scratch[j] = cl.Buffer(buf.context, cl.mem_flags.READ_WRITE, need)
         queue = self.queues[j]
         event = cl.enqueue_copy(queue, scratch, buf, byte_count=int(buf.size))
-        if int(queue.properties) & _OUT_OF_ORDER:
+        if device.out_of_order(queue):
             event.wait()  # the replay's first command does not wait for this copy otherwise
         return scratch
 

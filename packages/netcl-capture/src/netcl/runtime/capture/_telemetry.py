@@ -7,8 +7,9 @@ from __future__ import annotations
 from netcl.core import telemetry
 from netcl.runtime.capture.version import __version__
 
-__all__ = ["BYTES", "COMMANDS", "FILE", "LAUNCHES", "LOAD_SPAN", "REBOUND", "REBUILT",
-           "RECORDED_LAUNCHES", "RECORD_SPAN", "REPLAYED_LAUNCHES", "REPLAYS", "REPLAY_SPAN",
+__all__ = ["ARENA", "ARENA_BYTES", "BYTES", "COMMANDS", "FILE", "LAUNCHES", "LOAD_SPAN",
+           "REBOUND", "REBUILT", "RECORDED_LAUNCHES", "RECORD_SPAN", "REPLAYED_LAUNCHES",
+           "REPLAYS", "REPLAY_SPAN",
            "SAVE_SPAN", "SECTIONS", "STEP_CAPTURE_SPAN", "STEP_CHECK_SPAN", "STEP_NAME",
            "STEP_REASON", "TEL"]  # fmt: skip
 
@@ -18,6 +19,7 @@ RECORD_SPAN = "netcl.capture.record"  # begin() .. end()
 REPLAY_SPAN = "netcl.capture.replay"  # every replay / replay_with_new_buffers
 LAUNCHES = "netcl.capture.launches"
 COMMANDS = "netcl.capture.commands"
+ARENA_BYTES = "netcl.capture.arena_bytes"  # the capture's own memory (record span, gauge)
 REBOUND = "netcl.capture.rebound"  # substituted buffers of a replay
 # captured steps (capture_step)
 STEP_CAPTURE_SPAN = "netcl.step.capture"  # a call that records
@@ -41,3 +43,9 @@ for _name, _totals, _unit, _what in (
 ):  # fmt: skip
     _totals.add(0)  # reported from import on, 0 before the first replay
     TEL.observable_counter(f"netcl.capture.{_name}", _totals.points, _unit, _what)
+
+# the bytes of the arenas of every live capture (a capture's own memory)
+ARENA = telemetry.Counts()
+ARENA.add(0)
+TEL.observable_gauge(ARENA_BYTES, ARENA.points, "By",
+                     "Device bytes of the private arenas of the live captures")

@@ -14,7 +14,7 @@ import pyopencl as cl
 
 from netcl.core import device, telemetry
 from netcl.core.memory import BufferPool, Guard, MemoryCheckError, guard_byte, guard_bytes
-from netcl.core.tensor import Shape, Tensor, _Gone
+from netcl.core.tensor import Gone, Shape, Tensor
 from netcl.runtime.graph import _telemetry as tm
 from netcl.runtime.graph._graph import Graph, Op, OpFn, TensorRef
 from netcl.runtime.graph._telemetry import TEL
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 __all__ = ["GraphExecutor"]
 
-_OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 
 _VIEW_CACHE = 4  # pool blocks per plan block whose views are kept
 
@@ -70,8 +69,8 @@ class _BlockSpec:
     owner: int  # value slot of the owning output, -1 for a block of intermediates
     views: tuple[_View, ...]  # the values in slots first_view, first_view + 1, ...
     first_view: int
-    gone: _Gone | None  # None: no owner, or an output
-    gones: tuple[_Gone, ...]
+    gone: Gone | None  # None: no owner, or an output
+    gones: tuple[Gone, ...]
 
 
 class _Views(NamedTuple):
@@ -80,7 +79,7 @@ class _Views(NamedTuple):
 
     tensors: tuple[Tensor, ...]
     live: tuple[tuple[Tensor, Any], ...]
-    ended: tuple[tuple[Tensor, _Gone], ...]
+    ended: tuple[tuple[Tensor, Gone], ...]
 
 
 class _PlannedRun:
@@ -151,11 +150,11 @@ class _PlannedRun:
                 slot[op.name] = owner
             first_view = len(slot)
             views = []
-            gones: list[_Gone] = []  # of the views (intermediates all)
+            gones: list[Gone] = []  # of the views (intermediates all)
             gone = None  # of the owner, an intermediate
             for op in ops:
                 lt = plan.lifetimes[op.name]
-                ended = None if lt.is_output else _Gone(
+                ended = None if lt.is_output else Gone(
                     f"is intermediate {op.name!r} of {graph}: its run ended and its memory now "
                     f"holds other values; request it as an output (run(graph, outputs=[..., "
                     f"{op.name!r}])) or copy it inside the op"
@@ -220,7 +219,7 @@ class GraphExecutor:
         self._context = queue.context
         # sub-buffer origins must be multiples of the device's base address alignment (in bits)
         self._alignment = max(int(queue.device.mem_base_addr_align) // 8, 1)
-        self._out_of_order = bool(queue.properties & _OOO)
+        self._out_of_order = device.out_of_order(queue)
         # a queue's properties never change: the one device-time check, made here
         self._collector = device.watcher(queue)
         self._checked = pool.check_memory  # checked mode is the pool's (guide)
@@ -228,7 +227,7 @@ class GraphExecutor:
         self._runs: weakref.WeakKeyDictionary[Graph, dict[tuple[str, ...] | None, _PlannedRun]]
         self._runs = weakref.WeakKeyDictionary()
         # views retain their block's memory: drop them when the pool frees its held blocks
-        pool._add_free_held_hook(self._forget_views)
+        pool.on_free_held(self._forget_views)
 
     @property
     def alignment(self) -> int:
@@ -314,15 +313,11 @@ class GraphExecutor:
     def _execute(
         self, state: _PlannedRun, traced: bool, collector: Collector | None, checked: bool
     ) -> list[Tensor]:
-        pool = self.pool
-        queue = self._queue
-        ooo = self._out_of_order
+        pool, queue, ooo = self.pool, self._queue, self._out_of_order
         values = list(state.template)
         taken: list[Tensor | None] = [None] * len(state.blocks)
-        ending: list[tuple[tuple[Tensor, _Gone], ...]] = [()] * len(state.blocks)  # per view
-        node = None
-        allocating = -1
-        span = telemetry.NO_SPAN
+        ending: list[tuple[tuple[Tensor, Gone], ...]] = [()] * len(state.blocks)  # per view
+        node, allocating, span = None, -1, telemetry.NO_SPAN
         # after the fn, spans, device time and checked mode share one flag (one test per op)
         hooked = traced or collector is not None or checked
         marker: cl.Event | None = None
@@ -368,27 +363,14 @@ class GraphExecutor:
                 if node.frees:
                     for k in node.frees:  # its intermediates end here: the views before another
                         for t, gone in ending[k]:  # run can take the block and give them back
-                            t._buffer = gone
+                            t.revoke(gone)
                         block, taken[k] = taken[k], None
                         pool.release(block)  # type: ignore[arg-type]
-                        if state.blocks[k].gone is not None:  # after: the pool takes its buffer
-                            block._buffer = state.blocks[k].gone  # type: ignore[union-attr]
+                        if (ended := state.blocks[k].gone) is not None:  # after: the pool
+                            block.revoke(ended)  # type: ignore[union-attr]  # takes its buffer
         except BaseException as exc:
             span.end(exc)  # the node span still open, if any
-            # give back every block this run took: they are reused only by commands enqueued
-            # after these (in-order queue, or the barrier on an out-of-order one)
-            if ooo:
-                cl.enqueue_barrier(queue)
-            held = [(k, t) for k, t in enumerate(taken) if t is not None]
-            for k, _ in held:
-                for t, gone in ending[k]:
-                    t._buffer = gone
-            try:
-                pool.release_all([t for _, t in held])
-            finally:
-                for k, t in held:
-                    if state.blocks[k].gone is not None:
-                        t._buffer = state.blocks[k].gone
+            self._give_back(state, taken, ending)
             if isinstance(exc, MemoryCheckError):
                 raise  # names the op already
             if node is not None and allocating >= 0 and isinstance(exc, MemoryError):
@@ -404,11 +386,28 @@ class GraphExecutor:
             raise  # an interrupt (KeyboardInterrupt, SystemExit) goes on as it is
         for k in state.kept:  # the intermediates in outputs' blocks end with the run
             for t, gone in ending[k]:
-                t._buffer = gone
+                t.revoke(gone)
         return [values[i] for i in state.out_slots]
 
+    def _give_back(self, state: _PlannedRun, taken: list[Tensor | None],
+                   ending: list[tuple[tuple[Tensor, Gone], ...]]) -> None:  # fmt: skip
+        """A failed run: give back every block it took. They are reused only by commands
+        enqueued after these (in-order queue, or the barrier on an out-of-order one)."""
+        if self._out_of_order:
+            cl.enqueue_barrier(self._queue)
+        held = [(k, t) for k, t in enumerate(taken) if t is not None]
+        for k, _ in held:
+            for t, gone in ending[k]:
+                t.revoke(gone)
+        try:
+            self.pool.release_all([t for _, t in held])
+        finally:
+            for k, t in held:
+                if (ended := state.blocks[k].gone) is not None:
+                    t.revoke(ended)
+
     def _take(self, state: _PlannedRun, k: int, taken: list[Tensor | None], values: list[Any],
-              ending: list[tuple[tuple[Tensor, _Gone], ...]]) -> None:  # fmt: skip
+              ending: list[tuple[tuple[Tensor, Gone], ...]]) -> None:  # fmt: skip
         """Allocate block ``k`` and put it (its owner's Tensor) and its views in the table."""
         spec = state.blocks[k]
         taken[k] = block = self.pool.allocate(spec.shape, spec.dtype, _nbytes=spec.nbytes)
@@ -435,7 +434,7 @@ class GraphExecutor:
                 cache[ptr] = views
         else:
             for t, buf in views.live:  # a run that ended took their buffers: back they go
-                t._buffer = buf
+                t.lend(buf)
         ending[k] = views.ended
         values[spec.first_view : spec.first_view + len(views.tensors)] = views.tensors
 

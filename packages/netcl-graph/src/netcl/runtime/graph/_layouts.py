@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from netcl.runtime.graph._packing import Interval, place
+from netcl.core.packing import Interval, place
 
 __all__ = ["Block", "Candidate", "Spot", "Values", "choice_reason", "rank_layouts"]
 

@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from netcl.core.packing import Interval, lower_bound
 from netcl.runtime.graph._graph import Graph, Op, TensorRef
 from netcl.runtime.graph._layouts import Block, Values, choice_reason, rank_layouts
-from netcl.runtime.graph._packing import Interval, lower_bound
 
 __all__ = ["Block", "GraphPlan", "Lifetime", "build_plan"]
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import heapq
-import sys
 import threading
 import weakref
 from collections.abc import Collection, Iterable
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import pyopencl as cl
 
-from netcl.core.device import watcher
+from netcl.core.device import Checking, checker, watcher
 from netcl.core.telemetry import NO_SPAN, Span, tracing
 from netcl.runtime.scheduler import _telemetry as tm
 from netcl.runtime.scheduler._errors import (
@@ -183,10 +182,8 @@ class Run:
         last = len(plans) - 1
         sync = not self.async_mode
         traced = tracing()
-        # checked mode (a checked BufferPool alive): each op's writes checked after it; no
-        # checked pool can exist where netcl.core.memory was never imported
-        memory = sys.modules.get("netcl.core.memory")
-        checked = memory is not None and memory.checking()
+        # checked mode (a checked BufferPool alive): each op's writes checked after it
+        checked = checker()
         run_span = NO_SPAN
         if traced:
             left = sum(len(p.ops) - len(r.results) for p, r in zip(plans, records, strict=True))
@@ -295,7 +292,8 @@ class Run:
             r.settled = True
         return tm.ORDER_HOST
 
-    def _issue(self, plan: ExecutionPlan, record: PlanRecord, index: int, checked: bool) -> bool:
+    def _issue(self, plan: ExecutionPlan, record: PlanRecord, index: int,
+               checked: Checking | None) -> bool:  # fmt: skip
         """Run the plan's ops that have not returned yet; return whether its record has events.
         ``checked``: wait for each op's events and check the checked pools' guards after it."""
         ops = record.ops
@@ -331,8 +329,8 @@ class Run:
                         "is neither callable nor an event-like object with a wait() method "
                         f"(it is {describe_value(op)})",
                     )  # fmt: skip
-                if checked:
-                    self._check_memory(plan, record, index, len(results) - 1)
+                if checked is not None:
+                    self._check_memory(checked, plan, record, index, len(results) - 1)
         finally:  # the plans after this one follow what it did, whether or not an op raised
             if found or record.via:
                 key = id(plan)
@@ -344,15 +342,14 @@ class Run:
                 _last_records.pop(id(plan), None)
         return found
 
-    def _check_memory(self, plan: ExecutionPlan, record: PlanRecord, index: int, i: int) -> None:
+    def _check_memory(self, checked: Checking, plan: ExecutionPlan, record: PlanRecord,
+                      index: int, i: int) -> None:  # fmt: skip
         """Checked mode, after op ``i`` of ``plan`` (run ``index``): wait for its events, then
         check every guard of the checked pools; MemoryCheckError names the op and the plan."""
         self._wait(_events(record.results[i : i + 1]), [(plan, record)])
-        from netcl.core import memory  # imported already: a checked pool is alive
-
         assert record.ops is not None
         op = describe_op(record.ops[i])
-        memory.check_all(f"Scheduler.run: op {i} ({op}) of {describe_plan(plan, index)}")
+        checked.check_all(f"Scheduler.run: op {i} ({op}) of {describe_plan(plan, index)}")
 
     def _wait(self, events: list[EventLike], where: Collection[_Source]) -> None:
         """Wait for ``events`` (of the plans ``where``); raise naming the op of one that failed."""

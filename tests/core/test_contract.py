@@ -1,6 +1,6 @@
-"""Pin the pyopencl internals capture intercepts (the table in ``_contract``): an upgrade that
-moves an argument (above all ``wait_for``) fails here instead of recording wrongly, and a pyopencl
-that lacks an entry point, or lies outside the supported versions, fails at import."""
+"""Pin the pyopencl internals netcl relies on (the table in ``netcl.core.contract``): an upgrade
+that moves an argument (above all ``wait_for``) fails here instead of recording wrongly, and a
+pyopencl that lacks an entry point, or lies outside the supported versions, fails at import."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pyopencl._cl as _cl
 import pyopencl.invoker as invoker
 import pytest
 
-from netcl.runtime.capture import _contract, _intercept
+from netcl.core import contract as _contract
+from netcl.runtime.capture import _intercept
 
 
 def _params(fn: object) -> list[str]:
@@ -161,6 +162,7 @@ def _import_capture_after(patch: str) -> subprocess.CompletedProcess[str]:
     ("pyopencl._cl", "_enqueue_copy_buffer"),
     ("pyopencl.invoker", "generate_enqueue_and_set_args"),
     ("pyopencl", "wait_for_events"),
+    ("pyopencl._cl._Program", "_build"),
 ])  # fmt: skip
 def test_a_missing_entry_point_fails_the_import_naming_it(owner: str, name: str) -> None:
     res = _import_capture_after(f"del {owner}.{name}")
@@ -191,11 +193,30 @@ def test_a_pyopencl_outside_the_supported_range_fails_the_import(
     assert _contract.SUPPORTED in out
 
 
-def test_the_supported_range_is_the_package_pin() -> None:
+@pytest.mark.parametrize("distribution", ["netcl-core", "netcl-capture"])
+def test_the_supported_range_is_the_package_pin(distribution: str) -> None:
     from importlib.metadata import requires
 
     from packaging.requirements import Requirement
 
-    pin = next(Requirement(r) for r in requires("netcl-capture") or []
-               if r.startswith("pyopencl"))
+    pin = next(Requirement(r) for r in requires(distribution) or []
+               if r.startswith("pyopencl") and "extra ==" not in r)  # fmt: skip
     assert pin.specifier == Requirement(_contract.SUPPORTED).specifier, (pin, _contract.SUPPORTED)
+
+
+def test_the_program_internals_the_cache_builds_with(ctx: cl.Context) -> None:
+    dev = ctx.devices[0]
+    built = cl.Program(ctx, "__kernel void k(__global int *x) { x[0] = 7; }").build()
+    binary = built.get_info(cl.program_info.BINARIES)[0]
+    raw = _contract.raw_program(cl.Program(ctx, [dev], [binary]))  # as a cache hit makes it
+    assert isinstance(raw, _contract.RawProgram)
+    assert _params(_contract.build_raw)[:3] == ["self", "options", "devices"]
+    _contract.build_raw(raw, b"", [dev])  # the raw clBuildProgram, as the cache calls it
+    assert raw.get_build_info(dev, cl.program_build_info.STATUS) == 0  # CL_BUILD_SUCCESS
+
+
+def test_the_pool_reads_beneath_capture_hooks() -> None:
+    # the pool's primitives are pyopencl's own, whatever capture installs later
+    assert _contract.read_buffer is _cl._enqueue_read_buffer
+    assert _contract.fill_buffer is _cl._enqueue_fill_buffer
+    assert _contract.barrier is _cl._enqueue_barrier_with_wait_list

@@ -1,12 +1,15 @@
-"""What netcl-capture relies on in pyopencl, stated once.
+"""The pyopencl internals netcl relies on, stated once: no netcl module names a private
+pyopencl attribute except through this one.
 
-``ENTRY_POINTS`` lists every pyopencl attribute capture replaces while recording (or calls
-at replay): where it lives, its kind, the position of its ``wait_for`` argument, the parameter
-names capture reads, what is recorded. The hooks are made from it, the recording and the replay
-read argument positions from it, and ``tests/capture/test_pins.py`` checks it against
-pyopencl's signatures. The objects are read once, at import (``ORIGINALS``); a pyopencl outside
-the supported range, or missing an attribute of the table, fails the import with an
-``ImportError`` naming it, rather than recording wrongly later.
+``ENTRY_POINTS`` lists every such attribute: what netcl-capture replaces while recording (or
+calls at replay), the primitives the pool and checked mode call beneath capture's hooks, and the
+program internals the cache builds with. Each entry says where it lives, its kind, the position
+of its ``wait_for`` argument, the parameter names read, what is recorded. Capture's hooks are
+made from it, the recording and the replay read argument positions from it, and
+``tests/core/test_contract.py`` checks it against the installed pyopencl's signatures. The
+objects are read once, at import (``ORIGINALS``: so the pool's own reads are never a hook); a
+pyopencl outside the supported range, or missing an attribute of the table, fails the import
+with an ``ImportError`` naming it, rather than misbehaving later.
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ _LOWEST, _BEYOND = (2026, 1), (2027,)
 # launch: the driver's enqueue; setter, setter_pairs, setter_triples:
 # argument setters (index, value...; flat pairs; flat (index, struct code, value) triples);
 # transfer, order: copies, fills, markers, barriers; host_wait (events), event_wait (Event.wait);
-# invoker generation; handle (int_ptr) and wrap (from_int_ptr): raw handles; replay: not hooked
+# invoker generation; handle (int_ptr) and wrap (from_int_ptr): raw handles; replay: not hooked;
+# program: the cache's raw program (never hooked)
 Kind = Literal[
     "launch", "setter", "setter_pairs", "setter_triples", "transfer", "order", "finish",
-    "host_wait", "event_wait", "invoker", "handle", "wrap", "replay",
+    "host_wait", "event_wait", "invoker", "handle", "wrap", "replay", "program",
 ]  # fmt: skip
 
 
@@ -50,7 +54,7 @@ class Operand:
 
 @dataclass(frozen=True, slots=True)
 class EntryPoint:
-    """One pyopencl attribute capture relies on: where it lives (``owner``: ``pyopencl._cl``,
+    """One pyopencl attribute netcl relies on: where it lives (``owner``: ``pyopencl._cl``,
     ``pyopencl.Kernel``, ...), the position of its ``wait_for`` argument (-1: none), the leading
     parameter names capture binds arguments to, what a call records; ``optional`` entries
     (image transfers) may be missing from a pyopencl build."""
@@ -150,9 +154,15 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
     EntryPoint("pyopencl.MemoryObject", "from_int_ptr", "wrap", "the caller"),
     # called by the replay, never replaced
     EntryPoint("pyopencl.CommandQueue", "flush", "replay", "nothing"),
+    # the cache builds the raw program pyopencl.Program wraps (its `_prg`) with the raw
+    # clBuildProgram: the wrapper's build also fetches every build log after a success
+    EntryPoint("pyopencl._cl", "_Program", "program", "nothing"),
+    EntryPoint("pyopencl._cl._Program", "_build", "program", "nothing",
+               params=("self", "options", "devices")),
 )
 
-_OWNERS: dict[str, Any] = {"pyopencl": cl, "pyopencl._cl": _cl, "pyopencl.invoker": _invoker}
+_OWNERS: dict[str, Any] = {"pyopencl": cl, "pyopencl._cl": _cl, "pyopencl.invoker": _invoker,
+                           "pyopencl._cl._Program": _cl._Program}  # fmt: skip
 
 
 def _owner(path: str) -> Any:
@@ -165,8 +175,8 @@ def _owner(path: str) -> Any:
 def _unsupported(what: str) -> ImportError:
     version = getattr(cl, "VERSION_TEXT", "of unknown version")
     return ImportError(
-        f"netcl.runtime.capture: pyopencl {version} has no {what}, which capture intercepts; "
-        f"supported versions: {SUPPORTED}"
+        f"netcl: pyopencl {version} has no {what}, which netcl relies on; supported "
+        f"versions: {SUPPORTED}"
     )
 
 
@@ -175,9 +185,8 @@ def _check_version() -> None:
     if not (_LOWEST <= found < _BEYOND):
         text = getattr(cl, "VERSION_TEXT", None) or ".".join(map(str, found)) or "unknown"
         raise ImportError(
-            f"netcl.runtime.capture: pyopencl {text} is outside the supported versions "
-            f"({SUPPORTED}): capture intercepts pyopencl internals checked for those versions "
-            "only"
+            f"netcl: pyopencl {text} is outside the supported versions ({SUPPORTED}): netcl "
+            "relies on pyopencl internals checked for those versions only"
         )
 
 
@@ -218,3 +227,15 @@ wait_for_events: Callable[[Any], Any] = original("pyopencl._cl", "wait_for_event
 retain: Callable[..., Any] = original("pyopencl.MemoryObject", "from_int_ptr")
 mem_ptr: Callable[[Any], int] = original("pyopencl.MemoryObjectHolder", "int_ptr").fget
 queue_ptr: Callable[[Any], int] = original("pyopencl.CommandQueue", "int_ptr").fget
+# the pool's backing read and checked mode's guard fills and reads (the originals: never one of
+# capture's hooks, since the pool's own work is not the application's)
+read_buffer: Callable[..., Any] = original("pyopencl._cl", "_enqueue_read_buffer")
+fill_buffer: Callable[..., Any] = original("pyopencl._cl", "_enqueue_fill_buffer")
+barrier: Callable[..., Any] = original("pyopencl._cl", "_enqueue_barrier_with_wait_list")
+RawProgram: type = original("pyopencl._cl", "_Program")
+build_raw: Callable[..., Any] = original("pyopencl._cl._Program", "_build")
+
+
+def raw_program(program: cl.Program) -> Any:
+    """The raw program a ``pyopencl.Program`` wraps (its ``_prg``, as tests/core pins)."""
+    return program._prg

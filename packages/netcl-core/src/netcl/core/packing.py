@@ -1,6 +1,7 @@
 """Interval packing: offsets in one arena for values with known lifetimes, no two values alive at
 the same step overlapping. Several heuristics run and the smallest arena wins (XLA's heap
-simulator does the same); the guide lists them."""
+simulator does the same); the graph guide lists them. The one memory planner of netcl: a
+graph's intermediates and a capture's own buffers are placed with it."""
 
 from __future__ import annotations
 

@@ -1,0 +1,271 @@
+"""A capture's own memory. At ``end()`` the buffers that nothing outside the capture can reach
+any more (temporaries the code dropped, blocks it released to a BufferPool) move into an arena
+of the capture's own, placed by their lifetimes with the planner the graph uses, so that a
+capture holds about the peak memory of the code it replays and no pool hands out memory a replay
+still writes. What cannot be proved safe stays where it was (the capture guide lists it)."""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyopencl as cl
+
+from netcl.core import contract, device, packing
+from netcl.runtime.capture import _telemetry as tm
+from netcl.runtime.capture._recording import (
+    ArgSet,
+    LaunchShape,
+    RawFinish,
+    RawLaunch,
+    RawTransfer,
+    Recording,
+)
+
+__all__ = ["Arena", "CaptureMemory", "SharedArena", "plan", "relocate"]
+
+_ptr = contract.mem_ptr
+_new = tuple.__new__
+
+
+@dataclass(frozen=True)
+class CaptureMemory:
+    """The device memory a capture holds. ``arena_bytes``: its private arena, where the
+    ``internal`` buffers live (``internal_bytes`` before planning: what they took as recorded);
+    ``external`` buffers of ``external_bytes`` it refers to where the application keeps them
+    (inputs, outputs, weights: memory the application holds anyway)."""
+
+    arena_bytes: int
+    internal: int
+    internal_bytes: int
+    external: int
+    external_bytes: int
+
+
+def _refs(obj: object) -> int:
+    return sys.getrefcount(obj)
+
+
+def _calibrate() -> int:
+    probe = object()  # held by this local alone, as each candidate is where it is tested
+    return _refs(probe)
+
+
+_ALONE = _calibrate()  # what sys.getrefcount reads for an object no one else holds
+
+
+@dataclass(frozen=True)
+class Arena:
+    """The arena of one capture: its buffer per context (kept alive by the replay's
+    sub-buffers too) and the figures."""
+
+    buffers: tuple[cl.Buffer, ...]
+    memory: CaptureMemory
+
+    def _replace_buffer(self, old: cl.Buffer, new: cl.Buffer) -> Arena:
+        return Arena(tuple(new if b is old else b for b in self.buffers), self.memory)
+
+
+def _uses(raw: Sequence[Any]) -> Iterator[tuple[int, cl.MemoryObjectHolder]]:
+    """(command index, buffer) for every memory object each recorded command uses."""
+    i = -1
+    shape: Any = None
+    bufs: list[cl.MemoryObjectHolder] = []
+    for op in raw:
+        if type(op) is RawLaunch:
+            i += 1
+            if op.shape is not shape:
+                shape = op.shape
+                bufs = [v for arg in shape.args for v in _values(arg)
+                        if isinstance(v, cl.MemoryObjectHolder)]  # fmt: skip
+            for buf in bufs:
+                yield i, buf
+        elif type(op) is RawTransfer:
+            i += 1
+            for _, buf in op.buffers:
+                yield i, buf
+        elif type(op) is RawFinish:  # a command too; a host wait is not
+            i += 1
+
+
+def _values(arg: ArgSet) -> Iterator[Any]:
+    for p in arg.payload:  # (index, value...) or pairs/triples of it
+        yield from (p[1:] if isinstance(p, tuple) else (p,))
+
+
+def _internal(rec: Recording) -> dict[int, cl.MemoryObjectHolder]:
+    """The recorded buffers nothing outside the capture can reach (by int_ptr)."""
+    if rec.native or any(
+        len(shape.args) < shape.kernel.num_args for shape in _shapes(rec.raw)
+    ):  # a raw handle reached, or a kernel with arguments set before begin(): unseen uses
+        return {}
+    free = device.held_blocks()
+    found: dict[int, cl.MemoryObjectHolder] = {}
+    parents: set[int] = set()
+    users = rec.users
+    for ptr in list(users):
+        user = users.pop(ptr)
+        alone = ptr in free or _refs(user) <= _ALONE
+        del user  # the application's object: a pool block goes back to its pool with it
+        own = rec.mems[ptr]
+        parent = own.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
+        if parent is not None:  # a sub-buffer: it and its parent stay where they are
+            parents.add(_ptr(parent))
+        elif alone and own.get_info(cl.mem_info.TYPE) == cl.mem_object_type.BUFFER and not (
+            own.get_info(cl.mem_info.FLAGS) & cl.mem_flags.USE_HOST_PTR
+        ):
+            found[ptr] = own
+    for ptr in parents:
+        found.pop(ptr, None)
+    return found
+
+
+def _queues(raw: Sequence[Any]) -> Iterator[cl.CommandQueue]:
+    shape: Any = None
+    for op in raw:
+        if type(op) is RawLaunch:
+            if op.shape is not shape:
+                shape = op.shape
+                yield shape.queue
+        elif type(op) is RawTransfer or type(op) is RawFinish:
+            yield op.queue
+
+
+def _shapes(raw: Sequence[Any]) -> Iterator[LaunchShape]:
+    shape: Any = None
+    for op in raw:
+        if type(op) is RawLaunch and op.shape is not shape:
+            shape = op.shape
+            yield shape
+
+
+class SharedArena:
+    """One arena for captures that never run at the same time (a captured step's, each on one
+    in-order queue): it is as large as the largest plan, not their sum. When a capture needs
+    more, a larger buffer replaces it and the earlier captures' commands move onto it."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[int, cl.Buffer] = {}  # by queue int_ptr
+        self.users: weakref.WeakSet[Any] = weakref.WeakSet()  # programs (rebase(old, new))
+
+    def take(self, queue: cl.CommandQueue, nbytes: int) -> cl.Buffer:
+        """A buffer of at least ``nbytes`` for captures on ``queue``."""
+        key = contract.queue_ptr(queue)
+        old = self.buffers.get(key)
+        if old is not None and int(old.size) >= nbytes:
+            return old
+        new = self.buffers[key] = _arena_buffer(queue.context, nbytes)
+        if old is not None:
+            for program in list(self.users):
+                program.rebase(old, new)
+        return new
+
+
+def plan(rec: Recording, shared: SharedArena | None = None) -> Arena:
+    """Move the recording's internal buffers into an arena and rewrite its commands to use it.
+    On one in-order queue buffers with disjoint lifetimes share memory (in ``shared``'s buffer
+    for that queue, where given); across queues (or on an out-of-order one) each keeps a region
+    of its own: only recorded events order them."""
+    internal = _internal(rec)
+    rec.users.clear()
+    external = {p: b for p, b in rec.mems.items() if p not in internal}
+    ext_bytes = sum(int(b.size) for b in external.values())
+    if not internal:
+        return Arena((), CaptureMemory(0, 0, 0, len(external), ext_bytes))
+    queues = {contract.queue_ptr(q): q for q in _queues(rec.raw)}
+    ordered = len(queues) <= 1 and not any(map(device.out_of_order, queues.values()))
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    end = 0
+    for i, buf in _uses(rec.raw):
+        ptr = _ptr(buf)
+        if ptr in internal:
+            first.setdefault(ptr, i)
+            last[ptr] = i
+        end = i
+    moved: dict[int, cl.MemoryObjectHolder] = {}
+    buffers: list[cl.Buffer] = []
+    by_context: dict[int, list[int]] = {}
+    for ptr, own in internal.items():
+        by_context.setdefault(own.context.int_ptr, []).append(ptr)
+    total = 0
+    for ptrs in by_context.values():
+        ctx = internal[ptrs[0]].context
+        align = max(int(ctx.devices[0].mem_base_addr_align) // 8, 1)
+        sizes = [int(internal[p].size) for p in ptrs]
+        items = [packing.Interval(first[p], last[p], -(-n // align) * align) if ordered
+                 else packing.Interval(0, end, -(-n // align) * align)
+                 for p, n in zip(ptrs, sizes, strict=True)]  # fmt: skip
+        placed = packing.place(items)
+        size = max(placed.arena_bytes, 1)
+        if shared is not None and ordered:
+            arena = shared.take(next(iter(queues.values())), size)
+        else:
+            arena = _arena_buffer(ctx, size)
+        buffers.append(arena)
+        total += placed.arena_bytes
+        for p, n, at in zip(ptrs, sizes, placed.offsets, strict=True):
+            moved[p] = arena.get_sub_region(at, n)
+    relocate(rec.raw, moved)
+    before = sum(int(b.size) for b in internal.values())
+    for ptr in internal:
+        del rec.mems[ptr]  # the recorded buffers go: freed, or back to their pools
+    return Arena(tuple(buffers),
+                 CaptureMemory(total, len(internal), before, len(external), ext_bytes))
+
+
+def _arena_buffer(ctx: cl.Context, nbytes: int) -> cl.Buffer:
+    """An arena's buffer, counted in the ``netcl.capture.arena_bytes`` gauge while it lives."""
+    buf = _Counted(ctx, cl.mem_flags.READ_WRITE, nbytes)
+    tm.ARENA.add(nbytes)
+    weakref.finalize(buf, tm.ARENA.add, -nbytes)
+    return buf
+
+
+class _Counted(cl.Buffer):  # type: ignore[misc]
+    """A buffer a finalizer can watch (pyopencl's own take no weak references)."""
+
+    __slots__ = ("__weakref__",)
+
+
+def relocate(raw: list[Any], moved: Mapping[int, cl.MemoryObjectHolder]) -> dict[int, Any]:
+    """Rewrite the commands in ``raw`` so that ``moved`` buffers (by int_ptr) are their arena
+    regions; shapes and argument tables shared between launches stay shared. Returns
+    id(old shape) -> its shape now (the same object where nothing moved)."""
+    shapes: dict[int, LaunchShape] = {}
+    snaps: dict[int, tuple[ArgSet, ...]] = {}
+    for k, op in enumerate(raw):
+        if type(op) is RawLaunch:
+            shape = shapes.get(id(op.shape))
+            if shape is None:
+                old = op.shape
+                snap = snaps.get(id(old.args))
+                if snap is None:
+                    snap = snaps[id(old.args)] = tuple(_moved_arg(a, moved) for a in old.args)
+                shape = shapes[id(old)] = old if _same(snap, old.args) else old._replace(args=snap)
+            if shape is not op.shape:
+                raw[k] = _new(RawLaunch, (shape, op.wait_for, op.event))
+        elif type(op) is RawTransfer and any(_ptr(b) in moved for _, b in op.buffers):
+            args, kwargs = op.substituted(moved)
+            where = tuple((w, moved.get(_ptr(b), b)) for w, b in op.buffers)
+            raw[k] = op._replace(args=args, kwargs=kwargs, buffers=where)
+    return shapes
+
+
+def _moved_arg(arg: ArgSet, moved: Mapping[int, cl.MemoryObjectHolder]) -> ArgSet:
+    def swap(v: Any) -> Any:
+        if isinstance(v, cl.MemoryObjectHolder):
+            return moved.get(_ptr(v), v)
+        return v
+
+    payload = tuple(tuple(map(swap, p)) if isinstance(p, tuple) else swap(p)
+                    for p in arg.payload)  # fmt: skip
+    return arg if _same(payload, arg.payload) else arg._replace(payload=payload)
+
+
+def _same(new: tuple[Any, ...], old: tuple[Any, ...]) -> bool:
+    """Whether every element is the old one (identity: payloads may hold NumPy arrays)."""
+    return all(a is b or (type(a) is tuple and _same(a, b)) for a, b in zip(new, old, strict=True))

@@ -1,0 +1,167 @@
+"""A capture owns its memory: the buffers nothing outside it can reach at end() (temporaries the
+code dropped, blocks released to a pool) live in an arena planned by their lifetimes, so the
+capture holds about the peak memory of the code it replays, and no pool hands out memory a replay
+still writes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+import pyopencl.clmath as clmath
+import pyopencl.tools as cltools
+import pytest
+
+from netcl.core.memory import BufferPool
+from netcl.runtime.capture import KernelCapture, capture_step
+
+N = 1 << 16
+NBYTES = 4 * N
+
+
+def chain(h: cla.Array, ops: int = 20) -> cla.Array:
+    """pyopencl.array code as users write it: every operation allocates its result."""
+    for _ in range(ops):
+        h = clmath.tanh(h * 1.01 + 0.1)
+    return h
+
+
+def _host(seed: float) -> np.ndarray[Any, Any]:
+    return np.linspace(-seed, seed, N, dtype=np.float32)
+
+
+def test_dropped_temporaries_share_an_arena_and_replays_stay_exact(queue: cl.CommandQueue) -> None:
+    x = cla.to_device(queue, _host(1.0))
+    cap = KernelCapture()
+    assert cap.memory is None
+    cap.begin()
+    out = chain(x)
+    assert cap.end() == 60
+    mem = cap.memory
+    assert mem is not None
+    # 59 temporaries of 256 KiB as recorded; at most two are ever alive on one in-order queue
+    assert mem.internal == 59 and mem.internal_bytes == 59 * NBYTES
+    assert mem.arena_bytes <= 2 * NBYTES
+    assert mem.external == 2 and mem.external_bytes == 2 * NBYTES  # x and out: the caller's
+    for seed in (1.0, 2.5):
+        x.set(_host(seed))
+        want = chain(x).get()
+        cap.replay()
+        assert np.array_equal(out.get(), want)
+
+
+@pytest.mark.parametrize("kind", ["BufferPool", "pyopencl MemoryPool"])
+def test_a_pool_never_hands_out_memory_a_replay_writes(queue: cl.CommandQueue, kind: str) -> None:
+    """Blocks released to a pool during the capture: the pool hands them out again between
+    replays (here: filled with garbage), and the replays must not care."""
+    prg = cl.Program(queue.context, """
+        __kernel void twice(__global float *o, __global const float *a) {
+            int i = get_global_id(0); o[i] = 2.0f * a[i]; }
+        __kernel void inc(__global float *o, __global const float *a) {
+            int i = get_global_id(0); o[i] = a[i] + 1.0f; }""").build()
+    twice, inc = cl.Kernel(prg, "twice"), cl.Kernel(prg, "inc")
+    x = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
+    out = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
+    alloc, free = _pool(queue, kind)
+
+    def step() -> None:
+        for _ in range(3):
+            t = alloc()
+            twice(queue, (N,), None, t, x)
+            inc(queue, (N,), None, out, t)  # out = 2x + 1, through a temporary
+            free(t)
+
+    cl.enqueue_copy(queue, x, _host(1.0))
+    cap = KernelCapture()
+    with cap:
+        step()
+    mem = cap.memory
+    # one pool block reused thrice (BufferPool), or blocks held until end() (pyopencl's; the
+    # last one the kernel objects still refer to stays the application's): one region
+    assert mem is not None and mem.internal >= 1 and mem.arena_bytes < 2 * NBYTES
+    host = np.empty(N, np.float32)
+    for seed in (1.0, 3.0):
+        cl.enqueue_copy(queue, x, _host(seed))
+        taken = [alloc() for _ in range(4)]  # the pool's blocks, the released one among them
+        for t in taken:
+            cl.enqueue_fill_buffer(queue, t, np.float32(-7.0), 0, NBYTES)
+        cap.replay()
+        for t in taken:  # and written again while the replay may still run
+            cl.enqueue_fill_buffer(queue, t, np.float32(-9.0), 0, NBYTES)
+        cl.enqueue_copy(queue, host, out)
+        assert np.array_equal(host, 2 * _host(seed) + 1)
+        for t in taken:
+            free(t)
+
+
+def _pool(queue: cl.CommandQueue, kind: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:
+    """(allocate a block, give it back) through a netcl BufferPool or a pyopencl MemoryPool."""
+    live: dict[int, Any] = {}
+    if kind == "BufferPool":
+        pool = BufferPool(queue)
+
+        def alloc() -> Any:
+            t = pool.allocate(N, np.float32)
+            live[id(t.buffer)] = t
+            return t.buffer
+
+        return alloc, lambda buf: pool.release(live.pop(id(buf)))
+    mem = cltools.MemoryPool(cltools.ImmediateAllocator(queue))
+
+    def alloc_pooled() -> Any:
+        block = mem.allocate(NBYTES)
+        live[id(block)] = block
+        return block
+
+    return alloc_pooled, lambda block: live.pop(id(block)) and None  # back as it is dropped
+
+
+def test_what_the_caller_still_holds_stays_where_it_is(queue: cl.CommandQueue) -> None:
+    x = cla.to_device(queue, _host(1.0))
+    kept: list[cla.Array] = []
+    cap = KernelCapture()
+    with cap:
+        t = x * 3.0
+        kept.append(t)  # a temporary the caller keeps: the replay must update it in place
+        out = t + 1.0
+    assert cap.memory is not None and cap.memory.internal == 0
+    x.set(_host(2.0))
+    cap.replay()
+    assert np.array_equal(kept[0].get(), (x * 3.0).get())
+    assert np.array_equal(out.get(), (x * 3.0 + 1.0).get())
+
+
+def test_a_sub_buffer_and_its_parent_stay_where_they_are(queue: cl.CommandQueue) -> None:
+    x = cla.to_device(queue, _host(1.0))
+    cap = KernelCapture()
+    with cap:
+        parent = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 2 * NBYTES)
+        view = cla.Array(queue, N, np.float32, data=parent.get_sub_region(0, NBYTES))
+        view[:] = x * 2.0  # a copy into the sub-buffer
+        out = view + 1.0
+        del parent, view
+    assert cap.memory is not None
+    x.set(_host(3.0))
+    cap.replay()
+    assert np.array_equal(out.get(), (x * 2.0 + 1.0).get())
+
+
+def test_a_steps_keys_share_one_arena_as_large_as_the_largest(
+    queue: cl.CommandQueue, metric_points: Callable[[str], list[Any]]
+) -> None:
+    def arena_gauge() -> float:
+        return sum(p.value for p in metric_points("netcl.capture.arena_bytes"))
+
+    before = arena_gauge()
+    step = capture_step(chain)
+    sizes = (N // 8, N // 4, N // 2, N)  # four guard keys, the largest last: the arena grows
+    xs = [cla.to_device(queue, np.linspace(-1, 1, n, dtype=np.float32)) for n in sizes]
+    for _ in range(3):  # normal run, capture, replays
+        outs = [step(x) for x in xs]
+    for x, out in zip(xs, outs, strict=True):
+        assert np.array_equal(out.get(), chain(x).get())
+    assert arena_gauge() - before <= 2 * NBYTES  # the largest key's plan, not four
+    del step, outs
