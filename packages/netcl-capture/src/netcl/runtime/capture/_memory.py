@@ -10,6 +10,7 @@ import sys
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import pyopencl as cl
@@ -98,10 +99,8 @@ def _values(arg: ArgSet) -> Iterator[Any]:
 
 def _internal(rec: Recording) -> dict[int, cl.MemoryObjectHolder]:
     """The recorded buffers nothing outside the capture can reach (by int_ptr)."""
-    if rec.native or any(
-        len(shape.args) < shape.kernel.num_args for shape in _shapes(rec.raw)
-    ):  # a raw handle reached, or a kernel with arguments set before begin(): unseen uses
-        return {}
+    if rec.native or any(len(s.args) < s.kernel.num_args for s in _launch_shapes(rec.raw)):
+        return {}  # a raw handle reached, or a kernel with arguments set before begin()
     free = device.held_blocks()
     found: dict[int, cl.MemoryObjectHolder] = {}
     parents: set[int] = set()
@@ -123,18 +122,7 @@ def _internal(rec: Recording) -> dict[int, cl.MemoryObjectHolder]:
     return found
 
 
-def _queues(raw: Sequence[Any]) -> Iterator[cl.CommandQueue]:
-    shape: Any = None
-    for op in raw:
-        if type(op) is RawLaunch:
-            if op.shape is not shape:
-                shape = op.shape
-                yield shape.queue
-        elif type(op) is RawTransfer or type(op) is RawFinish:
-            yield op.queue
-
-
-def _shapes(raw: Sequence[Any]) -> Iterator[LaunchShape]:
+def _launch_shapes(raw: Sequence[Any]) -> Iterator[LaunchShape]:
     shape: Any = None
     for op in raw:
         if type(op) is RawLaunch and op.shape is not shape:
@@ -175,7 +163,9 @@ def plan(rec: Recording, shared: SharedArena | None = None) -> Arena:
     ext_bytes = sum(int(b.size) for b in external.values())
     if not internal:
         return Arena((), CaptureMemory(0, 0, 0, len(external), ext_bytes))
-    queues = {contract.queue_ptr(q): q for q in _queues(rec.raw)}
+    queues = {contract.queue_ptr(q): q for q in chain(
+        (s.queue for s in _launch_shapes(rec.raw)),
+        (op.queue for op in rec.raw if type(op) is RawTransfer or type(op) is RawFinish))}
     ordered = len(queues) <= 1 and not any(map(device.out_of_order, queues.values()))
     first: dict[int, int] = {}
     last: dict[int, int] = {}
