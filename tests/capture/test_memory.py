@@ -16,7 +16,7 @@ import pyopencl.tools as cltools
 import pytest
 
 from netcl.core.memory import BufferPool
-from netcl.runtime.capture import KernelCapture, capture_step
+from netcl.runtime.capture import KernelCapture, capture_step, load_capture
 
 N = 1 << 16
 NBYTES = 4 * N
@@ -165,3 +165,20 @@ def test_a_steps_keys_share_one_arena_as_large_as_the_largest(
         assert np.array_equal(out.get(), chain(x).get())
     assert arena_gauge() - before <= 2 * NBYTES  # the largest key's plan, not four
     del step, outs
+
+
+def test_a_saved_capture_keeps_no_arena_contents(queue: cl.CommandQueue, tmp_path: Any) -> None:
+    x = cla.to_device(queue, _host(1.0))
+    cap = KernelCapture()
+    with cap:
+        out = chain(x)
+    assert cap.memory is not None and cap.memory.arena_bytes >= NBYTES
+    size = cap.save(tmp_path / "chain.ncap")
+    # x and out (their contents kept), two program binaries (~150 KiB on PoCL) and commands; the
+    # arena's contents would add 2 x 256 KiB more
+    assert size < 3 * NBYTES, size
+    loaded = load_capture(tmp_path / "chain.ncap", queue)
+    loaded.replay()
+    cap.replay()
+    queue.finish()
+    assert np.array_equal(out.get(), chain(x).get())

@@ -10,8 +10,8 @@ import pyopencl as cl
 import pytest
 
 from netcl.core.memory import BufferPool
-from netcl.core.tensor import Tensor
 from netcl.core.packing import Interval
+from netcl.core.tensor import Tensor
 
 KERNELS = r"""
 __kernel void add(__global const float *a, __global const float *b, __global float *out) {

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from netcl.core.memory import BufferPool
+from netcl.core.packing import Interval, lower_bound, place
 from netcl.core.tensor import Tensor
 from netcl.runtime.graph import Graph, GraphExecutor, TensorRef
-from netcl.core.packing import Interval, lower_bound, place
 
 from .conftest import overlapping
 

@@ -21,12 +21,11 @@ import pyopencl.tools as cltools
 
 from netcl.core import contract, device, telemetry
 from netcl.core._settings import CHECK_MEMORY, POOL_LIMIT
-from netcl.core.device import out_of_order
 from netcl.core.tensor import _RELEASED, Gone, Shape, Tensor, normalize_shape
 from netcl.core.version import __version__
 
-__all__ = ["BufferPool", "Checker", "Guard", "MemoryCheckError", "PoolStats", "checker",
-           "guard_byte", "guard_bytes", "held_blocks"]
+__all__ = ["BufferPool", "Checker", "Guard", "MemoryCheckError", "PoolStats", "guard_byte",
+           "guard_bytes"]
 
 # pyopencl's own primitives (the contract's originals): netcl-capture intercepts the module
 # attributes while it records, and the pool's backing read (on its own queue) and checked mode's
@@ -50,7 +49,7 @@ def _is_oom(exc: cl.Error) -> bool:
 # cost the pool's fast path as much again)
 _TEL = telemetry.Scope("netcl.core.memory", __version__)
 _POOLS: weakref.WeakSet[BufferPool] = weakref.WeakSet()
-_CHECKED_POOLS: weakref.WeakSet[_CheckedPool] = weakref.WeakSet()  # checker() per run: O(1)
+_CHECKED_POOLS: weakref.WeakSet[_CheckedPool] = weakref.WeakSet()  # device.checker(): O(1)
 
 
 def _look_all() -> None:
@@ -101,7 +100,7 @@ class Guard:
 
     def fill(self, queue: cl.CommandQueue, block: Any) -> None:
         """Enqueue the fills of the guard bytes (ordered on an out-of-order queue too)."""
-        ooo = out_of_order(queue)
+        ooo = device.out_of_order(queue)
         if ooo:
             _barrier(queue, None)
         pattern = np.uint8(self.byte)
@@ -115,7 +114,7 @@ class Guard:
         """Read the guard bytes (blocking, after everything enqueued before) and raise
         MemoryCheckError saying that ``who`` wrote out of ``what`` when one was overwritten."""
         host = np.empty(self.before + self.after, np.uint8)
-        if out_of_order(queue):
+        if device.out_of_order(queue):
             _barrier(queue, None)
         if self.before:
             _read_buffer(queue, block, host[: self.before], self.start - self.before, None, True)
@@ -135,8 +134,8 @@ class Guard:
 
 
 class Checker:
-    """Checked mode as the packages use it (:func:`checker`): the guards of every live block of
-    the checked pools, looked up by buffer and checked."""
+    """Checked mode as the packages use it (:func:`netcl.core.device.checker`): the guards of
+    every live block of the checked pools, looked up by buffer and checked."""
 
     __slots__ = ()
 
@@ -162,7 +161,7 @@ class Checker:
 _CHECKER = Checker()
 
 
-def held_blocks() -> set[int]:
+def _held_blocks() -> set[int]:
     """The ``int_ptr`` of every block the live BufferPools hold for reuse (released, not handed
     out again): memory that nothing outside its pool can reach (a capture's end() asks, through
     :func:`netcl.core.device.held_blocks`)."""
@@ -173,9 +172,8 @@ def held_blocks() -> set[int]:
     return found
 
 
-def checker() -> Checker | None:
-    """Checked mode's seam: the :class:`Checker` while a checked pool is alive, else None (the
-    one test a capture makes at ``end()``, a scheduler per run)."""
+def _checker() -> Checker | None:
+    """The :class:`Checker` while a checked pool is alive, else None (``device.checker()``)."""
     return _CHECKER if _CHECKED_POOLS else None
 
 
@@ -628,4 +626,4 @@ class _CheckedPool(BufferPool):
                 _fill_buffer(self.queue, block, _POISON, 0, guard.nbytes)
 
 
-device._pools = (checker, held_blocks)  # the seam: device.checker(), device.held_blocks()
+device._pools = (_checker, _held_blocks)  # the seam: device.checker(), device.held_blocks()

@@ -128,9 +128,8 @@ class KernelCapture:
         self._recording = None
         span, self._span = self._span, telemetry.NO_SPAN
         if isinstance(why, ReplayProgram):
-            arena = why.arena.memory.arena_bytes if why.arena is not None else 0
             span.set_many({tm.LAUNCHES: why.num_launches, tm.COMMANDS: why.num_commands,
-                           tm.ARENA_BYTES: arena})  # fmt: skip
+                           tm.ARENA_BYTES: why.arena.memory.arena_bytes})  # fmt: skip
             span.end()
         elif isinstance(why, BaseException):
             span.end(why)
@@ -278,7 +277,7 @@ class KernelCapture:
         own arena, where the buffers nothing else could reach by then live, and of the buffers
         it refers to where the application keeps them."""
         program = self._program
-        return None if program is None or program.arena is None else program.arena.memory
+        return None if program is None else program.arena.memory
 
     @property
     def replay_count(self) -> int:

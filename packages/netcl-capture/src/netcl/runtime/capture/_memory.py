@@ -24,6 +24,7 @@ from netcl.runtime.capture._recording import (
     RawLaunch,
     RawTransfer,
     Recording,
+    buffers_of,
 )
 
 __all__ = ["Arena", "CaptureMemory", "SharedArena", "plan", "relocate"]
@@ -66,9 +67,6 @@ class Arena:
     buffers: tuple[cl.Buffer, ...]
     memory: CaptureMemory
 
-    def _replace_buffer(self, old: cl.Buffer, new: cl.Buffer) -> Arena:
-        return Arena(tuple(new if b is old else b for b in self.buffers), self.memory)
-
 
 def _uses(raw: Sequence[Any]) -> Iterator[tuple[int, cl.MemoryObjectHolder]]:
     """(command index, buffer) for every memory object each recorded command uses."""
@@ -80,8 +78,7 @@ def _uses(raw: Sequence[Any]) -> Iterator[tuple[int, cl.MemoryObjectHolder]]:
             i += 1
             if op.shape is not shape:
                 shape = op.shape
-                bufs = [v for arg in shape.args for v in _values(arg)
-                        if isinstance(v, cl.MemoryObjectHolder)]  # fmt: skip
+                bufs = [b for _, b in buffers_of(shape.args)]
             for buf in bufs:
                 yield i, buf
         elif type(op) is RawTransfer:
@@ -90,11 +87,6 @@ def _uses(raw: Sequence[Any]) -> Iterator[tuple[int, cl.MemoryObjectHolder]]:
                 yield i, buf
         elif type(op) is RawFinish:  # a command too; a host wait is not
             i += 1
-
-
-def _values(arg: ArgSet) -> Iterator[Any]:
-    for p in arg.payload:  # (index, value...) or pairs/triples of it
-        yield from (p[1:] if isinstance(p, tuple) else (p,))
 
 
 def _internal(rec: Recording) -> dict[int, cl.MemoryObjectHolder]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from itertools import chain, starmap
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ from netcl.runtime.capture._recording import (
     RawTransfer,
     Recording,
     _new,
+    buffers_of,
     launch_sizes,
 )
 
@@ -101,12 +103,8 @@ class Binder:
             clone = self._clones.get(id(kernel))
             replica = self._replicas[key] = _replicate(kernel, clone, snap, known)
         buffers = self._buffers.get(id(snap))
-        if buffers is None:  # a payload is (index, value...), pairs' values in a tuple
-            buffers = self._buffers[id(snap)] = tuple(
-                (arg.arg_index, v) for arg in snap for p in arg.payload
-                for v in (p if isinstance(p, tuple) else (p,))
-                if isinstance(v, cl.MemoryObjectHolder)
-            )  # fmt: skip
+        if buffers is None:
+            buffers = self._buffers[id(snap)] = buffers_of(snap)
         self.by_shape[id(shape)] = BoundLaunch(shape, replica, buffers)
 
 
@@ -157,8 +155,8 @@ class ReplayProgram:
 
     def __init__(self, ops: list[Op], binds: Binds, launches: int, finishes: int,
                  plan: Schedule | None, opaque: tuple[str, ...], collector: Collector | None,
-                 checker: device.Checking | None,
-                 queues: tuple[cl.CommandQueue, ...]) -> None:  # fmt: skip
+                 checker: device.Checking | None, queues: tuple[cl.CommandQueue, ...],
+                 arena: Arena) -> None:  # fmt: skip
         self.ops = tuple(ops)
         self.binds = binds
         # None: one in-order queue, where queue order is every dependency there is
@@ -170,7 +168,6 @@ class ReplayProgram:
         # where device time watches every queue of the capture, the collector replays hand
         # events to (decided once here; a queue's properties never change)
         self.collector = collector
-        self.queues = queues
         self.queue = queues[0] if len(queues) == 1 else None  # for the device-time collector
         device.finish_at_exit(self, queues)
         # the device-time label of each command a replay enqueues (a finish enqueues none):
@@ -182,7 +179,7 @@ class ReplayProgram:
         self._index: BufferIndex | None = None
         # a pool was in checked mode at end(): replays go command by command, checking guards
         self.checker = checker
-        self.arena: Arena | None = None  # the capture's own memory (build() sets it)
+        self.arena = arena  # the capture's own memory
 
     def rebase(self, old: cl.Buffer, new: cl.Buffer) -> None:
         """Move the regions of ``old`` (a shared arena that grew) this program uses onto the
@@ -208,8 +205,8 @@ class ReplayProgram:
         if self.plan is None:
             self._segments = _segments(self.ops, self.binds, {})
         self._index = None
-        if self.arena is not None:
-            self.arena = self.arena._replace_buffer(old, new)
+        self.arena = replace(self.arena, buffers=tuple(new if b is old else b
+                                                       for b in self.arena.buffers))
 
     @property
     def index(self) -> BufferIndex:
@@ -425,8 +422,7 @@ def build(rec: Recording, shared: SharedArena | None = None) -> ReplayProgram:
     )
     program = ReplayProgram(ops, binds, launches, finishes, plan, tuple(binder.opaque),
                             device.watcher(*distinct.values()), device.checker(),
-                            tuple(distinct.values()))  # fmt: skip
-    program.arena = arena
+                            tuple(distinct.values()), arena)  # fmt: skip
     if shared is not None and arena.buffers:
         shared.users.add(program)
     return program

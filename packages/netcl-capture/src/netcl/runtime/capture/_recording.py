@@ -20,7 +20,8 @@ from netcl.core import contract
 from netcl.core.contract import EntryPoint
 
 __all__ = ["ArgSet", "CapturedLaunch", "CapturedTransfer", "LaunchShape", "NativeAccess", "Op",
-           "RawFinish", "RawHostWait", "RawLaunch", "RawTransfer", "Recording", "launch_sizes"]
+           "RawFinish", "RawHostWait", "RawLaunch", "RawTransfer", "Recording", "buffers_of",
+           "launch_sizes"]
 
 _MemoryObject = cl.MemoryObjectHolder
 _retain = contract.retain
@@ -105,6 +106,14 @@ class RawLaunch(NamedTuple):
             _set_value(table[i]) for i in indices)  # fmt: skip
         return CapturedLaunch(shape.kernel.function_name, shape.queue, gsize, lsize, offset,
                               args)  # fmt: skip
+
+
+def buffers_of(args: tuple[ArgSet, ...]) -> tuple[tuple[int, cl.MemoryObjectHolder], ...]:
+    """(argument index, memory object) of every memory object in an argument table (a payload
+    is (index, value...), pairs' and triples' values in a tuple)."""
+    return tuple((arg.arg_index, v) for arg in args for p in arg.payload
+                 for v in (p if isinstance(p, tuple) else (p,))
+                 if isinstance(v, cl.MemoryObjectHolder))  # fmt: skip
 
 
 def _set_value(payload: tuple[Any, ...]) -> Any:

@@ -213,8 +213,8 @@ def _manifest(writer: _Writer, program: ReplayProgram, queue: cl.CommandQueue,
               ) -> dict[str, Any]:  # fmt: skip
     enc = _Encoder(writer, queue, where)
     role_of = {enc.buffer(buf): role for role, buf in roles}  # first: the step refers to them
-    if program.arena is not None:  # the capture's own memory: no contents worth keeping
-        role_of.update((enc.buffer(buf), SCRATCH) for buf in program.arena.buffers)
+    # the capture's own memory and its regions: scratch, no contents worth keeping
+    arena = {enc.buffer(buf) for buf in program.arena.buffers}
     programs: dict[int, int] = {}  # program int_ptr -> index
     saved_programs: list[dict[str, Any]] = []
     shapes: dict[int, int] = {}  # id(LaunchShape) -> index
@@ -262,8 +262,8 @@ def _manifest(writer: _Writer, program: ReplayProgram, queue: cl.CommandQueue,
         # netcl cannot see whether a kernel reads a buffer: only a buffer whose first use
         # overwrites it whole (a write, copy or fill) needs no contents
         overwritten = first_write.get(i, False)
-        role = role_of.get(i) or (SCRATCH if overwritten else CONSTANT)
         parent, origin = enc.parents.get(ptr, (None, 0))
+        role = role_of.get(i) or (SCRATCH if overwritten or {i, parent} & arena else CONSTANT)
         data = None  # a sub-buffer's contents are its parent's
         if role in (CONSTANT, OUTPUT) and not overwritten and parent is None:
             data = writer.add(_download(queue, buf))
