@@ -1,8 +1,9 @@
 """A capture's own memory. At ``end()`` the buffers that nothing outside the capture can reach
 any more (temporaries the code dropped, blocks it released to a BufferPool) move into an arena
-of the capture's own, placed by their lifetimes with the planner the graph uses, so that a
-capture holds about the peak memory of the code it replays and no pool hands out memory a replay
-still writes. What cannot be proved safe stays where it was (the capture guide lists it)."""
+of the capture's own, placed by their lifetimes with the planner the graph uses (on GPUs: in
+slots of one size, see _may_overlap), so that a capture holds about the peak memory of the code
+it replays and no pool hands out memory a replay still writes. What cannot be proved safe stays
+where it was (the capture guide lists it)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ __all__ = ["Arena", "CaptureMemory", "SharedArena", "plan", "relocate"]
 
 _ptr = contract.mem_ptr
 _new = tuple.__new__
+_HOST = cl.mem_flags.USE_HOST_PTR | cl.mem_flags.COPY_HOST_PTR
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,12 @@ def _internal(rec: Recording) -> dict[int, cl.MemoryObjectHolder]:
         return {}  # a raw handle reached, or a kernel with arguments set before begin()
     free = device.held_blocks()
     found: dict[int, cl.MemoryObjectHolder] = {}
-    parents: set[int] = set()
+    # rectangular copies stay off sub-buffers: PoCL crashes copying a rectangle out of one
+    kept = {_ptr(b) for op in rec.raw if type(op) is RawTransfer
+               and op.entry.operation.endswith("_rect") for _, b in op.buffers}  # fmt: skip
     users = rec.users
+    for state in rec.kernels.values():
+        state.last = None  # a kernel's last arguments as passed: the application's objects
     for ptr in list(users):
         user = users.pop(ptr)
         alone = ptr in free or _refs(user) <= _ALONE
@@ -104,22 +110,39 @@ def _internal(rec: Recording) -> dict[int, cl.MemoryObjectHolder]:
         own = rec.mems[ptr]
         parent = own.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
         if parent is not None:  # a sub-buffer: it and its parent stay where they are
-            parents.add(_ptr(parent))
-        elif alone and _cpu(own) and (
-            own.get_info(cl.mem_info.TYPE) == cl.mem_object_type.BUFFER
-        ) and not (
-            own.get_info(cl.mem_info.FLAGS) & cl.mem_flags.USE_HOST_PTR
+            kept.add(_ptr(parent))
+        elif alone and own.get_info(cl.mem_info.TYPE) == cl.mem_object_type.BUFFER and not (
+            own.get_info(cl.mem_info.FLAGS) & _HOST  # host memory, or contents from it
         ):
             found[ptr] = own
-    for ptr in parents:
+    for ptr in kept:
         found.pop(ptr, None)
     return found
 
 
-def _cpu(own: cl.MemoryObjectHolder) -> bool:
-    # CPU devices only in this release: on NVIDIA a captured step with an arena crashed the
-    # process as it ended (not understood yet); there buffers stay where they are, as before
-    return all(d.type & cl.device_type.CPU for d in own.context.devices)
+def _may_overlap(ctx: cl.Context) -> bool:
+    """Whether one arena's regions may partly overlap: on CPU devices. Not on NVIDIA's driver,
+    which crashes the process releasing partly overlapping sub-buffers that kernels used (seen
+    on the H100, 2026-12-05), nor on other GPUs (untested): there the buffers of one size whose
+    lifetimes follow each other share one buffer of the capture's (a slot), and slots of
+    several captures of a step are shared by size."""
+    return all(d.type & cl.device_type.CPU for d in ctx.devices)
+
+
+def _by_size(ptrs: list[int], size: Mapping[int, int], first: Mapping[int, int],
+             last: Mapping[int, int]) -> list[list[int]]:  # fmt: skip
+    """Groups of buffers of one size whose lifetimes follow each other (each group one region)."""
+    groups: list[list[int]] = []
+    open_: dict[int, list[list[int]]] = {}  # size -> its groups
+    for p in sorted(ptrs, key=first.__getitem__):
+        same = open_.setdefault(size[p], [])
+        group = next((g for g in same if last[g[-1]] < first[p]), None)
+        if group is None:
+            group = []
+            groups.append(group)
+            same.append(group)
+        group.append(p)
+    return groups
 
 
 def _launch_shapes(raw: Sequence[Any]) -> Iterator[LaunchShape]:
@@ -138,6 +161,14 @@ class SharedArena:
     def __init__(self) -> None:
         self.buffers: dict[int, cl.Buffer] = {}  # by queue int_ptr
         self.users: weakref.WeakSet[Any] = weakref.WeakSet()  # programs (rebase(old, new))
+        self.slots: dict[tuple[int, int], list[cl.Buffer]] = {}  # (queue, bytes) -> slots
+
+    def slot(self, queue: cl.CommandQueue, nbytes: int, k: int) -> cl.Buffer:
+        """The ``k``-th slot of ``nbytes`` for captures on ``queue`` (see _may_overlap)."""
+        have = self.slots.setdefault((contract.queue_ptr(queue), nbytes), [])
+        while len(have) <= k:
+            have.append(_arena_buffer(queue.context, nbytes))
+        return have[k]
 
     def take(self, queue: cl.CommandQueue, nbytes: int) -> cl.Buffer:
         """A buffer of at least ``nbytes`` for captures on ``queue``."""
@@ -153,10 +184,10 @@ class SharedArena:
 
 
 def plan(rec: Recording, shared: SharedArena | None = None) -> Arena:
-    """Move the recording's internal buffers into an arena and rewrite its commands to use it.
-    On one in-order queue buffers with disjoint lifetimes share memory (in ``shared``'s buffer
-    for that queue, where given); across queues (or on an out-of-order one) each keeps a region
-    of its own: only recorded events order them."""
+    """Move the recording's internal buffers into an arena (or slots, see _may_overlap) and
+    rewrite its commands to use it. On one in-order queue buffers with disjoint lifetimes share
+    memory (in ``shared``'s buffers for that queue, where given); across queues (or on an
+    out-of-order one) each keeps a region of its own: only recorded events order them."""
     internal = _internal(rec)
     rec.users.clear()
     external = {p: b for p, b in rec.mems.items() if p not in internal}
@@ -182,23 +213,32 @@ def plan(rec: Recording, shared: SharedArena | None = None) -> Arena:
     for ptr, own in internal.items():
         by_context.setdefault(own.context.int_ptr, []).append(ptr)
     total = 0
+    home = shared if ordered else None  # on several queues nothing orders captures' commands
+    queue = next(iter(queues.values()))
     for ptrs in by_context.values():
         ctx = internal[ptrs[0]].context
+        size = {p: int(internal[p].size) for p in ptrs}
+        if not _may_overlap(ctx):  # a slot per group of one size, shared with a step's keys
+            taken: dict[int, int] = {}
+            for group in _by_size(ptrs, size, first, last) if ordered else [[p] for p in ptrs]:
+                n = size[group[0]]
+                k = taken[n] = taken.get(n, -1) + 1
+                buf = _arena_buffer(ctx, n) if home is None else home.slot(queue, n, k)
+                moved.update(dict.fromkeys(group, buf))
+                buffers.append(buf)
+                total += n
+            continue
         align = max(int(ctx.devices[0].mem_base_addr_align) // 8, 1)
-        sizes = [int(internal[p].size) for p in ptrs]
-        items = [packing.Interval(first[p], last[p], -(-n // align) * align) if ordered
-                 else packing.Interval(0, end, -(-n // align) * align)
-                 for p, n in zip(ptrs, sizes, strict=True)]  # fmt: skip
+        items = [packing.Interval(first[p], last[p], -(-size[p] // align) * align) if ordered
+                 else packing.Interval(0, end, -(-size[p] // align) * align)
+                 for p in ptrs]  # fmt: skip
         placed = packing.place(items)
-        size = max(placed.arena_bytes, 1)
-        if shared is not None and ordered:
-            arena = shared.take(next(iter(queues.values())), size)
-        else:
-            arena = _arena_buffer(ctx, size)
+        nbytes = max(placed.arena_bytes, 1)
+        arena = _arena_buffer(ctx, nbytes) if home is None else home.take(queue, nbytes)
         buffers.append(arena)
         total += placed.arena_bytes
-        for p, n, at in zip(ptrs, sizes, placed.offsets, strict=True):
-            moved[p] = arena.get_sub_region(at, n)
+        for p, at in zip(ptrs, placed.offsets, strict=True):
+            moved[p] = arena.get_sub_region(at, size[p])
     relocate(rec.raw, moved)
     before = sum(int(b.size) for b in internal.values())
     for ptr in internal:
