@@ -258,8 +258,9 @@ def test_buffers_a_rectangular_copy_uses_stay_where_they_are(queue: cl.CommandQu
 def test_a_buffer_made_from_host_data_keeps_its_contents(queue: cl.CommandQueue) -> None:
     """A temporary created with COPY_HOST_PTR inside the capture holds data no recorded command
     wrote: moved, a replay would read whatever its region held."""
-    prg = cl.Program(queue.context, """__kernel void inc(__global float *o, __global const float *a) {
-        int i = get_global_id(0); o[i] = a[i] + 1.0f; }""").build()  # fmt: skip
+    prg = cl.Program(queue.context, """
+        __kernel void inc(__global float *o, __global const float *a) {
+            int i = get_global_id(0); o[i] = a[i] + 1.0f; }""").build()  # fmt: skip
     out = cla.empty(queue, N, np.float32)
     cap = KernelCapture()
     with cap:
