@@ -1,7 +1,7 @@
 """Benchmark fixtures. No OpenTelemetry SDK is configured here: benchmarks measure the no-SDK
 fast path unless a benchmark installs telemetry itself (in a subprocess).
 
-Two hooks for the gate (benchmarks/gate.py):
+Two hooks for the gate (benchmarks/tracking/gate.py):
 - the OpenCL device the benchmarks ran on goes into the JSON's ``machine_info["opencl"]``, so the
   gate picks the limits of that device class and saved runs say what they measured;
 - ``NETCL_BENCH_SLOWDOWN="target=fraction,..."`` (e.g. ``capture_replay=0.2``) wraps the code a
@@ -23,6 +23,8 @@ import pyopencl as cl
 import pytest
 
 from netcl.core import device
+
+collect_ignore = ["tracking"]  # the gate and history that judge the benchmarks: no benchmarks
 
 _SLOWDOWN_TARGETS: dict[str, list[tuple[str, str, str]]] = {
     "capture_replay": [("netcl.runtime.capture", "KernelCapture", "replay")],

@@ -15,7 +15,7 @@ the floor's fastest round goes into ``extra_info[key]`` (seconds), where the gat
 ``record_floor`` also stores the median of the per-round ratios (each round over the floor timed
 right before it, ``paired_ratio_median``): the two halves of one round see the same machine
 state, so that median barely moves when the machine is slow for part of a run, and the history
-(benchmarks/history_runs.py) compares it.
+(benchmarks/tracking/history_runs.py) compares it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The benchmark gate (benchmarks/gate.py, its table benchmarks/gate_checks.toml).
+"""The benchmark gate (benchmarks/tracking/gate.py, its table benchmarks/tracking/gate_checks.toml).
 
 The gate's logic is checked on synthetic pytest-benchmark JSON; one real short run shows a
 slowdown injected through ``NETCL_BENCH_SLOWDOWN`` caught, re-measured and named. The history
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "tracking"))
 import gate  # noqa: E402
 import gate_table  # noqa: E402
 
@@ -205,7 +205,7 @@ def test_a_malformed_table_entry_is_named(tmp_path: Path, entry: str, expected: 
 
 def test_the_readme_limits_table_is_the_gates() -> None:
     """benchmarks/results/README.md shows the limits `gate.py --limits` prints: regenerate it
-    with `python3 benchmarks/gate.py --limits --update benchmarks/results/README.md`."""
+    with `python3 benchmarks/tracking/gate.py --limits --update benchmarks/results/README.md`."""
     readme = (ROOT / "benchmarks/results/README.md").read_text()
     assert gate.readme_table(readme) == gate.limits_table(gate.CHECKS)
 
@@ -284,7 +284,7 @@ def test_real_run_catches_an_injected_replay_slowdown(tmp_path: Path) -> None:
     re-measuring and names the check."""
     env = {**os.environ, "NETCL_BENCH_SLOWDOWN": "capture_replay=0.5"}
     res = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/gate.py"), "--run", "--retries", "1",
+        [sys.executable, str(ROOT / "benchmarks/tracking/gate.py"), "--run", "--retries", "1",
          "--out", str(tmp_path), "--only", "capture replay vs bare enqueue loop"],
         capture_output=True, text=True, cwd=ROOT, env=env, timeout=600, check=False,
     )

@@ -1,5 +1,5 @@
-"""The benchmark history (benchmarks/history.py): change detection that knows the noise, where a
-change began, ``compare`` and its JSON, the report, and histograms.
+"""The benchmark history (benchmarks/tracking/history.py): change detection that knows the
+noise, where a change began, ``compare`` and its JSON, the report, and histograms.
 
 Most tests build saved runs by hand (pytest-benchmark's JSON layout); the last one runs a few
 real benchmarks three times clean and once with capture replay slowed, and checks that only the
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "tracking"))
 import gate  # noqa: E402
 import history  # noqa: E402
 import history_report  # noqa: E402
@@ -361,7 +361,7 @@ def test_saved_results_stay_small_and_hold_no_rounds() -> None:
     size = sum(-(-p.stat().st_size // 4096) * 4096 for p in files)
     assert size <= 1 << 20, (
         f"benchmarks/results holds {size >> 10} KiB, over 1 MiB: keep a gate run's verdict lines "
-        "(without the notes benchmarks/gate_checks.toml holds), not its benchmark tables"
+        "(without the notes benchmarks/tracking/gate_checks.toml holds), not its benchmark tables"
     )
 
 
@@ -393,7 +393,7 @@ def test_saved_results_are_what_the_gate_and_the_history_read(
 @pytest.mark.timeout(900)
 def test_real_runs_flag_only_the_injected_replay_slowdown(tmp_path: Path) -> None:
     """Three clean runs of a few real benchmarks (fewer rounds) and one with capture replay
-    slowed 50%, another process keeping a core busy (benchmarks/history_evidence.py): clean
+    slowed 50%, another process keeping a core busy (benchmarks/tracking/history_evidence.py): clean
     pairs flag nothing, the slowed run flags the replay benchmark (and at most one other) and
     names itself as where it began; the report's summary says so too.
 
@@ -403,8 +403,8 @@ def test_real_runs_flag_only_the_injected_replay_slowdown(tmp_path: Path) -> Non
     runs can tell from a regression; the full evidence (``bench:history-evidence``) runs all."""
     store = tmp_path / "store"
     res = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/history_evidence.py"), "--storage", str(store),
-         "--no-gate", "--", "-k",
+        [sys.executable, str(ROOT / "benchmarks/tracking/history_evidence.py"),
+         "--storage", str(store), "--no-gate", "--", "-k",
          "test_launch_replay or test_pool_allocate_release",
          "--benchmark-max-time=0.2"],
         capture_output=True, text=True, cwd=ROOT, timeout=840, check=False)

@@ -8,7 +8,7 @@ benchmarks/conftest.py). A pass counts as caught when the gate exits 1 and names
 covers the slowed code. The effective slowdown is the slowed benchmark's fastest round against
 the median of the clean passes' fastest rounds.
 
-    python3 benchmarks/gate_evidence.py [--clean 10] [--injected 10] [--fraction 0.2]
+    python3 benchmarks/tracking/gate_evidence.py [--clean 10] [--injected 10] [--fraction 0.2]
                                         [--targets capture_replay,...] [--no-busy]
                                         [--injected-scope full|check]
 """

@@ -7,7 +7,7 @@ with the one before it (``history.py compare NEW --json``) and the report is wri
 evidence holds when every clean pair flags no regression and the injected run flags the slowed
 benchmark (at most ``--others`` more), with the run where its step began being the injected one.
 
-    python3 benchmarks/history_evidence.py [--clean 3] [--slowdown capture_replay=0.5]
+    python3 benchmarks/tracking/history_evidence.py [--clean 3] [--slowdown capture_replay=0.5]
         [--expect test_launch_replay] [--storage .benchmarks/history-evidence] [--no-busy]
         [--no-gate] [-- PYTEST ARGS]   # e.g. -k "launch or pool" --benchmark-max-time=0.2
 """
@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent
+BENCHMARKS = HERE.parent
 RUN = ["-p", "no:randomly", "--benchmark-only", "--benchmark-autosave",
        "--benchmark-min-time=0.0001", "--benchmark-group-by=group", "--benchmark-name=short",
        "--benchmark-columns=min,median,rounds,iterations"]
@@ -33,13 +34,13 @@ def _bench_run(storage: Path, slowdown: str | None, extra: list[str], gate: bool
     if slowdown:
         env["NETCL_BENCH_SLOWDOWN"] = slowdown
     before = set(storage.glob("*/*.json"))
-    subprocess.run([sys.executable, "-m", "pytest", str(BENCH), "-q", *RUN,
+    subprocess.run([sys.executable, "-m", "pytest", str(BENCHMARKS), "-q", *RUN,
                     f"--benchmark-storage={storage}", *extra], env=env, check=True,
                    stdout=subprocess.DEVNULL)
     (saved,) = set(storage.glob("*/*.json")) - before
     verdict = "saved"
     if gate:  # the gate's own re-measurements run the benchmarks it needs, whatever -k chose
-        res = subprocess.run([sys.executable, str(BENCH / "gate.py"), str(saved), "--retries",
+        res = subprocess.run([sys.executable, str(HERE / "gate.py"), str(saved), "--retries",
                               "2", "--record", "--out", str(storage / "gate")],
                              env=env, capture_output=True, text=True, check=False)
         verdict = res.stdout.strip().splitlines()[-1]
@@ -48,7 +49,7 @@ def _bench_run(storage: Path, slowdown: str | None, extra: list[str], gate: bool
 
 
 def _compare(storage: Path, run_id: str) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, str(BENCH / "history.py"), "compare", run_id, "--json",
+    out = subprocess.run([sys.executable, str(HERE / "history.py"), "compare", run_id, "--json",
                           "--storage", str(storage)], capture_output=True, text=True, check=True)
     doc: dict[str, Any] = json.loads(out.stdout)
     return doc
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             ok &= not flagged
     report = args.storage / "report.html"
-    subprocess.run([sys.executable, str(BENCH / "history.py"), "report", "--storage",
+    subprocess.run([sys.executable, str(HERE / "history.py"), "report", "--storage",
                     str(args.storage), "--out", str(report)], check=True)
     print(f"evidence: {'held' if ok else 'FAILED'}")
     return 0 if ok else 1

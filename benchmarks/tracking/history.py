@@ -6,11 +6,11 @@ the commit, the machine (host, CPU, and the OpenCL device the benchmarks' confte
 slowdown injected on purpose, and the gate's final verdicts (``gate.py --record``). Runs are
 grouped by machine (host + OpenCL device) and ordered by time. Times are each benchmark's
 fastest round, as the gate uses. A change counts only outside the benchmark's noise band
-(benchmarks/history_stats.py says how the band comes from the history and the rounds).
+(benchmarks/tracking/history_stats.py says how the band comes from the history and the rounds).
 
-    python3 benchmarks/history.py compare NEW            # against the run before it, saying so
-    python3 benchmarks/history.py compare OLD NEW [--json]
-    python3 benchmarks/history.py report [--out .benchmarks/report.html]
+    python3 benchmarks/tracking/history.py compare NEW    # against the run before it, saying so
+    python3 benchmarks/tracking/history.py compare OLD NEW [--json]
+    python3 benchmarks/tracking/history.py report [--out .benchmarks/report.html]
 
 ``compare`` exits 2 naming an id that is not saved, or a run compared with itself.
 """

@@ -1,5 +1,5 @@
-## The benchmark history page (benchmarks/history_report.py fills it). Everything is escaped
-## (default filter h); plots are inline SVG: 360 x 150, y from zero.
+## The benchmark history page (benchmarks/tracking/history_report.py fills it). Everything is
+## escaped (default filter h); plots are inline SVG: 360 x 150, y from zero.
 <%!
 W, H, L, R, T, B = 360, 150, 52, 18, 20, 34
 def sx(i, n):
@@ -57,7 +57,7 @@ td,th{padding:2px 8px;text-align:right;border-bottom:1px solid #eee} td:first-ch
 <h1>netcl benchmark history</h1>
 <p class="note">Times are each benchmark's fastest round. A change counts only outside its noise
 band, from the run-to-run spread of the machine's clean history and the rounds of both runs
-(benchmarks/history_stats.py). Runs marked * had a slowdown injected on purpose
+(benchmarks/tracking/history_stats.py). Runs marked * had a slowdown injected on purpose
 (NETCL_BENCH_SLOWDOWN): they are never part of the noise history.</p>
 % for s in sections:
 <h2>${s["machine"]}</h2>

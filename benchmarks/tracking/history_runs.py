@@ -1,4 +1,5 @@
-"""Saved benchmark runs and the comparison of two of them (benchmarks/history.py's model)."""
+"""Saved benchmark runs and the comparison of two of them (the model of
+benchmarks/tracking/history.py)."""
 
 from __future__ import annotations
 

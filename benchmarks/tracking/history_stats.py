@@ -1,10 +1,10 @@
-"""Change detection that knows the noise, and where a change began (benchmarks/history.py).
+"""Change detection that knows the noise, and where a change began (benchmarks/tracking/history.py).
 
 The statistic is each benchmark's fastest round, as the gate's, compared on a log scale (a
 change is a ratio). A benchmark that times its floor right before each of its rounds (paired,
 benchmarks/paired.py) is compared against that floor: the median of its per-round ratios to it
 (the ratio of the fastest rounds for runs saved without it), which a machine-wide change of
-speed between runs leaves in place (benchmarks/history_runs.py). A change between two runs
+speed between runs leaves in place (benchmarks/tracking/history_runs.py). A change between two runs
 counts only when it is outside the benchmark's noise band; everything inside it is "unchanged".
 
 The noise band of a benchmark, as a log-ratio half-width::

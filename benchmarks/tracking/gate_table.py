@@ -1,4 +1,4 @@
-"""The gate's checks as data: benchmarks/gate_checks.toml read once into typed checks.
+"""The gate's checks as data: benchmarks/tracking/gate_checks.toml read once into typed checks.
 
 A check names a figure (how a number is computed from pytest-benchmark's JSON) and a limit per
 device class. Everything that reads limits (the gate, the history report, the results README,

@@ -1,5 +1,5 @@
 """``history.py report``: one HTML page per storage, built from a Mako template
-(benchmarks/templates/history_report.html.mako).
+(benchmarks/tracking/templates/history_report.html.mako).
 
 Per machine: a summary first (the latest run against the one before it: regressions,
 improvements and unchanged benchmarks, each with its ratio, noise band and the run where its
