@@ -13,14 +13,14 @@ duration netcl reports agrees with the device's own event timestamps.
    Then the sustained loop, ``SUSTAINED`` replays each followed by a ``finish``, the collection of
    the device time (the collector's thread and a final ``profiling.flush``) included, of the
    variants ``plain`` (the plain queue), ``none`` (the profiling queue, a capture made and
-   replayed in mode ``none``: no collection), ``summary`` (the production setting: the plain
-   queue, a capture made and replayed in summary mode, each replay bracketed by two stamps on a
-   side queue), ``profiled_summary`` and ``commands`` (the profiling queue, collected in that
-   mode), compared two at a time: ``ROUNDS`` rounds of both, in turn first.
-   ``e2e_<variant>_s``: the median seconds per replay; ``summary_over_plain`` (the whole price
-   of leaving it on, target <= 1.10 on the H200, <= 1.05 on PoCL), ``profiled_summary_over_none``
-   (netcl's own share of a profiling queue's summary, the collection alone, target <= 1.03),
-   ``none_over_plain`` (the driver's price for a profiling queue in this loop),
+   replayed in mode ``none``: no collection), ``summary`` and ``commands`` (the profiling queue,
+   collected in that mode), ``bracketed`` (the production setting: a plain queue, a capture made
+   and replayed in summary mode, each replay bracketed by two stamps on a side queue), compared
+   two at a time: ``ROUNDS`` rounds of both, in turn first.
+   ``e2e_<variant>_s``: the median seconds per replay; ``bracketed_over_plain`` (the whole price
+   of leaving summary mode on, target <= 1.10 on the H200, <= 1.05 on PoCL),
+   ``summary_over_none`` (netcl's own share of a profiling queue's summary, the collection
+   alone, target <= 1.03), ``none_over_plain`` (the driver's price for a profiling queue),
    ``commands_over_none`` and ``e2e_ratio`` (commands over plain, the figure of earlier runs):
    medians of the ratios within each round; ``twin_over_none``, the same pairing of two
    identical variants (a second capture replayed in mode ``none``): how far these medians read
@@ -29,11 +29,11 @@ duration netcl reports agrees with the device's own event timestamps.
    e.g. 241 for a figure to ±1%).
 2. ``test_device_duration_matches_raw_events[mode]`` replays a capture of 64 kernels ``REPEATS``
    times and reads the device duration netcl recorded in that mode (the collector's ``REPLAY``
-   totals; ``commands`` and ``profiled_summary`` on a profiling queue, the latter without
-   sampled detail; ``summary`` on a plain queue, bracketed); in the same run it enqueues the
-   same 64 kernels by hand on a profiling queue and sums ``end - start`` of their events. It prints both per-replay
-   figures and their ratio (the median of the ratios within each round; target within 5%) and
-   stores them in ``extra_info``, with
+   totals; ``commands`` and ``summary`` on a profiling queue, the latter without sampled
+   detail; ``bracketed``, summary mode on a plain queue); in the same run it enqueues the
+   same 64 kernels by hand on a profiling queue and sums ``end - start`` of their events. It
+   prints both per-replay figures and their ratio (the median of the ratios within each
+   round; target within 5%) and stores them in ``extra_info``, with
    ``raw_envelope_s``, last end - first start of the hand-enqueued events: what a summary
    measures, gaps between kernels included (so the kernels are long enough for the gaps to be
    small: 0.2-0.6 ms each).
@@ -196,12 +196,12 @@ def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, ...]) -> None:
     sampled = profiling.collector().stats().sampled
     variants: dict[str, tuple[_Chain, profiling.Mode]] = {
         "plain": (plain, "commands"), "none": (unwatched, "none"),
-        "summary": (bracketed, "summary"), "profiled_summary": (profiled, "summary"),
+        "bracketed": (bracketed, "summary"), "summary": (profiled, "summary"),
         "commands": (profiled, "commands"), "twin": (twin, "none")}  # fmt: skip
     e2e: dict[str, list[float]] = {}
     n, rounds = (5, 3) if benchmark.disabled else (SUSTAINED, ROUNDS)
     ratios = {f"{top}_over_{bottom}": _paired_rounds(variants, top, bottom, n, rounds, e2e)
-              for top, bottom in (("summary", "plain"), ("profiled_summary", "none"),
+              for top, bottom in (("bracketed", "plain"), ("summary", "none"),
                                   ("none", "plain"), ("commands", "none"),
                                   ("commands", "plain"), ("twin", "none"))}  # fmt: skip
     driver = interleaved_times({"plain": plain.bare, "profiled": profiled.bare},
@@ -228,11 +228,11 @@ def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, ...]) -> None:
     assert replays >= (1 if benchmark.disabled else 3)
 
 
-@pytest.mark.parametrize("variant", ["commands", "profiled_summary", "summary"])
+@pytest.mark.parametrize("variant", ["commands", "summary", "bracketed"])
 @pytest.mark.benchmark(group="device-time")
 def test_device_duration_matches_raw_events(benchmark: Any, ctx: cl.Context, variant: str) -> None:
     pq = cl.CommandQueue(ctx, properties=_PROFILING)
-    queue = cl.CommandQueue(ctx) if variant == "summary" else pq  # summary: bracketed
+    queue = cl.CommandQueue(ctx) if variant == "bracketed" else pq
     mode: profiling.Mode = "commands" if variant == "commands" else "summary"
     gpu = bool(queue.device.type & cl.device_type.GPU)
     # kernels long enough for the gaps between them (a summary's envelope holds them) to stay
