@@ -14,10 +14,13 @@ duration netcl reports agrees with the device's own event timestamps.
    the device time (the collector's thread and a final ``profiling.flush``) included, of the
    variants ``plain`` (the plain queue), ``none`` (the profiling queue, a capture made and
    replayed in mode ``none``: no collection), ``summary`` and ``commands`` (the profiling queue,
-   collected in that mode), compared two at a time: ``ROUNDS`` rounds of both, in turn first.
-   ``e2e_<variant>_s``: the median seconds per replay; ``summary_over_none`` (netcl's own share,
-   target <= 1.03), ``summary_over_plain`` (the whole price of leaving it on, target <= 1.10 on
-   the H200), ``none_over_plain`` (the driver's price for a profiling queue in this loop),
+   collected in that mode), ``bracketed`` (the production setting: a plain queue, a capture made
+   and replayed in summary mode, each replay bracketed by two stamps on a side queue), compared
+   two at a time: ``ROUNDS`` rounds of both, in turn first.
+   ``e2e_<variant>_s``: the median seconds per replay; ``bracketed_over_plain`` (the whole price
+   of leaving summary mode on, target <= 1.10 on the H200, <= 1.05 on PoCL),
+   ``summary_over_none`` (netcl's own share of a profiling queue's summary, the collection
+   alone, target <= 1.03), ``none_over_plain`` (the driver's price for a profiling queue),
    ``commands_over_none`` and ``e2e_ratio`` (commands over plain, the figure of earlier runs):
    medians of the ratios within each round; ``twin_over_none``, the same pairing of two
    identical variants (a second capture replayed in mode ``none``): how far these medians read
@@ -26,10 +29,11 @@ duration netcl reports agrees with the device's own event timestamps.
    e.g. 241 for a figure to ±1%).
 2. ``test_device_duration_matches_raw_events[mode]`` replays a capture of 64 kernels ``REPEATS``
    times and reads the device duration netcl recorded in that mode (the collector's ``REPLAY``
-   totals; summary mode without sampled detail); in the same run it enqueues the same 64 kernels
-   by hand on the same queue and sums ``end - start`` of their events. It prints both per-replay
-   figures and their ratio (the median of the ratios within each round; target within 5%) and
-   stores them in ``extra_info``, with
+   totals; ``commands`` and ``summary`` on a profiling queue, the latter without sampled
+   detail; ``bracketed``, summary mode on a plain queue); in the same run it enqueues the
+   same 64 kernels by hand on a profiling queue and sums ``end - start`` of their events. It
+   prints both per-replay figures and their ratio (the median of the ratios within each
+   round; target within 5%) and stores them in ``extra_info``, with
    ``raw_envelope_s``, last end - first start of the hand-enqueued events: what a summary
    measures, gaps between kernels included (so the kernels are long enough for the gaps to be
    small: 0.2-0.6 ms each).
@@ -131,14 +135,17 @@ def _mode(mode: profiling.Mode, sample_budget: float | None = None) -> Iterator[
 
 
 @pytest.fixture(scope="module")
-def chains(ctx: cl.Context) -> tuple[_Chain, _Chain, _Chain, _Chain]:
-    """The chain on a plain queue, on a profiling queue, and twice on that same queue captured
-    in mode ``none`` (its replays take the plain path: the profiling queue without collection)."""
-    plain = cl.CommandQueue(ctx)
+def chains(ctx: cl.Context) -> tuple[_Chain, ...]:
+    """The chain on a plain queue, on a profiling queue, twice on that same queue captured in
+    mode ``none`` (its replays take the plain path: the profiling queue without collection),
+    and on a second plain queue captured in summary mode (each replay bracketed)."""
+    plain, bracketed = cl.CommandQueue(ctx), cl.CommandQueue(ctx)
     profiled = cl.CommandQueue(ctx, properties=_PROFILING)
     with _mode("none"):
         unwatched = _Chain(profiled, 256, 1), _Chain(profiled, 256, 1)
-    return _Chain(plain, 256, 1), _Chain(profiled, 256, 1), *unwatched
+    with _mode("summary"):
+        summary = _Chain(bracketed, 256, 1)
+    return _Chain(plain, 256, 1), _Chain(profiled, 256, 1), *unwatched, summary
 
 
 def _sustained(chain: _Chain, n: int) -> float:
@@ -173,8 +180,8 @@ def _paired_rounds(variants: dict[str, tuple[_Chain, profiling.Mode]], top: str,
 
 
 @pytest.mark.benchmark(group="device-time")
-def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, _Chain, _Chain, _Chain]) -> None:
-    plain, profiled, unwatched, twin = chains
+def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, ...]) -> None:
+    plain, profiled, unwatched, twin, bracketed = chains
     assert profiling.enabled(profiled.queue) and not profiling.enabled(plain.queue)
     held = _Held(plain.queue, profiled.queue)
     setup, floor = paired_floor(plain.replay, between=held)
@@ -189,14 +196,14 @@ def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, _Chain, _Chain, _
     sampled = profiling.collector().stats().sampled
     variants: dict[str, tuple[_Chain, profiling.Mode]] = {
         "plain": (plain, "commands"), "none": (unwatched, "none"),
-        "summary": (profiled, "summary"), "commands": (profiled, "commands"),
-        "twin": (twin, "none")}  # fmt: skip
+        "bracketed": (bracketed, "summary"), "summary": (profiled, "summary"),
+        "commands": (profiled, "commands"), "twin": (twin, "none")}  # fmt: skip
     e2e: dict[str, list[float]] = {}
     n, rounds = (5, 3) if benchmark.disabled else (SUSTAINED, ROUNDS)
     ratios = {f"{top}_over_{bottom}": _paired_rounds(variants, top, bottom, n, rounds, e2e)
-              for top, bottom in (("summary", "none"), ("summary", "plain"), ("none", "plain"),
-                                  ("commands", "none"), ("commands", "plain"),
-                                  ("twin", "none"))}  # fmt: skip
+              for top, bottom in (("bracketed", "plain"), ("summary", "none"),
+                                  ("none", "plain"), ("commands", "none"),
+                                  ("commands", "plain"), ("twin", "none"))}  # fmt: skip
     driver = interleaved_times({"plain": plain.bare, "profiled": profiled.bare},
                                _rounds(benchmark, 300), setup=held)
     held.release()
@@ -221,22 +228,25 @@ def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, _Chain, _Chain, _
     assert replays >= (1 if benchmark.disabled else 3)
 
 
-@pytest.mark.parametrize("mode", ["commands", "summary"])
+@pytest.mark.parametrize("variant", ["commands", "summary", "bracketed"])
 @pytest.mark.benchmark(group="device-time")
-def test_device_duration_matches_raw_events(
-    benchmark: Any, ctx: cl.Context, mode: profiling.Mode
-) -> None:
-    queue = cl.CommandQueue(ctx, properties=_PROFILING)
+def test_device_duration_matches_raw_events(benchmark: Any, ctx: cl.Context, variant: str) -> None:
+    pq = cl.CommandQueue(ctx, properties=_PROFILING)
+    queue = cl.CommandQueue(ctx) if variant == "bracketed" else pq
+    mode: profiling.Mode = "commands" if variant == "commands" else "summary"
     gpu = bool(queue.device.type & cl.device_type.GPU)
     # kernels long enough for the gaps between them (a summary's envelope holds them) to stay
     # small: on the H200 256 iterations gave ~12 µs kernels and 20-30% gaps, so 4096 (~200 µs);
     # on PoCL 256 (~0.6 ms each on the 2-core machine, where a loaded core stretches the gaps)
-    chain = _Chain(queue, 1 << 20 if gpu else 1 << 12, 4096 if gpu else 256)
+    size, iters = (1 << 20, 4096) if gpu else (1 << 12, 256)
     with _mode(mode, sample_budget=0.0):  # summary: every replay as a summary
-        _matches_raw_events(benchmark, queue, chain, mode)
+        chain = _Chain(queue, size, iters)
+        by_hand = chain if queue is pq else _Chain(pq, size, iters)
+        _matches_raw_events(benchmark, chain, by_hand, variant)
 
 
-def _matches_raw_events(benchmark: Any, queue: cl.CommandQueue, chain: _Chain, mode: str) -> None:
+def _matches_raw_events(benchmark: Any, chain: _Chain, by_hand: _Chain, mode: str) -> None:
+    queue, pq = chain.queue, by_hand.queue
     chain.replay()
     queue.finish()
     profiling.flush(10.0)
@@ -246,8 +256,8 @@ def _matches_raw_events(benchmark: Any, queue: cl.CommandQueue, chain: _Chain, m
 
     def one() -> None:
         # by hand: the same 64 kernels, their device time summed from the raw timestamps
-        events = chain.by_hand()
-        queue.finish()
+        events = by_hand.by_hand()
+        pq.finish()
         raw.append(sum(e.profile.end - e.profile.start for e in events))
         envelope.append(events[-1].profile.end - events[0].profile.start)
         count, total = profiling.collector().stats().by_kind.get(profiling.REPLAY, (0, 0.0))

@@ -305,3 +305,55 @@ def test_a_capture_made_in_mode_none_replays_unwatched(
     pq.finish()
     assert summary.stats().watched == watched
     np.testing.assert_allclose(chain.host, chain.expect(2), rtol=1e-5)
+
+
+BUSY = """
+__kernel void busy(__global float *a, const int n) {
+    const int i = get_global_id(0);
+    float x = a[i];
+    for (int k = 0; k < n; ++k) x = x * 0.999f + 1.0f;
+    a[i] = x;
+}
+"""
+
+
+def test_a_summary_replay_on_a_plain_queue_is_bracketed_around_its_work(
+    ctx: cl.Context, spans: InMemorySpanExporter, summary: profiling.Collector
+) -> None:
+    """On a plain queue a summary replay's device time comes from two stamps on a side queue:
+    it covers a kernel of known length (a busy loop, timed on a profiling queue first), and its
+    device span sits under the replay's span, inside the step that waited for it."""
+    plain, pq = cl.CommandQueue(ctx), cl.CommandQueue(ctx, properties=_PROFILING)
+    busy = cl.Kernel(cl.Program(ctx, BUSY).build(), "busy")
+    buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * SIZE)  # kept: the kernel holds none
+    busy.set_args(buf, np.int32(2000))
+    timed = [cl.enqueue_nd_range_kernel(pq, busy, (SIZE,), None) for _ in range(3)]
+    pq.finish()
+    own = min(e.profile.end - e.profile.start for e in timed)
+    assert own > 2_000_000, f"the busy kernel takes {own} ns: make it longer"
+    cap = KernelCapture()
+    with cap:
+        cl.enqueue_nd_range_kernel(plain, busy, (SIZE,), None)
+    plain.finish()
+    profiling.flush(5.0)
+    spans.clear()
+    with T.span("netcl.test.step"):
+        cap.replay()
+        plain.finish()
+        assert profiling.flush(10.0) == 0  # the end stamp too: the step holds both
+    finished = list(spans.get_finished_spans())
+    (step,) = _named(finished, "netcl.test.step")
+    (host,) = _named(finished, "netcl.capture.replay")
+    (envelope,) = _named(finished, "netcl.device.replay")
+    assert envelope.parent is not None and envelope.parent.span_id == host.context.span_id
+    duration = envelope.attributes["netcl.device.duration"]
+    # a loaded CPU stretches a kernel, never halves it; stamped on the wrong side, ~0
+    assert duration * 1e9 >= own / 2, (duration, own)
+    clock = summary.clock(plain.device)
+    assert clock is not None
+    tol = clock.tolerance_ns + DRIFT_NS
+    assert envelope.start_time is not None and envelope.end_time is not None
+    assert host.start_time is not None and step.end_time is not None
+    assert envelope.start_time >= host.start_time - tol
+    assert envelope.end_time <= step.end_time + tol
+    assert not _named(finished, "netcl.device.kernel")  # no command has its own time here

@@ -22,7 +22,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from netcl.core import log, profiling, telemetry
+from netcl.core import device, log, profiling, telemetry
 
 DRIFT_NS = 100_000
 BUSY = """
@@ -35,6 +35,7 @@ __kernel void busy(__global float *a, const int n) {
 __kernel void scale(__global float *a, const float s) { a[get_global_id(0)] *= s; }
 """
 T = telemetry.Scope("netcl.test", "0")
+OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 
 
 @pytest.fixture(scope="module")
@@ -533,11 +534,14 @@ def test_the_kernel_metric_says_it_is_sampled(metric_reader: Any) -> None:
 def test_netcl_profile_sets_the_default_queue_and_the_mode(
     value: str, mode: str, profiled: bool | None
 ) -> None:
+    """Watched or not; and the queue profiles its commands only in per-command mode (a
+    summary's queue is plain, its units stamped on a side queue)."""
     script = (
         "from netcl.core import device, profiling\n"
         "print(profiling.collector().mode)\n"
         "try:\n"
-        "    print(profiling.enabled(device.default_queue()))\n"
+        "    q = device.default_queue()\n"
+        "    print(profiling.enabled(q), bool(q.properties & 2))\n"
         "except ValueError as exc:\n"
         "    print(exc)\n"
     )
@@ -549,4 +553,59 @@ def test_netcl_profile_sets_the_default_queue_and_the_mode(
         assert out[1].startswith("NETCL_PROFILE='maybe': expected 1 to turn profiling on"), out
         assert "summary for one device time per replay" in out[1]
     else:
-        assert out[1] == str(profiled)
+        assert out[1] == f"{profiled} {profiled and mode == 'commands'}"
+
+
+def test_a_plain_queue_that_cannot_be_bracketed_is_left_unwatched_and_logged_once(
+    ctx: cl.Context, kernels: Any, fresh_failure_log: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Summary mode stamps a plain queue's units on a side queue; an out-of-order queue's work
+    has no last command to stamp after: not watched (as before: device time needs a profiling
+    queue there), said once in the log however often it is asked."""
+    try:
+        ooo = cl.CommandQueue(ctx, properties=OOO)
+    except cl.Error:
+        pytest.skip("the device has no out-of-order queues")
+    process = profiling.collector()
+    saved = process.mode
+    try:
+        process.mode = "summary"
+        with caplog.at_level("WARNING", logger="netcl.core.profiling"):
+            assert device.watcher(ooo) is None and not profiling.enabled(ooo)
+            assert device.watcher(ooo) is None
+            plain = cl.CommandQueue(ctx)
+            assert device.watcher(plain) is process and profiling.enabled(plain)
+            assert device.watcher(plain, cl.CommandQueue(ctx)) is None  # one queue at a time
+    finally:
+        process.mode = saved
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("device_time_not_")]
+    assert "out-of-order" in record.getMessage() and "profiling queue" in record.getMessage()
+    assert not device.watcher(plain)  # per-command mode: a plain queue is not watched
+
+
+def test_a_plain_queue_bracket_covers_its_work_and_only_its_work(
+    ctx: cl.Context, pq: cl.CommandQueue, kernels: Any
+) -> None:
+    """The stamps of ``begin`` and ``watch(begin=...)`` bracket exactly the work between them:
+    a busy kernel inside counts in full, a longer one queued before the bracket does not."""
+    timed = [_busy(pq, kernels, 2000) for _ in range(3)]
+    pq.finish()
+    own = min(e.profile.end - e.profile.start for e in timed)
+    process = profiling.collector()
+    saved = process.mode
+    try:
+        process.mode = "summary"
+        plain = cl.CommandQueue(ctx)
+        assert profiling.enabled(plain)  # its side queue made
+        _busy(plain, kernels, 8000)  # queued ahead of the unit: not its work
+        begin = process.begin(plain)
+        assert begin is not None and process.begin(pq) is None  # a profiling queue: no stamp
+        unit = process.watch(profiling.REPLAY, [_busy(plain, kernels, 2000)], queue=plain,
+                             begin=begin)  # fmt: skip
+        plain.finish()
+        assert process.flush(10.0) == 0
+    finally:
+        process.mode = saved
+    assert unit.duration is not None
+    # a loaded CPU stretches a kernel, never halves it; the one before would add 4x its length
+    assert own / 2 <= unit.duration * 1e9 <= own * 2.5, (unit.duration, own)

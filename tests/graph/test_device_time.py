@@ -4,6 +4,7 @@ name; nothing watched on a plain queue."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -87,6 +88,32 @@ def test_a_plain_queue_watches_nothing(queue: cl.CommandQueue) -> None:
     got, want = _run(queue)
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert profiling.collector().stats().watched == watched
+
+
+def test_a_plain_queue_in_summary_mode_stamps_each_node_on_a_side_queue(
+    ctx: cl.Context, spans: InMemorySpanExporter
+) -> None:
+    collector = profiling.collector()
+    saved = collector.mode
+    collector.mode = "summary"
+    try:
+        queue = cl.CommandQueue(ctx)
+        watched = collector.stats().watched
+        got, want = _run(queue)
+        assert profiling.flush(10.0) == 0
+    finally:
+        collector.mode = saved
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert collector.stats().watched - watched == 3
+    finished = spans.get_finished_spans()
+    nodes = {s.context.span_id: s for s in finished if s.name == "netcl.graph.node"}
+    device = [s for s in finished if s.name == "netcl.device.node"]
+    assert sorted(s.attributes["netcl.node.name"] for s in device) == ["relu", "sum", "sum2"]
+    for d in device:  # under its node's span, one after the other
+        assert d.parent is not None and nodes[d.parent.span_id].attributes[
+            "netcl.node.name"] == d.attributes["netcl.node.name"]  # fmt: skip
+    ends = sorted((d.start_time, d.end_time) for d in device)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(ends))
 
 
 def test_device_time_is_collected_with_and_without_an_sdk(ctx: cl.Context, otel_mode: str) -> None:

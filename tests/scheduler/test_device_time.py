@@ -90,27 +90,30 @@ def test_a_plan_without_profiling_is_not_watched(
     assert profiling.collector().stats().watched == watched
 
 
+@pytest.mark.parametrize("props", [cl.command_queue_properties.PROFILING_ENABLE, 0],
+                         ids=["profiling", "plain"])  # plain: bracketed on a side queue
 def test_a_plan_in_summary_mode_has_its_device_time_and_no_command_spans(
     ctx: cl.Context, kernels: Kernels, spans: InMemorySpanExporter,
-    metric_points: Callable[[str], list[Any]],
+    metric_points: Callable[[str], list[Any]], props: int,
 ) -> None:  # fmt: skip
     collector = profiling.collector()
     saved = collector.mode, collector.sample_budget
     collector.mode, collector.sample_budget = "summary", 0.0
     try:
-        pq = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        pq = cl.CommandQueue(ctx, properties=props)
         buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * N)
         cl.enqueue_fill_buffer(pq, buf, np.float32(1.0), 0, 4 * N)
         sched = Scheduler()
-        for plan in _plans(pq, kernels, buf, "summary"):
+        tag = f"summary {props}"  # the points of each case apart
+        for plan in _plans(pq, kernels, buf, tag):
             sched.submit(plan)
         sched.run(wait=True)
         assert profiling.flush(10.0) == 0
     finally:
         collector.mode, collector.sample_budget = saved
-    assert _points(metric_points, "summary") == {"summary one": 1, "summary three": 1}
+    assert _points(metric_points, tag) == {f"{tag} one": 1, f"{tag} three": 1}
     finished = spans.get_finished_spans()
     device = [s for s in finished if s.name == "netcl.device.plan"
-              and str(s.attributes["netcl.plan.description"]).startswith("summary")]  # fmt: skip
+              and str(s.attributes["netcl.plan.description"]).startswith(tag)]  # fmt: skip
     assert len(device) == 2 and all(d.attributes["netcl.device.duration"] > 0 for d in device)
     assert not [s for s in finished if s.name == "netcl.device.kernel"]

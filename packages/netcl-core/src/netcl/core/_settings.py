@@ -137,8 +137,11 @@ def _profile(raw: str) -> str:
 
 
 PROFILE = Setting("NETCL_PROFILE", "0", "device time: 1 or commands (a profiling default "
-                  "queue, every command's), summary (one per replay, node, plan; per-command "
-                  "detail sampled), 0 (plain default queue)", _profile)  # fmt: skip
+                  "queue, every command's), summary (one per replay, node, plan; a plain default "
+                  "queue, stamped on a side queue), 0 (plain default queue)", _profile)  # fmt: skip
+# the device-time mode as set in code (netcl.core.profiling's collector), which counts before
+# NETCL_PROFILE; None until set
+profile_in_code: str | None = None
 CHECK_MEMORY = Setting("NETCL_CHECK_MEMORY", "0", "checked mode: guard bytes around pool and "
                        "graph blocks, checked after each graph node and replay; freed blocks "
                        "poisoned (slow: for tests and debugging)",

@@ -33,7 +33,7 @@ _PROFILING = cl.command_queue_properties.PROFILING_ENABLE
 _OUT_OF_ORDER = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 _lock = threading.Lock()
 _context: cl.Context | None = None
-_queues: dict[tuple[int, bool], cl.CommandQueue] = {}
+_queues: dict[tuple[int, str], cl.CommandQueue] = {}
 
 
 def pick_device() -> cl.Device:
@@ -105,27 +105,40 @@ def default_queue(
 ) -> cl.CommandQueue:
     """The in-order command queue on ``ctx`` (default context when None) for the profiling
     setting, made on first use: ``profiling=True`` gives one with ``PROFILING_ENABLE`` (device
-    timestamps on its events); ``None`` reads ``NETCL_PROFILE``."""
-    if profiling is None:
-        profiling = _settings.PROFILE.value("off") != "off"
+    timestamps on its events); ``None`` reads ``NETCL_PROFILE``: ``summary`` gives a plain
+    queue whose units are stamped on a side queue, or, where the device cannot do that (said
+    once in the log), a profiling one."""
+    setting = _settings.PROFILE.value("off") if profiling is None else (
+        "commands" if profiling else "off")  # fmt: skip
     ctx = ctx or default_context()
-    key = (ctx.int_ptr, bool(profiling))
+    key = (ctx.int_ptr, setting)
     with _lock:
         if (queue := _queues.get(key)) is None:
-            props = _PROFILING if profiling else 0
-            queue = _queues[key] = cl.CommandQueue(ctx, properties=props)
+            queue = cl.CommandQueue(ctx, properties=_PROFILING if setting == "commands" else 0)
+            if setting == "summary" and watcher(queue) is None:  # not bracketed: profiled
+                queue = cl.CommandQueue(ctx, properties=_PROFILING)
+            _queues[key] = queue
         return queue
 
 
 def watcher(*queues: cl.CommandQueue) -> Collector | None:
     """The device-time collector when :func:`netcl.core.profiling.enabled` holds for every one
-    of ``queues``, else None: the check a package makes once per queue. Device time loads here
-    with the first profiling queue, so a process without one never imports it."""
-    if not queues or not all(q.properties & _PROFILING for q in queues):
-        return None  # a plain queue: nothing to load
+    of ``queues`` (several only if all profile: a plain queue's units are stamped one queue at
+    a time), else None: the check a package makes once per queue. Device time loads here with
+    the first profiling queue or in summary mode, so a process without either never imports
+    it."""
+    plain = sum(not q.properties & _PROFILING for q in queues)
+    if not queues or (plain and (len(queues) > 1 or not _summary())):
+        return None  # a plain queue outside summary mode: nothing to load
     from netcl.core import profiling
 
     return profiling.collector() if all(map(profiling.enabled, queues)) else None
+
+
+def _summary() -> bool:
+    """Whether summary mode is on: set in code (the collector's mode), else by NETCL_PROFILE."""
+    mode = _settings.profile_in_code
+    return mode == "summary" if mode else _settings.PROFILE.raw().strip().lower() == "summary"
 
 
 class Checking(Protocol):

@@ -5,6 +5,7 @@ package's guide says what is recorded and what it costs)."""
 from __future__ import annotations
 
 import atexit
+import enum
 import functools
 import random
 import threading
@@ -69,6 +70,7 @@ _KINDS = {
 
 _Attrs = telemetry._Attrs
 _PROFILING = cl.command_queue_properties.PROFILING_ENABLE
+_OUT_OF_ORDER = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
 _QUEUED, _START, _END = cl.profiling_info.QUEUED, cl.profiling_info.START, cl.profiling_info.END
 _COMPLETE = cl.command_execution_status.COMPLETE
 # event info read through get_info: pyopencl's properties add a Python call to each read
@@ -79,9 +81,14 @@ _TRANSFER_WORDS = ("buffer", "image", "map", "svm", "migrate")
 
 
 def enabled(queue: cl.CommandQueue) -> bool:
-    """Whether work on ``queue`` is to be watched (the one check to make before watching): it
-    was created with profiling and the process-wide collector's mode is not ``none``."""
-    return _collector._mode != "none" and bool(queue.properties & _PROFILING)
+    """Whether work on ``queue`` is to be watched (the one check to make before watching): the
+    process-wide collector's mode is not ``none`` and ``queue`` was created with profiling, or,
+    in summary mode, its work can be bracketed on a side queue (a plain in-order queue: guide,
+    Summary on a plain queue)."""
+    mode = _collector._mode
+    if mode == "none" or queue.properties & _PROFILING:
+        return mode != "none"
+    return mode == "summary" and _collector._bracket(queue) is not None
 
 
 # -- the device clock -------------------------------------------------------------------------
@@ -162,6 +169,25 @@ class Command(NamedTuple):
         return {"netcl.device.command": self.command}
 
 
+class _Measure(enum.Enum):
+    """How a unit's duration is read from its events."""
+
+    COMMANDS = "every command's interval, their union"
+    ENVELOPE = "the first command's start to the last one's end (a summary)"
+    MARKERS = "the end of one marker to the end of the next (graph nodes)"
+    BRACKET = "the end of a start stamp to the end of an end stamp (a summary on a plain queue)"
+
+
+class _Side(NamedTuple):
+    """The side queue that stamps a plain queue's units: profiling, same context and device."""
+
+    queue: cl.CommandQueue
+    kernel: cl.Kernel  # one work-item, no work: a stamp (NVIDIA's markers there stamp unusably)
+
+
+_STAMP_SOURCE = "__kernel void netcl_stamp(void) {}"
+
+
 @dataclass(eq=False, slots=True)
 class DeviceTime:
     """The device time of one watched unit of work: ``duration`` (seconds), ``start_ns`` and
@@ -174,9 +200,7 @@ class DeviceTime:
     name: str | None
     parent: telemetry.Span
     attributes: _Attrs | None
-    # 0: every command (union of their intervals); else the envelope from this timestamp of the
-    # first event to the last one's end: START for a summary, END for watch_markers
-    _from: int
+    _measure: _Measure
     sampled: bool = False  #: summary mode: drawn for per-command detail
     _queue: cl.CommandQueue | None = None  # the events' queue, when the caller knows it
     _failed: bool = False  # ready() saw a failed command
@@ -289,6 +313,9 @@ class Collector:
         self._by_kind: dict[str, list[float]] = {}
         self._by_kernel: dict[str, list[float]] = {}
         self._thread: threading.Thread | None = None
+        # plain queues' side queues by queue pointer: (its context's pointer, side or None)
+        self._sides: dict[int, tuple[int, _Side | None]] = {}
+        self._stamp_kernels: dict[int, cl.Kernel] = {}  # by context pointer
 
     @property
     def mode(self) -> Mode:
@@ -299,20 +326,22 @@ class Collector:
     def mode(self, mode: Mode) -> None:
         if mode not in _MODES:
             raise ValueError(f"profiling: mode {mode!r}; expected one of {', '.join(_MODES)}")
-        self._mode = mode
+        self._mode = _settings.profile_in_code = mode  # device.watcher reads it for plain queues
 
     # -- hand-off (the caller's thread: no OpenCL call, no wait) -----------------------------
     def watch(self, kind: Kind, events: Sequence[cl.Event], *, labels: Sequence[str] = (),
               name: str | None = None, parent: telemetry.Span | None = None,
               attributes: _Attrs | None = None, queue: cl.CommandQueue | None = None,
-              detail: bool | None = None) -> DeviceTime:  # fmt: skip
+              detail: bool | None = None, begin: cl.Event | None = None) -> DeviceTime:  # fmt: skip
         """Watch the commands behind ``events`` (a unit of work of ``kind``), ``labels[i]`` naming
         event i, ``name`` the unit; ``parent``: its host span (default: the current one);
         ``queue``: the events' queue where the caller knows it (spares an OpenCL query). In
         summary mode only the first and last events are kept, unless the unit is drawn for
         per-command detail; in mode ``none`` nothing is kept (the unit is done, no duration).
         ``detail``: what :meth:`detail` answered before the work was enqueued (then, if False,
-        ``events`` need only be the first and the last); None: decided here."""
+        ``events`` need only be the first and the last); None: decided here. ``begin``: what
+        :meth:`begin` gave before the work (a plain queue's start stamp): then the unit is a
+        summary bracketed on the side queue, its end stamped once ``events`` complete."""
         if len(labels) > len(events):
             raise ValueError(
                 f"profiling.watch: {len(labels)} labels for {len(events)} events; expected at "
@@ -321,14 +350,21 @@ class Collector:
         parent = parent if parent is not None else telemetry.current_span()
         mode = self._mode
         if mode == "none" and events:
-            return DeviceTime(self, kind, (), (), name, parent, attributes, 0, done=True)
+            return DeviceTime(self, kind, (), (), name, parent, attributes, _Measure.COMMANDS,
+                              done=True)  # fmt: skip
+        if begin is not None and events:  # a plain queue's: its end stamped after the events
+            if queue is None:
+                raise ValueError("profiling.watch: begin= needs the events' queue (queue=)")
+            return self._add(DeviceTime(self, kind, (begin, self.stamp(queue, events)), (), name,
+                                        parent, attributes, _Measure.BRACKET, False, queue))
         if detail is None:
             detail = not events or self.detail(len(events))
         if detail or not events:
             return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
-                                        attributes, 0, mode == "summary", queue))  # fmt: skip
+                                        attributes, _Measure.COMMANDS, mode == "summary",
+                                        queue))  # fmt: skip
         return self._add(DeviceTime(self, kind, (events[0], events[-1]), (), name, parent,
-                                    attributes, _START, False, queue))  # fmt: skip
+                                    attributes, _Measure.ENVELOPE, False, queue))  # fmt: skip
 
     def detail(self, commands: int) -> bool:
         """Whether a unit of ``commands`` commands about to be enqueued gets per-command detail
@@ -363,9 +399,68 @@ class Collector:
         before.end``."""
         parent = parent if parent is not None else telemetry.current_span()
         if self._mode == "none":
-            return DeviceTime(self, kind, (), (), name, parent, attributes, 0, done=True)
+            return DeviceTime(self, kind, (), (), name, parent, attributes, _Measure.COMMANDS,
+                              done=True)  # fmt: skip
         return self._add(DeviceTime(self, kind, (before, after), (), name, parent, attributes,
-                                    _END, False, queue))  # fmt: skip
+                                    _Measure.MARKERS, False, queue))  # fmt: skip
+
+    # -- plain queues: units stamped on a side queue (guide: Summary on a plain queue) -------
+    def begin(self, queue: cl.CommandQueue | None) -> cl.Event | None:
+        """Before a unit's work on ``queue``: on a plain queue watched in summary mode, the stamp
+        its device time starts from (pass it to :meth:`watch`, which stamps the end); None on a
+        profiling queue, whose commands carry their own timestamps (or for None)."""
+        side = self._sides.get(queue.int_ptr) if queue is not None else None
+        return None if side is None or side[1] is None else self.stamp(queue)
+
+    def stamp(self, queue: cl.CommandQueue, after: Sequence[cl.Event] = ()) -> cl.Event:
+        """A point in ``queue``'s order with a device timestamp, the end of the event returned
+        (what :meth:`watch_markers` takes): a marker on a profiling queue. On a plain queue, a
+        one-item kernel on its side queue that runs once ``after`` has completed; with no
+        ``after``, once everything enqueued on ``queue`` so far has, and ``queue``'s later
+        commands wait for it (on a busy device a stamp could otherwise run after them)."""
+        found = self._sides.get(queue.int_ptr)
+        side = found[1] if found is not None else None
+        if side is None:
+            return cl.enqueue_marker(queue)
+        held = not after
+        if held:
+            after = (cl.enqueue_marker(queue),)
+        queue.flush()  # OpenCL: another queue waits on a queue's events once they are flushed
+        event = cl.enqueue_nd_range_kernel(side.queue, side.kernel, (1,), None, wait_for=after)
+        side.queue.flush()  # submitted now: stamped when `after` completes, not at a later flush
+        if held:
+            cl.enqueue_barrier(queue, wait_for=(event,))
+        return event
+
+    def _bracket(self, queue: cl.CommandQueue) -> _Side | None:
+        """The side queue stamping units of the plain queue ``queue`` (made on first use, or
+        when the pointer names a queue of another context); None where it cannot be made (an
+        out-of-order queue, a driver that refuses), said once in the log: there, as before,
+        device time needs a profiling queue."""
+        context = queue.context.int_ptr
+        found = self._sides.get(queue.int_ptr)
+        if found is not None and found[0] == context:
+            return found[1]
+        with self._lock:
+            side, reason = None, None
+            if queue.properties & _OUT_OF_ORDER:
+                reason = "an out-of-order queue: its work has no last command to stamp after"
+            else:
+                try:
+                    kernel = self._stamp_kernels.get(context)
+                    if kernel is None:  # the kernel holds its context: the key stays its own
+                        program = cl.Program(queue.context, _STAMP_SOURCE).build()
+                        kernel = cl.Kernel(program, "netcl_stamp")
+                        self._stamp_kernels[context] = kernel
+                    side = _Side(cl.CommandQueue(queue.context, queue.device, _PROFILING), kernel)
+                    cl.enqueue_nd_range_kernel(side.queue, kernel, (1,), None).wait()  # refused?
+                except cl.Error as exc:
+                    side, reason = None, f"the driver refused a side queue's stamp: {exc}"
+            if reason is not None:
+                warn_once(_log, ("device_time_not_bracketed", reason), "device_time_not_bracketed",
+                          reason=reason, fallback="device time needs a profiling queue here")
+            self._sides[queue.int_ptr] = (context, side)
+            return side
 
     def _add(self, unit: DeviceTime) -> DeviceTime:
         if unit.kind not in _KINDS:
@@ -458,14 +553,16 @@ class Collector:
         events, unit._events = unit._events, ()  # released after this (the unit may be kept)
         try:
             device, offset = self._device(unit._queue, events[0])
-            if unit._from:  # the envelope: a summary, or the time between two markers
+            measure = unit._measure
+            if measure is not _Measure.COMMANDS:  # a summary, two markers or a bracket
                 if unit._failed:
                     raise _CommandFailedError("the first or last command failed")
-                start = events[0].get_profiling_info(unit._from) + offset
+                info = _START if measure is _Measure.ENVELOPE else _END
+                start = events[0].get_profiling_info(info) + offset
                 end = max(events[-1].get_profiling_info(_END) + offset, start)
                 unit.start_ns, unit.end_ns, unit.duration = start, end, (end - start) / 1e9
                 busy = self._busy[device]  # the device is listed (0 busy) for markers too
-                if unit._from == _START:
+                if measure is not _Measure.MARKERS:
                     busy.append((start, end))
                 self._emit(unit, device)
                 return

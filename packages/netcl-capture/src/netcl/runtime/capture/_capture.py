@@ -199,10 +199,13 @@ class KernelCapture:
         keep: list[cl.Event] | None = None
         detail = False
         collector = program.collector
+        begin = None
         if collector is not None:
             keep = []
-            # drawn before the replay: a summary's replay keeps only its first and last events
-            detail = collector.detail(program.num_commands)
+            # drawn before the replay: a summary's replay keeps only its first and last events;
+            # a plain queue's is bracketed on a side queue, its start stamped here
+            begin = collector.begin(program.queue)
+            detail = begin is None and collector.detail(program.num_commands)
         try:
             with self._lock:
                 event = program.run(subst, keep, ends=not detail)
@@ -219,7 +222,7 @@ class KernelCapture:
             if collector is not None and keep:
                 labels = program.labels[: len(keep)] if detail else ()
                 collector.watch("replay", keep, labels=labels, parent=span, queue=program.queue,
-                                detail=detail)  # fmt: skip
+                                detail=detail, begin=begin)  # fmt: skip
             span.end(error)
         return event
 

@@ -324,8 +324,8 @@ class GraphExecutor:
         try:
             if ooo:
                 cl.enqueue_barrier(queue)  # earlier users of these blocks finish first
-            if collector is not None:
-                marker = cl.enqueue_marker(queue)
+            if collector is not None:  # a marker, or a plain queue's stamp on its side queue
+                marker = collector.stamp(queue)
             # The one per-op loop: take the op's blocks, call its fn, release the blocks whose
             # last reader it was. Span and device-time work only behind `hooked`; no call or
             # loop for an op that takes or releases nothing (most of them).
@@ -354,7 +354,7 @@ class GraphExecutor:
                                     f"GraphExecutor.run: op {node.name!r}", what)
                     if collector is not None and marker is not None:
                         # node k's device time: from the marker before it to one enqueued now
-                        after = cl.enqueue_marker(queue)
+                        after = collector.stamp(queue)
                         collector.watch_markers("graph.node", marker, after,
                                                 name=node.name, parent=span, queue=queue)
                         marker = after

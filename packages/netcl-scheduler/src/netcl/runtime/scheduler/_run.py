@@ -141,11 +141,13 @@ def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
 
 
 def _watch_plan(collector: Collector, plan: ExecutionPlan, record: PlanRecord,
-                span: Span) -> None:  # fmt: skip
-    """Hand the cl.Events the plan's ops returned in this run to the device-time collector."""
+                span: Span, begin: cl.Event | None) -> None:  # fmt: skip
+    """Hand the cl.Events the plan's ops returned in this run to the device-time collector
+    (``begin``: a plain queue's start stamp)."""
     events = [e for e in _events(record.results[record.first :]) if isinstance(e, _Event)]
     if events:
-        collector.watch("scheduler.plan", events, name=plan.description or None, parent=span)
+        collector.watch("scheduler.plan", events, name=plan.description or None, parent=span,
+                        queue=plan.queue, begin=begin)  # fmt: skip
 
 
 def _events(results: Iterable[object]) -> list[EventLike]:
@@ -210,14 +212,18 @@ class Run:
                     self.waited = False
                     record.first = len(record.results)  # before the plan counts as started
                     self.started = k + 1
-                    found = self._issue(plan, record, k, checked)
-                    # device time only for a plan that names a profiling queue (one attribute
-                    # test per plan otherwise: plans made by submit(op) have no queue)
-                    if found and (queue := plan.queue) is not None:
+                    # device time only for a plan that names a watched queue (one attribute
+                    # test per plan otherwise: plans made by submit(op) have no queue); a plain
+                    # queue's plan starts from a stamp made before its ops
+                    collector = begin = None
+                    if (queue := plan.queue) is not None:
                         if id(queue) not in watched:
                             watched[id(queue)] = watcher(queue)
                         if (collector := watched[id(queue)]) is not None:
-                            _watch_plan(collector, plan, record, span)
+                            begin = collector.begin(queue)
+                    found = self._issue(plan, record, k, checked)
+                    if found and collector is not None:
+                        _watch_plan(collector, plan, record, span, begin)
                     if found and sync:
                         plan_events = _events(record.results)
                         if plan_events and (wait or k < last):  # a wait that orders the next
