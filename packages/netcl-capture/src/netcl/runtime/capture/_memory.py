@@ -7,6 +7,7 @@ where it was (the capture guide lists it)."""
 
 from __future__ import annotations
 
+import operator
 import sys
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -275,7 +276,8 @@ def relocate(raw: list[Any], moved: Mapping[int, cl.MemoryObjectHolder]) -> dict
                 snap = snaps.get(id(old.args))
                 if snap is None:
                     snap = snaps[id(old.args)] = tuple(_moved_arg(a, moved) for a in old.args)
-                shape = shapes[id(old)] = old if _same(snap, old.args) else old._replace(args=snap)
+                same = not any(map(operator.is_not, snap, old.args))
+                shape = shapes[id(old)] = old if same else old._replace(args=snap)
             if shape is not op.shape:
                 raw[k] = _new(RawLaunch, (shape, op.wait_for, op.event))
         elif type(op) is RawTransfer and any(_ptr(b) in moved for _, b in op.buffers):
@@ -286,16 +288,16 @@ def relocate(raw: list[Any], moved: Mapping[int, cl.MemoryObjectHolder]) -> dict
 
 
 def _moved_arg(arg: ArgSet, moved: Mapping[int, cl.MemoryObjectHolder]) -> ArgSet:
-    def swap(v: Any) -> Any:
-        if isinstance(v, cl.MemoryObjectHolder):
-            return moved.get(_ptr(v), v)
-        return v
-
-    payload = tuple(tuple(map(swap, p)) if isinstance(p, tuple) else swap(p)
-                    for p in arg.payload)  # fmt: skip
-    return arg if _same(payload, arg.payload) else arg._replace(payload=payload)
-
-
-def _same(new: tuple[Any, ...], old: tuple[Any, ...]) -> bool:
-    """Whether every element is the old one (identity: payloads may hold NumPy arrays)."""
-    return all(a is b or (type(a) is tuple and _same(a, b)) for a, b in zip(new, old, strict=True))
+    """``arg`` with its moved buffers swapped (itself where none moved: the common case, kept
+    cheap for end() of long captures)."""
+    payload = list(arg.payload)
+    hit = False
+    for j, p in enumerate(payload):
+        if type(p) is tuple:  # a packed call's arguments
+            swapped = tuple(moved.get(_ptr(v), v) if isinstance(v, cl.MemoryObjectHolder) else v
+                            for v in p)  # fmt: skip
+            if any(map(operator.is_not, swapped, p)):
+                payload[j], hit = swapped, True
+        elif isinstance(p, cl.MemoryObjectHolder) and (to := moved.get(_ptr(p))) is not None:
+            payload[j], hit = to, True
+    return arg._replace(payload=tuple(payload)) if hit else arg
