@@ -597,7 +597,7 @@ def test_a_plain_queue_bracket_covers_its_work_and_only_its_work(
         process.mode = "summary"
         plain = cl.CommandQueue(ctx)
         assert profiling.enabled(plain)  # its side queue made
-        _busy(plain, kernels, 8000)  # queued ahead of the unit: not its work
+        _busy(plain, kernels, 20000)  # queued ahead of the unit: not its work
         begin = process.begin(plain)
         assert begin is not None and process.begin(pq) is None  # a profiling queue: no stamp
         unit = process.watch(profiling.REPLAY, [_busy(plain, kernels, 2000)], queue=plain,
@@ -607,5 +607,6 @@ def test_a_plain_queue_bracket_covers_its_work_and_only_its_work(
     finally:
         process.mode = saved
     assert unit.duration is not None
-    # a loaded CPU stretches a kernel, never halves it; the one before would add 4x its length
-    assert own / 2 <= unit.duration * 1e9 <= own * 2.5, (unit.duration, own)
+    # a loaded CPU stretches a kernel (2.6x seen with the 2-core machine's cores busy), never
+    # halves it; the one before would add 10x its length
+    assert own / 2 <= unit.duration * 1e9 <= own * 5, (unit.duration, own)
