@@ -238,8 +238,11 @@ def plan(rec: Recording, shared: SharedArena | None = None) -> Arena:
         arena = _arena_buffer(ctx, nbytes) if home is None else home.take(queue, nbytes)
         buffers.append(arena)
         total += placed.arena_bytes
+        regions: dict[tuple[int, int], cl.Buffer] = {}  # one per place: fewer replay kernels
         for p, at in zip(ptrs, placed.offsets, strict=True):
-            moved[p] = arena.get_sub_region(at, size[p])
+            if (region := regions.get((at, size[p]))) is None:
+                region = regions[at, size[p]] = arena.get_sub_region(at, size[p])
+            moved[p] = region
     relocate(rec.raw, moved)
     before = sum(int(b.size) for b in internal.values())
     for ptr in internal:
