@@ -20,7 +20,7 @@ V1 = Path(__file__).with_name("data") / "v1_step.ncl"
 def _same_device(path: Path, queue: cl.CommandQueue) -> bool:
     file = _saved._File(path)
     file.close()
-    return file.manifest["device"]["identity"] == device_identity(queue.device)  # type: ignore[no-any-return]
+    return file.manifest.device.identity == device_identity(queue.device)
 
 
 def test_the_kept_version_1_file_loads_and_replays(queue: cl.CommandQueue,
