@@ -318,7 +318,7 @@ def test_hostile_files_each_give_their_error(saved: bytes, queue: cl.CommandQueu
         "a bit of a binary": (bytes(flipped), rf"section {manifest['programs'][0]['binary']} "
                               "is damaged"),
         "a bit of the weights": (bytes(weight), rf"section {weights} is damaged"),
-        "a bit of the manifest": (bytes(manifest_bit), "manifest's checksum does not match"),
+        "a bit of the manifest": (bytes(manifest_bit), "manifest: its checksum does not match"),
         "another format": (b"PK\x03\x04" + saved[4:], "not a saved capture"),
         "a later version": (saved[:8] + struct.pack("<I", 3) + saved[12:], "format version 3"),
         "an oversized header": (saved[:24] + struct.pack("<Q", 1 << 40) + saved[32:],

@@ -9,8 +9,6 @@ local memory or None; a command is a launch, a finish or a transfer named by its
 build options is ``{pyopencl}``. Version 1 manifests are read into the same records.
 """
 
-from __future__ import annotations
-
 import json
 import os
 import re
@@ -18,7 +16,17 @@ import struct
 import types
 import zlib
 from collections.abc import Callable
-from typing import IO, Annotated, Any, Literal, NamedTuple, Union, get_args, get_origin
+from typing import (
+    IO,
+    Annotated,
+    Any,
+    Literal,
+    NamedTuple,
+    TypeAlias,
+    Union,
+    get_args,
+    get_origin,
+)
 
 import numpy as np
 import pyopencl as cl
@@ -30,9 +38,9 @@ MAGIC, HEADER, HEADER_SIZE = b"NETCLCAP", struct.Struct("<8sIIQQI"), 64
 MAX_MANIFEST, MAX_DEPTH = 64 << 20, 16  # no manifest we write comes near either
 INCLUDE, _PYOPENCL = "{pyopencl}", os.path.join(os.path.dirname(cl.__file__), "cl")
 SCALARS = frozenset(np.dtype(c).str for c in "?bBhHiIlLqQefdFD")  # a scalar argument's dtypes
-_STRING, _BRACKET, _HEX = re.compile(rb'"(?:[^"\\]|\\.)*"'), re.compile(rb"[\[\]{}]"), "0123456789abcdef"
-_TABLES = ("sections", "programs", "buffers", "launches", "params", "sizes")
-_MANY = (0, 1 << 24)
+_STRING, _BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"'), re.compile(rb"[\[\]{}]")
+_HEX, _MANY = re.compile("(?:[0-9a-f]{2})*"), (0, 1 << 24)
+_TABLES = ("sections", "programs", "buffers", "launches", "params", "sizes")  # indices name them
 
 
 class CaptureFileError(ValueError):
@@ -40,143 +48,112 @@ class CaptureFileError(ValueError):
     is wrong with it."""
 
 
-# Annotated with (least, most): a number's bounds, or a text's or list's length; with a table's
-# name: an index into it. A field that may be None may be missing.
-Bytes, Size = Annotated[int, (0, 1 << 56)], Annotated[int, (1, 1 << 56)]
-Name, Text = Annotated[str, (1, 1 << 10)], Annotated[str, (0, 1 << 16)]
-Dims, Hex = Annotated[list[Bytes], (1, 3)], Annotated[str, (2, 256)]
-Many = Annotated[list[Name], (0, 1 << 12)]
-class Section(NamedTuple):
-    start: Bytes
-    size: Bytes
-    crc: Annotated[int, (0, (1 << 32) - 1)]  # fmt: skip
-class Program(NamedTuple):
-    binary: Annotated[int, "sections"] | None
-    options: Text
-    source: Annotated[int, "sections"] | None
-    kernels: Many
-class Scalar(NamedTuple):
-    dtype: Name
-    hex: Annotated[str, (2, 32)]
+# The records. Annotated with (least, most): a number's bounds, or a text's or list's length;
+# with a table's name: an index into it. A field that may be None may be missing.
+Bytes: TypeAlias = Annotated[int, (0, 1 << 56)]
+Size: TypeAlias = Annotated[int, (1, 1 << 56)]
+Name: TypeAlias = Annotated[str, (1, 1 << 10)]
+Text: TypeAlias = Annotated[str, (0, 1 << 16)]
+Dims: TypeAlias = Annotated[list[Bytes], (1, 3)]
+Names: TypeAlias = Annotated[list[Name], (0, 1 << 12)]
+Section = NamedTuple("Section", [("start", Bytes), ("size", Bytes),
+                                 ("crc", Annotated[int, (0, (1 << 32) - 1)])])
+Program = NamedTuple("Program", [("binary", Annotated[int, "sections"] | None), ("options", Text),
+                                 ("source", Annotated[int, "sections"] | None), ("kernels", Names)])
+Scalar = NamedTuple("Scalar", [("dtype", Name), ("hex", Annotated[str, (2, 32)])])
 # a kernel argument: one of a buffer, a scalar, local memory (its bytes), or None (none of them)
-class Arg(NamedTuple):
-    index: Annotated[int, (0, 1 << 12)]
-    buffer: Annotated[int, "buffers"] | None
-    scalar: Scalar | None
-    local: Size | None  # fmt: skip
-class Launch(NamedTuple):
-    program: Annotated[int, "programs"]
-    kernel: Name
-    global_size: Dims
-    local_size: Dims | None
-    offset: Dims | None
-    allow_empty: bool
-    args: Annotated[list[Arg], (0, 1 << 12)]  # fmt: skip
+Arg = NamedTuple("Arg", [("index", Annotated[int, (0, 1 << 12)]), ("buffer", Annotated[
+    int, "buffers"] | None), ("scalar", Scalar | None), ("local", Size | None)])
+Launch = NamedTuple("Launch", [
+    ("program", Annotated[int, "programs"]), ("kernel", Name), ("global_size", Dims),
+    ("local_size", Dims | None), ("offset", Dims | None), ("allow_empty", bool),
+    ("args", Annotated[list[Arg], (0, 1 << 12)])])
 # a launch, a finish, or a transfer over buffers (one; a copy's source then destination) at
-# offsets: count bytes, or a host array (a section), or a fill's pattern
-class Command(NamedTuple):
-    op: Literal["launch", "finish", "write", "read", "copy", "fill", "marker", "barrier"]
-    launch: Annotated[int, "launches"] | None
-    buffers: Annotated[list[Annotated[int, "buffers"]], (0, 2)] | None
-    offsets: Annotated[list[Bytes], (0, 2)] | None
-    count: Bytes | None
-    host: Annotated[int, "sections"] | None
-    pattern: Hex | None  # fmt: skip
-class Buffer(NamedTuple):
-    size: Size
-    flags: Bytes
-    role: Literal["input", "output", "constant", "scratch"]
-    data: Annotated[int, "sections"] | None
-    parent: Annotated[int, (0, 1 << 31)] | None
-    origin: Bytes  # fmt: skip
+# offsets: count bytes, or a host array (a section), or a fill's pattern (hex)
+Command = NamedTuple("Command", [
+    ("op", Literal["launch", "finish", "write", "read", "copy", "fill", "marker", "barrier"]),
+    ("launch", Annotated[int, "launches"] | None),
+    ("buffers", Annotated[list[Annotated[int, "buffers"]], (0, 2)] | None),
+    ("offsets", Annotated[list[Bytes], (0, 2)] | None), ("count", Bytes | None),
+    ("host", Annotated[int, "sections"] | None), ("pattern", Annotated[str, (2, 256)] | None)])
+Buffer = NamedTuple("Buffer", [
+    ("size", Size), ("flags", Bytes), ("role", Literal["input", "output", "constant", "scratch"]),
+    ("data", Annotated[int, "sections"] | None), ("parent", Annotated[int, (0, 1 << 31)] | None),
+    ("origin", Bytes)])
 # a step's argument or output: a Tensor or Array (its fields), a value, the argument `index`,
 # a Tensor or Array on the file's `buffer` or on argument `slot`'s buffer
-class Value(NamedTuple):
-    kind: Literal["Tensor", "Array", "value", "arg", "fixed", "slot"]
-    type: Literal["Tensor", "Array", "int", "float", "bool", "str", "NoneType"] | None
-    shape: Annotated[list[Bytes], (0, 32)] | None
-    dtype: Name | None
-    strides: Annotated[list[int], (0, 32)] | None
-    offset: Bytes | None
-    value: int | float | bool | Text | None
-    index: Annotated[int, "params"] | None
-    buffer: Annotated[int, "buffers"] | None
-    slot: Annotated[int, "sizes"] | None
-class Step(NamedTuple):
-    name: Text
-    labels: Many
-    params: Annotated[list[Value], (0, 1 << 12)]
-    keywords: Many | None
-    sizes: Annotated[list[Bytes], (0, 1 << 12)]
-    aliasing: Annotated[list[Annotated[int, "sizes"]], (0, 1 << 12)] | None
-    result: Literal["none", "single", "tuple", "list"]
-    outputs: Annotated[list[Value], (0, 1 << 12)]
-    inputs: Annotated[list[tuple[Annotated[int, "sizes"], Annotated[int, "buffers"]]], (0, 1 << 12)]  # fmt: skip
-class Device(NamedTuple):
-    identity: Text
-    name: Text
-class Manifest(NamedTuple):
-    format: Literal["netcl-capture"]
-    version: int
-    kind: Literal["capture", "step"]
-    created_ns: int
-    device: Device
-    sections: Annotated[list[Section], _MANY]
-    programs: Annotated[list[Program], _MANY]
-    buffers: Annotated[list[Buffer], _MANY]
-    launches: Annotated[list[Launch], _MANY]
-    commands: Annotated[list[Command], _MANY]
-    step: Step | None  # fmt: skip
+Value = NamedTuple("Value", [
+    ("kind", Literal["Tensor", "Array", "value", "arg", "fixed", "slot"]),
+    ("type", Literal["Tensor", "Array", "int", "float", "bool", "str", "NoneType"] | None),
+    ("shape", Annotated[list[Bytes], (0, 32)] | None), ("dtype", Name | None),
+    ("strides", Annotated[list[int], (0, 32)] | None), ("offset", Bytes | None),
+    ("value", int | float | bool | Text | None), ("index", Annotated[int, "params"] | None),
+    ("buffer", Annotated[int, "buffers"] | None), ("slot", Annotated[int, "sizes"] | None)])
+Step = NamedTuple("Step", [
+    ("name", Text), ("labels", Names), ("params", Annotated[list[Value], (0, 1 << 12)]),
+    ("keywords", Names | None), ("sizes", Annotated[list[Bytes], (0, 1 << 12)]),
+    ("aliasing", Annotated[list[Annotated[int, "sizes"]], (0, 1 << 12)] | None),
+    ("result", Literal["none", "single", "tuple", "list"]),
+    ("outputs", Annotated[list[Value], (0, 1 << 12)]), ("inputs", Annotated[list[tuple[
+        Annotated[int, "sizes"], Annotated[int, "buffers"]]], (0, 1 << 12)])])
+Device = NamedTuple("Device", [("identity", Text), ("name", Text)])
+Manifest = NamedTuple("Manifest", [
+    ("format", Literal["netcl-capture"]), ("version", int), ("kind", Literal["capture", "step"]),
+    ("created_ns", int), ("device", Device), ("sections", Annotated[list[Section], _MANY]),
+    ("programs", Annotated[list[Program], _MANY]), ("buffers", Annotated[list[Buffer], _MANY]),
+    ("launches", Annotated[list[Launch], _MANY]), ("commands", Annotated[list[Command], _MANY]),
+    ("step", Step | None)])
 
 
-class _Refused(Exception):
+class _Error(Exception):
     def __init__(self, field: str, what: str) -> None:
         super().__init__(f"{field}: {what}")
 
 
 def _parse(hint: Any, value: Any, field: str, tables: dict[str, int]) -> Any:
-    """``value`` (JSON data) as ``hint`` declares it, or :class:`_Refused` naming the field;
-    ``tables``: the length of each table parsed so far."""
+    """``value`` (JSON data) as ``hint`` declares it, or :class:`_Error` naming the
+    field; ``tables``: the length of each table read so far."""
     origin, args = get_origin(hint), get_args(hint)
     if origin is Annotated:
         found = _parse(args[0], value, field, tables)
         n, bounds = found if type(found) is int else len(found), args[1]
         least, most = (0, tables[bounds] - 1) if isinstance(bounds, str) else bounds
         if not least <= n <= most:
-            raise _Refused(field, f"{_short(found)}, expected {'a length ' * (found is not n)}"
-                           f"from {least} to {most}{f' (an index of {bounds})' * (least < most)}")
+            raise _Error(field, f"{_short(found)}, expected {'a length ' * (found is not n)}from"
+                         f" {least} to {most}{f' (an index of {bounds})' * (least < most)}")
         return found
     if origin in (Union, types.UnionType):
         if value is None:
             if type(None) in args:
                 return None
-            raise _Refused(field, "missing")
+            raise _Error(field, "missing")
         refused = []
         for arm in args:
             try:
                 return _parse(arm, value, field, tables)
-            except _Refused as exc:
+            except _Error as exc:
                 refused.append(exc)
         raise refused[0]
     if origin is Literal and not (isinstance(value, str) and value in args):
-        raise _Refused(field, f"{_short(value)}, expected one of {', '.join(args)}")
+        raise _Error(field, f"{_short(value)}, expected one of {', '.join(args)}")
     if origin in (list, tuple):
         if type(value) is not list or (origin is tuple and len(value) != len(args)):
-            raise _Refused(field, f"{_short(value)}, expected a list")
+            raise _Error(field, f"{_short(value)}, expected a list")
         return [_parse(args[0] if origin is list else args[i], v, f"{field}[{i}]", tables)
                 for i, v in enumerate(value)]  # fmt: skip
     if isinstance(hint, type) and issubclass(hint, tuple):  # a record (v1 sections: lists)
-        value = dict(zip(hint._fields, value, strict=False)) if type(value) is list else value
+        fields = hint.__annotations__
+        value = dict(zip(fields, value, strict=False)) if type(value) is list else value
         if not isinstance(value, dict):
-            raise _Refused(field, f"{_short(value)}, expected an object")
+            raise _Error(field, f"{_short(value)}, expected an object")
         found = {}
-        for k, t in hint.__annotations__.items():
+        for k, t in fields.items():
             found[k] = _parse(t, value.get(k), f"{field}.{k}" if field else k, tables)
             if k in _TABLES and field in ("", "step"):
                 tables[k] = len(found[k])
         return hint(**found)
     if origin is None and type(value) is not hint and not (hint is float and type(value) is int):
-        raise _Refused(field, f"{_short(value)}, expected {hint.__name__}")
+        raise _Error(field, f"{_short(value)}, expected {hint.__name__}")
     return value
 
 
@@ -186,52 +163,48 @@ def _short(value: Any) -> str:
 
 def dump(value: Any) -> Any:
     """Records as JSON data (a field that is None left out: missing reads as None)."""
-    if isinstance(value, tuple) and hasattr(value, "_asdict"):
-        return {k: dump(v) for k, v in value._asdict().items() if v is not None}
+    if isinstance(value, tuple) and type(value) is not tuple:  # a record
+        return {k: dump(v) for k, v in zip(type(value).__annotations__, value, strict=True)
+                if v is not None}  # fmt: skip
     return [dump(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 
 def read(f: IO[bytes], path: str, size: int) -> Manifest:
     """The checked manifest of the open file ``f`` (``size`` bytes) at ``path``."""
     head = f.read(HEADER.size)
-    if len(head) < HEADER.size:
-        raise CaptureFileError(f"{path}: not a saved capture: {len(head)} bytes, shorter than "
-                               "the header")  # fmt: skip
-    magic, version, flags, offset, length, crc = HEADER.unpack(head)
-    if magic != MAGIC:
-        raise CaptureFileError(f"{path}: not a saved capture (it starts with {magic!r}, "
-                               f"expected {MAGIC!r})")  # fmt: skip
-    if not 1 <= version <= FORMAT_VERSION or flags:
-        raise CaptureFileError(f"{path}: format version {version} (flags {flags}); this "
-                               f"netcl-capture reads versions 1 to {FORMAT_VERSION}: load it "
-                               "with the netcl-capture that saved it, or a later one")
-    if length > MAX_MANIFEST:
-        raise CaptureFileError(f"{path}: its manifest claims {length} bytes, more than the "
-                               f"{MAX_MANIFEST} a saved capture can have: the header is damaged")
-    if offset < HEADER_SIZE or offset + length > size:
-        raise CaptureFileError(f"{path}: truncated: the manifest lies at bytes {offset}.."
-                               f"{offset + length} of a {size}-byte file")  # fmt: skip
+    magic, version, flags, offset, length, crc = HEADER.unpack(head.ljust(HEADER.size, b"\0"))
+    for bad, what in (
+        (len(head) < HEADER.size, f"{len(head)} bytes, shorter than the header"),
+        (magic != MAGIC, f"it starts with {magic!r}, expected {MAGIC!r}"),
+        (not 1 <= version <= FORMAT_VERSION or flags, f"format version {version} (flags "
+         f"{flags}); this netcl-capture reads versions 1 to {FORMAT_VERSION}: load it with the "
+         "netcl-capture that saved it, or a later one"),
+        (length > MAX_MANIFEST, f"its manifest claims {length} bytes, more than the "
+         f"{MAX_MANIFEST} a saved capture can have: the header is damaged"),
+        (offset < HEADER_SIZE or offset + length > size, f"truncated: the manifest lies at "
+         f"bytes {offset}..{offset + length} of a {size}-byte file"),
+    ):  # fmt: skip
+        if bad:
+            raise CaptureFileError(f"{path}: {'not a saved capture: ' * (magic != MAGIC)}{what}")
     f.seek(offset)
     data = f.read(length)
-    if zlib.crc32(data) != crc:
-        raise CaptureFileError(f"{path}: the manifest's checksum does not match: the file is "
-                               "damaged")  # fmt: skip
     try:
+        if zlib.crc32(data) != crc:
+            raise _Error("manifest", "its checksum does not match: the file is damaged")
         depth = deepest = 0  # counted first: deep nesting would exhaust the JSON parser
         for m in _BRACKET.finditer(_STRING.sub(b"", data)):
             deepest = max(deepest, depth := depth + (1 if m.group() in b"[{" else -1))
         if deepest > MAX_DEPTH:
-            raise _Refused("manifest", f"nested {deepest} deep, at most {MAX_DEPTH}")
+            raise _Error("manifest", f"nested {deepest} deep, at most {MAX_DEPTH}")
         try:
-            raw = json.loads(data)
-            raw = _from_v1(raw) if version == 1 else raw
-        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
-            raise _Refused("manifest", f"malformed ({type(exc).__name__}: {exc})") from None
+            raw = _from_v1(json.loads(data)) if version == 1 else json.loads(data)
+        except (ValueError, LookupError, TypeError, AttributeError, StopIteration) as exc:
+            raise _Error("manifest", f"malformed ({type(exc).__name__}: {exc})") from None
         manifest: Manifest = _parse(Manifest, raw, "", {})
         if manifest.version != version:
-            raise _Refused("version", f"{manifest.version}, the header says {version}")
+            raise _Error("version", f"{manifest.version}, the header says {version}")
         _check(manifest, offset)
-    except _Refused as exc:
+    except _Error as exc:
         raise CaptureFileError(f"{path}: {exc}") from None
     return manifest
 
@@ -242,73 +215,66 @@ def _check(m: Manifest, end: int) -> None:
     last = HEADER_SIZE
     for i, s in sorted(enumerate(m.sections), key=lambda x: x[1].start):
         if s.start < last or s.start + s.size > end:
-            raise _Refused(f"sections[{i}]", f"bytes {s.start}..{s.start + s.size} overlap "
-                           f"another section or lie outside the data ({HEADER_SIZE}..{end})")
+            raise _Error(f"sections[{i}]", f"bytes {s.start}..{s.start + s.size} overlap "
+                         f"another section or lie outside the data ({HEADER_SIZE}..{end})")
         last = s.start + s.size
     for i, b in enumerate(m.buffers):
         if b.parent is not None and (b.parent >= i or b.origin + b.size > m.buffers[b.parent].size):
-            raise _Refused(f"buffers[{i}].parent", f"buffer {b.parent} does not hold bytes "
-                           f"{b.origin}..{b.origin + b.size} before buffer {i}")  # fmt: skip
+            raise _Error(f"buffers[{i}].parent", f"buffer {b.parent} does not hold bytes "
+                         f"{b.origin}..{b.origin + b.size} before buffer {i}")
         if b.data is not None and m.sections[b.data].size != b.size:
-            raise _Refused(f"buffers[{i}].data", f"section {b.data} is not {b.size} bytes")
+            raise _Error(f"buffers[{i}].data", f"section {b.data} is not {b.size} bytes")
     for i, launch in enumerate(m.launches):
         _check_launch(m, launch, f"launches[{i}]")
     for i, c in enumerate(m.commands):
         entry, _ = contract.SAVED.get(c.op, (None, None))
         ops = entry.operands if entry else ()
-        if (c.op == "launch") != (c.launch is not None) or [len(c.buffers or ()), len(
-                c.offsets or ()), c.host is not None, c.count is not None, c.pattern is not None
-                ] != [len(ops), len(ops), bool(ops and ops[0].host), bool(ops and ops[-1].count),
-                      c.op == "fill"] or set(c.pattern or "") - set(_HEX):  # fmt: skip
-            raise _Refused(f"commands[{i}]", f"{_short(dump(c))}: not a {c.op}")
+        if [c.op == "launch", len(c.buffers or ()), len(c.offsets or ()), c.host is not None,
+                c.count is not None, c.pattern is not None] != [c.launch is not None, len(ops),
+                len(ops), bool(ops and ops[0].host), bool(ops and ops[-1].count), c.op == "fill"
+                ] or not _HEX.fullmatch(c.pattern or ""):  # fmt: skip
+            raise _Error(f"commands[{i}]", f"{_short(dump(c))}: not a {c.op}")
         count = m.sections[c.host].size if c.host is not None else c.count or 0
-        for j, (b, offset) in enumerate(zip(c.buffers or (), c.offsets or (), strict=True)):
-            if offset + count > m.buffers[b].size:
-                raise _Refused(f"commands[{i}].offsets[{j}]", f"{offset} + {count} bytes lie "
-                               f"outside buffer {b} ({m.buffers[b].size} bytes)")  # fmt: skip
-    if (step := m.step) is not None and (len(step.labels) != len(step.params) or len(
-            step.keywords or ()) > len(step.params) or len(step.aliasing or step.sizes) != len(
-            step.sizes) or len(step.sizes) != sum(p.kind in ("Tensor", "Array") for p in step.params)):
-        raise _Refused("step", "its labels, params, keywords, aliasing and sizes disagree")
+        for j, (k, offset) in enumerate(zip(c.buffers or (), c.offsets or (), strict=True)):
+            if offset + count > m.buffers[k].size:
+                raise _Error(f"commands[{i}].offsets[{j}]", f"{offset} + {count} bytes "
+                             f"lie outside buffer {k} ({m.buffers[k].size} bytes)")
+    if (step := m.step) and (len(step.labels) != len(step.params) or len(step.keywords or ())
+            > len(step.params) or len(step.aliasing or step.sizes) != len(step.sizes)
+            or len(step.sizes) != sum(p.kind in ("Tensor", "Array") for p in step.params)):
+        raise _Error("step", "its labels, params, keywords, aliasing and sizes disagree")
 
 
 def _check_launch(m: Manifest, launch: Launch, at: str) -> None:
-    gsize = launch.global_size
+    gsize, lsize = launch.global_size, launch.local_size
     if launch.kernel not in m.programs[launch.program].kernels:
-        raise _Refused(f"{at}.kernel", f"{launch.kernel!r} is not a kernel of its program")
+        raise _Error(f"{at}.kernel", f"{launch.kernel!r} is not a kernel of its program")
     if not (all(gsize) or launch.allow_empty):
-        raise _Refused(f"{at}.global_size", f"{gsize}: a size 0 without allow_empty")
-    for name, dims in (("local_size", launch.local_size), ("offset", launch.offset)):
+        raise _Error(f"{at}.global_size", f"{gsize}: a size 0 without allow_empty")
+    for name, dims in (("local_size", lsize), ("offset", launch.offset)):
         if dims is not None and len(dims) != len(gsize):
-            raise _Refused(f"{at}.{name}", f"{dims} for a {len(gsize)}-dimensional launch")
-    if launch.local_size is not None and any(
-            not ls or g % ls for g, ls in zip(gsize, launch.local_size, strict=True)):
-        raise _Refused(f"{at}.local_size", f"{launch.local_size} does not divide {gsize}")
+            raise _Error(f"{at}.{name}", f"{dims} for a {len(gsize)}-dimensional launch")
+    if lsize is not None and any(not ls or g % ls for g, ls in zip(gsize, lsize, strict=True)):
+        raise _Error(f"{at}.local_size", f"{lsize} does not divide {gsize}")
     for j, a in enumerate(launch.args):
         if sum(v is not None for v in (a.buffer, a.scalar, a.local)) > 1:
-            raise _Refused(f"{at}.args[{j}]", "more than one of buffer, scalar, local")
-        if a.scalar is not None and (a.scalar.dtype not in SCALARS or set(a.scalar.hex) - set(
-                _HEX) or len(a.scalar.hex) != 2 * np.dtype(a.scalar.dtype).itemsize):
-            raise _Refused(f"{at}.args[{j}].scalar", f"{_short(dump(a.scalar))}: not the hex "
-                           f"of one value of a dtype of {', '.join(sorted(SCALARS))}")
+            raise _Error(f"{at}.args[{j}]", "more than one of buffer, scalar, local")
+        if a.scalar and (a.scalar.dtype not in SCALARS or not _HEX.fullmatch(a.scalar.hex)
+                         or len(a.scalar.hex) != 2 * np.dtype(a.scalar.dtype).itemsize):
+            raise _Error(f"{at}.args[{j}].scalar", f"{_short(dump(a.scalar))}: not the "
+                         f"hex of one value of a dtype of {', '.join(sorted(SCALARS))}")
 
 
-# -- version 1 --------------------------------------------------------------------------------
 def _from_v1(m: dict[str, Any]) -> dict[str, Any]:
     """A version-1 manifest in version 2's words: arguments by their value (not pyopencl's
     setter), transfers by their word, pyopencl's include folder symbolic."""
-    words = {e.name: word for word, (e, _) in contract.SAVED.items()}
+    words = {e.name: (word, e) for word, (e, _) in contract.SAVED.items()}
     launches = [{**s, "global_size": s["global"], "local_size": s["local"],
                  "args": [_v1_arg(*a) for a in s["args"]]} for s in m["shapes"]]  # fmt: skip
-    commands = []
-    for c in m["commands"]:
-        if c[0] != "transfer":
-            commands.append({"op": c[0], "launch": c[1]} if c[0] == "launch" else {"op": c[0]})
-            continue
-        entry, _ = contract.SAVED[words[c[1]]]
-        commands.append(transfer(entry, dict(zip(entry.params, c[2], strict=False), **c[3]),
-                                 lambda v: v["buffer"], lambda v: v["array"],
-                                 lambda v: v["hex"]))  # fmt: skip
+    commands = [{"op": c[0], "launch": c[1]} if c[0] == "launch" else {"op": c[0]}
+                if c[0] != "transfer" else transfer(words[c[1]][1], dict(zip(
+                    words[c[1]][1].params, c[2], strict=False), **c[3]), lambda v: v["buffer"],
+                    lambda v: v["array"], lambda v: v["hex"]) for c in m["commands"]]  # fmt: skip
     programs = [{**p, "options": re.sub(r"\S*[/\\]pyopencl[/\\]cl(?=\s|$)", INCLUDE,
                                         p["options"])} for p in m["programs"]]  # fmt: skip
     return {**m, "launches": launches, "commands": commands, "programs": programs}
@@ -317,14 +283,12 @@ def _from_v1(m: dict[str, Any]) -> dict[str, Any]:
 def _v1_arg(index: Any, _setter: Any, payload: dict[str, Any]) -> dict[str, Any]:
     items = payload["tuple"]  # (index, value), ((index, value),), ((index, code, value),)
     parts = items[0]["tuple"] if isinstance(items[0], dict) else items
-    value = parts[-1] if len(parts) > 1 else None
+    value: Any = parts[-1] if len(parts) > 1 else None
     if len(parts) == 3 and not isinstance(value, dict):  # a struct code and a number
         dtype = np.dtype(bytes.fromhex(parts[1]["bytes"]).decode())
         value = {"scalar": dtype.str, "hex": np.array(value, dtype).tobytes().hex()}
-    if value is None:
-        return {"index": index}
-    kind, found = next(iter(value.items()))
-    if kind not in ("buffer", "scalar", "local"):
+    kind, found = next(iter(value.items())) if value is not None else ("index", index)
+    if kind not in ("buffer", "scalar", "local", "index"):
         raise ValueError(f"argument {index} is a {kind}")
     return {"index": index, kind: {"dtype": found, "hex": value["hex"]} if kind == "scalar"
             else found}  # fmt: skip
@@ -336,7 +300,7 @@ def transfer(entry: contract.EntryPoint, bound: dict[str, Any], buffer: Callable
     ``host`` and ``pattern`` make a memory object, a host array and a fill's pattern a buffer
     index, a section and hex."""
     ops = entry.operands
-    found = {"op": entry.word, "buffers": [buffer(bound[o.mem]) for o in ops],
+    found: dict[str, Any] = {"op": entry.word, "buffers": [buffer(bound[o.mem]) for o in ops],
              "offsets": [int(bound.get(o.offset) or 0) for o in ops]}  # fmt: skip
     if ops and ops[-1].count:
         found["count"] = int(bound[ops[-1].count])

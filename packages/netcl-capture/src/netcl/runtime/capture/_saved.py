@@ -21,7 +21,7 @@ import time
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import IO, Any, Literal, NamedTuple
 
 import numpy as np
 import pyopencl as cl
@@ -121,27 +121,23 @@ class _Buffers(dict[int, tuple[int, cl.MemoryObjectHolder]]):
         """A kernel argument in the file's words, from the payload its setter took."""
         first = arg.payload[0]  # (index, value), ((index, value),), ((index, code, value),)
         parts = first if isinstance(first, tuple) else arg.payload
-        value = parts[-1] if len(parts) > 1 else None
-        if len(parts) == 3:  # a number and its struct code: pyopencl packs it as that C type
-            code = parts[1].decode() if isinstance(parts[1], bytes) else parts[1]
-            value = np.array(value, np.dtype(code)).reshape(())[()]
-        if isinstance(value, np.ndarray) and value.size == 1:
-            value = value.reshape(())[()]
-        if isinstance(value, cl.MemoryObjectHolder):
-            return fmt.Arg(arg.arg_index, self.index(value), None, None)
-        if isinstance(value, cl.LocalMemory):
-            return fmt.Arg(arg.arg_index, None, None, int(value.size))
+        value: Any = parts[-1] if len(parts) > 1 else None
+        if len(parts) == 3 or (isinstance(value, np.ndarray) and value.size == 1):  # one number
+            code = parts[1] if len(parts) == 3 else value.dtype  # the C type pyopencl packs
+            value = np.array(value, code.decode() if isinstance(code, bytes) else code)[()]
         if isinstance(value, np.generic) and value.dtype.str in fmt.SCALARS:
             return fmt.Arg(arg.arg_index, None, fmt.Scalar(value.dtype.str, value.tobytes().hex()),
                            None)  # fmt: skip
-        if value is not None:
-            raise CaptureFileError(f"{self.where}: kernel argument {arg.arg_index} is a "
-                                   f"{type(value).__name__} ({value!r:.60}); a file holds "
-                                   "buffers, scalars of one number, local memory and None")
-        return fmt.Arg(arg.arg_index, None, None, None)
+        mem, local = isinstance(value, cl.MemoryObjectHolder), isinstance(value, cl.LocalMemory)
+        if value is None or mem or local:
+            return fmt.Arg(arg.arg_index, self.index(value) if mem else None, None,
+                           int(value.size) if local else None)  # fmt: skip
+        raise CaptureFileError(f"{self.where}: kernel argument {arg.arg_index} is a "
+                               f"{type(value).__name__} ({value!r:.60}); a file holds buffers, "
+                               "scalars of one number, local memory and None")
 
 
-def save(path: str | os.PathLike[str], program: ReplayProgram, *, kind: str,
+def save(path: str | os.PathLike[str], program: ReplayProgram, *, kind: Literal["capture", "step"],
          roles: Sequence[tuple[str, cl.MemoryObjectHolder]] = (),
          step: fmt.Step | None = None) -> int:  # fmt: skip
     """Write ``program`` to ``path`` (atomically: a new file replaces the old one at the end).
@@ -185,7 +181,8 @@ def _manifest(writer: _Writer, program: ReplayProgram, queue: cl.CommandQueue,
               roles: Sequence[tuple[str, cl.MemoryObjectHolder]], where: str
               ) -> fmt.Manifest:  # fmt: skip
     table = _Buffers(where)
-    role_of = {table.index(buf): role for role, buf in roles}  # first: the step refers to them
+    # first: the step refers to them
+    role_of: dict[int, Any] = {table.index(buf): role for role, buf in roles}
     # the capture's own memory and its regions: scratch, no contents worth keeping
     arena = {table.index(buf) for buf in program.arena.buffers}
     programs: dict[int, int] = {}  # program int_ptr -> index
@@ -205,7 +202,8 @@ def _manifest(writer: _Writer, program: ReplayProgram, queue: cl.CommandQueue,
                 if name not in saved_programs[p].kernels:
                     saved_programs[p].kernels.append(name)
                 s = shapes[id(shape)] = len(launches)
-                launches.append(fmt.Launch(p, name, *launch_sizes(shape), shape.allow_empty,
+                gsize, lsize, offset = (None if d is None else list(d) for d in launch_sizes(shape))
+                launches.append(fmt.Launch(p, name, gsize or [], lsize, offset, shape.allow_empty,
                                            [table.arg(a) for a in shape.args]))  # fmt: skip
                 for _, buf in program.binds[id(shape)].buffers:
                     first_write.setdefault(table.index(buf), False)
@@ -219,11 +217,11 @@ def _manifest(writer: _Writer, program: ReplayProgram, queue: cl.CommandQueue,
                 op.entry, op.bound(), table.index,
                 lambda a: writer.add(np.ascontiguousarray(a).view(np.uint8).data.tobytes()),
                 lambda p: np.asarray(p).tobytes().hex()))  # fmt: skip
-            for b in c.buffers or ():
+            count = writer.sections[c.host].size if c.host is not None else c.count or 0
+            for j, (b, at) in enumerate(zip(c.buffers or [], c.offsets or [], strict=True)):
                 # a write, copy or fill overwriting the whole buffer: its contents are not saved
-                count = writer.sections[c.host].size if c.host is not None else c.count
-                first_write.setdefault(b, c.op in ("write", "copy", "fill") and b == c.buffers[-1]
-                                       and c.offsets[-1] == 0 and count >= table.sizes[b])
+                first_write.setdefault(b, c.op != "read" and j == len(c.buffers or []) - 1
+                                       and at == 0 and count >= table.sizes[b])  # fmt: skip
             commands.append(c)
         else:
             commands.append(fmt.Command("finish", None, None, None, None, None, None))
@@ -233,7 +231,7 @@ def _manifest(writer: _Writer, program: ReplayProgram, queue: cl.CommandQueue,
         # overwrites it whole (a write, copy or fill) needs no contents
         overwritten = first_write.get(i, False)
         parent, origin = table.parents.get(ptr, (None, 0))
-        role = role_of.get(i) or (SCRATCH if overwritten or {i, parent} & arena else CONSTANT)
+        role: Any = role_of.get(i) or (SCRATCH if overwritten or {i, parent} & arena else CONSTANT)
         data = None  # a sub-buffer's contents are its parent's
         if role in (CONSTANT, OUTPUT) and not overwritten and parent is None:
             data = writer.add(_download(queue, buf))
@@ -385,8 +383,8 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
                      if a.buffer is not None else cl.LocalMemory(a.local) if a.local else
                      np.frombuffer(bytes.fromhex(a.scalar.hex), a.scalar.dtype)[0]
                      if a.scalar else None)) for a in s.args)  # fmt: skip
-        shapes.append(LaunchShape(kernel, queue, tuple(s.global_size), _dims(s.local_size),
-                                  _dims(s.offset), False, s.allow_empty, args))  # fmt: skip
+        shapes.append(LaunchShape(kernel, queue, s.global_size, s.local_size, s.offset, False,
+                                  s.allow_empty, args))  # fmt: skip
     ops: list[Op] = []
     for c in m.commands:
         if c.op == "launch":
@@ -394,25 +392,17 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
         elif c.op == "finish":
             ops.append(RawFinish(queue))
         else:
-            entry, fn = contract.SAVED[c.op]
-            kwargs: dict[str, Any] = {}
-            for o, b, offset in zip(entry.operands, c.buffers or (), c.offsets or (), strict=True):
-                kwargs |= {o.mem: buffers[b], o.offset: offset}
-            if c.count is not None:
-                kwargs[entry.operands[-1].count] = c.count
-            if c.host is not None:  # writable, as recorded
-                kwargs[entry.operands[0].host] = np.frombuffer(file.section(c.host), np.uint8).copy()
-            if c.pattern is not None:
-                kwargs["pattern"] = np.frombuffer(bytes.fromhex(c.pattern), np.uint8)
+            (entry, fn), kwargs = contract.SAVED[c.op], dict[str, Any]()
+            for o, k, offset in zip(entry.operands, c.buffers or (), c.offsets or (), strict=True):
+                kwargs |= {o.mem: buffers[k], o.offset: offset, o.count: c.count, o.host: None
+                           if c.host is None else np.frombuffer(file.section(c.host), np.uint8)
+                           .copy(), "pattern": c.pattern and bytes.fromhex(c.pattern)}  # fmt: skip
+            kwargs = {k: v for k, v in kwargs.items() if k and v is not None}
             where = tuple((k, v) for k, v in kwargs.items() if isinstance(v, cl.MemoryObjectHolder))
             ops.append(RawTransfer(entry, fn, (queue,), kwargs, (), None, where))
     rec = Recording()
-    rec.raw = ops
+    rec.raw = list(ops)
     return Loaded(build(rec), buffers, m), rebuilt
-
-
-def _dims(dims: list[int] | None) -> tuple[int, ...] | None:
-    return None if dims is None else tuple(dims)
 
 
 def _rebuild(file: _File, p: fmt.Program, i: int, ctx: cl.Context, dev: cl.Device,

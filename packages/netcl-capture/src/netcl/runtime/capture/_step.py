@@ -405,11 +405,11 @@ def _save(step: CapturedStep[Any, Any], entry: _Capture, path: str | os.PathLike
             found = found._replace(buffer=index[buf.int_ptr])
         outputs.append(found._replace(slot=None if kind == "fixed" else o[0]))
     result = entry.result
-    container = "none" if result is None else type(result).__name__ if isinstance(
+    container: Any = "none" if result is None else type(result).__name__ if isinstance(
         result, (tuple, list)) else "single"  # fmt: skip
     signature = fmt.Step(step.name, labels, params, list(names) if names else None,
                          list(entry.sizes), list(aliasing) if aliasing else None, container,
-                         outputs, [[j, index[p]] for j, p in entry.slots])  # fmt: skip
+                         outputs, [(j, index[p]) for j, p in entry.slots])  # fmt: skip
     return _saved.save(path, program, kind="step", roles=roles, step=signature)
 
 
@@ -422,12 +422,11 @@ def _parts_of(view: Any) -> tuple[Any, ...]:
 def _value(kind: str, type_: str | None, values: tuple[Any, ...], **more: Any) -> fmt.Value:
     """A step's argument or output as the file has it: a Tensor's or Array's fields (shape,
     dtype ...; not the queue), a value's type and value, an argument's index."""
-    found = dict(zip(("shape", "dtype", "strides", "offset"), values, strict=False))
-    if values:
-        found |= {"shape": list(found["shape"]), "dtype": np.dtype(found["dtype"]).str}
-    if "strides" in found:
-        found["strides"] = list(found["strides"])
-    return fmt.Value(**dict.fromkeys(fmt.Value._fields) | found | more | {"kind": kind, "type": type_})
+    found: dict[str, Any] = dict.fromkeys(fmt.Value._fields)
+    found |= dict(zip(("shape", "dtype", "strides", "offset"), values, strict=False))
+    found |= {k: list(found[k]) for k in ("shape", "strides") if found[k] is not None}
+    dtype = np.dtype(found["dtype"]).str if values else None
+    return fmt.Value(**found | more | {"kind": kind, "type": type_, "dtype": dtype})
 
 
 def load_step(path: str | os.PathLike[str], queue: cl.CommandQueue) -> LoadedStep:
