@@ -72,11 +72,18 @@ def _check_loaded(path: Path, queue: cl.CommandQueue, calls: int = 3) -> None:
     assert loaded.stats.replays == calls
 
 
-def test_the_kept_version_1_file_loads_and_replays(queue: cl.CommandQueue,
-                                                    tmp_path: Path) -> None:  # fmt: skip
-    path = tmp_path / "v1.ncl"
-    shutil.copy(V1, path)  # a copy: the kept file stays as committed
-    assert _saved.inspect(path)["format_version"] == 1
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["as saved", "another device"])
+@pytest.mark.parametrize(("name", "version"), [("v1_step.ncl", 1), ("pocl_step.ncl", 2)])
+def test_the_kept_files_load_and_replay(name: str, version: int, elsewhere: bool,
+                                        queue: cl.CommandQueue, tmp_path: Path) -> None:
+    """The kept version-1 file and a step saved on PoCL (``data/cross_device.py``; on another
+    device, e.g. a GPU, this is the cross-device check): as saved, and as if saved on another
+    device (rebuilt from source, pyopencl's include folder found on this machine)."""
+    path = tmp_path / name
+    shutil.copy(DATA / name, path)  # a copy: the kept file stays as committed
+    if elsewhere:
+        path.write_bytes(_rewrite(path.read_bytes(), _set("device.identity", "Another device")))
+    assert _saved.inspect(path)["format_version"] == version
     _check_loaded(path, queue)
 
 

@@ -16,7 +16,7 @@ import pyopencl.tools as cltools
 import pytest
 
 from netcl.core.memory import BufferPool
-from netcl.runtime.capture import KernelCapture, capture_step, load_capture
+from netcl.runtime.capture import KernelCapture, _saved, capture_step, load_capture
 
 N = 1 << 16
 NBYTES = 4 * N
@@ -180,6 +180,9 @@ def test_a_saved_capture_keeps_no_arena_contents(queue: cl.CommandQueue, tmp_pat
     # x and out (their contents kept), two program binaries (~150 KiB on PoCL) and commands; the
     # arena's contents would add 2 x 256 KiB more
     assert size < 3 * NBYTES, size
+    # inspect counts device memory once: the arena's bytes, not again for each of its regions
+    scratch = _saved.inspect(tmp_path / "chain.ncap")["buffers"]["scratch"]
+    assert scratch["count"] > 1 and scratch["bytes"] == cap.memory.arena_bytes, scratch
     loaded = load_capture(tmp_path / "chain.ncap", queue)
     loaded.replay()
     cap.replay()
