@@ -16,17 +16,7 @@ import struct
 import types
 import zlib
 from collections.abc import Callable
-from typing import (
-    IO,
-    Annotated,
-    Any,
-    Literal,
-    NamedTuple,
-    TypeAlias,
-    Union,
-    get_args,
-    get_origin,
-)
+from typing import IO, Annotated, Any, Literal, NamedTuple, TypeAlias, Union, get_args, get_origin
 
 import numpy as np
 import pyopencl as cl
@@ -36,7 +26,7 @@ from netcl.core import contract
 FORMAT_VERSION = 2  # what this release writes; it reads every version up to it
 MAGIC, HEADER, HEADER_SIZE = b"NETCLCAP", struct.Struct("<8sIIQQI"), 64
 MAX_MANIFEST, MAX_DEPTH = 64 << 20, 16  # no manifest we write comes near either
-INCLUDE, _PYOPENCL = "{pyopencl}", os.path.join(os.path.dirname(cl.__file__), "cl")
+INCLUDE, PYOPENCL = "{pyopencl}", os.path.join(os.path.dirname(cl.__file__), "cl")
 SCALARS = frozenset(np.dtype(c).str for c in "?bBhHiIlLqQefdFD")  # a scalar argument's dtypes
 _STRING, _BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"'), re.compile(rb"[\[\]{}]")
 _HEX, _MANY = re.compile("(?:[0-9a-f]{2})*"), (0, 1 << 24)
@@ -314,14 +304,9 @@ def transfer(entry: contract.EntryPoint, bound: dict[str, Any], buffer: Callable
 def symbolic(options: str, where: str) -> str:
     """Build options with pyopencl's include folder as ``{pyopencl}``; any other absolute path
     is refused (another machine does not have it)."""
-    found = options.replace(_PYOPENCL, INCLUDE)
+    found = options.replace(PYOPENCL, INCLUDE)
     if path := re.search(r"(?:^|\s|-I|=)([/\\~]\S*|[A-Za-z]:\\\S*)", found):
         raise CaptureFileError(f"{where}: a program's build options name {path[1]!r}, a path of "
                                "this machine, which another machine does not have: build with "
                                "the headers inlined in the source, or their folder relative")
     return found
-
-
-def options_here(options: str) -> str:
-    """Saved build options for this machine: ``{pyopencl}`` as its include folder."""
-    return options.replace(INCLUDE, _PYOPENCL)

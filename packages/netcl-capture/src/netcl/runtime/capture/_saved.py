@@ -355,7 +355,7 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
     for i, p in enumerate(m.programs):
         if saved == here and p.binary is not None:
             prg = cl.Program(ctx, [dev], [file.section(p.binary)])
-            prg.build(options=fmt.options_here(p.options), devices=[dev])
+            prg.build(options=p.options.replace(fmt.INCLUDE, fmt.PYOPENCL), devices=[dev])
         else:
             prg = _rebuild(file, p, i, ctx, dev, saved, here)
             rebuilt += 1
@@ -408,7 +408,7 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
 def _rebuild(file: _File, p: fmt.Program, i: int, ctx: cl.Context, dev: cl.Device,
              saved: str, here: str) -> Any:  # fmt: skip
     """Program ``i`` built from its saved source for a device other than the file's."""
-    kernels, options = ", ".join(p.kernels), fmt.options_here(p.options)
+    kernels, options = ", ".join(p.kernels), p.options.replace(fmt.INCLUDE, fmt.PYOPENCL)
     if p.source is None:
         raise file.error(f"it was saved for device {saved!r}; this queue's device is {here!r},"
                          f" and program {i} (kernels {kernels}) was saved without its source "
