@@ -188,7 +188,8 @@ def read(f: IO[bytes], path: str, size: int) -> Manifest:
             raise _Error("manifest", f"nested {deepest} deep, at most {MAX_DEPTH}")
         try:
             raw = _from_v1(json.loads(data)) if version == 1 else json.loads(data)
-        except (ValueError, LookupError, TypeError, AttributeError, StopIteration) as exc:
+        except (ValueError, LookupError, TypeError, AttributeError, StopIteration,
+                ArithmeticError) as exc:
             raise _Error("manifest", f"malformed ({type(exc).__name__}: {exc})") from None
         manifest: Manifest = _parse(Manifest, raw, "", {})
         if manifest.version != version:

@@ -442,7 +442,7 @@ def load_step(path: str | os.PathLike[str], queue: cl.CommandQueue) -> LoadedSte
                                       "load it with load_capture()")  # fmt: skip
     try:
         return _loaded(loaded, step, queue, os.fspath(path))
-    except (IndexError, TypeError, ValueError, cl.Error) as exc:
+    except (IndexError, TypeError, ValueError, ArithmeticError, cl.Error) as exc:
         raise _saved.CaptureFileError(f"{os.fspath(path)}: its step is not one this file can "
                                       f"replay ({type(exc).__name__}: {exc})") from None
 
