@@ -31,6 +31,7 @@ SCALARS = frozenset(np.dtype(c).str for c in "?bBhHiIlLqQefdFD")  # a scalar arg
 _STRING, _BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"'), re.compile(rb"[\[\]{}]")
 _HEX, _MANY = re.compile("(?:[0-9a-f]{2})*"), (0, 1 << 24)
 _TABLES = ("sections", "programs", "buffers", "launches", "params", "sizes")  # indices name them
+_SHAPES: dict[int, tuple[Any, tuple[Any, ...]]] = {}
 
 
 class CaptureFileError(ValueError):
@@ -103,7 +104,9 @@ class _Error(Exception):
 def _parse(hint: Any, value: Any, field: str, tables: dict[str, int]) -> Any:
     """``value`` (JSON data) as ``hint`` declares it, or :class:`_Error` naming the
     field; ``tables``: the length of each table read so far."""
-    origin, args = get_origin(hint), get_args(hint)
+    if (shape := _SHAPES.get(id(hint))) is None:  # the schema's hints live as long as it does
+        shape = _SHAPES[id(hint)] = get_origin(hint), get_args(hint)
+    origin, args = shape
     if origin is Annotated:
         found = _parse(args[0], value, field, tables)
         n, bounds = found if type(found) is int else len(found), args[1]
