@@ -41,7 +41,7 @@ BATCH, WIDTH, LAYERS = 16, 256, 8
 ROWS = 4096  # weights mode: rows of the strided read
 
 
-def _manifest(path: str) -> dict[str, Any]:
+def _manifest(path: str) -> Any:
     file = _saved._File(path)  # the manifest, checked as a load checks it
     file.close()
     return file.manifest
@@ -137,7 +137,7 @@ def load(path: str) -> dict[str, float]:
     step = load_step(path, queue)
     seconds = time.perf_counter() - t0
     peak = _rss("VmHWM:") - before
-    held = sum(int(b["size"]) for b in _manifest(path)["buffers"] if b["parent"] is None)
+    held = sum(b.size for b in _manifest(path).buffers if b.parent is None)
     stride = (held - ROWS * 8) // 4 // ROWS  # the weights: all but x and y
     x = _x(queue, ROWS, 5)
     got = step(x).to_numpy()
@@ -150,7 +150,7 @@ def load(path: str) -> dict[str, float]:
 def by_hand(path: str) -> dict[str, float]:
     queue = device.default_queue()
     Tensor.empty((1,), np.float32, queue).to_numpy()
-    start, size, _ = max(_manifest(path)["sections"], key=lambda s: s[1])  # the weights
+    start, size, _ = max(_manifest(path).sections, key=lambda s: s.size)  # the weights
     t0 = time.perf_counter()
     host = np.empty(size, np.uint8)
     with open(path, "rb") as f:

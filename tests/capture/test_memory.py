@@ -16,7 +16,7 @@ import pyopencl.tools as cltools
 import pytest
 
 from netcl.core.memory import BufferPool
-from netcl.runtime.capture import KernelCapture, capture_step, load_capture
+from netcl.runtime.capture import KernelCapture, _saved, capture_step, load_capture
 
 N = 1 << 16
 NBYTES = 4 * N
@@ -182,6 +182,9 @@ def test_a_saved_capture_keeps_no_arena_contents(queue: cl.CommandQueue, tmp_pat
     # x and out (their contents kept), two program binaries (~150 KiB on PoCL) and commands; the
     # arena's contents would add 2 x 256 KiB more
     assert size < 3 * NBYTES, size
+    # inspect counts device memory once: the arena's bytes, not again for each of its regions
+    scratch = _saved.inspect(tmp_path / "chain.ncap")["buffers"]["scratch"]
+    assert scratch["count"] > 1 and scratch["bytes"] == cap.memory.arena_bytes, scratch
     loaded = load_capture(tmp_path / "chain.ncap", queue)
     loaded.replay()
     cap.replay()
@@ -277,3 +280,34 @@ def test_a_buffer_made_from_host_data_keeps_its_contents(queue: cl.CommandQueue)
     assert cap.memory is not None and cap.memory.internal == 1
     cap.replay()
     assert np.array_equal(out.get(), _host(1.0) + 1.0 + 7.0)
+
+
+def test_a_saved_arena_loads_as_buffers_of_their_own_on_a_gpu(
+    queue: cl.CommandQueue, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file saved on a CPU device holds an arena whose regions partly overlap: loaded where
+    that crashes the driver (NVIDIA's), each region is a buffer of its own (forced here)."""
+    from netcl.runtime.capture import _memory
+
+    x = cla.to_device(queue, _host(1.0))
+    cap = KernelCapture()
+    with cap:
+        out = chain(x)
+    cap.save(tmp_path / "chain.ncap")
+
+    def subs(c: KernelCapture) -> int:
+        return sum(b.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT) is not None for b in c.buffers)
+
+    assert subs(load_capture(tmp_path / "chain.ncap", queue)) == 2
+    monkeypatch.setattr(_memory, "_may_overlap", lambda ctx: False)
+    loaded = load_capture(tmp_path / "chain.ncap", queue)
+    assert subs(loaded) == 0
+    loaded.replay()
+    queue.finish()
+    host = np.empty(N, np.float32)
+    found = []
+    for b in loaded.buffers:  # the loaded capture's output is one of its own
+        if int(b.size) == NBYTES:
+            cl.enqueue_copy(queue, host, b)
+            found.append(np.array_equal(host, out.get()))
+    assert any(found)

@@ -29,6 +29,7 @@ from netcl.runtime.capture import (
     CaptureFileError,
     KernelCapture,
     _cli,
+    _format,
     _saved,
     capture_step,
     load_capture,
@@ -279,7 +280,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory, queue: cl.CommandQueue) -> b
 
 
 def _manifest(data: bytes) -> tuple[dict[str, Any], int]:
-    _, _, _, offset, length, _ = _saved._HEADER.unpack(data[: _saved._HEADER.size])
+    _, _, _, offset, length, _ = _format.HEADER.unpack(data[: _format.HEADER.size])
     return json.loads(data[offset:offset + length]), offset
 
 
@@ -287,7 +288,7 @@ def _with_manifest(data: bytes, manifest: dict[str, Any]) -> bytes:
     """``data`` with another manifest (valid checksum): what a foreign but intact file is."""
     _, offset = _manifest(data)
     text = json.dumps(manifest).encode()
-    head = _saved._HEADER.pack(b"NETCLCAP", 1, 0, offset, len(text), zlib.crc32(text))
+    head = _format.HEADER.pack(b"NETCLCAP", 2, 0, offset, len(text), zlib.crc32(text))
     return head + data[len(head):offset] + text
 
 
@@ -302,12 +303,12 @@ def _refused(tmp: Path, data: bytes, queue: cl.CommandQueue, match: str) -> None
 def test_hostile_files_each_give_their_error(saved: bytes, queue: cl.CommandQueue,
                                              tmp_path: Path) -> None:  # fmt: skip
     manifest, offset = _manifest(saved)
-    binary = manifest["sections"][manifest["programs"][0]["binary"]]
+    binary = list(manifest["sections"][manifest["programs"][0]["binary"]].values())
     flipped = bytearray(saved)
     flipped[binary[0] + binary[1] // 2] ^= 0x10  # one bit of the program binary
     weights = next(b["data"] for b in manifest["buffers"] if b["role"] == "constant")
     weight = bytearray(saved)
-    weight[manifest["sections"][weights][0] + 3] ^= 0x01
+    weight[manifest["sections"][weights]["start"] + 3] ^= 0x01
     manifest_bit = bytearray(saved)
     manifest_bit[offset + 10] ^= 0x02
     cases = {
@@ -317,15 +318,16 @@ def test_hostile_files_each_give_their_error(saved: bytes, queue: cl.CommandQueu
         "a bit of a binary": (bytes(flipped), rf"section {manifest['programs'][0]['binary']} "
                               "is damaged"),
         "a bit of the weights": (bytes(weight), rf"section {weights} is damaged"),
-        "a bit of the manifest": (bytes(manifest_bit), "manifest's checksum does not match"),
+        "a bit of the manifest": (bytes(manifest_bit), "manifest: its checksum does not match"),
         "another format": (b"PK\x03\x04" + saved[4:], "not a saved capture"),
-        "a later version": (saved[:8] + struct.pack("<I", 2) + saved[12:], "format version 2"),
+        "a later version": (saved[:8] + struct.pack("<I", 3) + saved[12:], "format version 3"),
         "an oversized header": (saved[:24] + struct.pack("<Q", 1 << 40) + saved[32:],
                                 "more than the 67108864 a saved capture can have"),
         "sections beyond the data": (_with_manifest(saved, {**manifest, "sections": [
-            [64, 1 << 30, 0]]}), "lies outside the data"),
-        "a malformed manifest": (_with_manifest(saved, {**manifest, "shapes": "?"}),
-                                 "malformed"),
+            {**manifest["sections"][0], "size": 1 << 30}, *manifest["sections"][1:]]}),
+            r"sections\[0\]: bytes .* lie outside the data"),
+        "a malformed manifest": (_with_manifest(saved, {**manifest, "launches": "?"}),
+                                 r'launches: "\?", expected a list'),
     }
     for name, (data, match) in cases.items():
         try:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from netcl.core import contract
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -114,6 +116,8 @@ def test_no_code_generated_at_run_time(call: str) -> None:
 # -- seams: packages meet at public API, and pyopencl's internals sit in one contract ----------
 _CONTRACT = "netcl.core.contract"
 _PYOPENCL = ("pyopencl",)  # module names whose private attributes only the contract may use
+# pyopencl's private names the contract pins: no other module names them, not even as a string
+_NAMES = {e.name for e in contract.ENTRY_POINTS if e.name.startswith("_")}
 
 
 def _package(module: str) -> str:
@@ -211,6 +215,9 @@ def seam_breaches(name: str, source: str, own: set[str]) -> list[str]:
                 and _private(node.args[1].value) and node.args[1].value not in own):
             found.append(f"{line}: {node.func.id}(..., {node.args[1].value!r}) probes another "
                          "package's private attribute")
+        if name != _CONTRACT and isinstance(node, ast.Constant) and node.value in _NAMES:
+            found.append(f"{line}: names pyopencl's private {node.value!r} outside the contract "
+                         "(a word of the contract's instead)")
         if isinstance(node, (ast.Import, ast.ImportFrom)) and name != _CONTRACT:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [
                 f"{node.module}.{a.name}" for a in node.names]
@@ -242,6 +249,7 @@ def test_packages_meet_at_seams() -> None:
     ('def f(pool):\n    return getattr(pool, "_guards", {})\n', "probes another package"),
     ("import pyopencl as cl\nf = cl._cl._enqueue_read_buffer\n", "pyopencl private cl._cl"),
     ("import pyopencl._cl as _cl\n", "pyopencl private module"),
+    ('def f(entry):\n    return entry.name == "_enqueue_copy_buffer"\n', "names pyopencl's"),
     ("def f():\n" + "    x = 1\n" * 80, "function f is 81 lines"),
 ])  # fmt: skip
 def test_the_seam_check_names_each_breach(source: str, expected: str) -> None:

@@ -22,7 +22,8 @@ import pyopencl as cl
 import pyopencl._cl as _cl
 import pyopencl.invoker as _invoker
 
-__all__ = ["BOUND", "ENTRY_POINTS", "ORIGINALS", "SUPPORTED", "EntryPoint", "Operand", "original"]
+__all__ = ["BOUND", "ENTRY_POINTS", "ORIGINALS", "SAVED", "SUPPORTED", "EntryPoint", "Operand",
+           "original"]
 
 #: The pyopencl versions whose entry points this table was checked against (the package's
 #: dependency pins the same range).
@@ -57,7 +58,8 @@ class EntryPoint:
     """One pyopencl attribute netcl relies on: where it lives (``owner``: ``pyopencl._cl``,
     ``pyopencl.Kernel``, ...), the position of its ``wait_for`` argument (-1: none), the leading
     parameter names capture binds arguments to, what a call records; ``optional`` entries
-    (image transfers) may be missing from a pyopencl build."""
+    (image transfers) may be missing from a pyopencl build; ``word``: netcl's own name for a
+    command a saved capture holds (files never name pyopencl's functions)."""
 
     owner: str
     name: str
@@ -67,6 +69,7 @@ class EntryPoint:
     params: tuple[str, ...] = ()
     operands: tuple[Operand, ...] = ()
     optional: bool = False
+    word: str = ""
 
     @property
     def operation(self) -> str:
@@ -75,11 +78,11 @@ class EntryPoint:
 
 
 def _transfer(
-    name: str, params: tuple[str, ...], *operands: Operand, optional: bool = False
+    name: str, params: tuple[str, ...], *operands: Operand, optional: bool = False, word: str = ""
 ) -> EntryPoint:
     return EntryPoint("pyopencl._cl", name, "transfer", "the copy or fill, its wait list",
                       wait_for=len(params), params=params, operands=operands,
-                      optional=optional)  # fmt: skip
+                      optional=optional, word=word)  # fmt: skip
 
 
 _Q = ("queue",)
@@ -106,13 +109,13 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
     EntryPoint("pyopencl.Kernel", "_set_arg_svm", "setter", _SETTER, params=("arg0", "arg1")),
     # transfers: cl.enqueue_copy, cl.enqueue_fill_buffer and pyopencl.array's get/set end here
     _transfer("_enqueue_read_buffer", ("queue", "mem", "hostbuf", "src_offset"),
-              Operand("mem", "src_offset", host="hostbuf")),
+              Operand("mem", "src_offset", host="hostbuf"), word="read"),
     _transfer("_enqueue_write_buffer", ("queue", "mem", "hostbuf", "dst_offset"),
-              Operand("mem", "dst_offset", host="hostbuf")),
+              Operand("mem", "dst_offset", host="hostbuf"), word="write"),
     _transfer("_enqueue_copy_buffer",
               ("queue", "src", "dst", "byte_count", "src_offset", "dst_offset"),
               Operand("src", "src_offset", count="byte_count"),
-              Operand("dst", "dst_offset", count="byte_count")),
+              Operand("dst", "dst_offset", count="byte_count"), word="copy"),
     _transfer("_enqueue_read_buffer_rect", ("queue", "mem", "hostbuf", "buffer_origin",
                                             "host_origin", "region", "buffer_pitches",
                                             "host_pitches")),
@@ -122,7 +125,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
     _transfer("_enqueue_copy_buffer_rect", ("queue", "src", "dst", "src_origin", "dst_origin",
                                             "region", "src_pitches", "dst_pitches")),
     _transfer("_enqueue_fill_buffer", ("queue", "mem", "pattern", "offset", "size"),
-              Operand("mem", "offset", count="size")),
+              Operand("mem", "offset", count="size"), word="fill"),
     _transfer("_enqueue_read_image", ("queue", "mem", "origin", "region", "hostbuf",
                                       "row_pitch", "slice_pitch"), optional=True),
     _transfer("_enqueue_write_image", ("queue", "mem", "origin", "region", "hostbuf",
@@ -135,9 +138,9 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
                                                 "region"), optional=True),
     # ordering only: recorded so that the replay keeps the dependencies they express
     EntryPoint("pyopencl._cl", "_enqueue_marker_with_wait_list", "order",
-               "the marker and its wait list", wait_for=1, params=_Q),
+               "the marker and its wait list", wait_for=1, params=_Q, word="marker"),
     EntryPoint("pyopencl._cl", "_enqueue_barrier_with_wait_list", "order",
-               "the barrier and its wait list", wait_for=1, params=_Q),
+               "the barrier and its wait list", wait_for=1, params=_Q, word="barrier"),
     EntryPoint("pyopencl.CommandQueue", "finish", "finish", "the queue (a host-side finish)"),
     # host-side waits order the commands issued after them; one object under two names
     EntryPoint("pyopencl._cl", "wait_for_events", "host_wait", "the events waited for",
@@ -209,6 +212,8 @@ def _resolve() -> list[tuple[EntryPoint, Any, Any]]:
 BOUND: list[tuple[EntryPoint, Any, Any]] = _resolve()
 #: (owner, attribute) -> pyopencl's own object.
 ORIGINALS: dict[tuple[Any, str], Any] = {(owner, e.name): obj for e, owner, obj in BOUND}
+#: The commands a saved capture can hold, by their ``word``: (entry, pyopencl's own object).
+SAVED: dict[str, tuple[EntryPoint, Any]] = {e.word: (e, obj) for e, _, obj in BOUND if e.word}
 
 
 def original(owner: str, name: str) -> Any:

@@ -368,7 +368,7 @@ class Recording:
             if isinstance(v, _MemoryObject):
                 kw[k] = own = self.retain(v)
                 where.append((k, own))
-        if entry.name == "_enqueue_copy_buffer":
+        if entry.word == "copy":
             _resolve_copy_count(entry, pos, kw)
         self.raw.append(RawTransfer(entry, fn, tuple(pos), kw, tuple(waits) if waits else (),
                                     event, tuple(where)))

@@ -30,6 +30,7 @@ from netcl.core import device
 from netcl.core.log import warn_once
 from netcl.core.telemetry import Counts
 from netcl.core.tensor import Tensor
+from netcl.runtime.capture import _format as fmt
 from netcl.runtime.capture import _saved
 from netcl.runtime.capture import _telemetry as tm
 from netcl.runtime.capture._capture import KernelCapture, _from_program, log
@@ -378,9 +379,9 @@ def _save(step: CapturedStep[Any, Any], entry: _Capture, path: str | os.PathLike
     params = []
     for part, label in zip(parts, labels, strict=True):
         if part[0] in _FIELDS:
-            params.append({"kind": part[0], **_fields(part[0], part[1:-1])})
+            params.append(_value(part[0], None, part[1:-1]))
         elif part[0] in _VALUES.values() and (part[0] is not float or math.isfinite(part[1])):
-            params.append({"kind": "value", "type": part[0].__name__, "value": part[1]})
+            params.append(_value("value", part[0].__name__, (), value=part[1]))
         else:
             raise _saved.CaptureFileError(
                 f"captured step {step.name}: argument {label} is {_kind(part)} "
@@ -392,26 +393,23 @@ def _save(step: CapturedStep[Any, Any], entry: _Capture, path: str | os.PathLike
     outputs = []
     for kind, o in entry.plan:
         if kind == "arg":
-            outputs.append({"kind": "arg", "index": o})
+            outputs.append(_value("arg", None, (), index=o))
             continue
         view = o if kind == "fixed" else o[1]
-        found = {"kind": kind, "type": _TENSOR if isinstance(view, Tensor) else _ARRAY,
-                 **_fields(_TENSOR if isinstance(view, Tensor) else _ARRAY, _parts_of(view))}
+        found = _value(kind, _TENSOR if isinstance(view, Tensor) else _ARRAY, _parts_of(view))
         if kind == "fixed":
             buf = view.buffer if isinstance(view, Tensor) else view.base_data
             if buf.int_ptr not in index:
                 index[buf.int_ptr] = len(roles)
                 roles.append((_saved.OUTPUT, buf))
-            found["buffer"] = index[buf.int_ptr]
-        else:
-            found["slot"] = o[0]
-        outputs.append(found)
+            found = found._replace(buffer=index[buf.int_ptr])
+        outputs.append(found._replace(slot=None if kind == "fixed" else o[0]))
     result = entry.result
-    container = "none" if result is None else type(result).__name__ if isinstance(
+    container: Any = "none" if result is None else type(result).__name__ if isinstance(
         result, (tuple, list)) else "single"  # fmt: skip
-    signature = {"name": step.name, "labels": labels, "params": params, "keywords": names,
-                 "aliasing": aliasing, "sizes": entry.sizes, "result": container,
-                 "outputs": outputs, "inputs": [[j, index[p]] for j, p in entry.slots]}
+    signature = fmt.Step(step.name, labels, params, list(names) if names else None,
+                         list(entry.sizes), list(aliasing) if aliasing else None, container,
+                         outputs, [(j, index[p]) for j, p in entry.slots])  # fmt: skip
     return _saved.save(path, program, kind="step", roles=roles, step=signature)
 
 
@@ -421,11 +419,14 @@ def _parts_of(view: Any) -> tuple[Any, ...]:
     return view.shape, view.dtype, view.strides, view.offset
 
 
-def _fields(kind: str, values: tuple[Any, ...]) -> dict[str, Any]:
-    """A Tensor's or Array's key fields (shape, dtype ...; not the queue) as JSON data."""
-    found = dict(zip(_FIELDS[kind], values, strict=False))
-    found["dtype"] = np.dtype(found["dtype"]).str
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in found.items()}
+def _value(kind: str, type_: str | None, values: tuple[Any, ...], **more: Any) -> fmt.Value:
+    """A step's argument or output as the file has it: a Tensor's or Array's fields (shape,
+    dtype ...; not the queue), a value's type and value, an argument's index."""
+    found: dict[str, Any] = dict.fromkeys(fmt.Value._fields)
+    found |= dict(zip(("shape", "dtype", "strides", "offset"), values, strict=False))
+    found |= {k: list(found[k]) for k in ("shape", "strides") if found[k] is not None}
+    dtype = np.dtype(found["dtype"]).str if values else None
+    return fmt.Value(**found | more | {"kind": kind, "type": type_, "dtype": dtype})
 
 
 def load_step(path: str | os.PathLike[str], queue: cl.CommandQueue) -> LoadedStep:
@@ -435,71 +436,70 @@ def load_step(path: str | os.PathLike[str], queue: cl.CommandQueue) -> LoadedSte
     Arrays of the saved shapes and dtypes on ``queue``), it returns its outputs like a captured
     step. :class:`CaptureFileError` names the file and what is wrong with it."""
     loaded = _saved.load(path, queue)
-    step = loaded.manifest.get("step")
-    if loaded.manifest.get("kind") != "step" or not isinstance(step, dict):
+    step = loaded.manifest.step
+    if loaded.manifest.kind != "step" or step is None:
         raise _saved.CaptureFileError(f"{os.fspath(path)}: holds a KernelCapture, not a step: "
                                       "load it with load_capture()")  # fmt: skip
     try:
         return _loaded(loaded, step, queue, os.fspath(path))
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise _saved.CaptureFileError(f"{os.fspath(path)}: its step manifest is malformed "
-                                      f"({type(exc).__name__}: {exc})") from None
+    except (IndexError, TypeError, ValueError, ArithmeticError, cl.Error) as exc:
+        raise _saved.CaptureFileError(f"{os.fspath(path)}: its step is not one this file can "
+                                      f"replay ({type(exc).__name__}: {exc})") from None
 
 
-def _loaded(loaded: _saved.Loaded, step: dict[str, Any], queue: cl.CommandQueue,
+def _loaded(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue,
             path: str) -> LoadedStep:  # fmt: skip
     """The LoadedStep of a file: its saved call rebuilt on stand-in buffers (the file's input
     buffers), recorded as a captured step's call is, with the file's capture."""
-    inputs = {int(j): loaded.buffers[i] for j, i in step["inputs"]}
-    aliasing = step["aliasing"]
+    inputs = {j: loaded.buffers[i] for j, i in step.inputs}
+    aliasing = step.aliasing
     bufs: list[Any] = []  # per buffer argument: the file's input buffer, or one of its own
-    for j, size in enumerate(step["sizes"]):
+    for j, size in enumerate(step.sizes):
         first = aliasing[j] if aliasing else j
         bufs.append(bufs[first] if first != j else inputs.get(j) or cl.Buffer(
-            queue.context, cl.mem_flags.READ_WRITE, max(int(size), 1)))  # fmt: skip
+            queue.context, cl.mem_flags.READ_WRITE, max(size, 1)))  # fmt: skip
     flat: list[Any] = []
     parts: list[Any] = []
     text = []
-    for param, label in zip(step["params"], step["labels"], strict=True):
-        kind = param["kind"]
+    for param, label in zip(step.params, step.labels, strict=True):
+        kind = param.kind
         if kind in _FIELDS:
             obj = _object(kind, param, bufs[sum(p[0] in _FIELDS for p in parts)], queue)
             parts.append((kind, *_parts_of(obj), queue))
             text.append(f"{label}: {kind}{tuple(obj.shape)} {obj.dtype}")
         else:
-            obj = param["value"]
-            if type(obj) is not _VALUES[param["type"]]:
-                raise ValueError(f"argument {label}: {obj!r} is no {param['type']}")
+            obj = param.value
+            if type(obj) is not _VALUES.get(param.type or ""):
+                raise ValueError(f"argument {label}: {obj!r} is no {param.type}")
             parts.append((type(obj), obj))
             text.append(f"{label}={_short(obj)}")
         flat.append(obj)
-    names = tuple(step["keywords"]) if step["keywords"] else None
+    names = tuple(step.keywords) if step.keywords else None
     npos = len(flat) - len(names or ())
     key = (tuple(parts), names, tuple(aliasing) if aliasing else None)
     call = _Call(key, tuple(flat[:npos]), dict(zip(names or (), flat[npos:], strict=True)),
                  tuple(flat), bufs, [b.int_ptr for b in bufs])  # fmt: skip
-    items = [flat[o["index"]] if o["kind"] == "arg" else _object(
-        o["type"], o, loaded.buffers[o["buffer"]] if o["kind"] == "fixed" else bufs[o["slot"]],
-        queue) for o in step["outputs"]]  # fmt: skip
-    container = step["result"]
+    items = [flat[o.index] if o.kind == "arg" else _object(  # type: ignore[index]
+        o.type, o, loaded.buffers[o.buffer] if o.kind == "fixed" else bufs[o.slot],  # type: ignore[index]
+        queue) for o in step.outputs]  # fmt: skip
+    container = step.result
     result = None if container == "none" else items[0] if container == "single" else (
         tuple(items) if container == "tuple" else list(items))  # fmt: skip
-    name = str(step["name"])
-    loaded_step = LoadedStep(name, list(step["labels"]), f"({', '.join(text)})")
+    loaded_step = LoadedStep(step.name, list(step.labels), f"({', '.join(text)})")
     entry = _Capture(_from_program(loaded.program), call, f"loaded from {path}", result,
-                     _outputs_of(result, name))  # fmt: skip
+                     _outputs_of(result, step.name))  # fmt: skip
     loaded_step._captures[key] = loaded_step._mru = entry
-    _KEPT.add(1, name)
+    _KEPT.add(1, step.name)
     return loaded_step
 
 
-def _object(kind: str, fields: dict[str, Any], buf: Any, queue: cl.CommandQueue) -> Any:
+def _object(kind: Any, fields: fmt.Value, buf: Any, queue: cl.CommandQueue) -> Any:
     """A Tensor or Array of saved ``fields`` on ``buf``."""
-    shape, dtype = tuple(int(d) for d in fields["shape"]), np.dtype(fields["dtype"])
+    shape, dtype = tuple(fields.shape), np.dtype(fields.dtype)  # type: ignore[arg-type]
     if kind == _TENSOR:
         return Tensor(buf, shape, dtype, queue)
-    return _Array(queue, shape, dtype, strides=tuple(int(s) for s in fields["strides"]),
-                  data=buf, offset=int(fields["offset"]))  # fmt: skip
+    return _Array(queue, shape, dtype, strides=tuple(fields.strides),  # type: ignore[arg-type]
+                  data=buf, offset=fields.offset)  # fmt: skip
 
 
 def _forget(name: str, captures: OrderedDict[GuardKey, _Capture]) -> None:
