@@ -1,17 +1,19 @@
 """Interval packing: offsets in one arena for values with known lifetimes, no two values alive at
 the same step overlapping. Several heuristics run and the smallest arena wins (XLA's heap
 simulator does the same); the graph guide lists them. The one memory planner of netcl: a
-graph's intermediates and a capture's own buffers are placed with it."""
+graph's intermediates and a capture's own buffers are placed with it. Also the one dependency
+order (Kahn's algorithm) of a graph's ops and of a scheduler's plans."""
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-__all__ = ["Interval", "Placement", "lower_bound", "place"]
+__all__ = ["Interval", "Placement", "dependency_order", "lower_bound", "place"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,3 +231,32 @@ def place(
 def _placement(items: Sequence[Interval], offsets: Sequence[int]) -> Placement:
     arena = max(o + it.size for o, it in zip(offsets, items, strict=True))
     return Placement(tuple(offsets), arena)
+
+
+def dependency_order(preds: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
+    """Nodes ``0..n-1`` in an order where node k comes after every node in ``preds[k]``, the
+    lowest ready node first (Kahn's algorithm): ``(order, [])``; when some cannot be ordered,
+    ``(the nodes ordered, a cycle)``, each node of the cycle coming after the one before it."""
+    waiting = [len(ks) for ks in preds]
+    followers: list[list[int]] = [[] for _ in preds]
+    for k, ks in enumerate(preds):
+        for j in ks:
+            followers[j].append(k)
+    ready = [k for k, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        order.append(k := heapq.heappop(ready))
+        for f in followers[k]:
+            waiting[f] -= 1
+            if waiting[f] == 0:
+                heapq.heappush(ready, f)
+    if len(order) == len(preds):
+        return order, []
+    # every stuck node waits on another stuck one: walking back from the lowest must meet itself
+    k = next(k for k, w in enumerate(waiting) if w)
+    path: dict[int, int] = {}  # node -> its position on the path walked
+    while k not in path:
+        path[k] = len(path)
+        k = next(j for j in preds[k] if waiting[j])
+    return order, list(path)[path[k] :][::-1]  # walked backwards: reversed, it is in order

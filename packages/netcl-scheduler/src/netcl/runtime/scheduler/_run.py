@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import heapq
 import threading
 import weakref
 from collections.abc import Collection, Iterable
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import pyopencl as cl
 
 from netcl.core.device import Checking, checker, watcher
+from netcl.core.packing import dependency_order
 from netcl.core.telemetry import NO_SPAN, Span, tracing
 from netcl.runtime.scheduler import _telemetry as tm
 from netcl.runtime.scheduler._errors import (
@@ -106,32 +106,11 @@ def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
     if not late:
         return plans
     # per plan: the positions of the plans of this run it comes after
-    preds = [[position[id(q)] for q in after_of(plan) if id(q) in position] for plan in plans]
-    # Kahn's algorithm, taking the ready plan submitted first
-    waiting = [len(ks) for ks in preds]
-    followers: list[list[int]] = [[] for _ in plans]
-    for k, ks in enumerate(preds):
-        for j in ks:
-            followers[j].append(k)
-    ready = [k for k, w in enumerate(waiting) if w == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        order.append(k := heapq.heappop(ready))
-        for f in followers[k]:
-            waiting[f] -= 1
-            if waiting[f] == 0:
-                heapq.heappush(ready, f)
-    if len(order) == len(plans):
+    order, cycle = dependency_order(
+        [[position[id(q)] for q in after_of(plan) if id(q) in position] for plan in plans]
+    )
+    if not cycle:
         return [plans[k] for k in order]
-    # every stuck plan waits on another stuck plan: walking back from one must meet itself again
-    stuck = {k for k, w in enumerate(waiting) if w}
-    k = min(stuck)
-    path: dict[int, int] = {}  # plan -> its position on the path walked
-    while k not in path:
-        path[k] = len(path)
-        k = next(j for j in preds[k] if j in stuck)
-    cycle = list(path)[path[k] :][::-1]  # walked backwards (plan -> the plan it follows)
     start = cycle.index(min(cycle))  # from the plan submitted first: the same text every time
     names = " -> ".join(describe_plan(plans[j], j) for j in [*cycle[start:], *cycle[: start + 1]])
     raise ValueError(
