@@ -556,8 +556,6 @@ class BufferPool:
             self._free_held()
 
     def _free_held(self) -> None:
-        # users that keep views of pool blocks (graph executors) drop them first, or the views
-        # would keep the freed blocks' memory allocated
         for ref in list(self._on_free_held):
             forget = ref()
             if forget is None:

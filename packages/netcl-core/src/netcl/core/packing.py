@@ -229,8 +229,7 @@ def place(
 
 
 def _placement(items: Sequence[Interval], offsets: Sequence[int]) -> Placement:
-    arena = max(o + it.size for o, it in zip(offsets, items, strict=True))
-    return Placement(tuple(offsets), arena)
+    return Placement(tuple(offsets), max(o + it.size for o, it in zip(offsets, items, strict=True)))
 
 
 def dependency_order(preds: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:

@@ -154,9 +154,6 @@ class _NoSpan(Span):
 
     def end(self, exc: BaseException | None = None, *, end_time: int | None = None) -> None: ...
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None: ...  # fmt: skip
-
 
 NO_SPAN: Span = _NoSpan()
 

@@ -116,8 +116,7 @@ class Tensor:
         """Copy a host array to a new tensor (blocking)."""
         host = np.asarray(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
         tensor = cls.empty(host.shape, host.dtype, queue)
-        if host.nbytes:
-            cl.enqueue_copy(queue, tensor.buffer, host)
+        tensor.write(host)
         return tensor
 
     def write(self, array: npt.ArrayLike, *, wait: bool = True) -> cl.Event | None:

@@ -172,9 +172,8 @@ def _check_pocl(b: bytes | memoryview) -> None:
 
 def _check_elf(b: bytes | memoryview) -> None:
     n = len(b)
-    wide = b[4] == 2  # ELFCLASS64
     order = "<" if b[5] == 1 else ">"
-    if wide:
+    if b[4] == 2:  # ELFCLASS64
         phoff, shoff = struct.unpack_from(order + "QQ", b, 32)
         phsize, phnum, shsize, shnum = struct.unpack_from(order + "HHHH", b, 54)
         section = struct.Struct(order + "IIQQQQ")  # name, type, flags, addr, offset, size

@@ -434,8 +434,7 @@ class ProgramCache:
                 if why is None:
                     store = self._registry.stores[root] = DiskStore(root)
                 else:
-                    _folder_warning(root, "cache_dir_untrusted", f"is not used ({why})",
-                                    reason=why)  # fmt: skip
+                    _folder_warning(root, "cache_dir_untrusted", f"is not used ({why})", reason=why)
         self._store, self._store_opened = store, True
         return store
 

@@ -131,8 +131,7 @@ class RemoteTier:
         except Exception as exc:  # redis' errors, and whatever else: never into get_program
             kind = telemetry.error_type(exc)
             tel.REMOTE_ERRORS.add(1, kind)
-            log.warning("cache_remote_error", url=self.url, op=op, error_type=kind,
-                        error=str(exc))  # fmt: skip
+            log.warning("cache_remote_error", url=self.url, op=op, error_type=kind, error=str(exc))
             # a server that answers (full, read-only replica, no permission) is not down
             down = isinstance(exc, self._down_errors) or not isinstance(exc, self._answered)
             if down:

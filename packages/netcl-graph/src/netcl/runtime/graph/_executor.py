@@ -22,7 +22,6 @@ from netcl.runtime.graph._telemetry import TEL
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
-    from netcl.core.profiling import Collector
     from netcl.runtime.graph._plan import GraphPlan
 
 __all__ = ["GraphExecutor"]
@@ -234,9 +233,7 @@ class GraphExecutor:
         """Bytes every value's size and offset is rounded to (the device's alignment)."""
         return self._alignment
 
-    def plan(
-        self, graph: Graph, outputs: Sequence[TensorRef | str] | None = None
-    ) -> GraphPlan:
+    def plan(self, graph: Graph, outputs: Sequence[TensorRef | str] | None = None) -> GraphPlan:
         """The plan a run of ``graph`` with these ``outputs`` uses (made now if not cached).
 
         Raises ValueError on a cycle, an unknown ref or output, or an empty graph.
@@ -274,9 +271,7 @@ class GraphExecutor:
                 r.views = [{} for _ in r.views]
 
     @overload
-    def run(self, graph: Graph) -> Tensor: ...
-    @overload
-    def run(self, graph: Graph, outputs: None) -> Tensor: ...
+    def run(self, graph: Graph, outputs: None = None) -> Tensor: ...
     @overload
     def run(self, graph: Graph, outputs: Sequence[TensorRef | str]) -> list[Tensor]: ...
 
@@ -293,10 +288,7 @@ class GraphExecutor:
         """
         state = self._run_state(graph, outputs)
         t0 = time.perf_counter()
-        if telemetry.tracing():
-            result = self._traced(state)
-        else:
-            result = self._execute(state, False, self._collector, self._checked)
+        result = self._traced(state) if telemetry.tracing() else self._execute(state, False)
         tm.RUN_DURATION.record(time.perf_counter() - t0)
         tm.NODES_EXECUTED.add(len(state.ops))
         return result[0] if outputs is None else result
@@ -304,16 +296,15 @@ class GraphExecutor:
     def _traced(self, state: _PlannedRun) -> list[Tensor]:
         with TEL.span(tm.RUN_SPAN, state.run_attrs) as span:
             try:
-                return self._execute(state, True, self._collector, self._checked)
+                return self._execute(state, True)
             except BaseException as exc:
                 # the caller gets an error that wraps the op's own: the span reports the op's
                 span.fail(exc.__cause__ if exc.__cause__ is not None else exc)
                 raise
 
-    def _execute(
-        self, state: _PlannedRun, traced: bool, collector: Collector | None, checked: bool
-    ) -> list[Tensor]:
+    def _execute(self, state: _PlannedRun, traced: bool) -> list[Tensor]:
         pool, queue, ooo = self.pool, self._queue, self._out_of_order
+        collector, checked = self._collector, self._checked
         values = list(state.template)
         taken: list[Tensor | None] = [None] * len(state.blocks)
         ending: list[tuple[tuple[Tensor, Gone], ...]] = [()] * len(state.blocks)  # per view
