@@ -323,8 +323,7 @@ def _bounded(method: str, timeout: float | None) -> bool:
     deadline = time.monotonic() + timeout
     threads = []
     for signal, provider in (("traces", "tracer_provider"), ("metrics", "meter_provider")):
-        call = getattr(_configured.get(provider), method, None)
-        if call is not None:
+        if (call := getattr(_configured.get(provider), method, None)) is not None:
             name = f"netcl-otel-{method}-{signal}"
             thread = threading.Thread(target=_quietly, args=(call,), name=name, daemon=True)
             thread.start()
@@ -394,8 +393,7 @@ def _metric_lines(data: MetricsData) -> str:
             for m in sm.metrics:
                 for p in m.data.data_points:
                     attrs = ",".join(f"{k}={_value(v)}" for k, v in (p.attributes or {}).items())
-                    value = getattr(p, "value", None)
-                    if value is None:  # histogram point
+                    if (value := getattr(p, "value", None)) is None:  # histogram point
                         value = f"count={p.count} sum={p.sum:.6g}"  # type: ignore[union-attr]
                     lines.append(f"metric {m.name}{{{attrs}}} {value}\n")
     return "".join(lines)

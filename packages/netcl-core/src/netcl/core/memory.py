@@ -142,8 +142,7 @@ class Checker:
     def guarded(self, ptr: int) -> tuple[BufferPool, Any, Guard, str] | None:
         """The checked pool, block, guard and description of the live pool block at ``ptr``."""
         for pool in list(_CHECKED_POOLS):
-            entry = pool._guards.get(ptr)
-            if entry is not None:
+            if (entry := pool._guards.get(ptr)) is not None:
                 return (pool, *entry)
         return None
 
@@ -210,8 +209,7 @@ class _Bin:
 
 
 def _direct_freed(ref: weakref.ref[BufferPool], nbytes: int) -> None:
-    pool = ref()
-    if pool is not None:
+    if (pool := ref()) is not None:
         with pool._lock:
             pool._direct_bytes -= nbytes
             pool._direct_blocks -= 1
@@ -355,8 +353,7 @@ class BufferPool:
     def _bad_release(self, tensor: Tensor) -> None:
         if not isinstance(tensor, Tensor):
             raise TypeError(f"BufferPool.release: expected a Tensor, got {tensor!r}")
-        gone = tensor._buffer
-        if type(gone) is Gone:
+        if type(gone := tensor._buffer) is Gone:
             what = "was already released" if gone is _RELEASED else gone.message
             raise ValueError(f"BufferPool.release: {tensor!r} {what}")
         raise ValueError(f"BufferPool.release: {tensor!r} was not allocated by this pool")
@@ -397,8 +394,7 @@ class BufferPool:
         return entry
 
     def _bin_for(self, nbytes: int) -> _Bin:
-        size = self.block_bytes(nbytes)
-        if size > self._max_alloc:
+        if (size := self.block_bytes(nbytes)) > self._max_alloc:
             return _Bin(self._token, size, direct=True)  # not kept: allocating from it fails
         if (bin_ := self._bins.get(size)) is not None:
             return bin_
@@ -557,8 +553,7 @@ class BufferPool:
 
     def _free_held(self) -> None:
         for ref in list(self._on_free_held):
-            forget = ref()
-            if forget is None:
+            if (forget := ref()) is None:
                 self._on_free_held.remove(ref)
             else:
                 forget()

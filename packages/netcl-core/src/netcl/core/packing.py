@@ -194,10 +194,8 @@ def place(
         return Placement((), 0)
     bound = lower_bound(items)  # no placement does better: stop at the first that reaches it
     best: Placement | None = None
-    if not fixed and not bounds:
-        offsets = _two_ended(items, bound)
-        if offsets is not None:
-            best = _placement(items, offsets)
+    if not fixed and not bounds and (offsets := _two_ended(items, bound)) is not None:
+        best = _placement(items, offsets)
     lifetimes = _Lifetimes(items)
     bounds = sorted(bounds)
     for key, best_fit in _GREEDY_PASSES:

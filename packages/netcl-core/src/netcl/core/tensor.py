@@ -75,8 +75,7 @@ class Tensor:
     def buffer(self) -> cl.MemoryObjectHolder:
         """The OpenCL buffer (``RuntimeError`` once the tensor was released to its pool, or once
         the run of the graph it was an intermediate of ended)."""
-        buf = self._buffer
-        if type(buf) is Gone:
+        if type(buf := self._buffer) is Gone:
             raise RuntimeError(f"{self!r} {buf.message}")
         return buf
 

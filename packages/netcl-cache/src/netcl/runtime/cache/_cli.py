@@ -155,8 +155,7 @@ def _list(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
         row: _Doc = {"key": f.key, "kind": f.kind, "bytes": f.size, "last_used": f.mtime,
                      "status": "ok", "device": None, "options": None}  # fmt: skip
         try:
-            meta = store.meta(f)
-            if meta is None:
+            if (meta := store.meta(f)) is None:
                 continue  # removed meanwhile
             row.update(device=meta.get("device"), options=meta.get("options"))
         except (OSError, EntryError) as exc:
@@ -206,8 +205,7 @@ def _zero(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
 def _prune(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
     """delete damaged entries and temporary files of writers that are gone, then evict least
     recently used entries down to the size cap"""
-    cap = args.max_bytes
-    if cap is None:
+    if (cap := args.max_bytes) is None:
         cap = int(_setting(lambda: MAX_BYTES.value(DEFAULT_MAX_BYTES)))
     store, doc = _open(root)
     doc["max_bytes"] = cap

@@ -98,7 +98,6 @@ class RemoteTier:
         self._open_until = 0.0
 
     # breaker ------------------------------------------------------------------------------------
-
     @property
     def breaker_open(self) -> bool:
         """Whether Redis calls are suspended after repeated failures."""
@@ -167,7 +166,6 @@ class RemoteTier:
         return value
 
     # operations ---------------------------------------------------------------------------------
-
     def get(self, key: str) -> bytes | None:
         """The raw value of ``key`` (at most ``max_bytes`` + 1 bytes), None when absent."""
         data = self._call("get", self._r.getrange, _PREFIX + key, 0, self.max_bytes)
@@ -251,7 +249,6 @@ def _client(url: str) -> Any:
 
 
 # one tier per configuration ---------------------------------------------------------------------
-
 _TIERS: dict[RemoteSettings, RemoteTier | str] = {}  # the tier, or why there is none
 _TIERS_LOCK = threading.Lock()
 
@@ -260,8 +257,7 @@ def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | str | 
     """The process-wide tier of this configuration (``None`` arguments: the environment), or why
     it cannot be used (one warning per configuration); None when there is none (or
     :func:`remote_settings` refused it, with a warning of its own)."""
-    cfg = remote_settings(url, secret)
-    if cfg is None:
+    if (cfg := remote_settings(url, secret)) is None:
         return None
     with _TIERS_LOCK:
         if cfg not in _TIERS:

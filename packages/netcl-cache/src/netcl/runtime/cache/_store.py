@@ -194,7 +194,6 @@ class DiskStore:
         self._prefix = os.path.join(self.programs, "")  # str paths: a hit skips pathlib
 
     # entries ------------------------------------------------------------------------------------
-
     def path(self, key: str) -> Path:
         return self.programs / (key + SUFFIX)
 
@@ -322,7 +321,6 @@ class DiskStore:
         return sum(self.remove(t.path) for t in self.temp_files() if not t.alive)
 
     # locks and totals ---------------------------------------------------------------------------
-
     def _file_lock(self, path: str, timeout: float) -> filelock.FileLock:
         # filelock would make a missing folder again, readable by all (0755): when the cache
         # folder was removed meanwhile, fail instead, and let the next open make it (0700)

@@ -409,8 +409,7 @@ class GraphExecutor:
         # the views are made once per pool block (the pool hands the same block back run after
         # run) and kept until the pool frees its held blocks
         ptr = block.buffer.int_ptr
-        views = state.views[k].get(ptr)
-        if views is None:
+        if (views := state.views[k].get(ptr)) is None:
             # a Buffer of our own on the pooled block (PooledBuffer has no get_sub_region)
             base = cl.Buffer.from_int_ptr(ptr, retain=True)
             bufs = [base.get_sub_region(v.offset, v.size) for v in spec.views]

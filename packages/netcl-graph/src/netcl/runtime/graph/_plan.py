@@ -194,8 +194,7 @@ def _check_outputs(names: Sequence[str], outputs: Sequence[str] | None) -> tuple
     for name in wanted:
         if name not in known:
             raise ValueError(f"GraphExecutor: requested output {name!r} is not an op of the graph")
-    dup = {n for n, times in Counter(wanted).items() if times > 1}
-    if dup:
+    if dup := {n for n, times in Counter(wanted).items() if times > 1}:
         raise ValueError(f"GraphExecutor: output(s) {sorted(dup)} requested more than once")
     if not wanted:
         raise ValueError("GraphExecutor: outputs must name at least one op")

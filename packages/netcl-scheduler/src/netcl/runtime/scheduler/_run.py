@@ -354,8 +354,7 @@ class Run:
         # each status read too: NVIDIA's clWaitForEvents succeeds over failed events (against
         # OpenCL's CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, which PoCL returns)
         for ev in cl_events:
-            status = ev.get_info(_STATUS)
-            if status < 0:
+            if (status := ev.get_info(_STATUS)) < 0:
                 raise self._event_error(ev, f"failed (command status {status})", where)
 
     def _wait_each(self, events: Iterable[EventLike], where: Collection[_Source]) -> None:
