@@ -43,8 +43,7 @@ _NAMED = {f"opentelemetry.{api}": f"OTEL_PYTHON_{kind}_PROVIDER" in os.environ
 def _loaded(api: str) -> Any:
     """The API module ``api`` (``opentelemetry.trace`` or ``.metrics``) if loaded, else None;
     imported here only when ``OTEL_PYTHON_<TRACER|METER>_PROVIDER`` names a provider to load."""
-    module = sys.modules.get(api)
-    if module is None and _NAMED[api]:
+    if (module := sys.modules.get(api)) is None and _NAMED[api]:
         module = importlib.import_module(api)
     return module
 
@@ -154,8 +153,7 @@ def _number(text: str, integer: bool = False) -> float:
 
 
 def _check(variable: str, accepts: str, ok: Callable[..., bool], *args: object) -> None:
-    value = os.environ.get(variable)
-    if value and not ok(value.strip(), *args):
+    if (value := os.environ.get(variable)) and not ok(value.strip(), *args):
         raise ConfigError(variable, value, accepts)
 
 

@@ -100,8 +100,7 @@ class Guard:
 
     def fill(self, queue: cl.CommandQueue, block: Any) -> None:
         """Enqueue the fills of the guard bytes (ordered on an out-of-order queue too)."""
-        ooo = device.out_of_order(queue)
-        if ooo:
+        if ooo := device.out_of_order(queue):
             _barrier(queue, None)
         pattern = np.uint8(self.byte)
         if self.before:

@@ -134,8 +134,7 @@ def _gap(busy: Sequence[tuple[int, int]], size: int, best_fit: bool, bounds: Seq
     chosen_gap = -1
     end = 0
     for start, stop in busy:
-        gap = start - end
-        if gap >= size:
+        if (gap := start - end) >= size:
             pos = _fit(end, start, size, bounds) if bounds else end
             if pos >= 0 and (chosen < 0 or gap < chosen_gap):
                 chosen, chosen_gap = pos, gap

@@ -292,8 +292,7 @@ class Scope:
         except Exception as exc:
             _sdk_failed("start", exc)
             return NO_SPAN
-        token = context.attach(trace.set_span_in_context(span)) if current else None
-        return Span(span, token)
+        return Span(span, context.attach(trace.set_span_in_context(span)) if current else None)
 
     def record_span(self, name: str, start_time: int, end_time: int,
                     attributes: _Attrs | None = None, *,

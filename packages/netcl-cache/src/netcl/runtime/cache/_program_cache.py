@@ -306,9 +306,8 @@ class ProgramCache:
         key_lock = self._tier.key_lock(mkey)
         try:
             with key_lock:
-                hit = self._memory.get(mkey)
-                if hit is not None:  # built by the thread this one waited for
-                    self._c["memory_hits"] += 1
+                if (hit := self._memory.get(mkey)) is not None:
+                    self._c["memory_hits"] += 1  # built by the thread this one waited for
                     return hit.program
                 ident, name = self._registry.device(dev, self._device_identity)
                 # a failure leaving the block marks the span (status ERROR, error.type)

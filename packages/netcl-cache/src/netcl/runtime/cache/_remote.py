@@ -204,8 +204,7 @@ class RemoteTier:
 
     def put(self, key: str, binary: bytes, meta: dict[str, Any]) -> bool:
         """Publish ``binary``; False (not sent) when its value would exceed ``max_bytes``."""
-        value = encode(key, binary, meta, self._secret)
-        if len(value) > self.max_bytes:
+        if len(value := encode(key, binary, meta, self._secret)) > self.max_bytes:
             log.info("cache_remote_too_large", key=key, bytes=len(value), max_bytes=self.max_bytes)
             return False
         return bool(self._call("set", self._r.set, _PREFIX + key, value, ex=TTL_S))
@@ -276,8 +275,7 @@ def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | str | 
 
 def remote_info() -> dict[str, Any]:
     """What ``netcl cache stats`` shows about the environment's remote tier (PINGs Redis)."""
-    raw = REMOTE.raw().strip()
-    if not raw:
+    if not (raw := REMOTE.raw().strip()):
         return {"configured": False}
     tier = tier_for(None, None)
     info = {"configured": True, "url": redact(raw), "usable": False, "reachable": False}

@@ -255,8 +255,7 @@ class GraphExecutor:
         run = _PlannedRun(plan, graph, self._context, self._checked)
         tm.PLANS_BUILT.add(1)
         with self._lock:
-            per_graph = self._runs.get(graph)
-            if per_graph is None or any(
+            if (per_graph := self._runs.get(graph)) is None or any(
                 r.plan.graph_version != graph.version for r in per_graph.values()
             ):
                 per_graph = self._runs[graph] = {}

@@ -253,9 +253,8 @@ class Run:
             return tm.ORDER_HOST if self.waited else tm.ORDER_NONE
         queue = plan.queue
         if self.async_mode and queue is not None and all(map(_is_cl_event, events)):
-            for ev in events:
-                status = ev.get_info(_STATUS)  # type: ignore[attr-defined]
-                if status < 0:  # never issue a plan on top of a failure already known
+            for ev in events:  # never issue a plan on top of a failure already known
+                if (status := ev.get_info(_STATUS)) < 0:  # type: ignore[attr-defined]
                     where = followed.values()
                     raise self._event_error(ev, f"failed (command status {status})", where)
             try:
