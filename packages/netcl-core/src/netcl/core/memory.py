@@ -40,7 +40,6 @@ _OOM_CODES = frozenset(
 
 
 def _is_oom(exc: cl.Error) -> bool:
-    """Whether a pyopencl error means the device ran out of memory."""
     return isinstance(exc, cl.MemoryError) or getattr(exc, "code", None) in _OOM_CODES
 
 
@@ -400,8 +399,7 @@ class BufferPool:
         with self._lock:  # one bin per size, whichever thread makes it
             if (bin_ := self._bins.get(size)) is None:
                 # pyopencl's class of the device's maximum can be larger than the maximum
-                direct = self._class_bytes(size) != size
-                bin_ = self._bins[size] = _Bin(self._token, size, direct)
+                bin_ = self._bins[size] = _Bin(self._token, size, self._class_bytes(size) != size)
             return bin_
 
     def _class_bytes(self, nbytes: int) -> int:

@@ -154,10 +154,9 @@ def _two_ended(items: Sequence[Interval], bound: int) -> list[int] | None:
     sum to at most ``bound``, so they never overlap."""
     if _most_alive(items, [1] * len(items)) > 2:
         return None
-    order = sorted(range(len(items)), key=lambda i: (items[i].first, items[i].last))
     colour_free_at = [-1, -1]  # the step after which each colour is free
     offsets = [0] * len(items)
-    for i in order:
+    for i in sorted(range(len(items)), key=lambda i: (items[i].first, items[i].last)):
         it = items[i]
         colour = 0 if colour_free_at[0] < it.first else 1
         colour_free_at[colour] = it.last
@@ -238,8 +237,7 @@ def dependency_order(preds: Sequence[Sequence[int]]) -> tuple[list[int], list[in
     for k, ks in enumerate(preds):
         for j in ks:
             followers[j].append(k)
-    ready = [k for k, w in enumerate(waiting) if w == 0]
-    heapq.heapify(ready)
+    ready = [k for k, w in enumerate(waiting) if w == 0]  # ascending: a heap already
     order: list[int] = []
     while ready:
         order.append(k := heapq.heappop(ready))

@@ -198,8 +198,7 @@ def _zero(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
     doc["entries"] = len(store.entries())
     if not doc["exists"]:
         return doc, f"nothing to zero: {root} (not created yet)\n"
-    kept = plural(doc["entries"], "entry", "entries")
-    return doc, f"statistics zeroed in {root} ({kept} kept)\n"
+    return doc, f"statistics zeroed in {root} ({plural(doc['entries'], 'entry', 'entries')} kept)\n"
 
 
 def _prune(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:

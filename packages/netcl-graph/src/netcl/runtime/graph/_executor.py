@@ -215,7 +215,6 @@ class GraphExecutor:
             raise TypeError(f"GraphExecutor: pool must be a BufferPool, got {pool!r}")
         self.pool = pool
         self._queue = queue = pool.queue
-        self._context = queue.context
         # sub-buffer origins must be multiples of the device's base address alignment (in bits)
         self._alignment = max(int(queue.device.mem_base_addr_align) // 8, 1)
         self._out_of_order = device.out_of_order(queue)
@@ -252,7 +251,7 @@ class GraphExecutor:
 
         plan = build_plan(graph, key, self._alignment, self.pool.block_bytes,
                           guard_bytes if self._checked else None)
-        run = _PlannedRun(plan, graph, self._context, self._checked)
+        run = _PlannedRun(plan, graph, self._queue.context, self._checked)
         tm.PLANS_BUILT.add(1)
         with self._lock:
             if (per_graph := self._runs.get(graph)) is None or any(

@@ -123,8 +123,7 @@ def _watch_plan(collector: Collector, plan: ExecutionPlan, record: PlanRecord,
                 span: Span, begin: cl.Event | None) -> None:  # fmt: skip
     """Hand the cl.Events the plan's ops returned in this run to the device-time collector
     (``begin``: a plain queue's start stamp)."""
-    events = [e for e in _events(record.results[record.first :]) if isinstance(e, _Event)]
-    if events:
+    if events := [e for e in _events(record.results[record.first :]) if isinstance(e, _Event)]:
         collector.watch("scheduler.plan", events, name=plan.description or None, parent=span,
                         queue=plan.queue, begin=begin)  # fmt: skip
 
