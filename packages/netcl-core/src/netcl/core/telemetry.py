@@ -283,9 +283,7 @@ class Scope:
         from opentelemetry import context, trace  # loaded: something records
 
         try:
-            ctx = None
-            if parent is not None and parent.recording:
-                ctx = trace.set_span_in_context(parent._span)
+            ctx = trace.set_span_in_context(parent._span) if parent and parent.recording else None
             span = self.tracer.start_span(
                 name, context=ctx, attributes=attributes, start_time=start_time
             )

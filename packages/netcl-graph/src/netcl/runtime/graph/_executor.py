@@ -309,12 +309,11 @@ class GraphExecutor:
         node, allocating, span = None, -1, telemetry.NO_SPAN
         # after the fn, spans, device time and checked mode share one flag (one test per op)
         hooked = traced or collector is not None or checked
-        marker: cl.Event | None = None
         try:
             if ooo:
                 cl.enqueue_barrier(queue)  # earlier users of these blocks finish first
-            if collector is not None:  # a marker, or a plain queue's stamp on its side queue
-                marker = collector.stamp(queue)
+            # a marker, or a plain queue's stamp on its side queue
+            marker = collector.stamp(queue) if collector is not None else None
             # The one per-op loop: take the op's blocks, call its fn, release the blocks whose
             # last reader it was. Span and device-time work only behind `hooked`; no call or
             # loop for an op that takes or releases nothing (most of them).

@@ -336,8 +336,6 @@ class Run:
 
     def _wait(self, events: list[EventLike], where: Collection[_Source]) -> None:
         """Wait for ``events`` (of the plans ``where``); raise naming the op of one that failed."""
-        if not events:
-            return
         # other event-likes first, by their own wait(); then the cl.Events in one
         # clWaitForEvents (a separate wait() costs ~4 µs each on PoCL)
         self._wait_each([e for e in events if not isinstance(e, _Event)], where)
