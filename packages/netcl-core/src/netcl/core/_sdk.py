@@ -43,8 +43,7 @@ _NAMED = {f"opentelemetry.{api}": f"OTEL_PYTHON_{kind}_PROVIDER" in os.environ
 def _loaded(api: str) -> Any:
     """The API module ``api`` (``opentelemetry.trace`` or ``.metrics``) if loaded, else None;
     imported here only when ``OTEL_PYTHON_<TRACER|METER>_PROVIDER`` names a provider to load."""
-    module = sys.modules.get(api)
-    if module is None and _NAMED[api]:
+    if (module := sys.modules.get(api)) is None and _NAMED[api]:
         module = importlib.import_module(api)
     return module
 
@@ -154,8 +153,7 @@ def _number(text: str, integer: bool = False) -> float:
 
 
 def _check(variable: str, accepts: str, ok: Callable[..., bool], *args: object) -> None:
-    value = os.environ.get(variable)
-    if value and not ok(value.strip(), *args):
+    if (value := os.environ.get(variable)) and not ok(value.strip(), *args):
         raise ConfigError(variable, value, accepts)
 
 
@@ -323,8 +321,7 @@ def _bounded(method: str, timeout: float | None) -> bool:
     deadline = time.monotonic() + timeout
     threads = []
     for signal, provider in (("traces", "tracer_provider"), ("metrics", "meter_provider")):
-        call = getattr(_configured.get(provider), method, None)
-        if call is not None:
+        if (call := getattr(_configured.get(provider), method, None)) is not None:
             name = f"netcl-otel-{method}-{signal}"
             thread = threading.Thread(target=_quietly, args=(call,), name=name, daemon=True)
             thread.start()
@@ -394,8 +391,7 @@ def _metric_lines(data: MetricsData) -> str:
             for m in sm.metrics:
                 for p in m.data.data_points:
                     attrs = ",".join(f"{k}={_value(v)}" for k, v in (p.attributes or {}).items())
-                    value = getattr(p, "value", None)
-                    if value is None:  # histogram point
+                    if (value := getattr(p, "value", None)) is None:  # histogram point
                         value = f"count={p.count} sum={p.sum:.6g}"  # type: ignore[union-attr]
                     lines.append(f"metric {m.name}{{{attrs}}} {value}\n")
     return "".join(lines)

@@ -71,8 +71,7 @@ def table(
         over = sum(widths) + len(_GAP) * (n - 1) - limit
         while over > 0:
             i = max(range(n), key=lambda k: (widths[k], k))
-            take = min(over, widths[i] - min(widths[i], 4))
-            if take <= 0:
+            if (take := min(over, widths[i] - min(widths[i], 4))) <= 0:
                 break
             widths[i] -= take
             over -= take

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any, NamedTuple
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from netcl.core import _settings
+from netcl.core import _settings, paths
 
 __all__ = ["DEVICE_PREFIX", "TRACE_FILE_VARIABLE", "ChromeTraceExporter"]
 
@@ -73,16 +72,9 @@ class ChromeTraceExporter(SpanExporter):
             if len(slices) + left_out == self._written:
                 return self.path
             self._written = len(slices) + left_out
-        document = _document(slices, left_out)
+        data = json.dumps(_document(slices, left_out), separators=(",", ":")).encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w") as out:
-                json.dump(document, out, separators=(",", ":"))
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        paths.write_atomic(self.path, data, prefix=f".{self.path.name}.")
         return self.path
 
 

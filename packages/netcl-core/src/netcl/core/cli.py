@@ -129,8 +129,7 @@ def _info(_: argparse.Namespace) -> int:
 
     out = sys.stdout
     out.write("netcl packages:\n" + "".join(f"  {d}\n" for d in _netcl_distributions()))
-    out.write(f"pyopencl {cl.VERSION_TEXT}\n")
-    out.write("OpenCL platforms:\n")
+    out.write(f"pyopencl {cl.VERSION_TEXT}\nOpenCL platforms:\n")
     platforms = []
     try:
         platforms = cl.get_platforms()

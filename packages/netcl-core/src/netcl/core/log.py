@@ -25,9 +25,8 @@ def add_trace_context(
     _: Any, __: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
     """structlog processor: add ``trace_id`` and ``span_id`` of the current span, if any."""
-    trace = sys.modules.get("opentelemetry.trace")  # not loaded: no span can be current
-    if trace is None:
-        return event_dict
+    if (trace := sys.modules.get("opentelemetry.trace")) is None:
+        return event_dict  # not loaded: no span can be current
     ctx = trace.get_current_span().get_span_context()
     if ctx.is_valid:
         event_dict["trace_id"] = format(ctx.trace_id, "032x")

@@ -40,7 +40,6 @@ _OOM_CODES = frozenset(
 
 
 def _is_oom(exc: cl.Error) -> bool:
-    """Whether a pyopencl error means the device ran out of memory."""
     return isinstance(exc, cl.MemoryError) or getattr(exc, "code", None) in _OOM_CODES
 
 
@@ -100,8 +99,7 @@ class Guard:
 
     def fill(self, queue: cl.CommandQueue, block: Any) -> None:
         """Enqueue the fills of the guard bytes (ordered on an out-of-order queue too)."""
-        ooo = device.out_of_order(queue)
-        if ooo:
+        if ooo := device.out_of_order(queue):
             _barrier(queue, None)
         pattern = np.uint8(self.byte)
         if self.before:
@@ -142,8 +140,7 @@ class Checker:
     def guarded(self, ptr: int) -> tuple[BufferPool, Any, Guard, str] | None:
         """The checked pool, block, guard and description of the live pool block at ``ptr``."""
         for pool in list(_CHECKED_POOLS):
-            entry = pool._guards.get(ptr)
-            if entry is not None:
+            if (entry := pool._guards.get(ptr)) is not None:
                 return (pool, *entry)
         return None
 
@@ -210,8 +207,7 @@ class _Bin:
 
 
 def _direct_freed(ref: weakref.ref[BufferPool], nbytes: int) -> None:
-    pool = ref()
-    if pool is not None:
+    if (pool := ref()) is not None:
         with pool._lock:
             pool._direct_bytes -= nbytes
             pool._direct_blocks -= 1
@@ -355,8 +351,7 @@ class BufferPool:
     def _bad_release(self, tensor: Tensor) -> None:
         if not isinstance(tensor, Tensor):
             raise TypeError(f"BufferPool.release: expected a Tensor, got {tensor!r}")
-        gone = tensor._buffer
-        if type(gone) is Gone:
+        if type(gone := tensor._buffer) is Gone:
             what = "was already released" if gone is _RELEASED else gone.message
             raise ValueError(f"BufferPool.release: {tensor!r} {what}")
         raise ValueError(f"BufferPool.release: {tensor!r} was not allocated by this pool")
@@ -397,16 +392,14 @@ class BufferPool:
         return entry
 
     def _bin_for(self, nbytes: int) -> _Bin:
-        size = self.block_bytes(nbytes)
-        if size > self._max_alloc:
+        if (size := self.block_bytes(nbytes)) > self._max_alloc:
             return _Bin(self._token, size, direct=True)  # not kept: allocating from it fails
         if (bin_ := self._bins.get(size)) is not None:
             return bin_
         with self._lock:  # one bin per size, whichever thread makes it
             if (bin_ := self._bins.get(size)) is None:
                 # pyopencl's class of the device's maximum can be larger than the maximum
-                direct = self._class_bytes(size) != size
-                bin_ = self._bins[size] = _Bin(self._token, size, direct)
+                bin_ = self._bins[size] = _Bin(self._token, size, self._class_bytes(size) != size)
             return bin_
 
     def _class_bytes(self, nbytes: int) -> int:
@@ -556,11 +549,8 @@ class BufferPool:
             self._free_held()
 
     def _free_held(self) -> None:
-        # users that keep views of pool blocks (graph executors) drop them first, or the views
-        # would keep the freed blocks' memory allocated
         for ref in list(self._on_free_held):
-            forget = ref()
-            if forget is None:
+            if (forget := ref()) is None:
                 self._on_free_held.remove(ref)
             else:
                 forget()

@@ -1,17 +1,19 @@
 """Interval packing: offsets in one arena for values with known lifetimes, no two values alive at
 the same step overlapping. Several heuristics run and the smallest arena wins (XLA's heap
 simulator does the same); the graph guide lists them. The one memory planner of netcl: a
-graph's intermediates and a capture's own buffers are placed with it."""
+graph's intermediates and a capture's own buffers are placed with it. Also the one dependency
+order (Kahn's algorithm) of a graph's ops and of a scheduler's plans."""
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-__all__ = ["Interval", "Placement", "lower_bound", "place"]
+__all__ = ["Interval", "Placement", "dependency_order", "lower_bound", "place"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +134,7 @@ def _gap(busy: Sequence[tuple[int, int]], size: int, best_fit: bool, bounds: Seq
     chosen_gap = -1
     end = 0
     for start, stop in busy:
-        gap = start - end
-        if gap >= size:
+        if (gap := start - end) >= size:
             pos = _fit(end, start, size, bounds) if bounds else end
             if pos >= 0 and (chosen < 0 or gap < chosen_gap):
                 chosen, chosen_gap = pos, gap
@@ -153,10 +154,9 @@ def _two_ended(items: Sequence[Interval], bound: int) -> list[int] | None:
     sum to at most ``bound``, so they never overlap."""
     if _most_alive(items, [1] * len(items)) > 2:
         return None
-    order = sorted(range(len(items)), key=lambda i: (items[i].first, items[i].last))
     colour_free_at = [-1, -1]  # the step after which each colour is free
     offsets = [0] * len(items)
-    for i in order:
+    for i in sorted(range(len(items)), key=lambda i: (items[i].first, items[i].last)):
         it = items[i]
         colour = 0 if colour_free_at[0] < it.first else 1
         colour_free_at[colour] = it.last
@@ -192,10 +192,8 @@ def place(
         return Placement((), 0)
     bound = lower_bound(items)  # no placement does better: stop at the first that reaches it
     best: Placement | None = None
-    if not fixed and not bounds:
-        offsets = _two_ended(items, bound)
-        if offsets is not None:
-            best = _placement(items, offsets)
+    if not fixed and not bounds and (offsets := _two_ended(items, bound)) is not None:
+        best = _placement(items, offsets)
     lifetimes = _Lifetimes(items)
     bounds = sorted(bounds)
     for key, best_fit in _GREEDY_PASSES:
@@ -227,5 +225,32 @@ def place(
 
 
 def _placement(items: Sequence[Interval], offsets: Sequence[int]) -> Placement:
-    arena = max(o + it.size for o, it in zip(offsets, items, strict=True))
-    return Placement(tuple(offsets), arena)
+    return Placement(tuple(offsets), max(o + it.size for o, it in zip(offsets, items, strict=True)))
+
+
+def dependency_order(preds: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
+    """Nodes ``0..n-1`` in an order where node k comes after every node in ``preds[k]``, the
+    lowest ready node first (Kahn's algorithm): ``(order, [])``; when some cannot be ordered,
+    ``(the nodes ordered, a cycle)``, each node of the cycle coming after the one before it."""
+    waiting = [len(ks) for ks in preds]
+    followers: list[list[int]] = [[] for _ in preds]
+    for k, ks in enumerate(preds):
+        for j in ks:
+            followers[j].append(k)
+    ready = [k for k, w in enumerate(waiting) if w == 0]  # ascending: a heap already
+    order: list[int] = []
+    while ready:
+        order.append(k := heapq.heappop(ready))
+        for f in followers[k]:
+            waiting[f] -= 1
+            if waiting[f] == 0:
+                heapq.heappush(ready, f)
+    if len(order) == len(preds):
+        return order, []
+    # every stuck node waits on another stuck one: walking back from the lowest must meet itself
+    k = next(k for k, w in enumerate(waiting) if w)
+    path: dict[int, int] = {}  # node -> its position on the path walked
+    while k not in path:
+        path[k] = len(path)
+        k = next(j for j in preds[k] if waiting[j])
+    return order, list(path)[path[k] :][::-1]  # walked backwards: reversed, it is in order

@@ -154,9 +154,6 @@ class _NoSpan(Span):
 
     def end(self, exc: BaseException | None = None, *, end_time: int | None = None) -> None: ...
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None: ...  # fmt: skip
-
 
 NO_SPAN: Span = _NoSpan()
 
@@ -286,17 +283,14 @@ class Scope:
         from opentelemetry import context, trace  # loaded: something records
 
         try:
-            ctx = None
-            if parent is not None and parent.recording:
-                ctx = trace.set_span_in_context(parent._span)
+            ctx = trace.set_span_in_context(parent._span) if parent and parent.recording else None
             span = self.tracer.start_span(
                 name, context=ctx, attributes=attributes, start_time=start_time
             )
         except Exception as exc:
             _sdk_failed("start", exc)
             return NO_SPAN
-        token = context.attach(trace.set_span_in_context(span)) if current else None
-        return Span(span, token)
+        return Span(span, context.attach(trace.set_span_in_context(span)) if current else None)
 
     def record_span(self, name: str, start_time: int, end_time: int,
                     attributes: _Attrs | None = None, *,

@@ -75,8 +75,7 @@ class Tensor:
     def buffer(self) -> cl.MemoryObjectHolder:
         """The OpenCL buffer (``RuntimeError`` once the tensor was released to its pool, or once
         the run of the graph it was an intermediate of ended)."""
-        buf = self._buffer
-        if type(buf) is Gone:
+        if type(buf := self._buffer) is Gone:
             raise RuntimeError(f"{self!r} {buf.message}")
         return buf
 
@@ -116,8 +115,7 @@ class Tensor:
         """Copy a host array to a new tensor (blocking)."""
         host = np.asarray(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
         tensor = cls.empty(host.shape, host.dtype, queue)
-        if host.nbytes:
-            cl.enqueue_copy(queue, tensor.buffer, host)
+        tensor.write(host)
         return tensor
 
     def write(self, array: npt.ArrayLike, *, wait: bool = True) -> cl.Event | None:

@@ -150,8 +150,7 @@ def _check_pocl(b: bytes | memoryview) -> None:
         at = _POCL_HEAD_9.size + (_U64.size if version >= 10 and flags & 2 else 0)
         for _ in range(_POCL_HEAD_9.unpack_from(b)[5]):  # the root entries, each sized
             (size,) = _U64.unpack_from(b, at)
-            end = at + _U64.size + size
-            if end > n:
+            if (end := at + _U64.size + size) > n:
                 raise _bad("a root entry", end, n)
             f = at + _U64.size
             while f < end:
@@ -159,8 +158,7 @@ def _check_pocl(b: bytes | memoryview) -> None:
             at = end
     for _ in range(num_kernels):
         size, files, _ = _POCL_KERNEL.unpack_from(b, at)
-        end = at + size
-        if end > n or files > size:
+        if (end := at + size) > n or files > size:
             raise _bad("a kernel record", end, n)
         f = end - files
         while f < end:  # the kernel's compiled files
@@ -172,9 +170,8 @@ def _check_pocl(b: bytes | memoryview) -> None:
 
 def _check_elf(b: bytes | memoryview) -> None:
     n = len(b)
-    wide = b[4] == 2  # ELFCLASS64
     order = "<" if b[5] == 1 else ">"
-    if wide:
+    if b[4] == 2:  # ELFCLASS64
         phoff, shoff = struct.unpack_from(order + "QQ", b, 32)
         phsize, phnum, shsize, shnum = struct.unpack_from(order + "HHHH", b, 54)
         section = struct.Struct(order + "IIQQQQ")  # name, type, flags, addr, offset, size

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from netcl.core import _table, paths
+from netcl.core._table import human, plural
 from netcl.runtime.cache._config import DEFAULT_MAX_BYTES, DISABLE, MAX_BYTES, SETTINGS, parse_size
 from netcl.runtime.cache._entry import EntryError
 from netcl.runtime.cache._remote import remote_info
@@ -19,8 +20,6 @@ from netcl.runtime.cache._store import COUNTERS, DiskStore, probe, refusal
 
 __all__ = ["SETTINGS", "register"]  # SETTINGS: what `netcl config` lists for this package
 
-_plural = _table.plural
-_human = _table.human
 _Doc = dict[str, Any]
 _Action = Callable[[argparse.Namespace, Path], tuple[_Doc, str]]
 
@@ -55,8 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
     for name, action in _ACTIONS.items():
         # an action's docstring is its help (argparse folds its lines)
-        a = csub.add_parser(name, parents=[common], help=action.__doc__,
-                            description=action.__doc__)  # fmt: skip
+        a = csub.add_parser(name, parents=[common], help=action.__doc__, description=action.__doc__)
         a.set_defaults(func=lambda args, n=name, f=action: _run(n, f, args))
         if name == "prune":
             a.add_argument("--max-bytes", type=_size, metavar="SIZE", default=None,
@@ -137,13 +135,13 @@ def _stats(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
     rows: list[tuple[str, object]] = [
         ("cache dir", f"{doc['cache_dir']}{state}"),
         ("entries", f"{doc['entries']}" + (f" (+{other} not regular files)" if other else "")),
-        ("cache size", f"{_human(used)} of {_human(cap)} ({100 * used / cap if cap else 0:.1f} %)"),
-        ("temporary files", f"{doc['temp_files']} ({_human(doc['temp_bytes'])}, "
+        ("cache size", f"{human(used)} of {human(cap)} ({100 * used / cap if cap else 0:.1f} %)"),
+        ("temporary files", f"{doc['temp_files']} ({human(doc['temp_bytes'])}, "
                             f"{doc['live_temp_files']} of running writers)"),
         ("hits", f"{hits}" + (f" ({100 * hits / lookups:.1f} % of {lookups} lookups)"
                               if lookups else "")),
         *[(f"  {name}", doc[name]) for name in COUNTERS if not name.startswith("bytes_")],
-        ("bytes read/written", f"{_human(doc['bytes_read'])} / {_human(doc['bytes_written'])}"),
+        ("bytes read/written", f"{human(doc['bytes_read'])} / {human(doc['bytes_written'])}"),
         ("remote", remote),
     ]  # fmt: skip
     return doc, "\n".join(_table.pairs(rows)) + "\n"
@@ -157,8 +155,7 @@ def _list(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
         row: _Doc = {"key": f.key, "kind": f.kind, "bytes": f.size, "last_used": f.mtime,
                      "status": "ok", "device": None, "options": None}  # fmt: skip
         try:
-            meta = store.meta(f)
-            if meta is None:
+            if (meta := store.meta(f)) is None:
                 continue  # removed meanwhile
             row.update(device=meta.get("device"), options=meta.get("options"))
         except (OSError, EntryError) as exc:
@@ -166,19 +163,19 @@ def _list(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
         doc["entries"].append(row)
     doc["temp_files"] = [{"name": t.path.name, "bytes": t.size, "mtime": t.mtime, "pid": t.pid,
                           "writer_running": t.alive} for t in store.temp_files()]  # fmt: skip
-    entries = [(r["key"][:16], _human(r["bytes"]),
+    entries = [(r["key"][:16], human(r["bytes"]),
                 time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["last_used"])),
                 *((r["device"], r["options"] or "-") if r["status"] == "ok" else (r["status"], "")))
                for r in doc["entries"]]  # fmt: skip
-    temps = [(t["name"], _human(t["bytes"]), t["pid"], "running" if t["writer_running"] else "gone")
+    temps = [(t["name"], human(t["bytes"]), t["pid"], "running" if t["writer_running"] else "gone")
              for t in doc["temp_files"]]  # fmt: skip
     out = _table.table(entries, ("KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"),
                        right=(1,)) if entries else []  # fmt: skip
     if temps:
         out += ([""] if out else []) + _table.table(
             temps, ("TEMPORARY FILE", "SIZE", "WRITER", "STATE"), right=(1, 2))
-    out.append(f"{_plural(len(entries), 'entry', 'entries')}, "
-               f"{_plural(len(temps), 'temporary file')}")  # fmt: skip
+    out.append(f"{plural(len(entries), 'entry', 'entries')}, "
+               f"{plural(len(temps), 'temporary file')}")  # fmt: skip
     if not doc["exists"]:
         out.append(f"cache dir: {doc['cache_dir']} (not created yet)")
     return doc, "\n".join(out) + "\n"
@@ -190,8 +187,8 @@ def _clear(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
     doc["removed"] = _changing(root, store.clear)
     _changing(root, lambda: store.remove(store.stats_file))
     doc["kept_temp_files"] = kept = len(store.temp_files())
-    note = f" (kept {_plural(kept, 'temporary file')} of running writers)" if kept else ""
-    return doc, f"removed {_plural(doc['removed'], 'file')} from {root}{note}\n"
+    note = f" (kept {plural(kept, 'temporary file')} of running writers)" if kept else ""
+    return doc, f"removed {plural(doc['removed'], 'file')} from {root}{note}\n"
 
 
 def _zero(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
@@ -201,22 +198,20 @@ def _zero(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
     doc["entries"] = len(store.entries())
     if not doc["exists"]:
         return doc, f"nothing to zero: {root} (not created yet)\n"
-    kept = _plural(doc["entries"], "entry", "entries")
-    return doc, f"statistics zeroed in {root} ({kept} kept)\n"
+    return doc, f"statistics zeroed in {root} ({plural(doc['entries'], 'entry', 'entries')} kept)\n"
 
 
 def _prune(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
     """delete damaged entries and temporary files of writers that are gone, then evict least
     recently used entries down to the size cap"""
-    cap = args.max_bytes
-    if cap is None:
+    if (cap := args.max_bytes) is None:
         cap = int(_setting(lambda: MAX_BYTES.value(DEFAULT_MAX_BYTES)))
     store, doc = _open(root)
     doc["max_bytes"] = cap
     doc.update(_changing(root, lambda: store.prune(cap)))
-    return doc, (f"removed {_plural(doc['damaged'], 'damaged entry', 'damaged entries')}, "
-                 f"{_plural(doc['temp'], 'temporary file')} of writers that are gone, "
-                 f"evicted {_plural(doc['evicted'], 'entry', 'entries')}\n")  # fmt: skip
+    return doc, (f"removed {plural(doc['damaged'], 'damaged entry', 'damaged entries')}, "
+                 f"{plural(doc['temp'], 'temporary file')} of writers that are gone, "
+                 f"evicted {plural(doc['evicted'], 'entry', 'entries')}\n")  # fmt: skip
 
 
 #: Each action: (args, folder) -> (the JSON document, the text for a terminal).

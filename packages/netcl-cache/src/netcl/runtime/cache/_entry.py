@@ -40,7 +40,6 @@ __all__ = ["FORMAT_VERSION", "HEADER", "MAGIC", "MAX_ENTRY_BYTES", "MAX_META_BYT
 FORMAT_VERSION = 3
 
 # the key ----------------------------------------------------------------------------------------
-
 # `#include "a.h"` and `#include <a.h>`; conditional includes are hashed too (over-inclusion only
 # costs a read, missing a header would serve a stale binary).
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\r\n]+)[>"]', re.MULTILINE)
@@ -103,7 +102,6 @@ def compute_key(source: bytes, options: str, identity: str) -> str:
 
 
 # the format -------------------------------------------------------------------------------------
-
 MAGIC = b"NETCLPRG"
 HEADER = struct.Struct("<8sHHIQ")
 #: The largest entry a reader accepts: real binaries are kB to a few MB.

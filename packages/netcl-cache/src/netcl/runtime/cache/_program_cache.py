@@ -50,8 +50,7 @@ class MemoryEntry:
 def _purge_dead(tier_ref: weakref.ref[MemoryTier], _ctx: object = None) -> None:
     # a context the tier keyed on was collected: its entries go (keys of dead weakrefs never
     # match a lookup again; this frees the programs)
-    tier = tier_ref()
-    if tier is not None:
+    if (tier := tier_ref()) is not None:
         tier.drop_dead_contexts()
 
 
@@ -249,7 +248,6 @@ class ProgramCache:
 
     # configuration: the arguments given, the environment for the rest (read when asked, so a
     # change of the environment is seen by the next lookup) --------------------------------------
-
     @property
     def cache_dir(self) -> Path:
         """The folder of the disk tier (resolved now when it was left to the default)."""
@@ -273,7 +271,6 @@ class ProgramCache:
         return CacheStats(**self._c)
 
     # lookup -------------------------------------------------------------------------------------
-
     def get_program(
         self,
         ctx: cl.Context,
@@ -309,9 +306,8 @@ class ProgramCache:
         key_lock = self._tier.key_lock(mkey)
         try:
             with key_lock:
-                hit = self._memory.get(mkey)
-                if hit is not None:  # built by the thread this one waited for
-                    self._c["memory_hits"] += 1
+                if (hit := self._memory.get(mkey)) is not None:
+                    self._c["memory_hits"] += 1  # built by the thread this one waited for
                     return hit.program
                 ident, name = self._registry.device(dev, self._device_identity)
                 # a failure leaving the block marks the span (status ERROR, error.type)
@@ -329,7 +325,6 @@ class ProgramCache:
         return prg
 
     # the order ----------------------------------------------------------------------------------
-
     def _resolve(self, req: _Request) -> tuple[cl.Program, str]:
         """(program, result) through the disk, remote and compile tiers."""
         store = self.open_store() if self.enabled else None
@@ -358,8 +353,7 @@ class ProgramCache:
 
     def _beyond_disk(self, req: _Request) -> tuple[cl.Program, bytes, str]:
         """(program, binary, "remote") from the remote tier, else (.., "compiled")."""
-        tier = self.remote
-        if tier is None:
+        if (tier := self.remote) is None:
             return (*self._compile(req), "compiled")
         s = _Session(tier, self._c)
         prg, binary = self._fetch(s, req)
@@ -393,7 +387,6 @@ class ProgramCache:
         return out
 
     # remote tier --------------------------------------------------------------------------------
-
     @functools.cached_property
     def remote(self) -> RemoteTier | None:
         """The remote tier, set up on the first miss (redis is imported only then, if at all)."""
@@ -401,8 +394,7 @@ class ProgramCache:
         return tier if isinstance(tier, RemoteTier) else None
 
     def _fetch(self, s: _Session, req: _Request) -> tuple[cl.Program | None, bytes]:
-        data = s.call(s.tier.get, req.key)
-        if data is None:
+        if (data := s.call(s.tier.get, req.key)) is None:
             return None, b""
         prg, binary, why = req.load(lambda: s.tier.decode(req.key, req.ident, data))
         if prg is not None:
@@ -416,7 +408,6 @@ class ProgramCache:
         return None, b""
 
     # disk tier ----------------------------------------------------------------------------------
-
     def open_store(self) -> DiskStore | None:
         """The disk tier, opened on first use; None when its folder cannot be used."""
         if self._store_opened:
@@ -434,8 +425,7 @@ class ProgramCache:
                 if why is None:
                     store = self._registry.stores[root] = DiskStore(root)
                 else:
-                    _folder_warning(root, "cache_dir_untrusted", f"is not used ({why})",
-                                    reason=why)  # fmt: skip
+                    _folder_warning(root, "cache_dir_untrusted", f"is not used ({why})", reason=why)
         self._store, self._store_opened = store, True
         return store
 
@@ -496,7 +486,6 @@ class ProgramCache:
                      max_bytes=max_bytes)  # fmt: skip
 
     # maintenance --------------------------------------------------------------------------------
-
     def entries(self) -> list[EntryFile]:
         """The entry files on disk, least recently used first (empty when the tier is off)."""
         store = self.open_store()
@@ -513,8 +502,7 @@ class ProgramCache:
     def prune(self, max_bytes: int | None = None) -> dict[str, int]:
         """Delete what is not a valid entry and the temporary files of writers that are gone,
         then evict down to ``max_bytes`` (default: the cap); counts by kind."""
-        store = self.open_store()
-        if store is None:
+        if (store := self.open_store()) is None:
             return {"damaged": 0, "temp": 0, "evicted": 0}
         return store.prune(self.max_bytes if max_bytes is None else max_bytes)
 

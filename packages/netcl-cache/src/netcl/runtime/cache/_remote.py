@@ -98,7 +98,6 @@ class RemoteTier:
         self._open_until = 0.0
 
     # breaker ------------------------------------------------------------------------------------
-
     @property
     def breaker_open(self) -> bool:
         """Whether Redis calls are suspended after repeated failures."""
@@ -131,8 +130,7 @@ class RemoteTier:
         except Exception as exc:  # redis' errors, and whatever else: never into get_program
             kind = telemetry.error_type(exc)
             tel.REMOTE_ERRORS.add(1, kind)
-            log.warning("cache_remote_error", url=self.url, op=op, error_type=kind,
-                        error=str(exc))  # fmt: skip
+            log.warning("cache_remote_error", url=self.url, op=op, error_type=kind, error=str(exc))
             # a server that answers (full, read-only replica, no permission) is not down
             down = isinstance(exc, self._down_errors) or not isinstance(exc, self._answered)
             if down:
@@ -168,7 +166,6 @@ class RemoteTier:
         return value
 
     # operations ---------------------------------------------------------------------------------
-
     def get(self, key: str) -> bytes | None:
         """The raw value of ``key`` (at most ``max_bytes`` + 1 bytes), None when absent."""
         data = self._call("get", self._r.getrange, _PREFIX + key, 0, self.max_bytes)
@@ -207,8 +204,7 @@ class RemoteTier:
 
     def put(self, key: str, binary: bytes, meta: dict[str, Any]) -> bool:
         """Publish ``binary``; False (not sent) when its value would exceed ``max_bytes``."""
-        value = encode(key, binary, meta, self._secret)
-        if len(value) > self.max_bytes:
+        if len(value := encode(key, binary, meta, self._secret)) > self.max_bytes:
             log.info("cache_remote_too_large", key=key, bytes=len(value), max_bytes=self.max_bytes)
             return False
         return bool(self._call("set", self._r.set, _PREFIX + key, value, ex=TTL_S))
@@ -252,7 +248,6 @@ def _client(url: str) -> Any:
 
 
 # one tier per configuration ---------------------------------------------------------------------
-
 _TIERS: dict[RemoteSettings, RemoteTier | str] = {}  # the tier, or why there is none
 _TIERS_LOCK = threading.Lock()
 
@@ -261,8 +256,7 @@ def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | str | 
     """The process-wide tier of this configuration (``None`` arguments: the environment), or why
     it cannot be used (one warning per configuration); None when there is none (or
     :func:`remote_settings` refused it, with a warning of its own)."""
-    cfg = remote_settings(url, secret)
-    if cfg is None:
+    if (cfg := remote_settings(url, secret)) is None:
         return None
     with _TIERS_LOCK:
         if cfg not in _TIERS:
@@ -281,8 +275,7 @@ def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | str | 
 
 def remote_info() -> dict[str, Any]:
     """What ``netcl cache stats`` shows about the environment's remote tier (PINGs Redis)."""
-    raw = REMOTE.raw().strip()
-    if not raw:
+    if not (raw := REMOTE.raw().strip()):
         return {"configured": False}
     tier = tier_for(None, None)
     info = {"configured": True, "url": redact(raw), "usable": False, "reachable": False}

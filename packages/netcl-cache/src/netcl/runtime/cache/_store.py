@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from netcl.core.paths import write_atomic
 from netcl.runtime.cache._config import log
 from netcl.runtime.cache._entry import EntryError, decode, read_file
 
@@ -180,27 +181,6 @@ def probe(root: Path, *, write: bool) -> str | None:
     return None
 
 
-def write_atomic(target: Path, data: bytes, prefix: str) -> None:
-    """Write ``target`` through a temporary file renamed into place: a reader sees the old file
-    or the new one, never a part; nothing is left behind on error."""
-    # `<prefix><pid>.<random>.tmp`: prune knows whose it is and whether its writer still runs
-    fd, tmp = tempfile.mkstemp(
-        prefix=f"{prefix}{os.getpid()}.", suffix=TMP_SUFFIX, dir=target.parent
-    )
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 class DiskStore:
     """Entries under ``root/programs``, lock files under ``root/locks``, counters in
     ``root/stats.json``. A folder not there yet reads as empty; :func:`refusal` says whether
@@ -214,7 +194,6 @@ class DiskStore:
         self._prefix = os.path.join(self.programs, "")  # str paths: a hit skips pathlib
 
     # entries ------------------------------------------------------------------------------------
-
     def path(self, key: str) -> Path:
         return self.programs / (key + SUFFIX)
 
@@ -322,8 +301,7 @@ class DiskStore:
 
     def clear(self) -> int:
         """Remove every entry and the temporary files of writers that are gone; the count."""
-        removed = sum(self.remove(f.path) for f in self.entries())
-        return removed + self.remove_dead_temps()
+        return sum(self.remove(f.path) for f in self.entries()) + self.remove_dead_temps()
 
     def prune(self, max_bytes: int) -> dict[str, int]:
         """Remove what is not a valid entry for its name and the temporary files of writers
@@ -343,7 +321,6 @@ class DiskStore:
         return sum(self.remove(t.path) for t in self.temp_files() if not t.alive)
 
     # locks and totals ---------------------------------------------------------------------------
-
     def _file_lock(self, path: str, timeout: float) -> filelock.FileLock:
         # filelock would make a missing folder again, readable by all (0755): when the cache
         # folder was removed meanwhile, fail instead, and let the next open make it (0700)

@@ -22,7 +22,6 @@ from netcl.runtime.graph._telemetry import TEL
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
-    from netcl.core.profiling import Collector
     from netcl.runtime.graph._plan import GraphPlan
 
 __all__ = ["GraphExecutor"]
@@ -216,7 +215,6 @@ class GraphExecutor:
             raise TypeError(f"GraphExecutor: pool must be a BufferPool, got {pool!r}")
         self.pool = pool
         self._queue = queue = pool.queue
-        self._context = queue.context
         # sub-buffer origins must be multiples of the device's base address alignment (in bits)
         self._alignment = max(int(queue.device.mem_base_addr_align) // 8, 1)
         self._out_of_order = device.out_of_order(queue)
@@ -234,9 +232,7 @@ class GraphExecutor:
         """Bytes every value's size and offset is rounded to (the device's alignment)."""
         return self._alignment
 
-    def plan(
-        self, graph: Graph, outputs: Sequence[TensorRef | str] | None = None
-    ) -> GraphPlan:
+    def plan(self, graph: Graph, outputs: Sequence[TensorRef | str] | None = None) -> GraphPlan:
         """The plan a run of ``graph`` with these ``outputs`` uses (made now if not cached).
 
         Raises ValueError on a cycle, an unknown ref or output, or an empty graph.
@@ -255,11 +251,10 @@ class GraphExecutor:
 
         plan = build_plan(graph, key, self._alignment, self.pool.block_bytes,
                           guard_bytes if self._checked else None)
-        run = _PlannedRun(plan, graph, self._context, self._checked)
+        run = _PlannedRun(plan, graph, self._queue.context, self._checked)
         tm.PLANS_BUILT.add(1)
         with self._lock:
-            per_graph = self._runs.get(graph)
-            if per_graph is None or any(
+            if (per_graph := self._runs.get(graph)) is None or any(
                 r.plan.graph_version != graph.version for r in per_graph.values()
             ):
                 per_graph = self._runs[graph] = {}
@@ -274,9 +269,7 @@ class GraphExecutor:
                 r.views = [{} for _ in r.views]
 
     @overload
-    def run(self, graph: Graph) -> Tensor: ...
-    @overload
-    def run(self, graph: Graph, outputs: None) -> Tensor: ...
+    def run(self, graph: Graph, outputs: None = None) -> Tensor: ...
     @overload
     def run(self, graph: Graph, outputs: Sequence[TensorRef | str]) -> list[Tensor]: ...
 
@@ -293,10 +286,7 @@ class GraphExecutor:
         """
         state = self._run_state(graph, outputs)
         t0 = time.perf_counter()
-        if telemetry.tracing():
-            result = self._traced(state)
-        else:
-            result = self._execute(state, False, self._collector, self._checked)
+        result = self._traced(state) if telemetry.tracing() else self._execute(state, False)
         tm.RUN_DURATION.record(time.perf_counter() - t0)
         tm.NODES_EXECUTED.add(len(state.ops))
         return result[0] if outputs is None else result
@@ -304,28 +294,26 @@ class GraphExecutor:
     def _traced(self, state: _PlannedRun) -> list[Tensor]:
         with TEL.span(tm.RUN_SPAN, state.run_attrs) as span:
             try:
-                return self._execute(state, True, self._collector, self._checked)
+                return self._execute(state, True)
             except BaseException as exc:
                 # the caller gets an error that wraps the op's own: the span reports the op's
                 span.fail(exc.__cause__ if exc.__cause__ is not None else exc)
                 raise
 
-    def _execute(
-        self, state: _PlannedRun, traced: bool, collector: Collector | None, checked: bool
-    ) -> list[Tensor]:
+    def _execute(self, state: _PlannedRun, traced: bool) -> list[Tensor]:
         pool, queue, ooo = self.pool, self._queue, self._out_of_order
+        collector, checked = self._collector, self._checked
         values = list(state.template)
         taken: list[Tensor | None] = [None] * len(state.blocks)
         ending: list[tuple[tuple[Tensor, Gone], ...]] = [()] * len(state.blocks)  # per view
         node, allocating, span = None, -1, telemetry.NO_SPAN
         # after the fn, spans, device time and checked mode share one flag (one test per op)
         hooked = traced or collector is not None or checked
-        marker: cl.Event | None = None
         try:
             if ooo:
                 cl.enqueue_barrier(queue)  # earlier users of these blocks finish first
-            if collector is not None:  # a marker, or a plain queue's stamp on its side queue
-                marker = collector.stamp(queue)
+            # a marker, or a plain queue's stamp on its side queue
+            marker = collector.stamp(queue) if collector is not None else None
             # The one per-op loop: take the op's blocks, call its fn, release the blocks whose
             # last reader it was. Span and device-time work only behind `hooked`; no call or
             # loop for an op that takes or releases nothing (most of them).
@@ -418,8 +406,7 @@ class GraphExecutor:
         # the views are made once per pool block (the pool hands the same block back run after
         # run) and kept until the pool frees its held blocks
         ptr = block.buffer.int_ptr
-        views = state.views[k].get(ptr)
-        if views is None:
+        if (views := state.views[k].get(ptr)) is None:
             # a Buffer of our own on the pooled block (PooledBuffer has no get_sub_region)
             base = cl.Buffer.from_int_ptr(ptr, retain=True)
             bufs = [base.get_sub_region(v.offset, v.size) for v in spec.views]

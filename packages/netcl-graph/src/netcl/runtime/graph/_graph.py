@@ -158,8 +158,7 @@ class Graph:
                             f"label={_q('missing: ' + x.name)}];"
                         )
                 else:
-                    key = id(x)
-                    if key not in externals:
+                    if (key := id(x)) not in externals:
                         externals[key] = src = f"input{len(externals)}"
                         label = _label(f"input {len(externals) - 1}", f"{x.shape} {x.dtype}")
                         lines.append(f"  {_q(src)} [shape=ellipse, label={label}];")

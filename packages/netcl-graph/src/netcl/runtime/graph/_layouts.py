@@ -81,20 +81,15 @@ class Candidate:
     caller_bytes: int  # pool bytes of the blocks handed to the caller
 
 
-def _output_blocks(outputs: Sequence[str]) -> list[_RawBlock]:
-    return [_RawBlock(0, n) for n in outputs]
-
-
 def _arena(v: Values) -> _Layout:
     """One arena for the intermediates, a block of its own for each output."""
     outs = set(v.outputs)
     temps = [k for k, n in enumerate(v.names) if n not in outs]
-    placement = place([v.items[k] for k in temps])
-    blocks = _output_blocks(v.outputs)
+    blocks = [_RawBlock(0, n) for n in v.outputs]
     where = [Spot(0, 0)] * len(v.names)
     for b, n in enumerate(v.outputs):
         where[v.index[n]] = Spot(b, 0)
-    for k, off in zip(temps, placement.offsets, strict=True):
+    for k, off in zip(temps, place([v.items[t] for t in temps]).offsets, strict=True):
         where[k] = Spot(len(blocks), off)
     if temps:
         blocks.append(_RawBlock(0, None))
@@ -110,15 +105,14 @@ def _arena_in_output_blocks(v: Values) -> _Layout:
         # the bytes the output's block offers: its size class, rounded down to the alignment
         base += v.block_bytes(v.items[v.index[n]].size) // v.alignment * v.alignment
     fixed = {v.index[n]: b for n, b in zip(v.outputs, bases, strict=True)}
-    shared = place(v.items, fixed, [*bases[1:], base])
     where = []
-    for off in shared.offsets:
+    for off in place(v.items, fixed, [*bases[1:], base]).offsets:
         if off < base:
             k = bisect.bisect_right(bases, off) - 1
             where.append(Spot(k, off - bases[k]))
         else:
             where.append(Spot(len(v.outputs), off - base))
-    blocks = _output_blocks(v.outputs)
+    blocks = [_RawBlock(0, n) for n in v.outputs]
     if any(s.block == len(v.outputs) for s in where):
         blocks.append(_RawBlock(0, None))
     return _Layout("arena_in_output_blocks", tuple(blocks), tuple(where))
@@ -141,9 +135,8 @@ def _block_per_tensor(v: Values, best_fit: bool = False) -> _Layout:
             ask = free.pop(k) if k < len(free) else own
             heapq.heappush(live, (it.last, ask))
         blocks.append(_RawBlock(ask, name))
-    where = tuple(Spot(k, 0) for k in range(len(blocks)))
     name = "block_per_tensor_best_fit" if best_fit else "block_per_tensor"
-    return _Layout(name, tuple(blocks), where)
+    return _Layout(name, tuple(blocks), tuple(Spot(k, 0) for k in range(len(blocks))))
 
 
 def _one_region(v: Values) -> _Layout | None:
@@ -153,8 +146,7 @@ def _one_region(v: Values) -> _Layout | None:
     outs = [v.index[n] for n in v.outputs]
     free = place(items)
     size = free.arena_bytes
-    cut = _cut_at_outputs(free.offsets, items, outs, size)
-    if cut is None:
+    if (cut := _cut_at_outputs(free.offsets, items, outs, size)) is None:
         # keep the outputs where they are and place the rest again, crossing no cut
         at = {o: free.offsets[o] for o in outs}
         again = place(items, at, sorted(at.values()))
@@ -168,7 +160,7 @@ def _one_region(v: Values) -> _Layout | None:
         return None
     by_block = sorted(v.outputs, key=lambda n: cut[v.index[n]].block)
     name = "one_block" if len(outs) == 1 else "block_per_output"
-    return _Layout(name, tuple(_output_blocks(by_block)), tuple(cut))
+    return _Layout(name, tuple(_RawBlock(0, n) for n in by_block), tuple(cut))
 
 
 def _cut_at_outputs(

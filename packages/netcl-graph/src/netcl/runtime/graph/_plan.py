@@ -4,13 +4,12 @@ insertion order), lifetimes, and the memory layout the pool model finds cheapest
 from __future__ import annotations
 
 import functools
-import heapq
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from netcl.core.packing import Interval, lower_bound
+from netcl.core.packing import Interval, dependency_order, lower_bound
 from netcl.runtime.graph._graph import Graph, Op, TensorRef
 from netcl.runtime.graph._layouts import Block, Values, choice_reason, rank_layouts
 
@@ -169,48 +168,21 @@ def topological_order(graph: Graph) -> list[Op]:
     """The ops in execution order (an acyclic graph added in dependency order runs in that
     order). Raises ValueError naming an input ref to an unknown op, or the ops of a cycle."""
     ops = graph.ops
-    by_name = {op.name: op for op in ops}
-    indegree = dict.fromkeys(by_name, 0)
-    users: dict[str, list[Op]] = {op.name: [] for op in ops}
+    position = {op.name: k for k, op in enumerate(ops)}  # = op.index: ties go by insertion
     for op in ops:
         for pos, x in enumerate(op.inputs):
-            if isinstance(x, TensorRef) and x.name not in by_name:
+            if isinstance(x, TensorRef) and x.name not in position:
                 raise ValueError(
                     f"graph op {op.name!r}: input {pos} refers to unknown op {x.name!r} "
-                    f"(known ops: {', '.join(sorted(by_name)) or 'none'})"
+                    f"(known ops: {', '.join(sorted(position)) or 'none'})"
                 )
-        preds = {x.name for x in op.inputs if isinstance(x, TensorRef)}
-        indegree[op.name] = len(preds)
-        for p in preds:
-            users[p].append(op)
-    ready = [(op.index, op.name) for op in ops if indegree[op.name] == 0]
-    heapq.heapify(ready)
-    order: list[Op] = []
-    while ready:
-        _, name = heapq.heappop(ready)
-        order.append(by_name[name])
-        for user in users[name]:
-            indegree[user.name] -= 1
-            if indegree[user.name] == 0:
-                heapq.heappush(ready, (user.index, user.name))
-    if len(order) < len(ops):
-        raise ValueError(f"graph has a cycle: {' -> '.join(_find_cycle(by_name, indegree))}")
-    return order
-
-
-def _find_cycle(by_name: Mapping[str, Op], indegree: Mapping[str, int]) -> list[str]:
-    """One cycle among the ops Kahn's algorithm could not order (each has an unordered input)."""
-    name = next(n for n, d in indegree.items() if d > 0)
-    seen: dict[str, int] = {}
-    path: list[str] = []
-    while name not in seen:
-        seen[name] = len(path)
-        path.append(name)
-        # follow the first input that is itself stuck: one always exists
-        name = next(x.name for x in by_name[name].inputs
-                    if isinstance(x, TensorRef) and indegree[x.name] > 0)  # fmt: skip
-    cycle = path[seen[name] :][::-1]  # we walked from readers to producers: data-flow order
-    return [*cycle, cycle[0]]
+    order, cycle = dependency_order(
+        [[position[x.name] for x in op.inputs if isinstance(x, TensorRef)] for op in ops]
+    )
+    if cycle:  # in data-flow order
+        names = " -> ".join(ops[k].name for k in [*cycle, cycle[0]])
+        raise ValueError(f"graph has a cycle: {names}")
+    return [ops[k] for k in order]
 
 
 def _check_outputs(names: Sequence[str], outputs: Sequence[str] | None) -> tuple[str, ...]:
@@ -222,8 +194,7 @@ def _check_outputs(names: Sequence[str], outputs: Sequence[str] | None) -> tuple
     for name in wanted:
         if name not in known:
             raise ValueError(f"GraphExecutor: requested output {name!r} is not an op of the graph")
-    dup = {n for n, times in Counter(wanted).items() if times > 1}
-    if dup:
+    if dup := {n for n, times in Counter(wanted).items() if times > 1}:
         raise ValueError(f"GraphExecutor: output(s) {sorted(dup)} requested more than once")
     if not wanted:
         raise ValueError("GraphExecutor: outputs must name at least one op")

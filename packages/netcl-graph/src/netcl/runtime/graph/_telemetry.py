@@ -19,8 +19,7 @@ NODE_NAME = "netcl.node.name"
 NODE_SHAPE = "netcl.node.shape"
 NODE_DTYPE = "netcl.node.dtype"
 
-#: Process totals, read by their observable counters when a metric reader collects: a run only
-#: adds to a number (a synchronous counter would cost microseconds with an SDK installed).
+#: Process totals, read by their observable counters when a metric reader collects (see Counts).
 NODES_EXECUTED = telemetry.Counts()
 PLANS_BUILT = telemetry.Counts()
 TEL.observable_counter(

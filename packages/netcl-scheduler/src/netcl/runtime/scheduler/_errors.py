@@ -54,12 +54,11 @@ def describe_op(op: object) -> str:
     if isinstance(op, functools.partial):
         return f"functools.partial({describe_op(op.func)})"
     name = getattr(op, "__qualname__", None)
-    code = getattr(op, "__code__", None)
-    if isinstance(name, str) and code is not None:
-        return f"{name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"
-    if isinstance(name, str):
+    if not isinstance(name, str):
+        return _clip(repr(op))
+    if (code := getattr(op, "__code__", None)) is None:
         return name
-    return _clip(repr(op))
+    return f"{name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"
 
 
 def describe_plan(plan: ExecutionPlan, index: int | None) -> str:

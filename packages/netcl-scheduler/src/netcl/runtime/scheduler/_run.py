@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import heapq
 import threading
 import weakref
 from collections.abc import Collection, Iterable
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import pyopencl as cl
 
 from netcl.core.device import Checking, checker, watcher
+from netcl.core.packing import dependency_order
 from netcl.core.telemetry import NO_SPAN, Span, tracing
 from netcl.runtime.scheduler import _telemetry as tm
 from netcl.runtime.scheduler._errors import (
@@ -106,32 +106,11 @@ def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
     if not late:
         return plans
     # per plan: the positions of the plans of this run it comes after
-    preds = [[position[id(q)] for q in after_of(plan) if id(q) in position] for plan in plans]
-    # Kahn's algorithm, taking the ready plan submitted first
-    waiting = [len(ks) for ks in preds]
-    followers: list[list[int]] = [[] for _ in plans]
-    for k, ks in enumerate(preds):
-        for j in ks:
-            followers[j].append(k)
-    ready = [k for k, w in enumerate(waiting) if w == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        order.append(k := heapq.heappop(ready))
-        for f in followers[k]:
-            waiting[f] -= 1
-            if waiting[f] == 0:
-                heapq.heappush(ready, f)
-    if len(order) == len(plans):
+    order, cycle = dependency_order(
+        [[position[id(q)] for q in after_of(plan) if id(q) in position] for plan in plans]
+    )
+    if not cycle:
         return [plans[k] for k in order]
-    # every stuck plan waits on another stuck plan: walking back from one must meet itself again
-    stuck = {k for k, w in enumerate(waiting) if w}
-    k = min(stuck)
-    path: dict[int, int] = {}  # plan -> its position on the path walked
-    while k not in path:
-        path[k] = len(path)
-        k = next(j for j in preds[k] if j in stuck)
-    cycle = list(path)[path[k] :][::-1]  # walked backwards (plan -> the plan it follows)
     start = cycle.index(min(cycle))  # from the plan submitted first: the same text every time
     names = " -> ".join(describe_plan(plans[j], j) for j in [*cycle[start:], *cycle[: start + 1]])
     raise ValueError(
@@ -144,8 +123,7 @@ def _watch_plan(collector: Collector, plan: ExecutionPlan, record: PlanRecord,
                 span: Span, begin: cl.Event | None) -> None:  # fmt: skip
     """Hand the cl.Events the plan's ops returned in this run to the device-time collector
     (``begin``: a plain queue's start stamp)."""
-    events = [e for e in _events(record.results[record.first :]) if isinstance(e, _Event)]
-    if events:
+    if events := [e for e in _events(record.results[record.first :]) if isinstance(e, _Event)]:
         collector.watch("scheduler.plan", events, name=plan.description or None, parent=span,
                         queue=plan.queue, begin=begin)  # fmt: skip
 
@@ -274,9 +252,8 @@ class Run:
             return tm.ORDER_HOST if self.waited else tm.ORDER_NONE
         queue = plan.queue
         if self.async_mode and queue is not None and all(map(_is_cl_event, events)):
-            for ev in events:
-                status = ev.get_info(_STATUS)  # type: ignore[attr-defined]
-                if status < 0:  # never issue a plan on top of a failure already known
+            for ev in events:  # never issue a plan on top of a failure already known
+                if (status := ev.get_info(_STATUS)) < 0:  # type: ignore[attr-defined]
                     where = followed.values()
                     raise self._event_error(ev, f"failed (command status {status})", where)
             try:
@@ -359,8 +336,6 @@ class Run:
 
     def _wait(self, events: list[EventLike], where: Collection[_Source]) -> None:
         """Wait for ``events`` (of the plans ``where``); raise naming the op of one that failed."""
-        if not events:
-            return
         # other event-likes first, by their own wait(); then the cl.Events in one
         # clWaitForEvents (a separate wait() costs ~4 µs each on PoCL)
         self._wait_each([e for e in events if not isinstance(e, _Event)], where)
@@ -375,8 +350,7 @@ class Run:
         # each status read too: NVIDIA's clWaitForEvents succeeds over failed events (against
         # OpenCL's CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, which PoCL returns)
         for ev in cl_events:
-            status = ev.get_info(_STATUS)
-            if status < 0:
+            if (status := ev.get_info(_STATUS)) < 0:
                 raise self._event_error(ev, f"failed (command status {status})", where)
 
     def _wait_each(self, events: Iterable[EventLike], where: Collection[_Source]) -> None:

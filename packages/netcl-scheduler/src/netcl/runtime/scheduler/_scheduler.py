@@ -51,36 +51,34 @@ class Scheduler:
         ``submit(plan)`` schedules an ``ExecutionPlan`` as it is, adding no op. A plan keeps the
         position of its first submission.
         """
-        new_op: Op | None = None
         if isinstance(op, ExecutionPlan):
             if plan is not None and plan is not op:
                 raise TypeError(
                     "Scheduler.submit: an ExecutionPlan given as op is scheduled as it is; "
                     f"plan must then be None, got {describe_value(plan)}"
                 )
-            target = op
-        elif not callable(op) and not callable(getattr(op, "wait", None)):
+            with self._lock:
+                self._plans.setdefault(id(op), op)
+            return op
+        if not callable(op) and not callable(getattr(op, "wait", None)):
             raise TypeError(
                 "Scheduler.submit: op must be a callable or an event-like object with a "
                 f"wait() method, got {describe_value(op)}"
             )
-        elif plan is None:  # the common case: a new plan of one op, scheduled once
-            target = plan_of(op)
+        if plan is None:  # the common case: a new plan of one op, scheduled once
+            plan = plan_of(op)
             with self._lock:
-                self._plans[id(target)] = target
-            return target
-        elif not isinstance(plan, ExecutionPlan):
+                self._plans[id(plan)] = plan
+            return plan
+        if not isinstance(plan, ExecutionPlan):
             raise TypeError(
                 "Scheduler.submit: plan must be an ExecutionPlan or None, got "
                 f"{describe_value(plan)}"
             )
-        else:
-            target, new_op = plan, op
         with self._lock:
-            self._plans.setdefault(id(target), target)
-            if new_op is not None:
-                target.ops.append(new_op)
-        return target
+            self._plans.setdefault(id(plan), plan)
+            plan.ops.append(op)
+        return plan
 
     @property
     def plans(self) -> tuple[ExecutionPlan, ...]:

@@ -24,8 +24,7 @@ ORDER_DEVICE = "device"  # a barrier on the plan's queue waits for the earlier p
 ORDER_HOST = "host"  # the host waited for the earlier plans' events
 ORDER_NONE = "none"  # nothing to wait for
 
-#: Process totals, read by the observable counters when a metric reader collects: a run adds to
-#: a number (a synchronous counter would cost microseconds per add with an SDK installed).
+#: Process totals, read by their observable counters when a metric reader collects (see Counts).
 OPS = telemetry.Counts(ASYNC)  # by mode
 HOST_WAITS = telemetry.Counts(ASYNC)
 RUNS = {result: telemetry.Counts(ASYNC) for result in ("ok", "error")}  # by result, then mode
