@@ -87,6 +87,9 @@ def _transfer(
 
 _Q = ("queue",)
 _SETTER = "the argument value as set (memory objects by the recording's own reference)"
+_RECT = ("queue", "mem", "hostbuf", "buffer_origin", "host_origin", "region", "buffer_pitches",
+         "host_pitches")
+_IMAGE = ("queue", "mem", "origin", "region", "hostbuf", "row_pitch", "slice_pitch")
 
 ENTRY_POINTS: tuple[EntryPoint, ...] = (
     # launches: Kernel.__call__ runs pyopencl's generated invoker, which sets the arguments
@@ -116,20 +119,14 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
               ("queue", "src", "dst", "byte_count", "src_offset", "dst_offset"),
               Operand("src", "src_offset", count="byte_count"),
               Operand("dst", "dst_offset", count="byte_count"), word="copy"),
-    _transfer("_enqueue_read_buffer_rect", ("queue", "mem", "hostbuf", "buffer_origin",
-                                            "host_origin", "region", "buffer_pitches",
-                                            "host_pitches")),
-    _transfer("_enqueue_write_buffer_rect", ("queue", "mem", "hostbuf", "buffer_origin",
-                                             "host_origin", "region", "buffer_pitches",
-                                             "host_pitches")),
+    _transfer("_enqueue_read_buffer_rect", _RECT),
+    _transfer("_enqueue_write_buffer_rect", _RECT),
     _transfer("_enqueue_copy_buffer_rect", ("queue", "src", "dst", "src_origin", "dst_origin",
                                             "region", "src_pitches", "dst_pitches")),
     _transfer("_enqueue_fill_buffer", ("queue", "mem", "pattern", "offset", "size"),
               Operand("mem", "offset", count="size"), word="fill"),
-    _transfer("_enqueue_read_image", ("queue", "mem", "origin", "region", "hostbuf",
-                                      "row_pitch", "slice_pitch"), optional=True),
-    _transfer("_enqueue_write_image", ("queue", "mem", "origin", "region", "hostbuf",
-                                       "row_pitch", "slice_pitch"), optional=True),
+    _transfer("_enqueue_read_image", _IMAGE, optional=True),
+    _transfer("_enqueue_write_image", _IMAGE, optional=True),
     _transfer("_enqueue_copy_image", ("queue", "src", "dest", "src_origin", "dest_origin",
                                       "region"), optional=True),
     _transfer("_enqueue_copy_image_to_buffer", ("queue", "src", "dest", "origin", "region",
@@ -177,20 +174,17 @@ def _owner(path: str) -> Any:
 
 def _unsupported(what: str) -> ImportError:
     version = getattr(cl, "VERSION_TEXT", "of unknown version")
-    return ImportError(
-        f"netcl: pyopencl {version} has no {what}, which netcl relies on; supported "
-        f"versions: {SUPPORTED}"
-    )
+    return ImportError(f"netcl: pyopencl {version} has no {what}, which netcl relies on; "
+                       f"supported versions: {SUPPORTED}")
 
 
 def _check_version() -> None:
     found = tuple(getattr(cl, "VERSION", ()))
     if not (_LOWEST <= found < _BEYOND):
         text = getattr(cl, "VERSION_TEXT", None) or ".".join(map(str, found)) or "unknown"
-        raise ImportError(
-            f"netcl: pyopencl {text} is outside the supported versions ({SUPPORTED}): netcl "
-            "relies on pyopencl internals checked for those versions only"
-        )
+        raise ImportError(f"netcl: pyopencl {text} is outside the supported versions "
+                          f"({SUPPORTED}): netcl relies on pyopencl internals checked for "
+                          "those versions only")
 
 
 def _resolve() -> list[tuple[EntryPoint, Any, Any]]:

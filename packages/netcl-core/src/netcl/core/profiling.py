@@ -352,19 +352,17 @@ class Collector:
         if mode == "none" and events:
             return DeviceTime(self, kind, (), (), name, parent, attributes, _Measure.COMMANDS,
                               done=True)  # fmt: skip
+        measure, sampled = _Measure.ENVELOPE, False
         if begin is not None and events:  # a plain queue's: its end stamped after the events
             if queue is None:
                 raise ValueError("profiling.watch: begin= needs the events' queue (queue=)")
-            return self._add(DeviceTime(self, kind, (begin, self.stamp(queue, events)), (), name,
-                                        parent, attributes, _Measure.BRACKET, False, queue))
-        if detail is None:
-            detail = not events or self.detail(len(events))
-        if detail or not events:
-            return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
-                                        attributes, _Measure.COMMANDS, mode == "summary",
-                                        queue))  # fmt: skip
-        return self._add(DeviceTime(self, kind, (events[0], events[-1]), (), name, parent,
-                                    attributes, _Measure.ENVELOPE, False, queue))  # fmt: skip
+            events, labels, measure = (begin, self.stamp(queue, events)), (), _Measure.BRACKET
+        elif not events or (self.detail(len(events)) if detail is None else detail):
+            measure, sampled = _Measure.COMMANDS, mode == "summary"
+        else:
+            events, labels = (events[0], events[-1]), ()
+        return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
+                                    attributes, measure, sampled, queue))
 
     def detail(self, commands: int) -> bool:
         """Whether a unit of ``commands`` commands about to be enqueued gets per-command detail

@@ -157,19 +157,15 @@ class KernelCapture:
 
     def replay(self) -> cl.Event | None:
         """Enqueue the recorded sequence again; returns the last event (None if it is empty)."""
-        program = self._program
-        if program is None:
-            raise self._cannot("replay")
-        return self._replay(program, None)
+        program = self._program  # read once: the hot path of a plain replay
+        return self._replay(self._ready("replay") if program is None else program, None)
 
     def replay_with_new_buffers(self, buffer_map: Mapping[int, Any]) -> cl.Event | None:
         """Replay with buffers substituted for this replay only: keys are the ``int_ptr`` of
         recorded buffers, values the replacement ``cl.Buffer`` (or Tensor) for every command
         using them. ``ValueError`` before anything is enqueued for an unknown key or a
         replacement too small for a command using it."""
-        program = self._program
-        if program is None:
-            raise self._cannot("replay_with_new_buffers")
+        program = self._ready("replay_with_new_buffers")
         return self._replay(program, program.index.validate(buffer_map))
 
     def _replay(
@@ -226,11 +222,14 @@ class KernelCapture:
             span.end(error)
         return event
 
-    def _cannot(self, what: str) -> RuntimeError:
+    def _ready(self, what: str) -> ReplayProgram:
+        """The replay form, for ``KernelCapture.what``; RuntimeError before end()."""
+        if (program := self._program) is not None:
+            return program
         if self._recording is not None:
-            return RuntimeError(f"KernelCapture.{what}: still recording; call end() first")
-        return RuntimeError(f"KernelCapture.{what}: nothing captured; record with begin() ... "
-                            "end() first")  # fmt: skip
+            raise RuntimeError(f"KernelCapture.{what}: still recording; call end() first")
+        raise RuntimeError(f"KernelCapture.{what}: nothing captured; record with begin() ... "
+                           "end() first")
 
     @property
     def is_recording(self) -> bool:
@@ -267,9 +266,7 @@ class KernelCapture:
         """Write the capture to ``path``: its programs, commands and every buffer it uses, with
         the contents of those not overwritten whole by their first use (guide, "Saved
         steps"); :func:`load_capture` replays it in another process. Returns the bytes."""
-        program = self._program
-        if program is None:
-            raise self._cannot("save")
+        program = self._ready("save")
         from netcl.runtime.capture import _saved  # on first use: json and the format
 
         return _saved.save(path, program, kind="capture")

@@ -130,20 +130,18 @@ def _value_key(value: Any) -> Any:
     return ("id", id(value))  # held alive by the recording
 
 
-def _replicate(
-    kernel: cl.Kernel, template: cl.Kernel | None, snap: tuple[ArgSet, ...], known: bool
-) -> cl.Kernel:
+def _replicate(kernel: cl.Kernel, template: cl.Kernel | None, snap: tuple[ArgSet, ...],
+               known: bool) -> cl.Kernel:
     """A kernel object of its own holding the arguments of one recorded launch (see above)."""
     if template is not None:
         replica = template.clone()
     elif known:
         replica = cl.Kernel(kernel.program, kernel.function_name)
     else:
-        raise RuntimeError(
-            f"KernelCapture: cannot record kernel {kernel.function_name!r}: the device cannot "
-            f"clone kernels and only {len(snap)} of its {kernel.num_args} arguments were set "
-            "inside the capture; pass the arguments in the call"
-        )
+        raise RuntimeError(f"KernelCapture: cannot record kernel {kernel.function_name!r}: the "
+                           f"device cannot clone kernels and only {len(snap)} of its "
+                           f"{kernel.num_args} arguments were set inside the capture; pass the "
+                           "arguments in the call")
     for arg in snap:
         arg.setter(replica, *arg.payload)
     return replica
@@ -275,9 +273,8 @@ class ReplayProgram:
     def refill(self, checker: device.Checking, subst: Subst) -> None:
         """Checked mode, before a replay: fill the guards of the checked pool blocks it uses
         afresh, so that a damaged one names this replay's command."""
-        for pool, block, guard, _ in self._guarded(
-            checker, subst, [u.buffer for u in self.index.uses.values()]
-        ):
+        for pool, block, guard, _ in self._guarded(checker, subst,
+                                                   [u.buffer for u in self.index.uses.values()]):
             guard.fill(pool.queue, block)
             _finish(pool.queue)  # filled before the replay's first command runs
 
@@ -413,13 +410,10 @@ def build(rec: Recording, shared: SharedArena | None = None) -> ReplayProgram:
                        if type(raw) is RawTransfer else raw)  # fmt: skip
             finishes += type(raw) is RawFinish
     distinct = {contract.queue_ptr(q): q for q in queues.values()}
-    ordered = len(distinct) <= 1 and not any(
-        device.out_of_order(q) for q in distinct.values()
-    )
+    ordered = len(distinct) <= 1 and not any(map(device.out_of_order, distinct.values()))
     # the plan is made from the commands as recorded, events included (host waits index them)
     plan = None if ordered else schedule(
-        [raw for raw in rec.raw if not isinstance(raw, RawHostWait)], host_waits
-    )
+        [raw for raw in rec.raw if not isinstance(raw, RawHostWait)], host_waits)
     program = ReplayProgram(ops, binds, launches, finishes, plan, tuple(binder.opaque),
                             device.watcher(*distinct.values()), device.checker(),
                             tuple(distinct.values()), arena)  # fmt: skip

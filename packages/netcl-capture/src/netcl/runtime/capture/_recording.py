@@ -156,9 +156,8 @@ class RawTransfer(NamedTuple):
         """The arguments by pyopencl's parameter names."""
         return dict(zip(self.entry.params, self.args, strict=False), **self.kwargs)
 
-    def substituted(
-        self, subst: Mapping[int, cl.MemoryObjectHolder]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def substituted(self, subst: Mapping[int, cl.MemoryObjectHolder]
+                    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The arguments with the substitutes of one replay (keys: recorded int_ptr)."""
         if not subst:
             return self.args, self.kwargs
@@ -229,14 +228,10 @@ class Recording:
 
     def __init__(self) -> None:
         self.thread_name = threading.current_thread().name
-        # fed by hooks while True; set False (first thing) when stopped
-        self.live = False
-        # install() completed (a begin() interrupted before that left nothing to end())
-        self.started = False
-        # keeps pyopencl hooked (the invoker memo) while end() builds the replay form
-        self.pinned = False
-        # hooks between "the command may have run" and "noted" (see _intercept)
-        self.busy = 0
+        self.live = False  # fed by hooks while True; set False (first thing) when stopped
+        self.started = False  # install() completed (an interrupted begin() leaves no end())
+        self.pinned = False  # keeps pyopencl hooked (the invoker memo) while end() builds
+        self.busy = 0  # hooks between "the command may have run" and "noted" (see _intercept)
         self.raw: list[Raw] = []  # commands and host waits, in issue order
         self.kernels: dict[int, _KernelState] = {}  # id(kernel) -> state
         self.mems: dict[int, cl.MemoryObjectHolder] = {}  # int_ptr -> our own reference
@@ -423,9 +418,8 @@ _COPIED = (np.ndarray, bytearray, memoryview)
 def _same(old: Any, new: Any) -> bool:
     """Whether two values of one argument are the same: identity for objects (a buffer is the
     recording's own reference, one per buffer), equality for scalars and bytes."""
-    return old is new or (
-        type(old) is type(new) and isinstance(new, _SCALARS) and bool(old == new)
-    )
+    return old is new or (type(old) is type(new) and isinstance(new, _SCALARS)
+                          and bool(old == new))
 
 
 def _resolve_copy_count(entry: EntryPoint, pos: list[Any], kw: dict[str, Any]) -> None:

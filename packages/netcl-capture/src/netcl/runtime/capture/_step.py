@@ -216,8 +216,8 @@ class CapturedStep(Generic[P, R]):
             self._warm.popitem(last=False)
 
     def _record(self, call: _Call, dropped: bool) -> Any:
-        key, kwargs = call.key, call.kwargs
-        labels = _labels(self._fn, len(call.args), tuple(sorted(kwargs)) if kwargs else None)
+        key = call.key
+        labels = _labels(self._fn, len(call.args), key[1])
         reason = _change_reason(next(reversed(self._captures), None), key, labels)
         if dropped and not reason.startswith("recorded again"):
             reason += f" (recorded before, dropped to keep {self._max} captures)"
@@ -227,7 +227,7 @@ class CapturedStep(Generic[P, R]):
             cap._shared = self._arena  # keys never run at once: the largest plan, not the sum
             try:
                 with cap:  # discarded if the function raises
-                    result = self._fn(*call.args, **kwargs)
+                    result = self._fn(*call.args, **call.kwargs)
                 entry = _Capture(cap, call, reason, result, _outputs_of(result, self.name))
             except BaseException:
                 cap.reset()
@@ -239,10 +239,9 @@ class CapturedStep(Generic[P, R]):
             self._last_reason = reason
             _CAPTURES.add(1, self.name)
             _KEPT.add(1, self.name)
-            evicted = 0
-            while len(self._captures) > self._max:
+            evicted = max(0, len(self._captures) - self._max)
+            for _ in range(evicted):
                 self._drop(next(iter(self._captures)))
-                evicted += 1
             if evicted:
                 self._evictions += evicted
                 _EVICTIONS.add(evicted, self.name)
@@ -493,13 +492,14 @@ def _loaded(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue,
     return loaded_step
 
 
-def _object(kind: Any, fields: fmt.Value, buf: Any, queue: cl.CommandQueue) -> Any:
-    """A Tensor or Array of saved ``fields`` on ``buf``."""
-    shape, dtype = tuple(fields.shape), np.dtype(fields.dtype)  # type: ignore[arg-type]
+def _object(kind: Any, fields: Any, buf: Any, queue: cl.CommandQueue) -> Any:
+    """A Tensor or Array on ``buf`` with the shape, dtype (strides, offset) of ``fields``: a
+    saved ``fmt.Value``, or a Tensor or Array."""
+    shape, dtype = tuple(fields.shape), np.dtype(fields.dtype)
     if kind == _TENSOR:
         return Tensor(buf, shape, dtype, queue)
-    return _Array(queue, shape, dtype, strides=tuple(fields.strides),  # type: ignore[arg-type]
-                  data=buf, offset=fields.offset)  # fmt: skip
+    return _Array(queue, shape, dtype, strides=tuple(fields.strides), data=buf,
+                  offset=fields.offset)
 
 
 def _forget(name: str, captures: OrderedDict[GuardKey, _Capture]) -> None:
@@ -602,10 +602,7 @@ class _Capture:
 
 def _view(view: Any, buf: cl.MemoryObjectHolder) -> Any:
     """``view`` (a Tensor or Array) on ``buf`` instead of its own buffer."""
-    if isinstance(view, Tensor):
-        return Tensor(buf, view.shape, view.dtype, view.queue)
-    return _Array(view.queue, view.shape, view.dtype, strides=view.strides, data=buf,
-                  offset=view.offset)  # fmt: skip
+    return _object(_TENSOR if isinstance(view, Tensor) else _ARRAY, view, buf, view.queue)
 
 
 def _outputs_of(result: Any, step: str) -> tuple[Any, ...]:
