@@ -14,11 +14,10 @@ __all__ = ["SETTINGS", "Setting", "describe", "flag"]
 
 @dataclass(frozen=True)
 class Setting:
-    """One environment variable: its ``name``, how its default reads (text, or a function giving
-    the text), what it does, and ``check`` (the text -> the value, ValueError when invalid).
-    The code reads the setting through :meth:`value`, which uses the same parser, so
-    ``netcl config`` flags exactly what the code would refuse. ``secret`` values are never
-    shown."""
+    """One environment variable: its ``name``, how its default reads (text, or a function giving the
+    text), what it does, and ``check`` (the text -> the value, ValueError when invalid). The code
+    reads the setting through :meth:`value`, which uses the same parser, so ``netcl config`` flags
+    exactly what the code would refuse. ``secret`` values are never shown."""
 
     name: str
     default: str | Callable[[], str]

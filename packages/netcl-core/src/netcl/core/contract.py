@@ -77,9 +77,8 @@ class EntryPoint:
         return self.name.removeprefix("_enqueue_")
 
 
-def _transfer(
-    name: str, params: tuple[str, ...], *operands: Operand, optional: bool = False, word: str = ""
-) -> EntryPoint:
+def _transfer(name: str, params: tuple[str, ...], *operands: Operand, optional: bool = False,
+              word: str = "") -> EntryPoint:
     return EntryPoint("pyopencl._cl", name, "transfer", "the copy or fill, its wait list",
                       wait_for=len(params), params=params, operands=operands,
                       optional=optional, word=word)  # fmt: skip
@@ -99,12 +98,10 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
                params=("queue", "kernel", "global_work_size", "local_work_size",
                        "global_work_offset", "wait_for", "g_times_l", "allow_empty_ndrange")),
     # the same object under the name applications use
-    EntryPoint("pyopencl", "enqueue_nd_range_kernel", "launch", "as pyopencl._cl's",
-               wait_for=5),
+    EntryPoint("pyopencl", "enqueue_nd_range_kernel", "launch", "as pyopencl._cl's", wait_for=5),
     EntryPoint("pyopencl.Kernel", "set_arg", "setter", _SETTER, params=("arg_index", "arg")),
     EntryPoint("pyopencl.Kernel", "_set_arg_multi", "setter_pairs", _SETTER, params=("arg",)),
-    EntryPoint("pyopencl.Kernel", "_set_arg_buf_multi", "setter_pairs", _SETTER,
-               params=("arg",)),
+    EntryPoint("pyopencl.Kernel", "_set_arg_buf_multi", "setter_pairs", _SETTER, params=("arg",)),
     EntryPoint("pyopencl.Kernel", "_set_arg_buf_pack_multi", "setter_triples", _SETTER,
                params=("arg",)),
     EntryPoint("pyopencl.Kernel", "_set_arg_null", "setter", _SETTER, params=("arg",)),

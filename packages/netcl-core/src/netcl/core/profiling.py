@@ -55,8 +55,7 @@ _KERNEL_DURATION = TEL.histogram(
     "mode sampled: only the units drawn for per-command detail (about 0.1% of a core), so "
     "rates are a fraction of the total while shares and quantiles hold", DEVICE_BUCKETS_S,
 )
-# kind -> (its device span, the attribute naming a unit, its histogram)
-_KINDS = {
+_KINDS = {  # kind -> (its device span, the attribute naming a unit, its histogram)
     REPLAY: ("netcl.device.replay", "netcl.capture.name", TEL.histogram(
         "netcl.capture.replay.device_duration", "s", "Device time of capture replays",
         DEVICE_BUCKETS_S)),
@@ -343,10 +342,8 @@ class Collector:
         :meth:`begin` gave before the work (a plain queue's start stamp): then the unit is a
         summary bracketed on the side queue, its end stamped once ``events`` complete."""
         if len(labels) > len(events):
-            raise ValueError(
-                f"profiling.watch: {len(labels)} labels for {len(events)} events; expected at "
-                "most one label per event"
-            )
+            raise ValueError(f"profiling.watch: {len(labels)} labels for {len(events)} events; "
+                             "expected at most one label per event")
         parent = parent if parent is not None else telemetry.current_span()
         mode = self._mode
         if mode == "none" and events:
@@ -448,8 +445,7 @@ class Collector:
                     kernel = self._stamp_kernels.get(context)
                     if kernel is None:  # the kernel holds its context: the key stays its own
                         program = cl.Program(queue.context, _STAMP_SOURCE).build()
-                        kernel = cl.Kernel(program, "netcl_stamp")
-                        self._stamp_kernels[context] = kernel
+                        kernel = self._stamp_kernels[context] = cl.Kernel(program, "netcl_stamp")
                     side = _Side(cl.CommandQueue(queue.context, queue.device, _PROFILING), kernel)
                     cl.enqueue_nd_range_kernel(side.queue, kernel, (1,), None).wait()  # refused?
                 except cl.Error as exc:
@@ -462,9 +458,8 @@ class Collector:
 
     def _add(self, unit: DeviceTime) -> DeviceTime:
         if unit.kind not in _KINDS:
-            raise ValueError(
-                f"profiling.watch: unknown kind {unit.kind!r}; expected one of {sorted(_KINDS)}"
-            )
+            raise ValueError(f"profiling.watch: unknown kind {unit.kind!r}; expected one of "
+                             f"{sorted(_KINDS)}")
         if not unit._events:
             raise ValueError("profiling.watch: no events; expected at least one cl.Event")
         if self._thread is None:
@@ -607,8 +602,7 @@ class Collector:
         """The commands of ``unit`` (``events``) on the host clock; ``cl.Error`` for an event
         of a queue without profiling, :class:`_CommandFailedError` for a failed command."""
         if unit._failed:
-            i, status = next((i, s) for i, e in enumerate(events)
-                             if (s := e.get_info(_STATUS)) < 0)  # fmt: skip
+            i, status = next((i, s) for i, e in enumerate(events) if (s := e.get_info(_STATUS)) < 0)
             raise _CommandFailedError(f"command {i} failed: status {status}")
         commands, labels = [], unit.labels
         for i, event in enumerate(events):
@@ -626,8 +620,7 @@ class Collector:
         _add(self._by_kind, unit.kind, duration)
         command_spans = True
         if unit.commands:
-            now = time.monotonic()
-            budget = self.span_budget
+            now, budget = time.monotonic(), self.span_budget
             self._credit = min(budget, self._credit + (now - self._credit_at) * budget)
             self._credit_at = now
             command_spans = self._credit > 0

@@ -59,8 +59,7 @@ class KernelCapture:
             self._replays = 0
             # open from begin() to end(), so never the current span
             span = tm.TEL.span(tm.RECORD_SPAN, current=False)
-            rec = Recording()
-            self._recording = rec  # before install: whatever happens next, reset() finds it
+            self._recording = rec = Recording()  # before install: reset() finds it whatever follows
             try:
                 _intercept.install(rec)
                 # a capture dropped while recording must not leave pyopencl patched
@@ -74,12 +73,10 @@ class KernelCapture:
 
     def end(self, *, allow_native: bool = False) -> int:
         """Stop recording and freeze it for replay; returns the number of kernel launches.
-
         ``RuntimeError`` (the recording discarded) if an exception such as KeyboardInterrupt
         struck between a command being issued and recorded, and, unless ``allow_native``, if
         code outside pyopencl and netcl reached a queue or memory object through its raw handle
-        (a native library's work through it is invisible to the capture).
-        """
+        (a native library's work through it is invisible to the capture)."""
         with self._lock:
             rec = self._recording
             if rec is None or not rec.started:
@@ -89,11 +86,10 @@ class KernelCapture:
             rec.live = False  # nothing more is recorded from here on
             try:
                 if rec.busy:
-                    raise RuntimeError(
-                        "KernelCapture.end: the recording may have missed a command (an "
-                        "exception such as KeyboardInterrupt interrupted a recorded launch, "
-                        "copy, host wait or argument setter); it was discarded: record again"
-                    )
+                    raise RuntimeError("KernelCapture.end: the recording may have missed a command "
+                                       "(an exception such as KeyboardInterrupt interrupted a "
+                                       "recorded launch, copy, host wait or argument setter); it "
+                                       "was discarded: record again")
                 if rec.native and not allow_native:
                     raise RuntimeError(_native_refusal(rec))
                 program = build(rec, self._shared)
@@ -168,9 +164,8 @@ class KernelCapture:
         program = self._ready("replay_with_new_buffers")
         return self._replay(program, program.index.validate(buffer_map))
 
-    def _replay(
-        self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
-    ) -> cl.Event | None:
+    def _replay(self, program: ReplayProgram,
+                subst: Mapping[int, cl.MemoryObjectHolder] | None) -> cl.Event | None:
         # the one test of a plain replay
         if program.collector is not None or program.checker is not None or telemetry.tracing():
             event = self._observed(program, subst)
@@ -182,9 +177,8 @@ class KernelCapture:
         tm.REPLAYED_LAUNCHES.add(program.num_launches)
         return event
 
-    def _observed(
-        self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
-    ) -> cl.Event | None:
+    def _observed(self, program: ReplayProgram,
+                  subst: Mapping[int, cl.MemoryObjectHolder] | None) -> cl.Event | None:
         """A replay with a span (when tracing), command by command in checked mode, and, on
         profiling queues, every command's event kept and handed to the device-time collector.
         The span is made after the launches, backdated: its ~10 µs of SDK work overlaps the
@@ -193,9 +187,7 @@ class KernelCapture:
         start = time.time_ns() if traced else 0
         error: BaseException | None = None
         keep: list[cl.Event] | None = None
-        detail = False
-        collector = program.collector
-        begin = None
+        collector, begin, detail = program.collector, None, False
         if collector is not None:
             keep = []
             # drawn before the replay: a summary's replay keeps only its first and last events;
@@ -304,10 +296,9 @@ def _native_refusal(rec: Recording) -> str:
 
 
 def load_capture(path: str | os.PathLike[str], queue: cl.CommandQueue) -> KernelCapture:
-    """A capture saved by :meth:`KernelCapture.save` (or a step's, by ``CapturedStep.save``),
-    ready to replay on ``queue``; its :attr:`~KernelCapture.buffers` are the saved capture's, in
-    the same order.
-    :class:`CaptureFileError` names the file and what is wrong with it."""
+    """A capture saved by :meth:`KernelCapture.save` (or a step's, by ``CapturedStep.save``), ready
+    to replay on ``queue``; its :attr:`~KernelCapture.buffers` are the saved capture's, in the same
+    order. :class:`CaptureFileError` names the file and what is wrong with it."""
     from netcl.runtime.capture import _saved
 
     return _from_program(_saved.load(path, queue).program)

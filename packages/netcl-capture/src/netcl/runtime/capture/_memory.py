@@ -230,9 +230,8 @@ def plan(rec: Recording, shared: SharedArena | None = None) -> Arena:
                 total += n
             continue
         align = max(int(ctx.devices[0].mem_base_addr_align) // 8, 1)
-        items = [packing.Interval(first[p], last[p], -(-size[p] // align) * align) if ordered
-                 else packing.Interval(0, end, -(-size[p] // align) * align)
-                 for p in ptrs]  # fmt: skip
+        items = [packing.Interval(*((first[p], last[p]) if ordered else (0, end)),
+                                  -(-size[p] // align) * align) for p in ptrs]
         placed = packing.place(items)
         nbytes = max(placed.arena_bytes, 1)
         arena = _arena_buffer(ctx, nbytes) if home is None else home.take(queue, nbytes)

@@ -157,8 +157,7 @@ class ReplayProgram:
                  arena: Arena) -> None:  # fmt: skip
         self.ops = tuple(ops)
         self.binds = binds
-        # None: one in-order queue, where queue order is every dependency there is
-        self.plan = plan
+        self.plan = plan  # None: one in-order queue, where queue order is every dependency there is
         self.num_launches = launches
         self.num_commands = len(ops) - finishes  # a finish enqueues no command
         self.opaque_launches = opaque  # kernels launched with arguments set before begin()
@@ -218,9 +217,8 @@ class ReplayProgram:
         """Enqueue the recorded commands with buffers substituted (a map ``index.validate``
         returned); an event that completes when all of them have (None if there are none).
         ``keep`` (a profiled replay) gets every command's event, in the order of ``labels``, or
-        with ``ends`` on one in-order queue, the first and the last (a summary's);
-        In checked mode (``checker``) they are enqueued one at a time, each followed by
-        ``check``.
+        with ``ends`` on one in-order queue, the first and the last (a summary's). In checked
+        mode (``checker``) they are enqueued one at a time, each followed by ``check``.
         OpenCL takes a kernel's arguments at enqueue time: an argument set, enqueued with and
         set back leaves the launch with the substitute and the recorded arguments in place."""
         checker = self.checker
@@ -278,8 +276,7 @@ class ReplayProgram:
             guard.fill(pool.queue, block)
             _finish(pool.queue)  # filled before the replay's first command runs
 
-    def check(self, i: int, event: cl.Event | None, checker: device.Checking,
-              subst: Subst) -> None:  # fmt: skip
+    def check(self, i: int, event: cl.Event | None, checker: device.Checking, subst: Subst) -> None:
         """Checked mode, after recorded command ``i``: wait for it, then check the guards of the
         checked pool blocks it launched on, naming it as the culprit of a damaged one."""
         op = self.ops[i]

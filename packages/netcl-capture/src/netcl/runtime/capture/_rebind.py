@@ -1,8 +1,8 @@
-"""Buffer substitution for one replay: which recorded commands use each buffer, and the checks
-a substitution map passes before anything is enqueued: a replacement is a memory object of the
-recorded one's kind and context, large enough for every command using it (a kernel argument:
-the recorded size; a read, write, copy or fill: its offset plus byte count; rectangles and
-images: the recorded size), and no recorded copy comes to copy between overlapping ranges.
+"""Buffer substitution for one replay: which recorded commands use each buffer, and the checks a
+substitution map passes before anything is enqueued: a replacement is a memory object of the
+recorded one's kind and context, large enough for every command using it (a kernel argument: the
+recorded size; a read, write, copy or fill: its offset plus byte count; rectangles and images: the
+recorded size), and no recorded copy comes to copy between overlapping ranges.
 """
 
 from __future__ import annotations

@@ -77,8 +77,7 @@ class LaunchShape(NamedTuple):
     offset: Any
     g_times_l: bool
     allow_empty: bool
-    # the kernel's argument table when it launched
-    args: tuple[ArgSet, ...]
+    args: tuple[ArgSet, ...]  # the kernel's argument table when it launched
 
 
 class RawLaunch(NamedTuple):
@@ -104,8 +103,7 @@ class RawLaunch(NamedTuple):
         indices = range(shape.kernel.num_args)
         args = () if any(i not in table for i in indices) else tuple(
             _set_value(table[i]) for i in indices)  # fmt: skip
-        return CapturedLaunch(shape.kernel.function_name, shape.queue, gsize, lsize, offset,
-                              args)  # fmt: skip
+        return CapturedLaunch(shape.kernel.function_name, shape.queue, gsize, lsize, offset, args)
 
 
 def buffers_of(args: tuple[ArgSet, ...]) -> tuple[tuple[int, cl.MemoryObjectHolder], ...]:
@@ -275,10 +273,8 @@ class Recording:
 
     # -- notes: what the hooks call after pyopencl's own function returned ----------------
 
-    def new_shape(
-        self, state: _KernelState, kernel: Any, queue: Any, gws: Any, lws: Any, offset: Any,
-        g_times_l: bool, allow_empty: bool,
-    ) -> LaunchShape:  # fmt: skip
+    def new_shape(self, state: _KernelState, kernel: Any, queue: Any, gws: Any, lws: Any,
+                  offset: Any, g_times_l: bool, allow_empty: bool) -> LaunchShape:
         """The shape of a launch that is not the same objects as the kernel's last one."""
         if state.clone is _UNSET:
             # a copy of the kernel as this launch left it (arguments set before begin()
@@ -288,8 +284,7 @@ class Recording:
         snap = state.snapshot
         if snap is None:
             snap = state.snapshot = tuple(state.table.values())
-        shape = _shape(state.shape, (kernel, queue, gws, lws, offset, g_times_l, allow_empty,
-                                     snap))  # fmt: skip
+        shape = _shape(state.shape, (kernel, queue, gws, lws, offset, g_times_l, allow_empty, snap))
         state.shape = shape
         return shape
 
@@ -427,8 +422,7 @@ def _resolve_copy_count(entry: EntryPoint, pos: list[Any], kw: dict[str, Any]) -
     buffer's size), so a replay with a larger substitute copies what the recording copied."""
     names = entry.params
     at = names.index("byte_count")
-    bound = dict(zip(names, pos, strict=False))
-    bound.update((k, v) for k, v in kw.items() if k in names)
+    bound = dict(zip(names, pos, strict=False), **kw)
     count = bound.get("byte_count", -1)
     if count is None or count < 0:
         count = min(int(bound["src"].size), int(bound["dst"].size))

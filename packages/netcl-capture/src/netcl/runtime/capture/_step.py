@@ -37,8 +37,7 @@ from netcl.runtime.capture._capture import KernelCapture, _from_program, log
 from netcl.runtime.capture._intercept import thread_records
 from netcl.runtime.capture._memory import SharedArena
 
-__all__ = ["CapturedStep", "LoadedStep", "StepCheckError", "StepStats", "capture_step",
-           "load_step"]
+__all__ = ["CapturedStep", "LoadedStep", "StepCheckError", "StepStats", "capture_step", "load_step"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -395,7 +394,8 @@ def _save(step: CapturedStep[Any, Any], entry: _Capture, path: str | os.PathLike
             outputs.append(_value("arg", None, (), index=o))
             continue
         view = o if kind == "fixed" else o[1]
-        found = _value(kind, _TENSOR if isinstance(view, Tensor) else _ARRAY, _parts_of(view))
+        type_ = _TENSOR if isinstance(view, Tensor) else _ARRAY
+        found = _value(kind, type_, tuple(getattr(view, f) for f in _FIELDS[type_][:-1]))
         if kind == "fixed":
             buf = view.buffer if isinstance(view, Tensor) else view.base_data
             if buf.int_ptr not in index:
@@ -410,12 +410,6 @@ def _save(step: CapturedStep[Any, Any], entry: _Capture, path: str | os.PathLike
                          list(entry.sizes), list(aliasing) if aliasing else None, container,
                          outputs, [(j, index[p]) for j, p in entry.slots])  # fmt: skip
     return _saved.save(path, program, kind="step", roles=roles, step=signature)
-
-
-def _parts_of(view: Any) -> tuple[Any, ...]:
-    if isinstance(view, Tensor):
-        return view.shape, view.dtype
-    return view.shape, view.dtype, view.strides, view.offset
 
 
 def _value(kind: str, type_: str | None, values: tuple[Any, ...], **more: Any) -> fmt.Value:
@@ -446,8 +440,7 @@ def load_step(path: str | os.PathLike[str], queue: cl.CommandQueue) -> LoadedSte
                                       f"replay ({type(exc).__name__}: {exc})") from None
 
 
-def _loaded(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue,
-            path: str) -> LoadedStep:  # fmt: skip
+def _loaded(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue, path: str) -> LoadedStep:
     """The LoadedStep of a file: its saved call rebuilt on stand-in buffers (the file's input
     buffers), recorded as a captured step's call is, with the file's capture."""
     inputs = {j: loaded.buffers[i] for j, i in step.inputs}
@@ -464,7 +457,7 @@ def _loaded(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue,
         kind = param.kind
         if kind in _FIELDS:
             obj = _object(kind, param, bufs[sum(p[0] in _FIELDS for p in parts)], queue)
-            parts.append((kind, *_parts_of(obj), queue))
+            parts.append((kind, *(getattr(obj, f) for f in _FIELDS[kind])))  # its key's part
             text.append(f"{label}: {kind}{tuple(obj.shape)} {obj.dtype}")
         else:
             obj = param.value
@@ -736,18 +729,15 @@ def _check_options(fn: Any, warmup: Any, max_captures: Any, check_atol: Any, nam
 
 
 @overload
-def capture_step(
-    fn: Callable[P, R], /, *, warmup: int = 1, max_captures: int = 8, copy_outputs: bool = False,
-    check: bool = False, check_atol: float = 0.0, name: str | None = None,
-) -> CapturedStep[P, R]: ...
+def capture_step(fn: Callable[P, R], /, *, warmup: int = 1, max_captures: int = 8,
+                 copy_outputs: bool = False, check: bool = False, check_atol: float = 0.0,
+                 name: str | None = None) -> CapturedStep[P, R]: ...
 @overload
-def capture_step(
-    *, warmup: int = 1, max_captures: int = 8, copy_outputs: bool = False, check: bool = False,
-    check_atol: float = 0.0, name: str | None = None,
-) -> Callable[[Callable[P, R]], CapturedStep[P, R]]: ...
-def capture_step(
-    fn: Callable[P, R] | None = None, /, **options: Any
-) -> CapturedStep[P, R] | Callable[[Callable[P, R]], CapturedStep[P, R]]:
+def capture_step(*, warmup: int = 1, max_captures: int = 8, copy_outputs: bool = False,
+                 check: bool = False, check_atol: float = 0.0, name: str | None = None
+                 ) -> Callable[[Callable[P, R]], CapturedStep[P, R]]: ...
+def capture_step(fn: Callable[P, R] | None = None, /, **options: Any
+                 ) -> CapturedStep[P, R] | Callable[[Callable[P, R]], CapturedStep[P, R]]:
     """Decorate a step function so that it is captured and replayed (``@capture_step`` or
     ``@capture_step(max_captures=4, ...)``); returns a :class:`CapturedStep`.
 
