@@ -35,10 +35,8 @@ _LOWEST, _BEYOND = (2026, 1), (2027,)
 # transfer, order: copies, fills, markers, barriers; host_wait (events), event_wait (Event.wait);
 # invoker generation; handle (int_ptr) and wrap (from_int_ptr): raw handles; replay: not hooked;
 # program: the cache's raw program (never hooked)
-Kind = Literal[
-    "launch", "setter", "setter_pairs", "setter_triples", "transfer", "order", "finish",
-    "host_wait", "event_wait", "invoker", "handle", "wrap", "replay", "program",
-]  # fmt: skip
+Kind = Literal["launch", "setter", "setter_pairs", "setter_triples", "transfer", "order", "finish",
+               "host_wait", "event_wait", "invoker", "handle", "wrap", "replay", "program"]
 
 
 @dataclass(frozen=True, slots=True)

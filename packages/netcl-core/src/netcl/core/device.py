@@ -179,9 +179,7 @@ def device_identity(device: cl.Device) -> str:
 # A process ending right after enqueuing work (replays above all) left commands running while
 # the interpreter freed what they use: PoCL crashed at exit (1 run in 10). So the queues of the
 # live owners registered here are finished at exit.
-_AT_EXIT: weakref.WeakKeyDictionary[object, tuple[cl.CommandQueue, ...]] = (
-    weakref.WeakKeyDictionary()
-)
+_AT_EXIT = weakref.WeakKeyDictionary[object, tuple[cl.CommandQueue, ...]]()
 
 
 def finish_at_exit(owner: object, queues: Iterable[cl.CommandQueue]) -> None:

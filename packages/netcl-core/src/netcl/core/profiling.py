@@ -24,11 +24,9 @@ from netcl.core.version import __version__
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
-__all__ = [
-    "COMMANDS", "DEVICE_BUCKETS_S", "GRAPH_NODE", "REPLAY", "SCHEDULER_PLAN", "Collector",
-    "Command", "DeviceClock", "DeviceTime", "Kind", "Mode", "Stats", "collector", "detail",
-    "enabled", "flush", "watch", "watch_markers",
-]  # fmt: skip
+__all__ = ["COMMANDS", "DEVICE_BUCKETS_S", "GRAPH_NODE", "REPLAY", "SCHEDULER_PLAN", "Collector",
+           "Command", "DeviceClock", "DeviceTime", "Kind", "Mode", "Stats", "collector", "detail",
+           "enabled", "flush", "watch", "watch_markers"]  # fmt: skip
 
 #: Kinds of watched work (the first argument of :func:`watch`).
 Kind = Literal["replay", "graph.node", "scheduler.plan", "commands"]
@@ -43,18 +41,16 @@ COMMANDS: Kind = "commands"
 Mode = Literal["commands", "summary", "none"]
 
 #: Histogram buckets for device durations in seconds, 1 µs to 10 s.
-DEVICE_BUCKETS_S: tuple[float, ...] = (
-    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025,
-    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-)  # fmt: skip
+DEVICE_BUCKETS_S: tuple[float, ...] = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+                                       1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                                       2.5, 5.0, 10.0)  # fmt: skip
 
 TEL = telemetry.Scope("netcl.core.profiling", __version__)
 _log = get_logger("netcl.core.profiling")
 _KERNEL_DURATION = TEL.histogram(
     "netcl.kernel.duration", "s", "Device time of kernel commands, by kernel name; in summary "
     "mode sampled: only the units drawn for per-command detail (about 0.1% of a core), so "
-    "rates are a fraction of the total while shares and quantiles hold", DEVICE_BUCKETS_S,
-)
+    "rates are a fraction of the total while shares and quantiles hold", DEVICE_BUCKETS_S)
 _KINDS = {  # kind -> (its device span, the attribute naming a unit, its histogram)
     REPLAY: ("netcl.device.replay", "netcl.capture.name", TEL.histogram(
         "netcl.capture.replay.device_duration", "s", "Device time of capture replays",
@@ -90,7 +86,6 @@ def enabled(queue: cl.CommandQueue) -> bool:
     return mode == "summary" and _collector._bracket(queue) is not None
 
 
-# -- the device clock -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DeviceClock:
     """How a device's profiling timestamps map onto ``time.time_ns()``: ``host = device +
@@ -136,7 +131,6 @@ def _calibrate(context: cl.Context, device: cl.Device, rounds: int = 8) -> Devic
     return DeviceClock((low + high) // 2, max(1, (high - low + 1) // 2), now)
 
 
-# -- what is recorded -------------------------------------------------------------------------
 class Command(NamedTuple):
     """One profiled command on the host clock: ``name`` (its label, else the command type),
     ``command`` (the OpenCL command type, e.g. ``ndrange_kernel``), ``start_ns``/``end_ns``."""
@@ -277,7 +271,6 @@ def _union_ns(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
-# -- the collector ----------------------------------------------------------------------------
 class Collector:
     """Collects device time of watched events without waiting for them. ``interval`` (s): how
     often the daemon thread looks at pending events; ``recalibrate`` (s): how old a clock
@@ -430,8 +423,7 @@ class Collector:
     def _bracket(self, queue: cl.CommandQueue) -> _Side | None:
         """The side queue stamping units of the plain queue ``queue`` (made on first use, or
         when the pointer names a queue of another context); None where it cannot be made (an
-        out-of-order queue, a driver that refuses), said once in the log: there, as before,
-        device time needs a profiling queue."""
+        out-of-order queue, a driver that refuses), said once in the log."""
         context = queue.context.int_ptr
         found = self._sides.get(queue.int_ptr)
         if found is not None and found[0] == context:
@@ -544,36 +536,33 @@ class Collector:
     def _record(self, unit: DeviceTime) -> None:
         unit.done = True
         events, unit._events = unit._events, ()  # released after this (the unit may be kept)
+        measure = unit._measure
         try:
             device, offset = self._device(unit._queue, events[0])
-            measure = unit._measure
+            # CPU time of a drawn unit (a wait for the GIL or a blocking SDK once stopped the
+            # draws) from here: _device is every unit's cost, a draw's own is what follows
+            t0 = time.thread_time() if unit.sampled else 0.0
             if measure is not _Measure.COMMANDS:  # a summary, two markers or a bracket
                 if unit._failed:
                     raise _CommandFailedError("the first or last command failed")
                 info = _START if measure is _Measure.ENVELOPE else _END
                 start = events[0].get_profiling_info(info) + offset
-                end = max(events[-1].get_profiling_info(_END) + offset, start)
-                unit.start_ns, unit.end_ns, unit.duration = start, end, (end - start) / 1e9
-                busy = self._busy[device]  # the device is listed (0 busy) for markers too
-                if measure is not _Measure.MARKERS:
-                    busy.append((start, end))
-                self._emit(unit, device)
-                return
-            # every command; CPU time (a wait for the GIL or a blocking SDK once stopped the draws)
-            # from here: _device is every unit's cost, a draw's own is what follows
-            t0 = time.thread_time() if unit.sampled else 0.0
-            unit.commands = commands = self._commands(unit, events, offset)
+                intervals = [(start, max(events[-1].get_profiling_info(_END) + offset, start))]
+            else:
+                unit.commands = self._commands(unit, events, offset)
+                intervals = [(c.start_ns, c.end_ns) for c in unit.commands]
             count, events = len(events), ()  # released in what is timed
         except (cl.Error, _CommandFailedError) as exc:  # a queue without profiling, a failure
             self._counts["dropped"] += 1
             warn_once(_log, ("device_time_not_collected", type(exc)),
                       "device_time_not_collected", error=repr(exc))  # fmt: skip
             return
-        intervals = [(c.start_ns, c.end_ns) for c in commands]
         unit.start_ns = min(intervals)[0]
         unit.end_ns = max(end for _, end in intervals)
         unit.duration = _union_ns(intervals) / 1e9
-        self._busy[device].extend(intervals)
+        busy = self._busy[device]  # the device is listed (0 busy) for markers too
+        if measure is not _Measure.MARKERS:
+            busy.extend(intervals)
         self._emit(unit, device)
         if unit.sampled:  # what the next draws are charged per command
             self._counts["sampled"] += 1
@@ -581,8 +570,7 @@ class Collector:
             self._command_cost += (cost - self._command_cost) / 4
 
     def _device(self, queue: cl.CommandQueue | None, event: cl.Event) -> tuple[str, int]:
-        """The name of the device of ``event`` (on ``queue``, where known) and its clock's
-        current offset (ns)."""
+        """The device name of ``event`` (on ``queue``, where known) and its clock's offset (ns)."""
         if queue is None:  # an OpenCL query that makes a new CommandQueue object each time
             queue = event.get_info(_QUEUE)
         # by queue: (device name, clock offset, when the calibration expires)
@@ -679,7 +667,6 @@ def _mode_from_setting() -> Mode:
         return "commands"
 
 
-# -- the process-wide collector ---------------------------------------------------------------
 _collector = Collector()
 
 

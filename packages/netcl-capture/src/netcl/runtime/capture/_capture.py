@@ -126,12 +126,9 @@ class KernelCapture:
         if isinstance(why, ReplayProgram):
             span.set_many({tm.LAUNCHES: why.num_launches, tm.COMMANDS: why.num_commands,
                            tm.ARENA_BYTES: why.arena.memory.arena_bytes})  # fmt: skip
-            span.end()
-        elif isinstance(why, BaseException):
-            span.end(why)
-        else:
+        elif not isinstance(why, BaseException):
             span.fail("discarded", f"capture {why or 'discarded'}")
-            span.end()
+        span.end(why if isinstance(why, BaseException) else None)
 
     def reset(self) -> None:
         """Forget the recording (and stop one in progress); releases the recorded buffers."""
@@ -284,15 +281,13 @@ class KernelCapture:
 def _native_refusal(rec: Recording) -> str:
     reached = "; ".join(str(a) for a in list(rec.native)[:5])
     more = f" and {len(rec.native) - 5} more" if len(rec.native) > 5 else ""
-    return (
-        "KernelCapture.end: while recording, code outside pyopencl and netcl reached a queue or "
-        f"memory object through its raw handle: {reached}{more}. Work a native library "
-        "enqueues through such a handle is invisible to the capture and would be missing from "
-        "every replay. The recording was discarded: keep native calls outside the captured "
-        "region (run them under capture_disabled(), or record one capture before and one "
-        "after them), or call end(allow_native=True) to keep a capture that replays only what "
-        "went through pyopencl"
-    )
+    return ("KernelCapture.end: while recording, code outside pyopencl and netcl reached a queue "
+            f"or memory object through its raw handle: {reached}{more}. Work a native library "
+            "enqueues through such a handle is invisible to the capture and would be missing "
+            "from every replay. The recording was discarded: keep native calls outside the "
+            "captured region (run them under capture_disabled(), or record one capture before "
+            "and one after them), or call end(allow_native=True) to keep a capture that replays "
+            "only what went through pyopencl")
 
 
 def load_capture(path: str | os.PathLike[str], queue: cl.CommandQueue) -> KernelCapture:

@@ -103,10 +103,9 @@ def _launch_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _pairs_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """``Kernel._set_arg_multi`` / ``_set_arg_buf_multi(flat)`` (what the invokers call):
-    records the arguments on a recording thread, unless they are the same call as last time
-    (same objects, equal scalars; a memory object compares by address, and a retained one
-    keeps its address)."""
+    """``Kernel._set_arg_multi`` / ``_set_arg_buf_multi(flat)`` (what the invokers call): records
+    the arguments on a recording thread, unless they are the same call as last time (same
+    objects, equal scalars; a memory object compares by address, and a retained one keeps it)."""
 
     def hook(kernel: Any, flat: tuple[Any, ...]) -> None:
         rec = _tls.rec

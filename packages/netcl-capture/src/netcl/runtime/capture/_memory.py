@@ -50,13 +50,9 @@ class CaptureMemory:
     external_bytes: int
 
 
-def _refs(obj: object) -> int:
-    return sys.getrefcount(obj)
-
-
 def _calibrate() -> int:
     probe = object()  # held by this local alone, as each candidate is where it is tested
-    return _refs(probe)
+    return sys.getrefcount(probe)
 
 
 _ALONE = _calibrate()  # what sys.getrefcount reads for an object no one else holds
@@ -106,7 +102,7 @@ def _internal(rec: Recording) -> dict[int, cl.MemoryObjectHolder]:
         state.last = None  # a kernel's last arguments as passed: the application's objects
     for ptr in list(users):
         user = users.pop(ptr)
-        alone = ptr in free or _refs(user) <= _ALONE
+        alone = ptr in free or sys.getrefcount(user) <= _ALONE
         del user  # the application's object: a pool block goes back to its pool with it
         own = rec.mems[ptr]
         parent = own.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)

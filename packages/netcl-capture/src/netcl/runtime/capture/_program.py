@@ -73,7 +73,6 @@ class BoundLaunch:
         self.name: str = shape.kernel.function_name
         self.flags = {"allow_empty_ndrange": True} if shape.allow_empty else {}
         self.buffers = buffers  # (argument index, buffer) of every memory object argument
-        # enqueue_nd_range_kernel's leading arguments: queue, kernel, global, local, offset
         self.call: tuple[Any, ...] = (shape.queue, kernel, *launch_sizes(shape))
 
 
@@ -167,8 +166,7 @@ class ReplayProgram:
         self.collector = collector
         self.queue = queues[0] if len(queues) == 1 else None  # for the device-time collector
         device.finish_at_exit(self, queues)
-        # the device-time label of each command a replay enqueues (a finish enqueues none):
-        # the kernel's function name, or the transfer's operation (``copy_buffer``)
+        # the device-time label of each command a replay enqueues (a finish enqueues none)
         self.labels = tuple(
             binds[id(op.shape)].name if isinstance(op, RawLaunch) else op.entry.operation
             for op in self.ops if isinstance(op, (RawLaunch, RawTransfer))

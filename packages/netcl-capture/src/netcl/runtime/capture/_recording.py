@@ -161,8 +161,7 @@ class RawTransfer(NamedTuple):
             return self.args, self.kwargs
         args, kwargs = list(self.args), dict(self.kwargs)
         for where, buf in self.buffers:
-            new = subst.get(_mem_ptr(buf))
-            if new is None:
+            if (new := subst.get(_mem_ptr(buf))) is None:
                 continue
             if isinstance(where, int):
                 args[where] = new
@@ -233,8 +232,7 @@ class Recording:
         self.raw: list[Raw] = []  # commands and host waits, in issue order
         self.kernels: dict[int, _KernelState] = {}  # id(kernel) -> state
         self.mems: dict[int, cl.MemoryObjectHolder] = {}  # int_ptr -> our own reference
-        # int_ptr -> the application's object seen first: end() asks whether anything but the
-        # recording still holds it (see _memory)
+        # int_ptr -> the application's object seen first (end() asks who else holds it: _memory)
         self.users: dict[int, cl.MemoryObjectHolder] = {}
         self.native: dict[NativeAccess, None] = {}  # raw-handle accesses, in order
 
@@ -343,21 +341,15 @@ class Recording:
     def note_transfer(self, entry: EntryPoint, fn: Fn, args: Args, kwargs: Kwargs,
                       event: Any) -> None:  # fmt: skip
         """Record a copy, fill, marker or barrier."""
-        pos = list(args)
         at = entry.wait_for
-        waits = kwargs.get("wait_for") if len(pos) <= at else pos[at]
+        waits = kwargs.get("wait_for") if len(args) <= at else args[at]
+        pos = [self.retain(a) if isinstance(a, _MemoryObject) else a for a in args]
         if len(pos) > at:
             pos[at] = None
-        kw = {k: v for k, v in kwargs.items() if k != "wait_for"}
-        where: list[Where] = []
-        for i, a in enumerate(pos):
-            if isinstance(a, _MemoryObject):
-                pos[i] = own = self.retain(a)
-                where.append((i, own))
-        for k, v in kw.items():
-            if isinstance(v, _MemoryObject):
-                kw[k] = own = self.retain(v)
-                where.append((k, own))
+        kw = {k: self.retain(v) if isinstance(v, _MemoryObject) else v
+              for k, v in kwargs.items() if k != "wait_for"}
+        where: list[Where] = [*((i, a) for i, a in enumerate(pos) if isinstance(a, _MemoryObject)),
+                              *((k, v) for k, v in kw.items() if isinstance(v, _MemoryObject))]
         if entry.word == "copy":
             _resolve_copy_count(entry, pos, kw)
         self.raw.append(RawTransfer(entry, fn, tuple(pos), kw, tuple(waits) if waits else (),

@@ -244,12 +244,11 @@ class CapturedStep(Generic[P, R]):
             if evicted:
                 self._evictions += evicted
                 _EVICTIONS.add(evicted, self.name)
-                warn_once(
-                    log, ("captured_step_evicted", weakref.ref(self)), "captured_step_evicted",
-                    step=self.name, max_captures=self._max, reason=reason,
-                    detail="more distinct guard keys than max_captures; a non-Tensor argument "
-                    "that changes on every call (a step counter) makes every call a new key",
-                )  # fmt: skip
+                warn_once(log, ("captured_step_evicted", weakref.ref(self)),
+                          "captured_step_evicted", step=self.name, max_captures=self._max,
+                          reason=reason, detail="more distinct guard keys than max_captures; a "
+                          "non-Tensor argument that changes on every call (a step counter) "
+                          "makes every call a new key")  # fmt: skip
             span.set_many({tm.LAUNCHES: entry.launches, "netcl.step.evicted": evicted,
                            "netcl.step.captures_kept": len(self._captures)})  # fmt: skip
         return _copies(result, None) if self._copy else result
@@ -486,8 +485,7 @@ def _loaded(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue, path:
 
 
 def _object(kind: Any, fields: Any, buf: Any, queue: cl.CommandQueue) -> Any:
-    """A Tensor or Array on ``buf`` with the shape, dtype (strides, offset) of ``fields``: a
-    saved ``fmt.Value``, or a Tensor or Array."""
+    """A Tensor or Array on ``buf`` with the fields of ``fields`` (a saved or live one)."""
     shape, dtype = tuple(fields.shape), np.dtype(fields.dtype)
     if kind == _TENSOR:
         return Tensor(buf, shape, dtype, queue)
