@@ -188,8 +188,7 @@ def _resolve() -> list[tuple[EntryPoint, Any, Any]]:
     for entry in ENTRY_POINTS:
         owner = _owner(entry.owner)
         # the owner's own attribute, not one inherited: hooks replace exactly this object
-        obj = owner.__dict__.get(entry.name)
-        if obj is None:
+        if (obj := owner.__dict__.get(entry.name)) is None:
             if entry.optional:
                 continue
             raise _unsupported(f"{entry.owner}.{entry.name}")

@@ -406,8 +406,7 @@ class Collector:
         one-item kernel on its side queue that runs once ``after`` has completed; with no
         ``after``, once everything enqueued on ``queue`` so far has, and ``queue``'s later
         commands wait for it (on a busy device a stamp could otherwise run after them)."""
-        found = self._sides.get(queue.int_ptr)
-        side = found[1] if found is not None else None
+        side = self._sides.get(queue.int_ptr, (0, None))[1]
         if side is None:
             return cl.enqueue_marker(queue)
         held = not after
@@ -574,8 +573,7 @@ class Collector:
         if queue is None:  # an OpenCL query that makes a new CommandQueue object each time
             queue = event.get_info(_QUEUE)
         # by queue: (device name, clock offset, when the calibration expires)
-        found = self._devices.get(queue.int_ptr)
-        if found is None or time.time_ns() > found[2]:
+        if (found := self._devices.get(queue.int_ptr)) is None or time.time_ns() > found[2]:
             device = queue.device  # OpenCL info calls: once per queue and calibration
             age = int(self.recalibrate * 1e9)  # how old a calibration may get
             clock = self._clocks.get(device.int_ptr)  # another queue's may still be good

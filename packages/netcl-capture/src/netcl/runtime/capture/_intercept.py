@@ -34,8 +34,7 @@ class _Local(threading.local):
 
 _tls = _Local()
 _lock = threading.RLock()
-# every recording begun and not yet stopped (its thread may have exited)
-_live: set[Recording] = set()
+_live: set[Recording] = set()  # every recording begun and not yet stopped (its thread may be gone)
 Note = Callable[[Recording, EntryPoint, Fn, Args, Kwargs, Any], None]
 
 

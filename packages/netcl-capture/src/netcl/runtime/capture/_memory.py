@@ -170,8 +170,7 @@ class SharedArena:
     def take(self, queue: cl.CommandQueue, nbytes: int) -> cl.Buffer:
         """A buffer of at least ``nbytes`` for captures on ``queue``."""
         key = contract.queue_ptr(queue)
-        old = self.buffers.get(key)
-        if old is not None and int(old.size) >= nbytes:
+        if (old := self.buffers.get(key)) is not None and int(old.size) >= nbytes:
             return old
         new = self.buffers[key] = _arena_buffer(queue.context, nbytes)
         if old is not None:
@@ -268,11 +267,9 @@ def relocate(raw: list[Any], moved: Mapping[int, cl.MemoryObjectHolder]) -> dict
     snaps: dict[int, tuple[ArgSet, ...]] = {}
     for k, op in enumerate(raw):
         if type(op) is RawLaunch:
-            shape = shapes.get(id(op.shape))
-            if shape is None:
+            if (shape := shapes.get(id(op.shape))) is None:
                 old = op.shape
-                snap = snaps.get(id(old.args))
-                if snap is None:
+                if (snap := snaps.get(id(old.args))) is None:
                     snap = snaps[id(old.args)] = tuple(_moved_arg(a, moved) for a in old.args)
                 same = not any(map(operator.is_not, snap, old.args))
                 shape = shapes[id(old)] = old if same else old._replace(args=snap)

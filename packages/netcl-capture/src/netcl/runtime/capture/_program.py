@@ -101,8 +101,7 @@ class Binder:
         if (replica := self._replicas.get(key)) is None:
             clone = self._clones.get(id(kernel))
             replica = self._replicas[key] = _replicate(kernel, clone, snap, known)
-        buffers = self._buffers.get(id(snap))
-        if buffers is None:
+        if (buffers := self._buffers.get(id(snap))) is None:
             buffers = self._buffers[id(snap)] = buffers_of(snap)
         self.by_shape[id(shape)] = BoundLaunch(shape, replica, buffers)
 

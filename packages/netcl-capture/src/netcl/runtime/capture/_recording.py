@@ -216,8 +216,7 @@ class _KernelState:
 
 
 _UNSET: Any = object()
-# modules whose raw-handle accesses are not native work: pyopencl's own and netcl's
-_OWN_MODULES = ("pyopencl.", "netcl.")
+_OWN_MODULES = ("pyopencl.", "netcl.")  # raw-handle accesses from these are not native work
 
 
 class Recording:
@@ -398,8 +397,7 @@ def _clone(kernel: cl.Kernel) -> cl.Kernel | None:
 
 
 _SCALARS = (int, float, bytes, np.generic)
-# argument values copied when recorded (mutable buffers)
-_COPIED = (np.ndarray, bytearray, memoryview)
+_COPIED = (np.ndarray, bytearray, memoryview)  # values copied when recorded (mutable buffers)
 
 
 def _same(old: Any, new: Any) -> bool:
@@ -415,8 +413,7 @@ def _resolve_copy_count(entry: EntryPoint, pos: list[Any], kw: dict[str, Any]) -
     names = entry.params
     at = names.index("byte_count")
     bound = dict(zip(names, pos, strict=False), **kw)
-    count = bound.get("byte_count", -1)
-    if count is None or count < 0:
+    if (count := bound.get("byte_count", -1)) is None or count < 0:
         count = min(int(bound["src"].size), int(bound["dst"].size))
         if len(pos) > at:
             pos[at] = count

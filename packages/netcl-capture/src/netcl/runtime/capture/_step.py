@@ -175,8 +175,7 @@ class CapturedStep(Generic[P, R]):
             # whose launches that recording records (a replay would not be recorded)
             return self._run(call)
         with self._lock:
-            entry = self._captures.get(call.key)
-            if entry is not None and entry.pending_check:
+            if (entry := self._captures.get(call.key)) is not None and entry.pending_check:
                 return self._checked_replay(entry, call)
             if entry is not None:  # recorded by another thread meanwhile
                 event = self._replay(entry, call)
@@ -566,8 +565,7 @@ class _Capture:
     def stage(self, j: int, buf: Any, size: int = 0) -> cl.Buffer:
         """A buffer of the capture's own holding a copy of argument buffer ``j``."""
         need = max(int(buf.size), size)
-        scratch = self.scratch.get(j)
-        if scratch is None or int(scratch.size) < need:
+        if (scratch := self.scratch.get(j)) is None or int(scratch.size) < need:
             scratch = self.scratch[j] = cl.Buffer(buf.context, cl.mem_flags.READ_WRITE, need)
         queue = self.queues[j]
         event = cl.enqueue_copy(queue, scratch, buf, byte_count=int(buf.size))
