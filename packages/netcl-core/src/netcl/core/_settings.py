@@ -14,11 +14,10 @@ __all__ = ["SETTINGS", "Setting", "describe", "flag"]
 
 @dataclass(frozen=True)
 class Setting:
-    """One environment variable: its ``name``, how its default reads (text, or a function giving
-    the text), what it does, and ``check`` (the text -> the value, ValueError when invalid).
-    The code reads the setting through :meth:`value`, which uses the same parser, so
-    ``netcl config`` flags exactly what the code would refuse. ``secret`` values are never
-    shown."""
+    """One environment variable: its ``name``, how its default reads (text, or a function giving the
+    text), what it does, and ``check`` (the text -> the value, ValueError when invalid). The code
+    reads the setting through :meth:`value`, which uses the same parser, so ``netcl config`` flags
+    exactly what the code would refuse. ``secret`` values are never shown."""
 
     name: str
     default: str | Callable[[], str]
@@ -77,10 +76,8 @@ def flag(name: str, meaning: str) -> Callable[[str], bool]:
             return True
         if value in _OFF:
             return False
-        raise ValueError(
-            f"{name}={raw!r}: expected 1 {meaning} or 0 for off (true/false, yes/no and on/off "
-            "work too)"
-        )
+        raise ValueError(f"{name}={raw!r}: expected 1 {meaning} or 0 for off (true/false, yes/no "
+                         "and on/off work too)")
 
     return check
 
@@ -107,10 +104,9 @@ def _pool_limit(raw: str) -> Callable[[int], int]:
             return lambda _: int(text)
     except ValueError:
         pass
-    raise ValueError(
-        f"NETCL_POOL_LIMIT={raw!r}: expected a number of bytes (a whole number >= 0, 0 for no "
-        "limit) or a percentage of the device's global memory from 0% to 100%, such as '50%'"
-    )
+    raise ValueError(f"NETCL_POOL_LIMIT={raw!r}: expected a number of bytes (a whole number >= 0, "
+                     "0 for no limit) or a percentage of the device's global memory from 0% to "
+                     "100%, such as '50%'")
 
 
 CACHE_DIR = Setting("NETCL_CACHE_DIR", _cache_dir_default,
@@ -129,11 +125,10 @@ def _profile(raw: str) -> str:
         return "commands"
     if text in _OFF:
         return "off"
-    raise ValueError(
-        f"NETCL_PROFILE={raw!r}: expected 1 to turn profiling on for the default queue with "
-        "every command's device time (or commands, the same), summary for one device time per "
-        "replay, graph node and plan, or 0 for off (true/false, yes/no and on/off work too)"
-    )
+    raise ValueError(f"NETCL_PROFILE={raw!r}: expected 1 to turn profiling on for the default "
+                     "queue with every command's device time (or commands, the same), summary for "
+                     "one device time per replay, graph node and plan, or 0 for off (true/false, "
+                     "yes/no and on/off work too)")
 
 
 PROFILE = Setting("NETCL_PROFILE", "0", "device time: 1 or commands (a profiling default "

@@ -35,10 +35,8 @@ _LOWEST, _BEYOND = (2026, 1), (2027,)
 # transfer, order: copies, fills, markers, barriers; host_wait (events), event_wait (Event.wait);
 # invoker generation; handle (int_ptr) and wrap (from_int_ptr): raw handles; replay: not hooked;
 # program: the cache's raw program (never hooked)
-Kind = Literal[
-    "launch", "setter", "setter_pairs", "setter_triples", "transfer", "order", "finish",
-    "host_wait", "event_wait", "invoker", "handle", "wrap", "replay", "program",
-]  # fmt: skip
+Kind = Literal["launch", "setter", "setter_pairs", "setter_triples", "transfer", "order", "finish",
+               "host_wait", "event_wait", "invoker", "handle", "wrap", "replay", "program"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +75,8 @@ class EntryPoint:
         return self.name.removeprefix("_enqueue_")
 
 
-def _transfer(
-    name: str, params: tuple[str, ...], *operands: Operand, optional: bool = False, word: str = ""
-) -> EntryPoint:
+def _transfer(name: str, params: tuple[str, ...], *operands: Operand, optional: bool = False,
+              word: str = "") -> EntryPoint:
     return EntryPoint("pyopencl._cl", name, "transfer", "the copy or fill, its wait list",
                       wait_for=len(params), params=params, operands=operands,
                       optional=optional, word=word)  # fmt: skip
@@ -87,6 +84,9 @@ def _transfer(
 
 _Q = ("queue",)
 _SETTER = "the argument value as set (memory objects by the recording's own reference)"
+_RECT = ("queue", "mem", "hostbuf", "buffer_origin", "host_origin", "region", "buffer_pitches",
+         "host_pitches")
+_IMAGE = ("queue", "mem", "origin", "region", "hostbuf", "row_pitch", "slice_pitch")
 
 ENTRY_POINTS: tuple[EntryPoint, ...] = (
     # launches: Kernel.__call__ runs pyopencl's generated invoker, which sets the arguments
@@ -96,12 +96,10 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
                params=("queue", "kernel", "global_work_size", "local_work_size",
                        "global_work_offset", "wait_for", "g_times_l", "allow_empty_ndrange")),
     # the same object under the name applications use
-    EntryPoint("pyopencl", "enqueue_nd_range_kernel", "launch", "as pyopencl._cl's",
-               wait_for=5),
+    EntryPoint("pyopencl", "enqueue_nd_range_kernel", "launch", "as pyopencl._cl's", wait_for=5),
     EntryPoint("pyopencl.Kernel", "set_arg", "setter", _SETTER, params=("arg_index", "arg")),
     EntryPoint("pyopencl.Kernel", "_set_arg_multi", "setter_pairs", _SETTER, params=("arg",)),
-    EntryPoint("pyopencl.Kernel", "_set_arg_buf_multi", "setter_pairs", _SETTER,
-               params=("arg",)),
+    EntryPoint("pyopencl.Kernel", "_set_arg_buf_multi", "setter_pairs", _SETTER, params=("arg",)),
     EntryPoint("pyopencl.Kernel", "_set_arg_buf_pack_multi", "setter_triples", _SETTER,
                params=("arg",)),
     EntryPoint("pyopencl.Kernel", "_set_arg_null", "setter", _SETTER, params=("arg",)),
@@ -116,20 +114,14 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
               ("queue", "src", "dst", "byte_count", "src_offset", "dst_offset"),
               Operand("src", "src_offset", count="byte_count"),
               Operand("dst", "dst_offset", count="byte_count"), word="copy"),
-    _transfer("_enqueue_read_buffer_rect", ("queue", "mem", "hostbuf", "buffer_origin",
-                                            "host_origin", "region", "buffer_pitches",
-                                            "host_pitches")),
-    _transfer("_enqueue_write_buffer_rect", ("queue", "mem", "hostbuf", "buffer_origin",
-                                             "host_origin", "region", "buffer_pitches",
-                                             "host_pitches")),
+    _transfer("_enqueue_read_buffer_rect", _RECT),
+    _transfer("_enqueue_write_buffer_rect", _RECT),
     _transfer("_enqueue_copy_buffer_rect", ("queue", "src", "dst", "src_origin", "dst_origin",
                                             "region", "src_pitches", "dst_pitches")),
     _transfer("_enqueue_fill_buffer", ("queue", "mem", "pattern", "offset", "size"),
               Operand("mem", "offset", count="size"), word="fill"),
-    _transfer("_enqueue_read_image", ("queue", "mem", "origin", "region", "hostbuf",
-                                      "row_pitch", "slice_pitch"), optional=True),
-    _transfer("_enqueue_write_image", ("queue", "mem", "origin", "region", "hostbuf",
-                                       "row_pitch", "slice_pitch"), optional=True),
+    _transfer("_enqueue_read_image", _IMAGE, optional=True),
+    _transfer("_enqueue_write_image", _IMAGE, optional=True),
     _transfer("_enqueue_copy_image", ("queue", "src", "dest", "src_origin", "dest_origin",
                                       "region"), optional=True),
     _transfer("_enqueue_copy_image_to_buffer", ("queue", "src", "dest", "origin", "region",
@@ -177,20 +169,17 @@ def _owner(path: str) -> Any:
 
 def _unsupported(what: str) -> ImportError:
     version = getattr(cl, "VERSION_TEXT", "of unknown version")
-    return ImportError(
-        f"netcl: pyopencl {version} has no {what}, which netcl relies on; supported "
-        f"versions: {SUPPORTED}"
-    )
+    return ImportError(f"netcl: pyopencl {version} has no {what}, which netcl relies on; "
+                       f"supported versions: {SUPPORTED}")
 
 
 def _check_version() -> None:
     found = tuple(getattr(cl, "VERSION", ()))
     if not (_LOWEST <= found < _BEYOND):
         text = getattr(cl, "VERSION_TEXT", None) or ".".join(map(str, found)) or "unknown"
-        raise ImportError(
-            f"netcl: pyopencl {text} is outside the supported versions ({SUPPORTED}): netcl "
-            "relies on pyopencl internals checked for those versions only"
-        )
+        raise ImportError(f"netcl: pyopencl {text} is outside the supported versions "
+                          f"({SUPPORTED}): netcl relies on pyopencl internals checked for "
+                          "those versions only")
 
 
 def _resolve() -> list[tuple[EntryPoint, Any, Any]]:
@@ -199,8 +188,7 @@ def _resolve() -> list[tuple[EntryPoint, Any, Any]]:
     for entry in ENTRY_POINTS:
         owner = _owner(entry.owner)
         # the owner's own attribute, not one inherited: hooks replace exactly this object
-        obj = owner.__dict__.get(entry.name)
-        if obj is None:
+        if (obj := owner.__dict__.get(entry.name)) is None:
             if entry.optional:
                 continue
             raise _unsupported(f"{entry.owner}.{entry.name}")

@@ -100,9 +100,8 @@ def default_context() -> cl.Context:
         return _context
 
 
-def default_queue(
-    ctx: cl.Context | None = None, *, profiling: bool | None = None
-) -> cl.CommandQueue:
+def default_queue(ctx: cl.Context | None = None, *,
+                  profiling: bool | None = None) -> cl.CommandQueue:
     """The in-order command queue on ``ctx`` (default context when None) for the profiling
     setting, made on first use: ``profiling=True`` gives one with ``PROFILING_ENABLE`` (device
     timestamps on its events); ``None`` reads ``NETCL_PROFILE``: ``summary`` gives a plain
@@ -122,11 +121,10 @@ def default_queue(
 
 
 def watcher(*queues: cl.CommandQueue) -> Collector | None:
-    """The device-time collector when :func:`netcl.core.profiling.enabled` holds for every one
-    of ``queues`` (several only if all profile: a plain queue's units are stamped one queue at
-    a time), else None: the check a package makes once per queue. Device time loads here with
-    the first profiling queue or in summary mode, so a process without either never imports
-    it."""
+    """The device-time collector when :func:`netcl.core.profiling.enabled` holds for every one of
+    ``queues`` (several only if all profile: a plain queue's units are stamped one queue at a time),
+    else None: the check a package makes once per queue. Device time loads here with the first
+    profiling queue or in summary mode, so a process without either never imports it."""
     plain = sum(not q.properties & _PROFILING for q in queues)
     if not queues or (plain and (len(queues) > 1 or not _summary())):
         return None  # a plain queue outside summary mode: nothing to load
@@ -181,9 +179,7 @@ def device_identity(device: cl.Device) -> str:
 # A process ending right after enqueuing work (replays above all) left commands running while
 # the interpreter freed what they use: PoCL crashed at exit (1 run in 10). So the queues of the
 # live owners registered here are finished at exit.
-_AT_EXIT: weakref.WeakKeyDictionary[object, tuple[cl.CommandQueue, ...]] = (
-    weakref.WeakKeyDictionary()
-)
+_AT_EXIT = weakref.WeakKeyDictionary[object, tuple[cl.CommandQueue, ...]]()
 
 
 def finish_at_exit(owner: object, queues: Iterable[cl.CommandQueue]) -> None:

@@ -24,11 +24,9 @@ from netcl.core.version import __version__
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
-__all__ = [
-    "COMMANDS", "DEVICE_BUCKETS_S", "GRAPH_NODE", "REPLAY", "SCHEDULER_PLAN", "Collector",
-    "Command", "DeviceClock", "DeviceTime", "Kind", "Mode", "Stats", "collector", "detail",
-    "enabled", "flush", "watch", "watch_markers",
-]  # fmt: skip
+__all__ = ["COMMANDS", "DEVICE_BUCKETS_S", "GRAPH_NODE", "REPLAY", "SCHEDULER_PLAN", "Collector",
+           "Command", "DeviceClock", "DeviceTime", "Kind", "Mode", "Stats", "collector", "detail",
+           "enabled", "flush", "watch", "watch_markers"]  # fmt: skip
 
 #: Kinds of watched work (the first argument of :func:`watch`).
 Kind = Literal["replay", "graph.node", "scheduler.plan", "commands"]
@@ -43,20 +41,17 @@ COMMANDS: Kind = "commands"
 Mode = Literal["commands", "summary", "none"]
 
 #: Histogram buckets for device durations in seconds, 1 µs to 10 s.
-DEVICE_BUCKETS_S: tuple[float, ...] = (
-    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025,
-    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-)  # fmt: skip
+DEVICE_BUCKETS_S: tuple[float, ...] = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+                                       1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                                       2.5, 5.0, 10.0)  # fmt: skip
 
 TEL = telemetry.Scope("netcl.core.profiling", __version__)
 _log = get_logger("netcl.core.profiling")
 _KERNEL_DURATION = TEL.histogram(
     "netcl.kernel.duration", "s", "Device time of kernel commands, by kernel name; in summary "
     "mode sampled: only the units drawn for per-command detail (about 0.1% of a core), so "
-    "rates are a fraction of the total while shares and quantiles hold", DEVICE_BUCKETS_S,
-)
-# kind -> (its device span, the attribute naming a unit, its histogram)
-_KINDS = {
+    "rates are a fraction of the total while shares and quantiles hold", DEVICE_BUCKETS_S)
+_KINDS = {  # kind -> (its device span, the attribute naming a unit, its histogram)
     REPLAY: ("netcl.device.replay", "netcl.capture.name", TEL.histogram(
         "netcl.capture.replay.device_duration", "s", "Device time of capture replays",
         DEVICE_BUCKETS_S)),
@@ -91,7 +86,6 @@ def enabled(queue: cl.CommandQueue) -> bool:
     return mode == "summary" and _collector._bracket(queue) is not None
 
 
-# -- the device clock -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DeviceClock:
     """How a device's profiling timestamps map onto ``time.time_ns()``: ``host = device +
@@ -137,7 +131,6 @@ def _calibrate(context: cl.Context, device: cl.Device, rounds: int = 8) -> Devic
     return DeviceClock((low + high) // 2, max(1, (high - low + 1) // 2), now)
 
 
-# -- what is recorded -------------------------------------------------------------------------
 class Command(NamedTuple):
     """One profiled command on the host clock: ``name`` (its label, else the command type),
     ``command`` (the OpenCL command type, e.g. ``ndrange_kernel``), ``start_ns``/``end_ns``."""
@@ -278,7 +271,6 @@ def _union_ns(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
-# -- the collector ----------------------------------------------------------------------------
 class Collector:
     """Collects device time of watched events without waiting for them. ``interval`` (s): how
     often the daemon thread looks at pending events; ``recalibrate`` (s): how old a clock
@@ -343,28 +335,24 @@ class Collector:
         :meth:`begin` gave before the work (a plain queue's start stamp): then the unit is a
         summary bracketed on the side queue, its end stamped once ``events`` complete."""
         if len(labels) > len(events):
-            raise ValueError(
-                f"profiling.watch: {len(labels)} labels for {len(events)} events; expected at "
-                "most one label per event"
-            )
+            raise ValueError(f"profiling.watch: {len(labels)} labels for {len(events)} events; "
+                             "expected at most one label per event")
         parent = parent if parent is not None else telemetry.current_span()
         mode = self._mode
         if mode == "none" and events:
             return DeviceTime(self, kind, (), (), name, parent, attributes, _Measure.COMMANDS,
                               done=True)  # fmt: skip
+        measure, sampled = _Measure.ENVELOPE, False
         if begin is not None and events:  # a plain queue's: its end stamped after the events
             if queue is None:
                 raise ValueError("profiling.watch: begin= needs the events' queue (queue=)")
-            return self._add(DeviceTime(self, kind, (begin, self.stamp(queue, events)), (), name,
-                                        parent, attributes, _Measure.BRACKET, False, queue))
-        if detail is None:
-            detail = not events or self.detail(len(events))
-        if detail or not events:
-            return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
-                                        attributes, _Measure.COMMANDS, mode == "summary",
-                                        queue))  # fmt: skip
-        return self._add(DeviceTime(self, kind, (events[0], events[-1]), (), name, parent,
-                                    attributes, _Measure.ENVELOPE, False, queue))  # fmt: skip
+            events, labels, measure = (begin, self.stamp(queue, events)), (), _Measure.BRACKET
+        elif not events or (self.detail(len(events)) if detail is None else detail):
+            measure, sampled = _Measure.COMMANDS, mode == "summary"
+        else:
+            events, labels = (events[0], events[-1]), ()
+        return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
+                                    attributes, measure, sampled, queue))
 
     def detail(self, commands: int) -> bool:
         """Whether a unit of ``commands`` commands about to be enqueued gets per-command detail
@@ -418,8 +406,7 @@ class Collector:
         one-item kernel on its side queue that runs once ``after`` has completed; with no
         ``after``, once everything enqueued on ``queue`` so far has, and ``queue``'s later
         commands wait for it (on a busy device a stamp could otherwise run after them)."""
-        found = self._sides.get(queue.int_ptr)
-        side = found[1] if found is not None else None
+        side = self._sides.get(queue.int_ptr, (0, None))[1]
         if side is None:
             return cl.enqueue_marker(queue)
         held = not after
@@ -435,8 +422,7 @@ class Collector:
     def _bracket(self, queue: cl.CommandQueue) -> _Side | None:
         """The side queue stamping units of the plain queue ``queue`` (made on first use, or
         when the pointer names a queue of another context); None where it cannot be made (an
-        out-of-order queue, a driver that refuses), said once in the log: there, as before,
-        device time needs a profiling queue."""
+        out-of-order queue, a driver that refuses), said once in the log."""
         context = queue.context.int_ptr
         found = self._sides.get(queue.int_ptr)
         if found is not None and found[0] == context:
@@ -450,8 +436,7 @@ class Collector:
                     kernel = self._stamp_kernels.get(context)
                     if kernel is None:  # the kernel holds its context: the key stays its own
                         program = cl.Program(queue.context, _STAMP_SOURCE).build()
-                        kernel = cl.Kernel(program, "netcl_stamp")
-                        self._stamp_kernels[context] = kernel
+                        kernel = self._stamp_kernels[context] = cl.Kernel(program, "netcl_stamp")
                     side = _Side(cl.CommandQueue(queue.context, queue.device, _PROFILING), kernel)
                     cl.enqueue_nd_range_kernel(side.queue, kernel, (1,), None).wait()  # refused?
                 except cl.Error as exc:
@@ -464,9 +449,8 @@ class Collector:
 
     def _add(self, unit: DeviceTime) -> DeviceTime:
         if unit.kind not in _KINDS:
-            raise ValueError(
-                f"profiling.watch: unknown kind {unit.kind!r}; expected one of {sorted(_KINDS)}"
-            )
+            raise ValueError(f"profiling.watch: unknown kind {unit.kind!r}; expected one of "
+                             f"{sorted(_KINDS)}")
         if not unit._events:
             raise ValueError("profiling.watch: no events; expected at least one cl.Event")
         if self._thread is None:
@@ -551,36 +535,33 @@ class Collector:
     def _record(self, unit: DeviceTime) -> None:
         unit.done = True
         events, unit._events = unit._events, ()  # released after this (the unit may be kept)
+        measure = unit._measure
         try:
             device, offset = self._device(unit._queue, events[0])
-            measure = unit._measure
+            # CPU time of a drawn unit (a wait for the GIL or a blocking SDK once stopped the
+            # draws) from here: _device is every unit's cost, a draw's own is what follows
+            t0 = time.thread_time() if unit.sampled else 0.0
             if measure is not _Measure.COMMANDS:  # a summary, two markers or a bracket
                 if unit._failed:
                     raise _CommandFailedError("the first or last command failed")
                 info = _START if measure is _Measure.ENVELOPE else _END
                 start = events[0].get_profiling_info(info) + offset
-                end = max(events[-1].get_profiling_info(_END) + offset, start)
-                unit.start_ns, unit.end_ns, unit.duration = start, end, (end - start) / 1e9
-                busy = self._busy[device]  # the device is listed (0 busy) for markers too
-                if measure is not _Measure.MARKERS:
-                    busy.append((start, end))
-                self._emit(unit, device)
-                return
-            # every command; CPU time (a wait for the GIL or a blocking SDK once stopped the draws)
-            # from here: _device is every unit's cost, a draw's own is what follows
-            t0 = time.thread_time() if unit.sampled else 0.0
-            unit.commands = commands = self._commands(unit, events, offset)
+                intervals = [(start, max(events[-1].get_profiling_info(_END) + offset, start))]
+            else:
+                unit.commands = self._commands(unit, events, offset)
+                intervals = [(c.start_ns, c.end_ns) for c in unit.commands]
             count, events = len(events), ()  # released in what is timed
         except (cl.Error, _CommandFailedError) as exc:  # a queue without profiling, a failure
             self._counts["dropped"] += 1
             warn_once(_log, ("device_time_not_collected", type(exc)),
                       "device_time_not_collected", error=repr(exc))  # fmt: skip
             return
-        intervals = [(c.start_ns, c.end_ns) for c in commands]
         unit.start_ns = min(intervals)[0]
         unit.end_ns = max(end for _, end in intervals)
         unit.duration = _union_ns(intervals) / 1e9
-        self._busy[device].extend(intervals)
+        busy = self._busy[device]  # the device is listed (0 busy) for markers too
+        if measure is not _Measure.MARKERS:
+            busy.extend(intervals)
         self._emit(unit, device)
         if unit.sampled:  # what the next draws are charged per command
             self._counts["sampled"] += 1
@@ -588,13 +569,11 @@ class Collector:
             self._command_cost += (cost - self._command_cost) / 4
 
     def _device(self, queue: cl.CommandQueue | None, event: cl.Event) -> tuple[str, int]:
-        """The name of the device of ``event`` (on ``queue``, where known) and its clock's
-        current offset (ns)."""
+        """The device name of ``event`` (on ``queue``, where known) and its clock's offset (ns)."""
         if queue is None:  # an OpenCL query that makes a new CommandQueue object each time
             queue = event.get_info(_QUEUE)
         # by queue: (device name, clock offset, when the calibration expires)
-        found = self._devices.get(queue.int_ptr)
-        if found is None or time.time_ns() > found[2]:
+        if (found := self._devices.get(queue.int_ptr)) is None or time.time_ns() > found[2]:
             device = queue.device  # OpenCL info calls: once per queue and calibration
             age = int(self.recalibrate * 1e9)  # how old a calibration may get
             clock = self._clocks.get(device.int_ptr)  # another queue's may still be good
@@ -609,8 +588,7 @@ class Collector:
         """The commands of ``unit`` (``events``) on the host clock; ``cl.Error`` for an event
         of a queue without profiling, :class:`_CommandFailedError` for a failed command."""
         if unit._failed:
-            i, status = next((i, s) for i, e in enumerate(events)
-                             if (s := e.get_info(_STATUS)) < 0)  # fmt: skip
+            i, status = next((i, s) for i, e in enumerate(events) if (s := e.get_info(_STATUS)) < 0)
             raise _CommandFailedError(f"command {i} failed: status {status}")
         commands, labels = [], unit.labels
         for i, event in enumerate(events):
@@ -628,8 +606,7 @@ class Collector:
         _add(self._by_kind, unit.kind, duration)
         command_spans = True
         if unit.commands:
-            now = time.monotonic()
-            budget = self.span_budget
+            now, budget = time.monotonic(), self.span_budget
             self._credit = min(budget, self._credit + (now - self._credit_at) * budget)
             self._credit_at = now
             command_spans = self._credit > 0
@@ -688,7 +665,6 @@ def _mode_from_setting() -> Mode:
         return "commands"
 
 
-# -- the process-wide collector ---------------------------------------------------------------
 _collector = Collector()
 
 

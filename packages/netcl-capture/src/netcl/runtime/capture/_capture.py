@@ -59,8 +59,7 @@ class KernelCapture:
             self._replays = 0
             # open from begin() to end(), so never the current span
             span = tm.TEL.span(tm.RECORD_SPAN, current=False)
-            rec = Recording()
-            self._recording = rec  # before install: whatever happens next, reset() finds it
+            self._recording = rec = Recording()  # before install: reset() finds it whatever follows
             try:
                 _intercept.install(rec)
                 # a capture dropped while recording must not leave pyopencl patched
@@ -74,12 +73,10 @@ class KernelCapture:
 
     def end(self, *, allow_native: bool = False) -> int:
         """Stop recording and freeze it for replay; returns the number of kernel launches.
-
         ``RuntimeError`` (the recording discarded) if an exception such as KeyboardInterrupt
         struck between a command being issued and recorded, and, unless ``allow_native``, if
         code outside pyopencl and netcl reached a queue or memory object through its raw handle
-        (a native library's work through it is invisible to the capture).
-        """
+        (a native library's work through it is invisible to the capture)."""
         with self._lock:
             rec = self._recording
             if rec is None or not rec.started:
@@ -89,11 +86,10 @@ class KernelCapture:
             rec.live = False  # nothing more is recorded from here on
             try:
                 if rec.busy:
-                    raise RuntimeError(
-                        "KernelCapture.end: the recording may have missed a command (an "
-                        "exception such as KeyboardInterrupt interrupted a recorded launch, "
-                        "copy, host wait or argument setter); it was discarded: record again"
-                    )
+                    raise RuntimeError("KernelCapture.end: the recording may have missed a command "
+                                       "(an exception such as KeyboardInterrupt interrupted a "
+                                       "recorded launch, copy, host wait or argument setter); it "
+                                       "was discarded: record again")
                 if rec.native and not allow_native:
                     raise RuntimeError(_native_refusal(rec))
                 program = build(rec, self._shared)
@@ -130,12 +126,9 @@ class KernelCapture:
         if isinstance(why, ReplayProgram):
             span.set_many({tm.LAUNCHES: why.num_launches, tm.COMMANDS: why.num_commands,
                            tm.ARENA_BYTES: why.arena.memory.arena_bytes})  # fmt: skip
-            span.end()
-        elif isinstance(why, BaseException):
-            span.end(why)
-        else:
+        elif not isinstance(why, BaseException):
             span.fail("discarded", f"capture {why or 'discarded'}")
-            span.end()
+        span.end(why if isinstance(why, BaseException) else None)
 
     def reset(self) -> None:
         """Forget the recording (and stop one in progress); releases the recorded buffers."""
@@ -157,24 +150,19 @@ class KernelCapture:
 
     def replay(self) -> cl.Event | None:
         """Enqueue the recorded sequence again; returns the last event (None if it is empty)."""
-        program = self._program
-        if program is None:
-            raise self._cannot("replay")
-        return self._replay(program, None)
+        program = self._program  # read once: the hot path of a plain replay
+        return self._replay(self._ready("replay") if program is None else program, None)
 
     def replay_with_new_buffers(self, buffer_map: Mapping[int, Any]) -> cl.Event | None:
         """Replay with buffers substituted for this replay only: keys are the ``int_ptr`` of
         recorded buffers, values the replacement ``cl.Buffer`` (or Tensor) for every command
         using them. ``ValueError`` before anything is enqueued for an unknown key or a
         replacement too small for a command using it."""
-        program = self._program
-        if program is None:
-            raise self._cannot("replay_with_new_buffers")
+        program = self._ready("replay_with_new_buffers")
         return self._replay(program, program.index.validate(buffer_map))
 
-    def _replay(
-        self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
-    ) -> cl.Event | None:
+    def _replay(self, program: ReplayProgram,
+                subst: Mapping[int, cl.MemoryObjectHolder] | None) -> cl.Event | None:
         # the one test of a plain replay
         if program.collector is not None or program.checker is not None or telemetry.tracing():
             event = self._observed(program, subst)
@@ -186,9 +174,8 @@ class KernelCapture:
         tm.REPLAYED_LAUNCHES.add(program.num_launches)
         return event
 
-    def _observed(
-        self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
-    ) -> cl.Event | None:
+    def _observed(self, program: ReplayProgram,
+                  subst: Mapping[int, cl.MemoryObjectHolder] | None) -> cl.Event | None:
         """A replay with a span (when tracing), command by command in checked mode, and, on
         profiling queues, every command's event kept and handed to the device-time collector.
         The span is made after the launches, backdated: its ~10 µs of SDK work overlaps the
@@ -197,9 +184,7 @@ class KernelCapture:
         start = time.time_ns() if traced else 0
         error: BaseException | None = None
         keep: list[cl.Event] | None = None
-        detail = False
-        collector = program.collector
-        begin = None
+        collector, begin, detail = program.collector, None, False
         if collector is not None:
             keep = []
             # drawn before the replay: a summary's replay keeps only its first and last events;
@@ -226,11 +211,14 @@ class KernelCapture:
             span.end(error)
         return event
 
-    def _cannot(self, what: str) -> RuntimeError:
+    def _ready(self, what: str) -> ReplayProgram:
+        """The replay form, for ``KernelCapture.what``; RuntimeError before end()."""
+        if (program := self._program) is not None:
+            return program
         if self._recording is not None:
-            return RuntimeError(f"KernelCapture.{what}: still recording; call end() first")
-        return RuntimeError(f"KernelCapture.{what}: nothing captured; record with begin() ... "
-                            "end() first")  # fmt: skip
+            raise RuntimeError(f"KernelCapture.{what}: still recording; call end() first")
+        raise RuntimeError(f"KernelCapture.{what}: nothing captured; record with begin() ... "
+                           "end() first")
 
     @property
     def is_recording(self) -> bool:
@@ -267,9 +255,7 @@ class KernelCapture:
         """Write the capture to ``path``: its programs, commands and every buffer it uses, with
         the contents of those not overwritten whole by their first use (guide, "Saved
         steps"); :func:`load_capture` replays it in another process. Returns the bytes."""
-        program = self._program
-        if program is None:
-            raise self._cannot("save")
+        program = self._ready("save")
         from netcl.runtime.capture import _saved  # on first use: json and the format
 
         return _saved.save(path, program, kind="capture")
@@ -295,22 +281,19 @@ class KernelCapture:
 def _native_refusal(rec: Recording) -> str:
     reached = "; ".join(str(a) for a in list(rec.native)[:5])
     more = f" and {len(rec.native) - 5} more" if len(rec.native) > 5 else ""
-    return (
-        "KernelCapture.end: while recording, code outside pyopencl and netcl reached a queue or "
-        f"memory object through its raw handle: {reached}{more}. Work a native library "
-        "enqueues through such a handle is invisible to the capture and would be missing from "
-        "every replay. The recording was discarded: keep native calls outside the captured "
-        "region (run them under capture_disabled(), or record one capture before and one "
-        "after them), or call end(allow_native=True) to keep a capture that replays only what "
-        "went through pyopencl"
-    )
+    return ("KernelCapture.end: while recording, code outside pyopencl and netcl reached a queue "
+            f"or memory object through its raw handle: {reached}{more}. Work a native library "
+            "enqueues through such a handle is invisible to the capture and would be missing "
+            "from every replay. The recording was discarded: keep native calls outside the "
+            "captured region (run them under capture_disabled(), or record one capture before "
+            "and one after them), or call end(allow_native=True) to keep a capture that replays "
+            "only what went through pyopencl")
 
 
 def load_capture(path: str | os.PathLike[str], queue: cl.CommandQueue) -> KernelCapture:
-    """A capture saved by :meth:`KernelCapture.save` (or a step's, by ``CapturedStep.save``),
-    ready to replay on ``queue``; its :attr:`~KernelCapture.buffers` are the saved capture's, in
-    the same order.
-    :class:`CaptureFileError` names the file and what is wrong with it."""
+    """A capture saved by :meth:`KernelCapture.save` (or a step's, by ``CapturedStep.save``), ready
+    to replay on ``queue``; its :attr:`~KernelCapture.buffers` are the saved capture's, in the same
+    order. :class:`CaptureFileError` names the file and what is wrong with it."""
     from netcl.runtime.capture import _saved
 
     return _from_program(_saved.load(path, queue).program)

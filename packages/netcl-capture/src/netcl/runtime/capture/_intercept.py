@@ -23,8 +23,7 @@ from typing import Any
 from netcl.core.contract import BOUND, ORIGINALS, EntryPoint, original
 from netcl.runtime.capture._recording import Args, Fn, Kwargs, RawLaunch, Recording, _new
 
-__all__ = ["capture_disabled", "install", "is_patched", "reconcile", "thread_records",
-           "uninstall"]
+__all__ = ["capture_disabled", "install", "is_patched", "reconcile", "thread_records", "uninstall"]
 
 
 class _Local(threading.local):
@@ -35,15 +34,13 @@ class _Local(threading.local):
 
 _tls = _Local()
 _lock = threading.RLock()
-# every recording begun and not yet stopped (its thread may have exited)
-_live: set[Recording] = set()
+_live: set[Recording] = set()  # every recording begun and not yet stopped (its thread may be gone)
 Note = Callable[[Recording, EntryPoint, Fn, Args, Kwargs, Any], None]
 
 
 def _make_hook(entry: EntryPoint, orig: Callable[..., Any], note: Note) -> Callable[..., Any]:
-    """A stand-in for ``orig`` that, on a recording thread, calls it and then
-    ``note(recording, entry, orig, args, kwargs, result)``; other threads go straight to
-    ``orig``."""
+    """A stand-in for ``orig`` that, on a recording thread, calls it and then ``note(recording,
+    entry, orig, args, kwargs, result)``; other threads go straight to ``orig``."""
 
     def hook(*args: Any, **kwargs: Any) -> Any:
         rec = _tls.rec
@@ -105,10 +102,9 @@ def _launch_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _pairs_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """``Kernel._set_arg_multi`` / ``_set_arg_buf_multi(flat)`` (what the invokers call):
-    records the arguments on a recording thread, unless they are the same call as last time
-    (same objects, equal scalars; a memory object compares by address, and a retained one
-    keeps its address)."""
+    """``Kernel._set_arg_multi`` / ``_set_arg_buf_multi(flat)`` (what the invokers call): records
+    the arguments on a recording thread, unless they are the same call as last time (same
+    objects, equal scalars; a memory object compares by address, and a retained one keeps it)."""
 
     def hook(kernel: Any, flat: tuple[Any, ...]) -> None:
         rec = _tls.rec
@@ -235,9 +231,7 @@ def uninstall(rec: Recording) -> None:
 
 def reconcile() -> None:
     """Make pyopencl match the live recordings: hooked if any, exactly original otherwise.
-
-    Idempotent, and safe to interrupt: a later call finishes the job.
-    """
+    Idempotent, and safe to interrupt: a later call finishes the job."""
     with _lock:
         for rec in [r for r in _live if not (r.live or r.pinned)]:
             _live.discard(rec)

@@ -50,13 +50,9 @@ class CaptureMemory:
     external_bytes: int
 
 
-def _refs(obj: object) -> int:
-    return sys.getrefcount(obj)
-
-
 def _calibrate() -> int:
     probe = object()  # held by this local alone, as each candidate is where it is tested
-    return _refs(probe)
+    return sys.getrefcount(probe)
 
 
 _ALONE = _calibrate()  # what sys.getrefcount reads for an object no one else holds
@@ -106,7 +102,7 @@ def _internal(rec: Recording) -> dict[int, cl.MemoryObjectHolder]:
         state.last = None  # a kernel's last arguments as passed: the application's objects
     for ptr in list(users):
         user = users.pop(ptr)
-        alone = ptr in free or _refs(user) <= _ALONE
+        alone = ptr in free or sys.getrefcount(user) <= _ALONE
         del user  # the application's object: a pool block goes back to its pool with it
         own = rec.mems[ptr]
         parent = own.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
@@ -174,8 +170,7 @@ class SharedArena:
     def take(self, queue: cl.CommandQueue, nbytes: int) -> cl.Buffer:
         """A buffer of at least ``nbytes`` for captures on ``queue``."""
         key = contract.queue_ptr(queue)
-        old = self.buffers.get(key)
-        if old is not None and int(old.size) >= nbytes:
+        if (old := self.buffers.get(key)) is not None and int(old.size) >= nbytes:
             return old
         new = self.buffers[key] = _arena_buffer(queue.context, nbytes)
         if old is not None:
@@ -230,9 +225,8 @@ def plan(rec: Recording, shared: SharedArena | None = None) -> Arena:
                 total += n
             continue
         align = max(int(ctx.devices[0].mem_base_addr_align) // 8, 1)
-        items = [packing.Interval(first[p], last[p], -(-size[p] // align) * align) if ordered
-                 else packing.Interval(0, end, -(-size[p] // align) * align)
-                 for p in ptrs]  # fmt: skip
+        items = [packing.Interval(*((first[p], last[p]) if ordered else (0, end)),
+                                  -(-size[p] // align) * align) for p in ptrs]
         placed = packing.place(items)
         nbytes = max(placed.arena_bytes, 1)
         arena = _arena_buffer(ctx, nbytes) if home is None else home.take(queue, nbytes)
@@ -273,11 +267,9 @@ def relocate(raw: list[Any], moved: Mapping[int, cl.MemoryObjectHolder]) -> dict
     snaps: dict[int, tuple[ArgSet, ...]] = {}
     for k, op in enumerate(raw):
         if type(op) is RawLaunch:
-            shape = shapes.get(id(op.shape))
-            if shape is None:
+            if (shape := shapes.get(id(op.shape))) is None:
                 old = op.shape
-                snap = snaps.get(id(old.args))
-                if snap is None:
+                if (snap := snaps.get(id(old.args))) is None:
                     snap = snaps[id(old.args)] = tuple(_moved_arg(a, moved) for a in old.args)
                 same = not any(map(operator.is_not, snap, old.args))
                 shape = shapes[id(old)] = old if same else old._replace(args=snap)

@@ -24,7 +24,6 @@ from netcl.runtime.capture._recording import Op, RawFinish
 __all__ = ["Issue", "Schedule", "schedule"]
 
 
-
 class Issue(NamedTuple):
     """How one command is issued: after flushing ``flushes`` and waiting on the host for the
     replayed events of ``host`` (a group per other context), waiting on those of ``deps``."""

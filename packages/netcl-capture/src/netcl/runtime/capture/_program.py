@@ -73,7 +73,6 @@ class BoundLaunch:
         self.name: str = shape.kernel.function_name
         self.flags = {"allow_empty_ndrange": True} if shape.allow_empty else {}
         self.buffers = buffers  # (argument index, buffer) of every memory object argument
-        # enqueue_nd_range_kernel's leading arguments: queue, kernel, global, local, offset
         self.call: tuple[Any, ...] = (shape.queue, kernel, *launch_sizes(shape))
 
 
@@ -102,8 +101,7 @@ class Binder:
         if (replica := self._replicas.get(key)) is None:
             clone = self._clones.get(id(kernel))
             replica = self._replicas[key] = _replicate(kernel, clone, snap, known)
-        buffers = self._buffers.get(id(snap))
-        if buffers is None:
+        if (buffers := self._buffers.get(id(snap))) is None:
             buffers = self._buffers[id(snap)] = buffers_of(snap)
         self.by_shape[id(shape)] = BoundLaunch(shape, replica, buffers)
 
@@ -130,20 +128,18 @@ def _value_key(value: Any) -> Any:
     return ("id", id(value))  # held alive by the recording
 
 
-def _replicate(
-    kernel: cl.Kernel, template: cl.Kernel | None, snap: tuple[ArgSet, ...], known: bool
-) -> cl.Kernel:
+def _replicate(kernel: cl.Kernel, template: cl.Kernel | None, snap: tuple[ArgSet, ...],
+               known: bool) -> cl.Kernel:
     """A kernel object of its own holding the arguments of one recorded launch (see above)."""
     if template is not None:
         replica = template.clone()
     elif known:
         replica = cl.Kernel(kernel.program, kernel.function_name)
     else:
-        raise RuntimeError(
-            f"KernelCapture: cannot record kernel {kernel.function_name!r}: the device cannot "
-            f"clone kernels and only {len(snap)} of its {kernel.num_args} arguments were set "
-            "inside the capture; pass the arguments in the call"
-        )
+        raise RuntimeError(f"KernelCapture: cannot record kernel {kernel.function_name!r}: the "
+                           f"device cannot clone kernels and only {len(snap)} of its "
+                           f"{kernel.num_args} arguments were set inside the capture; pass the "
+                           "arguments in the call")
     for arg in snap:
         arg.setter(replica, *arg.payload)
     return replica
@@ -159,8 +155,7 @@ class ReplayProgram:
                  arena: Arena) -> None:  # fmt: skip
         self.ops = tuple(ops)
         self.binds = binds
-        # None: one in-order queue, where queue order is every dependency there is
-        self.plan = plan
+        self.plan = plan  # None: one in-order queue, where queue order is every dependency there is
         self.num_launches = launches
         self.num_commands = len(ops) - finishes  # a finish enqueues no command
         self.opaque_launches = opaque  # kernels launched with arguments set before begin()
@@ -170,8 +165,7 @@ class ReplayProgram:
         self.collector = collector
         self.queue = queues[0] if len(queues) == 1 else None  # for the device-time collector
         device.finish_at_exit(self, queues)
-        # the device-time label of each command a replay enqueues (a finish enqueues none):
-        # the kernel's function name, or the transfer's operation (``copy_buffer``)
+        # the device-time label of each command a replay enqueues (a finish enqueues none)
         self.labels = tuple(
             binds[id(op.shape)].name if isinstance(op, RawLaunch) else op.entry.operation
             for op in self.ops if isinstance(op, (RawLaunch, RawTransfer))
@@ -220,9 +214,8 @@ class ReplayProgram:
         """Enqueue the recorded commands with buffers substituted (a map ``index.validate``
         returned); an event that completes when all of them have (None if there are none).
         ``keep`` (a profiled replay) gets every command's event, in the order of ``labels``, or
-        with ``ends`` on one in-order queue, the first and the last (a summary's);
-        In checked mode (``checker``) they are enqueued one at a time, each followed by
-        ``check``.
+        with ``ends`` on one in-order queue, the first and the last (a summary's). In checked
+        mode (``checker``) they are enqueued one at a time, each followed by ``check``.
         OpenCL takes a kernel's arguments at enqueue time: an argument set, enqueued with and
         set back leaves the launch with the substitute and the recorded arguments in place."""
         checker = self.checker
@@ -275,14 +268,12 @@ class ReplayProgram:
     def refill(self, checker: device.Checking, subst: Subst) -> None:
         """Checked mode, before a replay: fill the guards of the checked pool blocks it uses
         afresh, so that a damaged one names this replay's command."""
-        for pool, block, guard, _ in self._guarded(
-            checker, subst, [u.buffer for u in self.index.uses.values()]
-        ):
+        for pool, block, guard, _ in self._guarded(checker, subst,
+                                                   [u.buffer for u in self.index.uses.values()]):
             guard.fill(pool.queue, block)
             _finish(pool.queue)  # filled before the replay's first command runs
 
-    def check(self, i: int, event: cl.Event | None, checker: device.Checking,
-              subst: Subst) -> None:  # fmt: skip
+    def check(self, i: int, event: cl.Event | None, checker: device.Checking, subst: Subst) -> None:
         """Checked mode, after recorded command ``i``: wait for it, then check the guards of the
         checked pool blocks it launched on, naming it as the culprit of a damaged one."""
         op = self.ops[i]
@@ -413,13 +404,10 @@ def build(rec: Recording, shared: SharedArena | None = None) -> ReplayProgram:
                        if type(raw) is RawTransfer else raw)  # fmt: skip
             finishes += type(raw) is RawFinish
     distinct = {contract.queue_ptr(q): q for q in queues.values()}
-    ordered = len(distinct) <= 1 and not any(
-        device.out_of_order(q) for q in distinct.values()
-    )
+    ordered = len(distinct) <= 1 and not any(map(device.out_of_order, distinct.values()))
     # the plan is made from the commands as recorded, events included (host waits index them)
     plan = None if ordered else schedule(
-        [raw for raw in rec.raw if not isinstance(raw, RawHostWait)], host_waits
-    )
+        [raw for raw in rec.raw if not isinstance(raw, RawHostWait)], host_waits)
     program = ReplayProgram(ops, binds, launches, finishes, plan, tuple(binder.opaque),
                             device.watcher(*distinct.values()), device.checker(),
                             tuple(distinct.values()), arena)  # fmt: skip

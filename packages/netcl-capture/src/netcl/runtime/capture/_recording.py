@@ -77,8 +77,7 @@ class LaunchShape(NamedTuple):
     offset: Any
     g_times_l: bool
     allow_empty: bool
-    # the kernel's argument table when it launched
-    args: tuple[ArgSet, ...]
+    args: tuple[ArgSet, ...]  # the kernel's argument table when it launched
 
 
 class RawLaunch(NamedTuple):
@@ -104,8 +103,7 @@ class RawLaunch(NamedTuple):
         indices = range(shape.kernel.num_args)
         args = () if any(i not in table for i in indices) else tuple(
             _set_value(table[i]) for i in indices)  # fmt: skip
-        return CapturedLaunch(shape.kernel.function_name, shape.queue, gsize, lsize, offset,
-                              args)  # fmt: skip
+        return CapturedLaunch(shape.kernel.function_name, shape.queue, gsize, lsize, offset, args)
 
 
 def buffers_of(args: tuple[ArgSet, ...]) -> tuple[tuple[int, cl.MemoryObjectHolder], ...]:
@@ -156,16 +154,14 @@ class RawTransfer(NamedTuple):
         """The arguments by pyopencl's parameter names."""
         return dict(zip(self.entry.params, self.args, strict=False), **self.kwargs)
 
-    def substituted(
-        self, subst: Mapping[int, cl.MemoryObjectHolder]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def substituted(self, subst: Mapping[int, cl.MemoryObjectHolder]
+                    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The arguments with the substitutes of one replay (keys: recorded int_ptr)."""
         if not subst:
             return self.args, self.kwargs
         args, kwargs = list(self.args), dict(self.kwargs)
         for where, buf in self.buffers:
-            new = subst.get(_mem_ptr(buf))
-            if new is None:
+            if (new := subst.get(_mem_ptr(buf))) is None:
                 continue
             if isinstance(where, int):
                 args[where] = new
@@ -220,8 +216,7 @@ class _KernelState:
 
 
 _UNSET: Any = object()
-# modules whose raw-handle accesses are not native work: pyopencl's own and netcl's
-_OWN_MODULES = ("pyopencl.", "netcl.")
+_OWN_MODULES = ("pyopencl.", "netcl.")  # raw-handle accesses from these are not native work
 
 
 class Recording:
@@ -229,19 +224,14 @@ class Recording:
 
     def __init__(self) -> None:
         self.thread_name = threading.current_thread().name
-        # fed by hooks while True; set False (first thing) when stopped
-        self.live = False
-        # install() completed (a begin() interrupted before that left nothing to end())
-        self.started = False
-        # keeps pyopencl hooked (the invoker memo) while end() builds the replay form
-        self.pinned = False
-        # hooks between "the command may have run" and "noted" (see _intercept)
-        self.busy = 0
+        self.live = False  # fed by hooks while True; set False (first thing) when stopped
+        self.started = False  # install() completed (an interrupted begin() leaves no end())
+        self.pinned = False  # keeps pyopencl hooked (the invoker memo) while end() builds
+        self.busy = 0  # hooks between "the command may have run" and "noted" (see _intercept)
         self.raw: list[Raw] = []  # commands and host waits, in issue order
         self.kernels: dict[int, _KernelState] = {}  # id(kernel) -> state
         self.mems: dict[int, cl.MemoryObjectHolder] = {}  # int_ptr -> our own reference
-        # int_ptr -> the application's object seen first: end() asks whether anything but the
-        # recording still holds it (see _memory)
+        # int_ptr -> the application's object seen first (end() asks who else holds it: _memory)
         self.users: dict[int, cl.MemoryObjectHolder] = {}
         self.native: dict[NativeAccess, None] = {}  # raw-handle accesses, in order
 
@@ -280,10 +270,8 @@ class Recording:
 
     # -- notes: what the hooks call after pyopencl's own function returned ----------------
 
-    def new_shape(
-        self, state: _KernelState, kernel: Any, queue: Any, gws: Any, lws: Any, offset: Any,
-        g_times_l: bool, allow_empty: bool,
-    ) -> LaunchShape:  # fmt: skip
+    def new_shape(self, state: _KernelState, kernel: Any, queue: Any, gws: Any, lws: Any,
+                  offset: Any, g_times_l: bool, allow_empty: bool) -> LaunchShape:
         """The shape of a launch that is not the same objects as the kernel's last one."""
         if state.clone is _UNSET:
             # a copy of the kernel as this launch left it (arguments set before begin()
@@ -293,8 +281,7 @@ class Recording:
         snap = state.snapshot
         if snap is None:
             snap = state.snapshot = tuple(state.table.values())
-        shape = _shape(state.shape, (kernel, queue, gws, lws, offset, g_times_l, allow_empty,
-                                     snap))  # fmt: skip
+        shape = _shape(state.shape, (kernel, queue, gws, lws, offset, g_times_l, allow_empty, snap))
         state.shape = shape
         return shape
 
@@ -353,21 +340,15 @@ class Recording:
     def note_transfer(self, entry: EntryPoint, fn: Fn, args: Args, kwargs: Kwargs,
                       event: Any) -> None:  # fmt: skip
         """Record a copy, fill, marker or barrier."""
-        pos = list(args)
         at = entry.wait_for
-        waits = kwargs.get("wait_for") if len(pos) <= at else pos[at]
+        waits = kwargs.get("wait_for") if len(args) <= at else args[at]
+        pos = [self.retain(a) if isinstance(a, _MemoryObject) else a for a in args]
         if len(pos) > at:
             pos[at] = None
-        kw = {k: v for k, v in kwargs.items() if k != "wait_for"}
-        where: list[Where] = []
-        for i, a in enumerate(pos):
-            if isinstance(a, _MemoryObject):
-                pos[i] = own = self.retain(a)
-                where.append((i, own))
-        for k, v in kw.items():
-            if isinstance(v, _MemoryObject):
-                kw[k] = own = self.retain(v)
-                where.append((k, own))
+        kw = {k: self.retain(v) if isinstance(v, _MemoryObject) else v
+              for k, v in kwargs.items() if k != "wait_for"}
+        where: list[Where] = [*((i, a) for i, a in enumerate(pos) if isinstance(a, _MemoryObject)),
+                              *((k, v) for k, v in kw.items() if isinstance(v, _MemoryObject))]
         if entry.word == "copy":
             _resolve_copy_count(entry, pos, kw)
         self.raw.append(RawTransfer(entry, fn, tuple(pos), kw, tuple(waits) if waits else (),
@@ -416,16 +397,14 @@ def _clone(kernel: cl.Kernel) -> cl.Kernel | None:
 
 
 _SCALARS = (int, float, bytes, np.generic)
-# argument values copied when recorded (mutable buffers)
-_COPIED = (np.ndarray, bytearray, memoryview)
+_COPIED = (np.ndarray, bytearray, memoryview)  # values copied when recorded (mutable buffers)
 
 
 def _same(old: Any, new: Any) -> bool:
     """Whether two values of one argument are the same: identity for objects (a buffer is the
     recording's own reference, one per buffer), equality for scalars and bytes."""
-    return old is new or (
-        type(old) is type(new) and isinstance(new, _SCALARS) and bool(old == new)
-    )
+    return old is new or (type(old) is type(new) and isinstance(new, _SCALARS)
+                          and bool(old == new))
 
 
 def _resolve_copy_count(entry: EntryPoint, pos: list[Any], kw: dict[str, Any]) -> None:
@@ -433,10 +412,8 @@ def _resolve_copy_count(entry: EntryPoint, pos: list[Any], kw: dict[str, Any]) -
     buffer's size), so a replay with a larger substitute copies what the recording copied."""
     names = entry.params
     at = names.index("byte_count")
-    bound = dict(zip(names, pos, strict=False))
-    bound.update((k, v) for k, v in kw.items() if k in names)
-    count = bound.get("byte_count", -1)
-    if count is None or count < 0:
+    bound = dict(zip(names, pos, strict=False), **kw)
+    if (count := bound.get("byte_count", -1)) is None or count < 0:
         count = min(int(bound["src"].size), int(bound["dst"].size))
         if len(pos) > at:
             pos[at] = count

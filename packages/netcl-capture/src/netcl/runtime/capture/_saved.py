@@ -37,7 +37,6 @@ from netcl.runtime.capture._program import ReplayProgram, build
 from netcl.runtime.capture._recording import (
     ArgSet,
     LaunchShape,
-    Op,
     RawFinish,
     RawLaunch,
     RawTransfer,
@@ -65,7 +64,6 @@ class Loaded(NamedTuple):
     manifest: fmt.Manifest
 
 
-# -- saving -----------------------------------------------------------------------------------
 class _Writer:
     """Sections appended to a file being written, with their offsets and checksums."""
 
@@ -90,10 +88,9 @@ class _Writer:
 
     def finish(self, manifest: fmt.Manifest) -> None:
         data = json.dumps(fmt.dump(manifest), separators=(",", ":")).encode()
-        offset = self.pos
         self.f.write(data)
         self.f.seek(0)
-        self.f.write(fmt.HEADER.pack(fmt.MAGIC, FORMAT_VERSION, 0, offset, len(data),
+        self.f.write(fmt.HEADER.pack(fmt.MAGIC, FORMAT_VERSION, 0, self.pos, len(data),
                                      zlib.crc32(data)))  # fmt: skip
 
 
@@ -265,7 +262,6 @@ def _download(queue: cl.CommandQueue, buf: cl.MemoryObjectHolder) -> Iterator[np
         yield part
 
 
-# -- loading ----------------------------------------------------------------------------------
 class _File:
     """An open saved file whose header and manifest were checked."""
 
@@ -387,12 +383,12 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
                      if a.scalar else None)) for a in s.args)  # fmt: skip
         shapes.append(LaunchShape(kernel, queue, s.global_size, s.local_size, s.offset, False,
                                   s.allow_empty, args))  # fmt: skip
-    ops: list[Op] = []
+    rec = Recording()  # the file's commands, as a recording of them would hold them
     for c in m.commands:
         if c.op == "launch":
-            ops.append(RawLaunch(shapes[c.launch], (), None))  # type: ignore[index]
+            rec.raw.append(RawLaunch(shapes[c.launch], (), None))  # type: ignore[index]
         elif c.op == "finish":
-            ops.append(RawFinish(queue))
+            rec.raw.append(RawFinish(queue))
         else:
             (entry, fn), kwargs = contract.SAVED[c.op], dict[str, Any]()
             for o, k, offset in zip(entry.operands, c.buffers or (), c.offsets or (), strict=True):
@@ -401,9 +397,7 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
                            .copy(), "pattern": c.pattern and bytes.fromhex(c.pattern)}  # fmt: skip
             kwargs = {k: v for k, v in kwargs.items() if k and v is not None}
             where = tuple((k, v) for k, v in kwargs.items() if isinstance(v, cl.MemoryObjectHolder))
-            ops.append(RawTransfer(entry, fn, (queue,), kwargs, (), None, where))
-    rec = Recording()
-    rec.raw = list(ops)
+            rec.raw.append(RawTransfer(entry, fn, (queue,), kwargs, (), None, where))
     return Loaded(build(rec), buffers, m), rebuilt
 
 
@@ -430,7 +424,6 @@ def _rebuild(file: _File, p: fmt.Program, i: int, ctx: cl.Context, dev: cl.Devic
     return cacher.get_program(ctx, source, dev, options)
 
 
-# -- inspecting -------------------------------------------------------------------------------
 def inspect(path: str | os.PathLike[str]) -> dict[str, Any]:
     """What a saved file holds (checked as a load checks it, without a device). Buffers by
     role: every buffer counted, bytes of device memory only (a sub-buffer's are its parent's,

@@ -37,8 +37,7 @@ from netcl.runtime.capture._capture import KernelCapture, _from_program, log
 from netcl.runtime.capture._intercept import thread_records
 from netcl.runtime.capture._memory import SharedArena
 
-__all__ = ["CapturedStep", "LoadedStep", "StepCheckError", "StepStats", "capture_step",
-           "load_step"]
+__all__ = ["CapturedStep", "LoadedStep", "StepCheckError", "StepStats", "capture_step", "load_step"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -176,8 +175,7 @@ class CapturedStep(Generic[P, R]):
             # whose launches that recording records (a replay would not be recorded)
             return self._run(call)
         with self._lock:
-            entry = self._captures.get(call.key)
-            if entry is not None and entry.pending_check:
+            if (entry := self._captures.get(call.key)) is not None and entry.pending_check:
                 return self._checked_replay(entry, call)
             if entry is not None:  # recorded by another thread meanwhile
                 event = self._replay(entry, call)
@@ -216,8 +214,8 @@ class CapturedStep(Generic[P, R]):
             self._warm.popitem(last=False)
 
     def _record(self, call: _Call, dropped: bool) -> Any:
-        key, kwargs = call.key, call.kwargs
-        labels = _labels(self._fn, len(call.args), tuple(sorted(kwargs)) if kwargs else None)
+        key = call.key
+        labels = _labels(self._fn, len(call.args), key[1])
         reason = _change_reason(next(reversed(self._captures), None), key, labels)
         if dropped and not reason.startswith("recorded again"):
             reason += f" (recorded before, dropped to keep {self._max} captures)"
@@ -227,7 +225,7 @@ class CapturedStep(Generic[P, R]):
             cap._shared = self._arena  # keys never run at once: the largest plan, not the sum
             try:
                 with cap:  # discarded if the function raises
-                    result = self._fn(*call.args, **kwargs)
+                    result = self._fn(*call.args, **call.kwargs)
                 entry = _Capture(cap, call, reason, result, _outputs_of(result, self.name))
             except BaseException:
                 cap.reset()
@@ -239,19 +237,17 @@ class CapturedStep(Generic[P, R]):
             self._last_reason = reason
             _CAPTURES.add(1, self.name)
             _KEPT.add(1, self.name)
-            evicted = 0
-            while len(self._captures) > self._max:
+            evicted = max(0, len(self._captures) - self._max)
+            for _ in range(evicted):
                 self._drop(next(iter(self._captures)))
-                evicted += 1
             if evicted:
                 self._evictions += evicted
                 _EVICTIONS.add(evicted, self.name)
-                warn_once(
-                    log, ("captured_step_evicted", weakref.ref(self)), "captured_step_evicted",
-                    step=self.name, max_captures=self._max, reason=reason,
-                    detail="more distinct guard keys than max_captures; a non-Tensor argument "
-                    "that changes on every call (a step counter) makes every call a new key",
-                )  # fmt: skip
+                warn_once(log, ("captured_step_evicted", weakref.ref(self)),
+                          "captured_step_evicted", step=self.name, max_captures=self._max,
+                          reason=reason, detail="more distinct guard keys than max_captures; a "
+                          "non-Tensor argument that changes on every call (a step counter) "
+                          "makes every call a new key")  # fmt: skip
             span.set_many({tm.LAUNCHES: entry.launches, "netcl.step.evicted": evicted,
                            "netcl.step.captures_kept": len(self._captures)})  # fmt: skip
         return _copies(result, None) if self._copy else result
@@ -396,7 +392,8 @@ def _save(step: CapturedStep[Any, Any], entry: _Capture, path: str | os.PathLike
             outputs.append(_value("arg", None, (), index=o))
             continue
         view = o if kind == "fixed" else o[1]
-        found = _value(kind, _TENSOR if isinstance(view, Tensor) else _ARRAY, _parts_of(view))
+        type_ = _TENSOR if isinstance(view, Tensor) else _ARRAY
+        found = _value(kind, type_, tuple(getattr(view, f) for f in _FIELDS[type_][:-1]))
         if kind == "fixed":
             buf = view.buffer if isinstance(view, Tensor) else view.base_data
             if buf.int_ptr not in index:
@@ -411,12 +408,6 @@ def _save(step: CapturedStep[Any, Any], entry: _Capture, path: str | os.PathLike
                          list(entry.sizes), list(aliasing) if aliasing else None, container,
                          outputs, [(j, index[p]) for j, p in entry.slots])  # fmt: skip
     return _saved.save(path, program, kind="step", roles=roles, step=signature)
-
-
-def _parts_of(view: Any) -> tuple[Any, ...]:
-    if isinstance(view, Tensor):
-        return view.shape, view.dtype
-    return view.shape, view.dtype, view.strides, view.offset
 
 
 def _value(kind: str, type_: str | None, values: tuple[Any, ...], **more: Any) -> fmt.Value:
@@ -447,8 +438,7 @@ def load_step(path: str | os.PathLike[str], queue: cl.CommandQueue) -> LoadedSte
                                       f"replay ({type(exc).__name__}: {exc})") from None
 
 
-def _loaded(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue,
-            path: str) -> LoadedStep:  # fmt: skip
+def _loaded(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue, path: str) -> LoadedStep:
     """The LoadedStep of a file: its saved call rebuilt on stand-in buffers (the file's input
     buffers), recorded as a captured step's call is, with the file's capture."""
     inputs = {j: loaded.buffers[i] for j, i in step.inputs}
@@ -465,7 +455,7 @@ def _loaded(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue,
         kind = param.kind
         if kind in _FIELDS:
             obj = _object(kind, param, bufs[sum(p[0] in _FIELDS for p in parts)], queue)
-            parts.append((kind, *_parts_of(obj), queue))
+            parts.append((kind, *(getattr(obj, f) for f in _FIELDS[kind])))  # its key's part
             text.append(f"{label}: {kind}{tuple(obj.shape)} {obj.dtype}")
         else:
             obj = param.value
@@ -493,13 +483,13 @@ def _loaded(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue,
     return loaded_step
 
 
-def _object(kind: Any, fields: fmt.Value, buf: Any, queue: cl.CommandQueue) -> Any:
-    """A Tensor or Array of saved ``fields`` on ``buf``."""
-    shape, dtype = tuple(fields.shape), np.dtype(fields.dtype)  # type: ignore[arg-type]
+def _object(kind: Any, fields: Any, buf: Any, queue: cl.CommandQueue) -> Any:
+    """A Tensor or Array on ``buf`` with the fields of ``fields`` (a saved or live one)."""
+    shape, dtype = tuple(fields.shape), np.dtype(fields.dtype)
     if kind == _TENSOR:
         return Tensor(buf, shape, dtype, queue)
-    return _Array(queue, shape, dtype, strides=tuple(fields.strides),  # type: ignore[arg-type]
-                  data=buf, offset=fields.offset)  # fmt: skip
+    return _Array(queue, shape, dtype, strides=tuple(fields.strides), data=buf,
+                  offset=fields.offset)
 
 
 def _forget(name: str, captures: OrderedDict[GuardKey, _Capture]) -> None:
@@ -575,8 +565,7 @@ class _Capture:
     def stage(self, j: int, buf: Any, size: int = 0) -> cl.Buffer:
         """A buffer of the capture's own holding a copy of argument buffer ``j``."""
         need = max(int(buf.size), size)
-        scratch = self.scratch.get(j)
-        if scratch is None or int(scratch.size) < need:
+        if (scratch := self.scratch.get(j)) is None or int(scratch.size) < need:
             scratch = self.scratch[j] = cl.Buffer(buf.context, cl.mem_flags.READ_WRITE, need)
         queue = self.queues[j]
         event = cl.enqueue_copy(queue, scratch, buf, byte_count=int(buf.size))
@@ -602,10 +591,7 @@ class _Capture:
 
 def _view(view: Any, buf: cl.MemoryObjectHolder) -> Any:
     """``view`` (a Tensor or Array) on ``buf`` instead of its own buffer."""
-    if isinstance(view, Tensor):
-        return Tensor(buf, view.shape, view.dtype, view.queue)
-    return _Array(view.queue, view.shape, view.dtype, strides=view.strides, data=buf,
-                  offset=view.offset)  # fmt: skip
+    return _object(_TENSOR if isinstance(view, Tensor) else _ARRAY, view, buf, view.queue)
 
 
 def _outputs_of(result: Any, step: str) -> tuple[Any, ...]:
@@ -739,18 +725,15 @@ def _check_options(fn: Any, warmup: Any, max_captures: Any, check_atol: Any, nam
 
 
 @overload
-def capture_step(
-    fn: Callable[P, R], /, *, warmup: int = 1, max_captures: int = 8, copy_outputs: bool = False,
-    check: bool = False, check_atol: float = 0.0, name: str | None = None,
-) -> CapturedStep[P, R]: ...
+def capture_step(fn: Callable[P, R], /, *, warmup: int = 1, max_captures: int = 8,
+                 copy_outputs: bool = False, check: bool = False, check_atol: float = 0.0,
+                 name: str | None = None) -> CapturedStep[P, R]: ...
 @overload
-def capture_step(
-    *, warmup: int = 1, max_captures: int = 8, copy_outputs: bool = False, check: bool = False,
-    check_atol: float = 0.0, name: str | None = None,
-) -> Callable[[Callable[P, R]], CapturedStep[P, R]]: ...
-def capture_step(
-    fn: Callable[P, R] | None = None, /, **options: Any
-) -> CapturedStep[P, R] | Callable[[Callable[P, R]], CapturedStep[P, R]]:
+def capture_step(*, warmup: int = 1, max_captures: int = 8, copy_outputs: bool = False,
+                 check: bool = False, check_atol: float = 0.0, name: str | None = None
+                 ) -> Callable[[Callable[P, R]], CapturedStep[P, R]]: ...
+def capture_step(fn: Callable[P, R] | None = None, /, **options: Any
+                 ) -> CapturedStep[P, R] | Callable[[Callable[P, R]], CapturedStep[P, R]]:
     """Decorate a step function so that it is captured and replayed (``@capture_step`` or
     ``@capture_step(max_captures=4, ...)``); returns a :class:`CapturedStep`.
 

@@ -9,9 +9,8 @@ from netcl.runtime.capture.version import __version__
 
 __all__ = ["ARENA", "ARENA_BYTES", "BYTES", "COMMANDS", "FILE", "LAUNCHES", "LOAD_SPAN",
            "REBOUND", "REBUILT", "RECORDED_LAUNCHES", "RECORD_SPAN", "REPLAYED_LAUNCHES",
-           "REPLAYS", "REPLAY_SPAN",
-           "SAVE_SPAN", "SECTIONS", "STEP_CAPTURE_SPAN", "STEP_CHECK_SPAN", "STEP_NAME",
-           "STEP_REASON", "TEL"]  # fmt: skip
+           "REPLAYS", "REPLAY_SPAN", "SAVE_SPAN", "SECTIONS", "STEP_CAPTURE_SPAN",
+           "STEP_CHECK_SPAN", "STEP_NAME", "STEP_REASON", "TEL"]  # fmt: skip
 
 TEL = telemetry.Scope("netcl.runtime.capture", __version__)
 
@@ -44,8 +43,7 @@ for _name, _totals, _unit, _what in (
     _totals.add(0)  # reported from import on, 0 before the first replay
     TEL.observable_counter(f"netcl.capture.{_name}", _totals.points, _unit, _what)
 
-# the bytes of the arenas of every live capture (a capture's own memory)
-ARENA = telemetry.Counts()
+ARENA = telemetry.Counts()  # the bytes of the arenas of every live capture (a capture's own memory)
 ARENA.add(0)
 TEL.observable_gauge(ARENA_BYTES, ARENA.points, "By",
                      "Device bytes of the private arenas of the live captures")
