@@ -284,13 +284,16 @@ def test_a_summary_replay_keeps_only_its_first_and_last_events(
     assert not profiling.detail(N + 1)
     summary.mode = "summary"
     before = _replays()
+    t0 = time.perf_counter()
     chain.cap.replay()
     pq.finish()
+    wall = time.perf_counter() - t0
     assert profiling.flush(10.0) == 0
     count, seconds = _replays()
     assert count == before[0] + 1
-    start, end = ends[0].profile.start, ends[1].profile.end
-    assert 0 < seconds - before[1] < 10 * (end - start) / 1e9
+    # the whole replay on the device: it ran between the enqueue and the finish (a bound that
+    # holds on a loaded machine, where one replay can take 10x the one before)
+    assert 0 < seconds - before[1] <= wall
     np.testing.assert_allclose(chain.host, chain.expect(4), rtol=1e-5)  # recorded, 3 runs
 
 
