@@ -232,9 +232,12 @@ def test_where_regions_may_not_partly_overlap_buffers_of_one_size_share_slots(
     del step, outs
 
 
-def test_buffers_a_rectangular_copy_uses_stay_where_they_are(queue: cl.CommandQueue) -> None:
-    """PoCL crashes copying a rectangle out of a sub-buffer (pyopencl's own
-    test_enqueue_copy_rect_2d under capture): what a rectangular copy uses is not moved."""
+def test_buffers_a_rectangle_or_image_copy_uses_stay_where_they_are(
+    queue: cl.CommandQueue,
+) -> None:
+    """PoCL crashes copying a rectangle out of a sub-buffer, or an image into one (pyopencl's
+    own test_enqueue_copy_rect_2d and test_enqueue_copy_array_2 under capture): what such a
+    copy uses is not moved."""
     ctx = queue.context
     host = np.random.default_rng(42).integers(0, 256, (256, 128), dtype=np.uint8)
     out = np.zeros((512, 256), np.uint8)
@@ -250,9 +253,13 @@ def test_buffers_a_rectangular_copy_uses_stay_where_they_are(queue: cl.CommandQu
                         region=(96, 128), src_pitches=(200,), dst_pitches=(400,))
         cl.enqueue_copy(queue, out, dst, buffer_origin=(17, 31), host_origin=(19, 11),
                         region=(96, 128), buffer_pitches=(400,), host_pitches=(256,))
-        del src, dst, plain
+        image = cl.Image(ctx, cl.mem_flags.READ_ONLY, cl.ImageFormat(
+            cl.channel_order.RGBA, cl.channel_type.FLOAT), shape=(16, 16))
+        from_image = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 16 * 16 * 16)
+        cl.enqueue_copy(queue, from_image, image, offset=0, origin=(0, 0), region=(16, 16))
+        del src, dst, plain, from_image
     assert cap.memory is not None
-    assert (cap.memory.internal, cap.memory.external) == (0, 3)  # each read or written by one
+    assert (cap.memory.internal, cap.memory.external) == (0, 5)  # each read or written by one
     want = out.copy()
     out[:] = 0
     cap.replay()

@@ -94,9 +94,10 @@ def _internal(rec: Recording) -> dict[int, cl.MemoryObjectHolder]:
         return {}  # a raw handle reached, or a kernel with arguments set before begin()
     free = device.held_blocks()
     found: dict[int, cl.MemoryObjectHolder] = {}
-    # rectangular copies stay off sub-buffers: PoCL crashes copying a rectangle out of one
+    # rectangle and image copies stay off sub-buffers: PoCL crashes running them on one
     kept = {_ptr(b) for op in rec.raw if type(op) is RawTransfer
-               and op.entry.operation.endswith("_rect") for _, b in op.buffers}  # fmt: skip
+            and ("_rect" in op.entry.operation or "image" in op.entry.operation)
+            for _, b in op.buffers}  # fmt: skip
     users = rec.users
     for state in rec.kernels.values():
         state.last = None  # a kernel's last arguments as passed: the application's objects
