@@ -29,11 +29,12 @@ import random
 import re
 import subprocess
 import time
-import tomllib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGE = ROOT / ".mutation"
@@ -47,7 +48,7 @@ COLUMN = {"killed": "killed", "segfault": "killed", "timeout": "timeout", "not c
 
 
 def package_of(mutant: str) -> str:
-    """The package a mutant's module belongs to: ``netcl.core.x`` -> core, ``netcl.runtime.cache.x`` -> cache."""
+    """A mutant's package: ``netcl.core.x...`` -> core, ``netcl.runtime.cache.x...`` -> cache."""
     parts = mutant.split(".")
     return parts[1] if parts[1] == "core" else parts[2]
 
@@ -167,7 +168,7 @@ def report(
     """The Markdown section for one sample: the table, then survivors and equivalents."""
     judged = equivalents()
     commit = git("rev-parse", "--short", "HEAD").strip()
-    dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
+    dirty = git("status", "--porcelain", "--untracked-files=no") and " (uncommitted changes)"
     lines = [
         heading,
         "",
@@ -212,7 +213,7 @@ def report(
     for name, state in survivors:
         lines += [f"`{name}` ({state}):", "", "```diff", diff(name), "```", ""]
     if equivalent_lines:
-        lines += ["Equivalent (benchmarks/tracking/mutation_equivalent.toml):", "", *equivalent_lines, ""]
+        lines += ["Equivalent (`mutation_equivalent.toml`):", "", *equivalent_lines, ""]
     return "\n".join(lines) + "\n"
 
 
@@ -226,7 +227,8 @@ def record(section: str) -> None:
 
 def git(*args: str) -> str:
     """Output of a git command in the repository (not the staged copy)."""
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True)
+    return done.stdout
 
 
 def changed_functions(base: str) -> set[str]:
@@ -246,7 +248,7 @@ def changed_functions(base: str) -> set[str]:
             touched[current].update(range(int(start), int(start) + max(count, 1)))
     keys: set[str] = set()
     for file, lines in touched.items():
-        staged = Path("src") / file.split("/src/", 1)[1]  # packages/netcl-x/src/netcl/... -> src/netcl/...
+        staged = Path("src") / file.split("/src/", 1)[1]  # packages/netcl-x/src/netcl/a.py
         tree = ast.parse((ROOT / file).read_text())
         units: list[tuple[ast.AST, str | None]] = []
         for node in tree.body:
