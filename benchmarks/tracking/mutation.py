@@ -239,10 +239,10 @@ def changed_functions(base: str) -> set[str]:
 
     touched: dict[str, set[int]] = defaultdict(set)
     current = ""
-    for line in git("diff", "-U0", base, "--", "packages/*/src/netcl").splitlines():
+    for line in git("diff", "-U0", base, "--", "packages").splitlines():
         if line.startswith("+++ "):
-            current = line[6:] if line.startswith("+++ b/") else ""
-        elif line.startswith("@@") and current.endswith(".py"):
+            current = line[6:] if line.startswith("+++ b/") else ""  # b/: not a deleted file
+        elif line.startswith("@@") and "/src/netcl/" in current and current.endswith(".py"):
             start, _, length = re.match(r"@@ -\S+ \+(\d+)(,\d+)?", line).group(1, 0, 2)  # type: ignore[union-attr]
             count = int(length[1:]) if length else 1
             touched[current].update(range(int(start), int(start) + max(count, 1)))
