@@ -108,9 +108,15 @@ def draw(mutants: list[str], size: int, seed: int) -> dict[str, list[str]]:
 
 def run_mutants(names: list[str], max_children: int) -> None:
     """``mutmut run`` on exactly these mutants (explicit names: it re-runs them even with a
-    verdict from an earlier run). mutmut's own output goes to the terminal."""
+    verdict from an earlier run). mutmut's own output goes to the terminal.
+
+    One retry: on a loaded machine a test can fail once in mutmut's unmutated pass, which then
+    stops the run; the retry keeps the test-to-function map already collected (minutes).
+    """
     command = ["mutmut", "run", "--max-children", str(max_children), *names]
-    subprocess.run(command, check=True)
+    if subprocess.run(command).returncode != 0:
+        print("mutmut run failed; once more", flush=True)
+        subprocess.run(command, check=True)
 
 
 def verdicts() -> dict[str, str]:
