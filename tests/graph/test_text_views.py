@@ -1,0 +1,77 @@
+"""The text a user reads of a graph and its plan, in full: ``Graph.to_dot`` (pasted into
+Graphviz, so every character counts) and ``GraphPlan.describe`` (one line per block and per op)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+from netcl.core.memory import BufferPool
+from netcl.core.tensor import Tensor
+from netcl.runtime.graph import Graph, GraphExecutor, TensorRef
+
+
+def _noop(inputs: list[Tensor], out: Tensor) -> None:
+    pass
+
+
+def test_dot_text_in_full(queue: cl.CommandQueue) -> None:
+    x = Tensor.empty((2,), np.float32, queue)
+    g = Graph()
+    # a backslash and a quote in a name are escaped; a missing ref used twice is drawn once
+    g.add_op('p\\q"', _noop, [x, TensorRef("m"), TensorRef("m")], (2,), "float32")
+    assert g.to_dot() == (
+        "digraph netcl_graph {\n"
+        "  rankdir=TB;\n"
+        '  node [fontname="monospace"];\n'
+        '  "op:p\\\\q\\"" [shape=box, label="p\\\\q\\"\\n(2,) float32"];\n'
+        '  "input0" [shape=ellipse, label="input 0\\n(2,) float32"];\n'
+        '  "input0" -> "op:p\\\\q\\"" [label="0"];\n'
+        '  "op:m" [shape=box, style=dashed, color=red, label="missing: m"];\n'
+        '  "op:m" -> "op:p\\\\q\\"" [label="1"];\n'
+        '  "op:m" -> "op:p\\\\q\\"" [label="2"];\n'
+        "}\n"
+    )
+
+
+def test_describe_has_a_line_per_block_and_per_op(queue: cl.CommandQueue) -> None:
+    g = Graph()
+    a = g.add_op("a", _noop, [], (64,), np.float32)
+    b = g.add_op("b", _noop, [a], (64,), np.float32)
+    g.add_op("c", _noop, [b], (16,), np.float32)
+    plan = GraphExecutor(BufferPool(queue)).plan(g, outputs=["c"])
+    lines = plan.describe().split("\n")
+    assert lines[0] == f"plan: 3 ops, {len(plan.blocks)} pool block(s), strategy {plan.strategy}"
+    assert lines[1] == f"  why: {plan.strategy_reason}"
+    assert lines[2].startswith(f"  pool peak {plan.pool_peak_bytes} B, device ")
+    blocks, ops = lines[3 : 3 + len(plan.blocks)], lines[3 + len(plan.blocks) :]
+    assert len(ops) == 3
+    for k, (line, block) in enumerate(zip(blocks, plan.blocks)):
+        until = "caller" if block.last is None else f"{block.last:>3}"
+        kind = f"output {block.owner}" if block.last is None else (block.owner or "intermediates")
+        assert line == f"  block {k}: {block.nbytes} B [{block.first:>3}..{until}] {kind}"
+    # the output's block is held for the caller and named after it
+    assert any(line.endswith("..caller] output c") for line in blocks)
+    assert re.fullmatch(r"  \[  0\.\.  1\] a: 256 B \(\d+ B\) block \d+@\d+", ops[0])
+    assert re.fullmatch(r"  \[  2\.\.  2\] c: 64 B \(\d+ B\) block \d+@\d+ \(output\)", ops[2])
+
+
+def test_an_unallocatable_block_is_named_with_every_tensor_it_holds(queue: cl.CommandQueue) -> None:
+    x = Tensor.from_numpy(np.ones(64, np.float32), queue)
+    g = Graph()
+    a = g.add_op("small", _noop, [x], (64,), np.float32)
+    g.add_op("huge", _noop, [a], (2**40,), np.float32)  # more than any device allocates
+    g.add_op("after", _noop, [TensorRef("huge")], (64,), np.float32)
+    pool = BufferPool(queue)
+    with pytest.raises(MemoryError) as info:
+        GraphExecutor(pool).run(g, outputs=["after"])
+    # one block for the whole run: the output's, which small and huge use before it
+    assert re.match(
+        r"GraphExecutor\.run: op 'small' needs a block of \d+ bytes \(the block of output "
+        r"'after', also holding small, huge before it\) that cannot be allocated: ",
+        str(info.value),
+    ), str(info.value)
+    assert pool.stats.bytes_in_use == 0
