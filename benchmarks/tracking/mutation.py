@@ -270,19 +270,23 @@ def changed_functions(base: str) -> set[str]:
     return keys
 
 
-def sample_command(seed: int, size: int, max_children: int) -> None:
-    """``mutation:sample``: generate, draw, run, and record the sample's table."""
+def sample_command(seed: int, size: int, max_children: int, *, run: bool = True) -> None:
+    """``mutation:sample``: generate, draw, run, and record the sample's table. ``run=False``
+    (``--report-only``) records the verdicts mutmut already has for the sample (after a run was
+    stopped: the mutants it did not reach count as not run)."""
     start = time.monotonic()
     all_mutants = generate()
     totals = Counter(package_of(name) for name in all_mutants)
     sample = draw(list(all_mutants), size, seed)
     drawn = ", ".join(f"{package} {len(names)}" for package, names in sample.items())
     print(f"{sum(totals.values())} mutants; seed {seed}; sampled {drawn}", flush=True)
-    run_mutants([name for names in sample.values() for name in names], max_children)
+    if run:
+        run_mutants([name for names in sample.values() for name in names], max_children)
     minutes = (time.monotonic() - start) / 60
+    took = f"{minutes:.1f} min (generation and run, `--max-children {max_children}`)"
     heading = (
         f"### Sample of {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, seed {seed}, "
-        f"{minutes:.1f} min (generation and run, `--max-children {max_children}`)"
+        f"{took if run else 'verdicts of an earlier run'}"
     )
     section = report(sample, totals, verdicts(), heading)
     record(section)
@@ -313,13 +317,14 @@ def main() -> None:
     sample = commands.add_parser("sample", help="a seeded sample per package, into the results")
     sample.add_argument("--seed", type=int, default=None, help="default: from the clock (printed)")
     sample.add_argument("--size", type=int, default=150, help="mutants per package (at least)")
+    sample.add_argument("--report-only", action="store_true", help="record verdicts, run none")
     changed = commands.add_parser("changed", help="the mutants of functions changed since BASE")
     changed.add_argument("base", nargs="?", help="a commit (default: the merge base with main)")
     args = parser.parse_args()
     os.chdir(STAGE)  # mutmut works in the staged tree: its config, src/ and mutants/ are there
     if args.command == "sample":
         seed = random.SystemRandom().randrange(1_000_000) if args.seed is None else args.seed
-        sample_command(seed, args.size, args.max_children)
+        sample_command(seed, args.size, args.max_children, run=not args.report_only)
     else:
         changed_command(args.base, args.max_children)
 

@@ -1,0 +1,55 @@
+"""Edges a user meets: a table exactly as wide as the terminal (and one column over), a
+Fortran-ordered array written into a tensor, and a pool whose free-held hook's owner is gone."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+from netcl.core._table import table
+from netcl.core.memory import BufferPool
+from netcl.core.tensor import Tensor
+
+ROW = ["aaaa", "b" * 20, "cccc"]  # 4 + 2 + 20 + 2 + 4 = 32 columns
+
+
+def test_a_table_as_wide_as_the_terminal_is_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "32")
+    assert table([ROW]) == ["aaaa  " + "b" * 20 + "  cccc"]
+
+
+def test_a_table_one_column_too_wide_loses_it_in_its_widest_cell(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "31")
+    assert table([ROW]) == ["aaaa  " + "b" * 18 + "…  cccc"]
+
+
+def test_a_fortran_ordered_array_is_written_by_its_values(queue: cl.CommandQueue) -> None:
+    values = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = Tensor.empty((3, 4), np.float32, queue)
+    t.write(np.asfortranarray(values))
+    np.testing.assert_array_equal(t.to_numpy(), values)
+
+
+class _Views:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def forget(self) -> None:
+        self.calls += 1
+
+
+def test_free_held_outlives_the_owner_of_a_hook(queue: cl.CommandQueue) -> None:
+    pool = BufferPool(queue)
+    views, gone = _Views(), _Views()
+    pool.on_free_held(views.forget)
+    pool.on_free_held(gone.forget)
+    del gone
+    gc.collect()
+    for _ in range(2):  # the dead hook is dropped once, and never called
+        pool.free_held()
+    assert views.calls == 2
