@@ -1,0 +1,69 @@
+"""What ``netcl cache list`` and ``stats`` show, and which header a cached program depends on:
+a special file at an entry's name is listed as damaged with its kind, the totals of two flushes
+add up, and a quoted include is looked up beside the header that includes it first (as the
+compiler does), so editing that copy is a miss, never a stale hit."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pyopencl as cl
+import pytest
+
+from netcl.core import cli
+from netcl.runtime.cache import ProgramCache
+from netcl.runtime.cache._store import SUFFIX
+
+
+def test_a_fifo_at_an_entry_name_is_listed_as_damaged_with_its_kind(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    ProgramCache(cache_dir).get_program(ctx, add_src(0.0, "list-fifo"), device)
+    os.mkfifo(cache_dir / "programs" / f"{'f' * 64}{SUFFIX}")
+    assert cli.main(["cache", "list", "--json", "--dir", str(cache_dir)]) == 0
+    rows = {r["key"]: r for r in json.loads(capsys.readouterr().out)["entries"]}
+    assert rows["f" * 64]["status"] == "damaged (special: a fifo)"
+    assert sorted(r["status"] for r in rows.values()) == ["damaged (special: a fifo)", "ok"]
+
+
+def test_the_totals_of_two_flushes_add_up(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    c = ProgramCache(cache_dir)
+    c.get_program(ctx, add_src(0.0, "totals"), device)  # a miss
+    c.flush_stats()
+    for _ in range(3):
+        c.get_program(ctx, add_src(0.0, "totals"), device)  # memory hits
+    c.flush_stats()
+    c.flush_stats()  # nothing new: adds nothing
+    assert cli.main(["cache", "stats", "--json", "--dir", str(cache_dir)]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert (st["misses"], st["memory_hits"]) == (1, 3)
+
+
+def test_a_quoted_include_is_found_beside_its_includer_first(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, tmp_path: Path,
+    check_add: Callable[..., None],
+) -> None:  # fmt: skip
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    (second / "offset.h").write_text('#include "value.h"\n#define OFFSET VALUE\n')
+    (second / "value.h").write_text("#define VALUE 2.0f\n")  # the one the compiler takes
+    (first / "value.h").write_text("#define VALUE 1.0f\n")  # earlier on -I, but not beside
+    src = (
+        "#include <offset.h>\n"
+        "__kernel void add(__global const float *a, __global const float *b,"
+        " __global float *c) { int i = get_global_id(0); c[i] = a[i] + b[i] + OFFSET; }\n"
+    )
+    opts = f"-I {first} -I {second}"
+    check_add(ProgramCache(cache_dir).get_program(ctx, src, device, opts), 2.0)
+    (second / "value.h").write_text("#define VALUE 3.0f\n")
+    c = ProgramCache(cache_dir)
+    check_add(c.get_program(ctx, src, device, opts), 3.0)
+    assert c.stats.misses == 1 and c.stats.disk_hits == 0
