@@ -45,7 +45,8 @@ def test_arrows_join_a_host_step_to_its_device_replay(
     starts = [e for e in doc["traceEvents"] if e["ph"] == "s"]
     ends = [e for e in doc["traceEvents"] if e["ph"] == "f"]
     assert len(steps) == len(replays) == len(starts) == len(ends) == 2
-    assert len({e["id"] for e in starts}) == 2 and {e["id"] for e in ends} == {e["id"] for e in starts}
+    ids = {e["id"] for e in starts}
+    assert len(ids) == 2 and {e["id"] for e in ends} == ids
     at = lambda e: (e["pid"], e["tid"], e["ts"])  # noqa: E731
     assert sorted(map(at, starts)) == sorted(map(at, steps))
     assert sorted(map(at, ends)) == sorted(map(at, replays))

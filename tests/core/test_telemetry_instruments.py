@@ -20,7 +20,8 @@ def test_observable_instruments_report_values_with_their_attributes(
                              (5, {"netcl.test.k": "b"})], "1", "a test counter")  # fmt: skip
     scope.observable_gauge("netcl.test.observed_level", lambda: [(7, {"netcl.test.k": "c"})],
                            "By", "a test gauge")  # fmt: skip
-    counted = {p.attributes["netcl.test.k"]: p.value for p in metric_points("netcl.test.observed_total")}
+    points = metric_points("netcl.test.observed_total")
+    counted = {p.attributes["netcl.test.k"]: p.value for p in points}
     assert counted == {"a": 3, "b": 5}
     (level,) = metric_points("netcl.test.observed_level")
     assert (level.value, dict(level.attributes)) == (7, {"netcl.test.k": "c"})

@@ -49,7 +49,7 @@ def test_describe_has_a_line_per_block_and_per_op(queue: cl.CommandQueue) -> Non
     assert lines[2].startswith(f"  pool peak {plan.pool_peak_bytes} B, device ")
     blocks, ops = lines[3 : 3 + len(plan.blocks)], lines[3 + len(plan.blocks) :]
     assert len(ops) == 3
-    for k, (line, block) in enumerate(zip(blocks, plan.blocks)):
+    for k, (line, block) in enumerate(zip(blocks, plan.blocks, strict=True)):
         until = "caller" if block.last is None else f"{block.last:>3}"
         kind = f"output {block.owner}" if block.last is None else (block.owner or "intermediates")
         assert line == f"  block {k}: {block.nbytes} B [{block.first:>3}..{until}] {kind}"
