@@ -27,6 +27,7 @@ import math
 import os
 import random
 import re
+import resource
 import subprocess
 import time
 from collections import Counter, defaultdict
@@ -283,7 +284,14 @@ def sample_command(seed: int, size: int, max_children: int, *, run: bool = True)
     if run:
         run_mutants([name for names in sample.values() for name in names], max_children)
     minutes = (time.monotonic() - start) / 60
-    took = f"{minutes:.1f} min (generation and run, `--max-children {max_children}`)"
+    # CPU of every process mutmut ran (reaped: the fork server's children, then the server):
+    # on a machine shared with other jobs, wall time says more about them than about the run
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (used.ru_utime + used.ru_stime) / 60
+    took = (
+        f"{minutes:.1f} min wall, {cpu:.1f} min CPU (generation and run, "
+        f"`--max-children {max_children}`, load average {os.getloadavg()[1]:.1f} at the end)"
+    )
     heading = (
         f"### Sample of {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, seed {seed}, "
         f"{took if run else 'verdicts of an earlier run'}"

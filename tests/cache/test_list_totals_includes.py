@@ -67,3 +67,35 @@ def test_a_quoted_include_is_found_beside_its_includer_first(
     c = ProgramCache(cache_dir)
     check_add(c.get_program(ctx, src, device, opts), 3.0)
     assert c.stats.misses == 1 and c.stats.disk_hits == 0
+
+
+def test_stats_text_shows_the_share_of_the_cap_and_one_line_per_counter(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("NETCL_CACHE_MAX_BYTES", "100K")
+    monkeypatch.setenv("COLUMNS", "200")
+    c = ProgramCache(cache_dir)
+    c.get_program(ctx, add_src(0.0, "stats-text"), device)
+    c.flush_stats()
+    d = ["cache", "stats", "--dir", str(cache_dir)]
+    assert cli.main([*d, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert cli.main(d) == 0
+    lines = capsys.readouterr().out.splitlines()
+    share = 100 * doc["bytes"] / (100 * 1024)
+    (size,) = [line for line in lines if line.startswith("cache size")]
+    assert size.endswith(f" of 100.0 KiB ({share:.1f} %)")
+    counters = [line.split()[0] for line in lines if line.startswith("  ")]
+    assert counters[:3] == ["memory_hits", "disk_hits", "misses"]
+    assert not [name for name in counters if name.startswith("bytes_")]  # shown on their own line
+    assert [line for line in lines if line.startswith("bytes read/written")]
+
+
+def test_clear_says_how_many_files_it_removed_and_where(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    ProgramCache(cache_dir).get_program(ctx, add_src(0.0, "clear-text"), device)
+    assert cli.main(["cache", "clear", "--dir", str(cache_dir)]) == 0
+    assert capsys.readouterr().out == f"removed 1 file from {cache_dir}\n"
