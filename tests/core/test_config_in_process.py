@@ -1,0 +1,59 @@
+"""``netcl config`` and the ``NETCL_PROFILE`` setting in this process (the CLI tests run the
+command in a subprocess, where the mutation run cannot see them): every package's settings with
+their source, an invalid value flagged with its full message, and each spelling of the modes."""
+
+from __future__ import annotations
+
+import json
+
+import pyopencl as cl
+import pytest
+
+from netcl.core import cli, device
+
+PROFILE_ERROR = (
+    "NETCL_PROFILE='sometimes': expected 1 to turn profiling on for the default queue with "
+    "every command's device time (or commands, the same), summary for one device time per "
+    "replay, graph node and plan, or 0 for off (true/false, yes/no and on/off work too)"
+)
+
+
+def test_config_lists_every_package_and_flags_an_invalid_value(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NETCL_PROFILE", "sometimes")
+    monkeypatch.setenv("NETCL_CACHE_MAX_BYTES", "2G")
+    monkeypatch.setenv("COLUMNS", "200")
+    assert cli.main(["config", "--json"]) == 1
+    out = capsys.readouterr()
+    docs = {d["name"]: d for d in json.loads(out.out)["settings"]}
+    assert out.err == f"netcl config: {PROFILE_ERROR}\n"
+    assert docs["NETCL_PROFILE"]["package"] == "netcl-core"
+    assert docs["NETCL_PROFILE"]["error"] == PROFILE_ERROR
+    cap = docs["NETCL_CACHE_MAX_BYTES"]
+    assert (cap["package"], cap["value"], cap["source"], cap["error"]) == (
+        "netcl-cache", "2G", "environment", None)  # fmt: skip
+    assert cli.main(["config"]) == 1
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()}
+    assert rows["SETTING"] == ["SETTING", "VALUE", "SOURCE", "PACKAGE"]
+    assert rows["NETCL_PROFILE"] == ["NETCL_PROFILE", "sometimes", "environment", "(INVALID)",
+                                     "netcl-core"]  # fmt: skip
+    assert rows["NETCL_CACHE_MAX_BYTES"] == ["NETCL_CACHE_MAX_BYTES", "2G", "environment",
+                                             "netcl-cache"]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", ["commands", " Commands ", "summary", "SUMMARY"])
+def test_each_spelling_of_a_profiling_mode_turns_profiling_on(
+    value: str, ctx: cl.Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NETCL_PROFILE", value)
+    assert device.default_queue(ctx) is device.default_queue(ctx, profiling=True)
+
+
+def test_an_invalid_profile_value_is_refused_with_the_whole_message(
+    ctx: cl.Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NETCL_PROFILE", "sometimes")
+    with pytest.raises(ValueError) as info:
+        device.default_queue(ctx)
+    assert str(info.value) == PROFILE_ERROR
