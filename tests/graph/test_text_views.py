@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pyopencl as cl
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
@@ -75,3 +76,17 @@ def test_an_unallocatable_block_is_named_with_every_tensor_it_holds(queue: cl.Co
         str(info.value),
     ), str(info.value)
     assert pool.stats.bytes_in_use == 0
+
+
+def test_an_interrupt_in_an_op_fails_the_run_span_with_its_own_type(
+    queue: cl.CommandQueue, spans: InMemorySpanExporter
+) -> None:
+    def interrupted(inputs: list[Tensor], out: Tensor) -> None:
+        raise KeyboardInterrupt  # not wrapped: it reaches the caller as it is
+
+    g = Graph()
+    g.add_op("a", interrupted, [], (4,), np.float32)
+    with pytest.raises(KeyboardInterrupt):
+        GraphExecutor(BufferPool(queue)).run(g)
+    (run,) = [s for s in spans.get_finished_spans() if s.name == "netcl.graph.run"]
+    assert run.attributes is not None and run.attributes["error.type"] == "KeyboardInterrupt"
