@@ -1,5 +1,6 @@
 """Edges a user meets: a table exactly as wide as the terminal (and one column over), a
-Fortran-ordered array written into a tensor, and a pool whose free-held hook's owner is gone."""
+Fortran-ordered array written into a tensor, a pool whose free-held hook's owner is gone, a
+checked pool on an out-of-order queue, and an unsupported pyopencl named by its version text."""
 
 from __future__ import annotations
 
@@ -53,3 +54,26 @@ def test_free_held_outlives_the_owner_of_a_hook(queue: cl.CommandQueue) -> None:
     for _ in range(2):  # the dead hook is dropped once, and never called
         pool.free_held()
     assert views.calls == 2
+
+
+def test_a_checked_pool_on_an_out_of_order_queue_guards_its_blocks(ctx: cl.Context) -> None:
+    ooo = cl.CommandQueue(
+        ctx, properties=cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+    )
+    pool = BufferPool(ooo, check_memory=True)
+    t = pool.allocate((256,), np.float32)
+    t.write(np.ones(256, np.float32))
+    np.testing.assert_array_equal(t.to_numpy(), np.ones(256, np.float32))
+    pool.release(t)  # guards intact: no error
+    assert pool.stats.bytes_in_use == 0
+
+
+def test_an_unsupported_pyopencl_is_named_by_its_own_version_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from netcl.core import contract
+
+    monkeypatch.setattr(cl, "VERSION", (1999, 1))
+    monkeypatch.setattr(cl, "VERSION_TEXT", "1999.1rc2")
+    with pytest.raises(ImportError, match=r"^netcl: pyopencl 1999\.1rc2 is outside the supported"):
+        contract._check_version()
