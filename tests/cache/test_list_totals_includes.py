@@ -1,7 +1,8 @@
-"""What ``netcl cache list`` and ``stats`` show, and which header a cached program depends on:
-a special file at an entry's name is listed as damaged with its kind, the totals of two flushes
-add up, and a quoted include is looked up beside the header that includes it first (as the
-compiler does), so editing that copy is a miss, never a stale hit."""
+"""What ``netcl cache list``, ``stats``, ``clear`` and ``zero`` show (in this process), and which
+header a cached program depends on: a special file at an entry's name is listed as damaged with
+its kind, the totals of two flushes add up, and a quoted include is looked up beside the header
+that includes it first (as the compiler does), so editing that copy is a miss, never a stale
+hit."""
 
 from __future__ import annotations
 
@@ -99,3 +100,22 @@ def test_clear_says_how_many_files_it_removed_and_where(
     ProgramCache(cache_dir).get_program(ctx, add_src(0.0, "clear-text"), device)
     assert cli.main(["cache", "clear", "--dir", str(cache_dir)]) == 0
     assert capsys.readouterr().out == f"removed 1 file from {cache_dir}\n"
+
+
+def test_zero_resets_the_totals_and_keeps_the_entries(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    d = ["--dir", str(cache_dir)]
+    assert cli.main(["cache", "zero", *d]) == 0
+    assert capsys.readouterr().out == f"nothing to zero: {cache_dir} (not created yet)\n"
+    c = ProgramCache(cache_dir)
+    c.get_program(ctx, add_src(0.0, "zero"), device)
+    c.flush_stats()
+    assert cli.main(["cache", "zero", *d]) == 0
+    assert capsys.readouterr().out == f"statistics zeroed in {cache_dir} (1 entry kept)\n"
+    assert cli.main(["cache", "zero", "--json", *d]) == 0
+    assert json.loads(capsys.readouterr().out)["entries"] == 1
+    assert cli.main(["cache", "stats", "--json", *d]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert (st["entries"], st["misses"]) == (1, 0)

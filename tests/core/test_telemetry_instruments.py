@@ -1,6 +1,6 @@
 """What a package's instruments put on the dashboards: an observable counter and gauge report
-each ``(value, attributes)`` pair under their own name, and a failing SDK is logged naming the
-instrument that failed."""
+each ``(value, attributes)`` pair under their own name, a failing SDK is logged naming the
+instrument that failed, and the counts behind them read 0 for a label never added to."""
 
 from __future__ import annotations
 
@@ -39,3 +39,12 @@ def test_a_failing_histogram_is_logged_once_by_its_name(
     (message,) = [r.getMessage() for r in caplog.records]
     assert "telemetry_failed" in message and "stage=metric:netcl.test.failing" in message
     assert "an OpenTelemetry SDK error, ignored; logged once" in message
+
+
+def test_counts_of_a_label_never_added_to_are_zero() -> None:
+    counts = telemetry.Counts("netcl.test.k")
+    counts.add(2, "a")
+    counts.set(5, "b")
+    counts.discard("b")
+    assert (counts.get("a"), counts.get("b"), counts.get("never")) == (2, 0, 0)
+    assert counts.points() == [(2, {"netcl.test.k": "a"})]

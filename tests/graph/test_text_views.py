@@ -90,3 +90,10 @@ def test_an_interrupt_in_an_op_fails_the_run_span_with_its_own_type(
         GraphExecutor(BufferPool(queue)).run(g)
     (run,) = [s for s in spans.get_finished_spans() if s.name == "netcl.graph.run"]
     assert run.attributes is not None and run.attributes["error.type"] == "KeyboardInterrupt"
+
+
+def test_repr_names_the_ops_in_order() -> None:
+    g = Graph()
+    a = g.add_op("a", _noop, [], (4,), np.float32)
+    g.add_op("b", _noop, [a], (4,), np.float32)
+    assert repr(g) == "Graph(2 ops: a, b)"
