@@ -1,6 +1,7 @@
-"""``netcl config`` and the ``NETCL_PROFILE`` setting in this process (the CLI tests run the
-command in a subprocess, where the mutation run cannot see them): every package's settings with
-their source, an invalid value flagged with its full message, and each spelling of the modes."""
+"""``netcl config``, the ``NETCL_PROFILE`` setting and ``PYOPENCL_CTX`` in this process (the CLI
+tests run the command in a subprocess, where the mutation run cannot see them): every package's
+settings with their source, an invalid value flagged with its full message, each spelling of the
+modes, and a context variable matching no device answered with every device there is."""
 
 from __future__ import annotations
 
@@ -57,3 +58,23 @@ def test_an_invalid_profile_value_is_refused_with_the_whole_message(
     with pytest.raises(ValueError) as info:
         device.default_queue(ctx)
     assert str(info.value) == PROFILE_ERROR
+
+
+def test_a_context_variable_that_matches_nothing_lists_every_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PYOPENCL_CTX", "99")
+    listed = "; ".join(
+        f"[{i}] {p.name.strip()}: "
+        + ", ".join(f"[{i}:{j}] {d.name.strip()}" for j, d in enumerate(p.get_devices()))
+        for i, p in enumerate(cl.get_platforms())
+    )
+    with pytest.raises(device.NoDeviceError) as info:
+        device.pick_device()
+    text = str(info.value)
+    assert text.startswith("PYOPENCL_CTX='99' matches no OpenCL device (pyopencl: ")
+    assert text.endswith(
+        f"; OpenCL platforms and devices: {' '.join(listed.split())}; set PYOPENCL_CTX to a "
+        "platform or platform:device index listed here (e.g. PYOPENCL_CTX=0), or unset it to "
+        "let netcl choose"
+    )
