@@ -1,7 +1,8 @@
 """``netcl config``, the ``NETCL_PROFILE`` setting and ``PYOPENCL_CTX`` in this process (the CLI
 tests run the command in a subprocess, where the mutation run cannot see them): every package's
 settings with their source, an invalid value flagged with its full message, each spelling of the
-modes, and a context variable matching no device answered with every device there is."""
+modes, a context variable matching no device answered with every device there is, and the help
+that names the exit codes and every command."""
 
 from __future__ import annotations
 
@@ -78,3 +79,18 @@ def test_a_context_variable_that_matches_nothing_lists_every_device(
         "platform or platform:device index listed here (e.g. PYOPENCL_CTX=0), or unset it to "
         "let netcl choose"
     )
+
+
+def test_help_names_the_exit_codes_and_every_command(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "300")  # one line per paragraph
+    for argv, said in ((["config", "--help"], "Exit codes: 0 all valid, 1 a set value is invalid, "
+                        "2 usage."),
+                       (["--help"], "the OpenCL program cache: stats, list, clear, zero, prune"),
+                       (["capture", "--help"], "Exit codes: 0 done, 1 the file cannot be read, "
+                        "2 usage.")):  # fmt: skip
+        with pytest.raises(SystemExit) as info:
+            cli.main(argv)
+        assert info.value.code == 0
+        assert said in " ".join(capsys.readouterr().out.split()), argv
