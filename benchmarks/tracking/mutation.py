@@ -28,6 +28,7 @@ import os
 import random
 import re
 import resource
+import signal
 import subprocess
 import time
 from collections import Counter, defaultdict
@@ -107,17 +108,32 @@ def draw(mutants: list[str], size: int, seed: int) -> dict[str, list[str]]:
     return sample
 
 
-def run_mutants(names: list[str], max_children: int) -> None:
+def run_mutants(names: list[str], max_children: int, budget_s: float | None = None) -> None:
     """``mutmut run`` on exactly these mutants (explicit names: it re-runs them even with a
     verdict from an earlier run). mutmut's own output goes to the terminal.
 
     One retry: on a loaded machine a test can fail once in mutmut's unmutated pass, which then
     stops the run; the retry keeps the test-to-function map already collected (minutes).
+    ``budget_s``: past it, mutmut is interrupted as by Ctrl-C (it keeps the verdicts it has;
+    the rest count as not run).
     """
     command = ["mutmut", "run", "--max-children", str(max_children), *names]
-    if subprocess.run(command).returncode != 0:
-        print("mutmut run failed; once more", flush=True)
-        subprocess.run(command, check=True)
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    for attempt in range(2):
+        with subprocess.Popen(command) as mutmut:
+            try:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                code = mutmut.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                print(f"budget of {budget_s / 60:.0f} min spent: stopping mutmut", flush=True)
+                mutmut.send_signal(signal.SIGINT)
+                mutmut.wait()
+                return
+        if code == 0:
+            return
+        if attempt == 0:
+            print("mutmut run failed; once more", flush=True)
+    raise SystemExit(f"mutmut run failed twice (exit status {code})")
 
 
 def verdicts() -> dict[str, str]:
@@ -271,7 +287,9 @@ def changed_functions(base: str) -> set[str]:
     return keys
 
 
-def sample_command(seed: int, size: int, max_children: int, *, run: bool = True) -> None:
+def sample_command(
+    seed: int, size: int, max_children: int, *, run: bool = True, budget_s: float | None = None
+) -> None:
     """``mutation:sample``: generate, draw, run, and record the sample's table. ``run=False``
     (``--report-only``) records the verdicts mutmut already has for the sample (after a run was
     stopped: the mutants it did not reach count as not run)."""
@@ -282,7 +300,7 @@ def sample_command(seed: int, size: int, max_children: int, *, run: bool = True)
     drawn = ", ".join(f"{package} {len(names)}" for package, names in sample.items())
     print(f"{sum(totals.values())} mutants; seed {seed}; sampled {drawn}", flush=True)
     if run:
-        run_mutants([name for names in sample.values() for name in names], max_children)
+        run_mutants([name for names in sample.values() for name in names], max_children, budget_s)
     minutes = (time.monotonic() - start) / 60
     # CPU of every process mutmut ran (reaped: the fork server's children, then the server):
     # on a machine shared with other jobs, wall time says more about them than about the run
@@ -326,13 +344,17 @@ def main() -> None:
     sample.add_argument("--seed", type=int, default=None, help="default: from the clock (printed)")
     sample.add_argument("--size", type=int, default=150, help="mutants per package (at least)")
     sample.add_argument("--report-only", action="store_true", help="record verdicts, run none")
+    sample.add_argument("--budget", type=float, default=None, metavar="MINUTES",
+                        help="stop mutmut after this long (the rest count as not run)")
     changed = commands.add_parser("changed", help="the mutants of functions changed since BASE")
     changed.add_argument("base", nargs="?", help="a commit (default: the merge base with main)")
     args = parser.parse_args()
     os.chdir(STAGE)  # mutmut works in the staged tree: its config, src/ and mutants/ are there
     if args.command == "sample":
         seed = random.SystemRandom().randrange(1_000_000) if args.seed is None else args.seed
-        sample_command(seed, args.size, args.max_children, run=not args.report_only)
+        budget = None if args.budget is None else 60 * args.budget
+        sample_command(seed, args.size, args.max_children, run=not args.report_only,
+                       budget_s=budget)  # fmt: skip
     else:
         changed_command(args.base, args.max_children)
 
