@@ -170,15 +170,19 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 @dataclass
 class Equivalent:
-    """A mutant judged equivalent: ``change`` must occur in its diff (a guard against a name
-    that now means another mutant, after its function changed), ``why`` says why."""
+    """A surviving mutant judged by hand: ``change`` must occur in its diff (a guard against a
+    name that now means another mutant, after its function changed), ``why`` says why. With
+    ``killed_by`` (a test), it is not equivalent but caught by that test when applied by hand,
+    a test mutmut did not run for it (its function runs at import and makes closures that run
+    later, inside other tests: mutmut links a function only to the tests that call it)."""
 
     change: str
     why: str
+    killed_by: str = ""
 
 
 def equivalents() -> dict[str, Equivalent]:
-    """The judged-equivalent mutants, from benchmarks/tracking/mutation_equivalent.toml."""
+    """The survivors judged by hand, from benchmarks/tracking/mutation_equivalent.toml."""
     if not EQUIVALENT.exists():
         return {}
     table = tomllib.loads(EQUIVALENT.read_text())
@@ -198,43 +202,53 @@ def report(
         f"Commit {commit}{dirty}; {sum(map(len, sample.values()))} of {sum(totals.values())} "
         "mutants sampled.",
         "",
-        "| package | mutants | sampled | killed | survived | timed out | equivalent | not run "
-        "| score | 95% interval |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| package | mutants | sampled | killed | by hand | survived | timed out | equivalent "
+        "| not run | score | 95% interval |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     survivors: list[tuple[str, str]] = []
     equivalent_lines: list[str] = []
+    by_hand_lines: list[str] = []
     for package, names in sample.items():
         counts: Counter[str] = Counter()
         for name in names:
             column = COLUMN.get(status[name], "survived")
             if column == "survived" and name in judged:
                 change = diff(name)
-                if judged[name].change in change:
-                    equivalent_lines.append(f"- `{name}`: {judged[name].why}")
+                entry = judged[name]
+                if entry.change in change and entry.killed_by:
+                    by_hand_lines.append(f"- `{name}`: `{entry.killed_by}`; {entry.why}")
+                    column = "by hand"
+                elif entry.change in change:
+                    equivalent_lines.append(f"- `{name}`: {entry.why}")
                     column = "equivalent"
             counts[column] += 1
             if column == "survived":
                 survivors.append((name, status[name]))
-        detected = counts["killed"] + counts["timeout"]
+        detected = counts["killed"] + counts["by hand"] + counts["timeout"]
         judged_n = detected + counts["survived"]
         low, high = wilson(detected, judged_n)
         score = f"{100 * detected / judged_n:.1f}%" if judged_n else "-"
         lines.append(
             f"| {package} | {totals[package]} | {len(names)} | {counts['killed']} | "
-            f"{counts['survived']} | {counts['timeout']} | {counts['equivalent']} | "
+            f"{counts['by hand']} | {counts['survived']} | {counts['timeout']} | "
+            f"{counts['equivalent']} | "
             f"{counts['not run']} | {score} | {100 * low:.1f}-{100 * high:.1f}% |"
         )
     lines += [
         "",
-        "Score: killed and timed out over the sampled mutants that are not equivalent (and were "
-        "run). Timed out counts as caught: the mutant made a test hang.",
+        "Score: killed (by mutmut, or by hand where mutmut did not run the test that kills "
+        "it) and timed out over the sampled mutants that are not equivalent and were run. "
+        "Timed out counts as caught: the mutant made a test hang. No tests (mutmut found no "
+        "test that calls the function in this process) counts as survived.",
         "",
         f"Survivors ({len(survivors)}):",
         "",
     ]
     for name, state in survivors:
         lines += [f"`{name}` ({state}):", "", "```diff", diff(name), "```", ""]
+    if by_hand_lines:
+        lines += ["Killed by hand (`mutation_equivalent.toml`):", "", *by_hand_lines, ""]
     if equivalent_lines:
         lines += ["Equivalent (`mutation_equivalent.toml`):", "", *equivalent_lines, ""]
     return "\n".join(lines) + "\n"
