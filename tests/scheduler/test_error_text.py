@@ -41,3 +41,12 @@ def test_the_message_names_the_plans_left_unrun_and_how_to_resubmit_them() -> No
         r"error's \.unrun_plans; resubmit with scheduler\.submit\(plan\)\)",
         str(info.value),
     ), str(info.value)
+
+
+def test_a_plan_with_a_queue_that_is_not_one_names_what_it_got() -> None:
+    with pytest.raises(TypeError) as info:
+        ExecutionPlan(description="copy", queue="the default")  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "ExecutionPlan 'copy': queue must be a pyopencl.CommandQueue or None, got 'the default' "
+        "(str)"
+    )
