@@ -173,8 +173,9 @@ class Equivalent:
     """A surviving mutant judged by hand: ``change`` must occur in its diff (a guard against a
     name that now means another mutant, after its function changed), ``why`` says why. With
     ``killed_by`` (a test), it is not equivalent but caught by that test when applied by hand,
-    a test mutmut did not run for it (its function runs at import and makes closures that run
-    later, inside other tests: mutmut links a function only to the tests that call it)."""
+    a test mutmut did not run for it: mutmut links a function only to the tests that call it in
+    their own process, which misses closures made at import and run later (the capture hooks)
+    and code a test runs in a subprocess (checked mode's overruns, which may crash)."""
 
     change: str
     why: str
