@@ -117,3 +117,23 @@ def test_the_console_line_of_a_span(spans: InMemorySpanExporter) -> None:
         line,
     ), line
     assert " parent_id=- " in _sdk._span_line(outer)
+    timed = TracerProvider().get_tracer("netcl.test").start_span("netcl.test.timed", start_time=0)
+    timed.end(end_time=2_000_000_000)  # 2 s: the duration in ms, to the microsecond
+    assert _sdk._span_line(timed).startswith("span netcl.test.timed 2000.000 ms trace_id=")
+
+
+def test_a_flush_without_a_timeout_waits_as_long_as_the_export_timeouts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stuck = _SlowProcessor()
+    slow = TracerProvider()
+    slow.add_span_processor(stuck)
+    monkeypatch.setattr(_sdk, "_configured", {"tracer_provider": slow})
+    monkeypatch.setattr(_sdk, "_unfinished", [])
+    monkeypatch.setenv("OTEL_BSP_EXPORT_TIMEOUT", "300")  # ms: the larger of the two
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_TIMEOUT", "100")
+    try:
+        assert _sdk.flush() is False
+        assert _sdk._unfinished == ["traces: force_flush still exporting after 0.3 s, abandoned"]
+    finally:
+        stuck.release.set()
