@@ -36,15 +36,16 @@ def test_the_totals_of_two_flushes_add_up(
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     c = ProgramCache(cache_dir)
-    c.get_program(ctx, add_src(0.0, "totals"), device)  # a miss
+    c.get_program(ctx, add_src(0.0, "totals-1"), device)  # a miss
     c.flush_stats()
+    c.get_program(ctx, add_src(0.0, "totals-2"), device)  # another: the counter moves on
     for _ in range(3):
-        c.get_program(ctx, add_src(0.0, "totals"), device)  # memory hits
-    c.flush_stats()
+        c.get_program(ctx, add_src(0.0, "totals-2"), device)  # memory hits
+    c.flush_stats()  # adds what came since the first flush, not the counters
     c.flush_stats()  # nothing new: adds nothing
     assert cli.main(["cache", "stats", "--json", "--dir", str(cache_dir)]) == 0
     st = json.loads(capsys.readouterr().out)
-    assert (st["misses"], st["memory_hits"]) == (1, 3)
+    assert (st["misses"], st["memory_hits"]) == (2, 3)
 
 
 def test_a_quoted_include_is_found_beside_its_includer_first(

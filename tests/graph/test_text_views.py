@@ -97,3 +97,16 @@ def test_repr_names_the_ops_in_order() -> None:
     a = g.add_op("a", _noop, [], (4,), np.float32)
     g.add_op("b", _noop, [a], (4,), np.float32)
     assert repr(g) == "Graph(2 ops: a, b)"
+
+
+def test_describe_names_a_block_of_intermediates(queue: cl.CommandQueue) -> None:
+    g = Graph()
+    prev = g.add_op("t0", _noop, [], (64,), np.float32)
+    for k in range(1, 4):
+        prev = g.add_op(f"t{k}", _noop, [prev], (64,), np.float32)
+    plan = GraphExecutor(BufferPool(queue)).plan(g, outputs=["t3"])
+    shared = [b for b in plan.blocks if b.owner is None]
+    if not shared:
+        pytest.skip(f"{plan.strategy} keeps no block of intermediates on this device")
+    text = plan.describe()
+    assert re.search(r"^  block \d+: \d+ B \[ +\d+\.\. +\d+\] intermediates$", text, re.M), text
