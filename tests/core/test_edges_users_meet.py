@@ -1,6 +1,7 @@
 """Edges a user meets: a table exactly as wide as the terminal (and one column over), a
 Fortran-ordered array written into a tensor, a pool whose free-held hook's owner is gone, a
-checked pool on an out-of-order queue, and an unsupported pyopencl named by its version text."""
+checked pool on an out-of-order queue (and every block checked at once, naming who overran), and
+an unsupported pyopencl named by its version text."""
 
 from __future__ import annotations
 
@@ -77,3 +78,23 @@ def test_an_unsupported_pyopencl_is_named_by_its_own_version_text(
     monkeypatch.setattr(cl, "VERSION_TEXT", "1999.1rc2")
     with pytest.raises(ImportError, match=r"^netcl: pyopencl 1999\.1rc2 is outside the supported"):
         contract._check_version()
+
+
+def test_checking_every_block_names_who_overran_which_tensor(queue: cl.CommandQueue) -> None:
+    from netcl.core import device
+    from netcl.core.memory import MemoryCheckError
+
+    src = "__kernel void inc(__global const float *a, __global float *o) "
+    src += "{ int i = get_global_id(0); o[i] = a[i] + 1; }"
+    inc = cl.Kernel(cl.Program(queue.context, src).build(), "inc")
+    pool = BufferPool(queue, check_memory=True)
+    x, y = pool.allocate((2048,), np.float32), pool.allocate((1000,), np.float32)
+    inc(queue, (1500,), None, x.buffer, y.buffer)  # 500 floats past y's end: in its guard
+    checker = device.checker()
+    assert checker is not None
+    with pytest.raises(MemoryCheckError, match=r"^the step 'train' wrote 2000 bytes past the end "
+                       r"of Tensor\(shape=\(1000,\), dtype=float32, nbytes=4000\)"):  # fmt: skip
+        checker.check_all("the step 'train'")
+    for t in (y, x):  # reported once: the release that follows passes
+        pool.release(t)
+    assert pool.stats.bytes_in_use == 0
