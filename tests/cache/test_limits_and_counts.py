@@ -1,6 +1,7 @@
 """What a user gets back from the cache's maintenance calls and settings: ``prune`` evicts to
-the size it is given (not the cap), ``clear`` of memory only removes no file, and a setting or
-option that is not a number is refused with its text, never read as some default."""
+the size it is given (not the cap), ``clear`` of memory only removes no file, a setting or
+option that is not a number is refused with its text, never read as some default, and a folder
+the system refuses is named with the system's reason."""
 
 from __future__ import annotations
 
@@ -51,4 +52,14 @@ def test_a_size_option_that_is_not_a_size_is_refused_with_its_text(
     assert capsys.readouterr().err == (
         "netcl cache prune: error: argument --max-bytes: expected a byte count such as "
         "1073741824, 500M or 2G, got 'lots' (see 'netcl cache prune --help')\n"
+    )
+
+
+def test_a_folder_the_system_cannot_name_is_refused_with_the_systems_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / ("n" * 300)  # longer than a file name may be
+    assert cli.main(["cache", "stats", "--dir", str(folder)]) == 1
+    assert capsys.readouterr().err == (
+        f"netcl cache stats: unusable: {folder}: File name too long\n"
     )
