@@ -110,3 +110,24 @@ def test_describe_names_a_block_of_intermediates(queue: cl.CommandQueue) -> None
         pytest.skip(f"{plan.strategy} keeps no block of intermediates on this device")
     text = plan.describe()
     assert re.search(r"^  block \d+: \d+ B \[ +\d+\.\. +\d+\] intermediates$", text, re.M), text
+
+
+def test_every_layout_is_a_candidate_by_its_name(queue: cl.CommandQueue) -> None:
+    g = Graph()
+    a = g.add_op("a", _noop, [], (64,), np.float32)
+    g.add_op("b", _noop, [a], (16,), np.float32)
+    plan = GraphExecutor(BufferPool(queue)).plan(g)
+    assert set(plan.candidates) == {"arena", "arena_in_output_blocks", "block_per_tensor",
+                                    "block_per_tensor_best_fit", "one_block"}  # fmt: skip
+    assert plan.strategy in plan.candidates
+
+
+def test_a_tie_between_layouts_says_how_it_was_broken(queue: cl.CommandQueue) -> None:
+    g = Graph()
+    g.add_op("a", _noop, [], (64,), np.float32)  # one block: every layout needs the same
+    plan = GraphExecutor(BufferPool(queue)).plan(g)
+    assert re.fullmatch(
+        r"least device memory for a run from an empty pool \((\d+) B; (\w+ \1 B, ){3}\w+ \1 B\); "
+        r"tie with \w+ broken by bytes left with the caller, then pool peak, then fewer blocks",
+        plan.strategy_reason,
+    ), plan.strategy_reason
