@@ -1,4 +1,4 @@
-"""A mutation score per package from a seeded sample, and the mutants of a change.
+"""A mutation score per package from a seeded sample, and the mutants of a change (Python 3.11+).
 
 Run through hatch (``hatch run mutation:sample``, ``hatch run mutation:changed``), which stages
 the five packages' ``src/netcl`` trees merged into ``.mutation/src`` first (hatch.toml); this
@@ -11,9 +11,13 @@ function), and the verdicts and diffs are read back from mutmut's files.
 (stratified: each module in proportion to its mutants, at least one each, at least ``--size``
 per package), run, and a table per package (killed, survived, timed out, score with its 95%
 Wilson interval) with each survivor's diff, added to benchmarks/results/mutation.md with the
-date, commit, seed and duration. Mutants judged equivalent are listed in
-benchmarks/tracking/mutation_equivalent.toml with the reason; they leave the score's
-denominator.
+date, commit, seed, wall and CPU time. Survivors judged by hand are listed in
+benchmarks/tracking/mutation_equivalent.toml with the reason: equivalent ones leave the score,
+those a test kills that mutmut did not run count as killed (see :class:`Equivalent`).
+``--budget MINUTES`` stops mutmut when spent (the rest count as not run); ``--report-only``
+records the verdicts mutmut already has (run it with ``hatch run mutation:python
+benchmarks/tracking/mutation.py sample --seed N --report-only``: the hatch script would stage
+afresh and drop them).
 
 ``changed [BASE]``: the mutants of the functions and methods whose lines changed since BASE
 (default: the merge base with main; uncommitted changes count), run, and their verdicts printed.
@@ -43,7 +47,6 @@ STAGE = ROOT / ".mutation"
 RESULTS = ROOT / "benchmarks" / "results" / "mutation.md"
 EQUIVALENT = Path(__file__).with_name("mutation_equivalent.toml")
 MARKER = "<!-- mutation:sample adds each new sample below this line -->"
-PACKAGES = ("core", "cache", "graph", "capture", "scheduler")
 # mutmut's exit-code classes (mutmut.stats.status_by_exit_code) folded into the table's columns:
 # a crash of the test process (segfault, or SIGKILL after the CPU limit) is a detection too, and
 # so is pytest's "interrupted" status (a KeyboardInterrupt that escaped a test: the scheduler's
