@@ -131,3 +131,12 @@ def test_a_tie_between_layouts_says_how_it_was_broken(queue: cl.CommandQueue) ->
         r"tie with \w+ broken by bytes left with the caller, then pool peak, then fewer blocks",
         plan.strategy_reason,
     ), plan.strategy_reason
+
+
+def test_a_newline_in_a_name_stays_inside_its_dot_string(queue: cl.CommandQueue) -> None:
+    g = Graph()
+    g.add_op("a", _noop, [TensorRef("two\nlines")], (2,), "float32")
+    dot = g.to_dot()
+    missing = '"op:two\\nlines" [shape=box, style=dashed, color=red, label="missing: two\\nlines"];'
+    assert f"  {missing}\n" in dot
+    assert "two\nlines" not in dot  # a raw newline would end the DOT line
