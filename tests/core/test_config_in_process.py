@@ -1,0 +1,95 @@
+"""``netcl config``, the ``NETCL_PROFILE`` setting and ``PYOPENCL_CTX`` in this process (the CLI
+tests run the command in a subprocess, where the mutation run cannot see them): every package's
+settings with their source, an invalid value flagged with its full message, each spelling of the
+modes, a context variable matching no device answered with every device there is, and the help
+that names the exit codes and every command."""
+
+from __future__ import annotations
+
+import json
+
+import pyopencl as cl
+import pytest
+
+from netcl.core import cli, device
+
+PROFILE_ERROR = (
+    "NETCL_PROFILE='sometimes': expected 1 to turn profiling on for the default queue with "
+    "every command's device time (or commands, the same), summary for one device time per "
+    "replay, graph node and plan, or 0 for off (true/false, yes/no and on/off work too)"
+)
+
+
+def test_config_lists_every_package_and_flags_an_invalid_value(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NETCL_PROFILE", "sometimes")
+    monkeypatch.setenv("NETCL_CACHE_MAX_BYTES", "2G")
+    monkeypatch.setenv("COLUMNS", "200")
+    assert cli.main(["config", "--json"]) == 1
+    out = capsys.readouterr()
+    docs = {d["name"]: d for d in json.loads(out.out)["settings"]}
+    assert out.err == f"netcl config: {PROFILE_ERROR}\n"
+    assert docs["NETCL_PROFILE"]["package"] == "netcl-core"
+    assert docs["NETCL_PROFILE"]["error"] == PROFILE_ERROR
+    cap = docs["NETCL_CACHE_MAX_BYTES"]
+    assert (cap["package"], cap["value"], cap["source"], cap["error"]) == (
+        "netcl-cache", "2G", "environment", None)  # fmt: skip
+    assert cli.main(["config"]) == 1
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()}
+    assert rows["SETTING"] == ["SETTING", "VALUE", "SOURCE", "PACKAGE"]
+    assert rows["NETCL_PROFILE"] == ["NETCL_PROFILE", "sometimes", "environment", "(INVALID)",
+                                     "netcl-core"]  # fmt: skip
+    assert rows["NETCL_CACHE_MAX_BYTES"] == ["NETCL_CACHE_MAX_BYTES", "2G", "environment",
+                                             "netcl-cache"]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", ["commands", " Commands ", "summary", "SUMMARY"])
+def test_each_spelling_of_a_profiling_mode_turns_profiling_on(
+    value: str, ctx: cl.Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NETCL_PROFILE", value)
+    assert device.default_queue(ctx) is device.default_queue(ctx, profiling=True)
+
+
+def test_an_invalid_profile_value_is_refused_with_the_whole_message(
+    ctx: cl.Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NETCL_PROFILE", "sometimes")
+    with pytest.raises(ValueError) as info:
+        device.default_queue(ctx)
+    assert str(info.value) == PROFILE_ERROR
+
+
+def test_a_context_variable_that_matches_nothing_lists_every_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PYOPENCL_CTX", "99")
+    listed = "; ".join(
+        f"[{i}] {p.name.strip()}: "
+        + ", ".join(f"[{i}:{j}] {d.name.strip()}" for j, d in enumerate(p.get_devices()))
+        for i, p in enumerate(cl.get_platforms())
+    )
+    with pytest.raises(device.NoDeviceError) as info:
+        device.pick_device()
+    text = str(info.value)
+    assert text.startswith("PYOPENCL_CTX='99' matches no OpenCL device (pyopencl: ")
+    assert text.endswith(
+        f"; OpenCL platforms and devices: {' '.join(listed.split())}; set PYOPENCL_CTX to a "
+        "platform or platform:device index listed here (e.g. PYOPENCL_CTX=0), or unset it to "
+        "let netcl choose"
+    )
+
+
+def test_help_names_the_exit_codes_and_every_command(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "300")  # one line per paragraph
+    for argv, said in ((["config", "--help"], "Exit codes: 0 all valid, 1 a set value is invalid, "
+                        "2 usage."),
+                       (["--help"], "the OpenCL program cache: stats, list, clear, zero, prune")
+                       ):  # fmt: skip
+        with pytest.raises(SystemExit) as info:
+            cli.main(argv)
+        assert info.value.code == 0
+        assert said in " ".join(capsys.readouterr().out.split()), argv

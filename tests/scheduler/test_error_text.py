@@ -1,0 +1,52 @@
+"""A failed run's message in full, as a user reads it in a log: which op of which plan did
+what, then either that nothing was left unrun or which plans were and how to run them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from netcl.runtime.scheduler import ExecutionPlan, Scheduler
+
+
+def boom() -> None:
+    raise ValueError("bad input shape")
+
+
+LINE = boom.__code__.co_firstlineno
+
+
+def test_the_message_when_nothing_was_left_unrun() -> None:
+    sched = Scheduler()
+    sched.submit(print)
+    sched.submit(boom, plan=ExecutionPlan(description="last"))
+    with pytest.raises(Scheduler.Error) as info:
+        sched.run()
+    assert str(info.value) == (
+        f"Scheduler.run: op 0 (boom (test_error_text.py:{LINE})) of plan 1 'last' raised "
+        "ValueError: bad input shape; no plan was left unrun"
+    )
+
+
+def test_the_message_names_the_plans_left_unrun_and_how_to_resubmit_them() -> None:
+    sched = Scheduler()
+    sched.submit(boom, plan=ExecutionPlan(description="first"))
+    sched.submit(print, plan=ExecutionPlan(description="second"))
+    with pytest.raises(Scheduler.Error) as info:
+        sched.run()
+    assert re.fullmatch(
+        r"Scheduler\.run: op 0 \(boom \(test_error_text\.py:\d+\)\) of plan 0 'first' raised "
+        r"ValueError: bad input shape; 1 later plan\(s\) not run: plan 1 'second' \(on the "
+        r"error's \.unrun_plans; resubmit with scheduler\.submit\(plan\)\)",
+        str(info.value),
+    ), str(info.value)
+
+
+def test_a_plan_with_a_queue_that_is_not_one_names_what_it_got() -> None:
+    with pytest.raises(TypeError) as info:
+        ExecutionPlan(description="copy", queue="the default")  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "ExecutionPlan 'copy': queue must be a pyopencl.CommandQueue or None, got 'the default' "
+        "(str)"
+    )
