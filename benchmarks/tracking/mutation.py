@@ -157,10 +157,12 @@ def verdicts() -> dict[str, str]:
 
 
 def diff(name: str) -> str:
-    """The mutant's diff against its function, as ``mutmut show`` prints it."""
+    """The mutant's changed lines, from the diff ``mutmut show`` prints (the results folder stays
+    small: the mutant's name says the file and function)."""
     from mutmut.mutation.diff_apply import get_diff_for_mutant
 
-    return get_diff_for_mutant(name)
+    return "\n".join(line for line in get_diff_for_mutant(name).splitlines()
+                     if line.startswith(("-", "+")) and not line.startswith(("--- ", "+++ ")))
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:

@@ -49,7 +49,12 @@ def test_each_spelling_of_a_profiling_mode_turns_profiling_on(
     value: str, ctx: cl.Context, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NETCL_PROFILE", value)
-    assert device.default_queue(ctx) is device.default_queue(ctx, profiling=True)
+    queue = device.default_queue(ctx)
+    if value.strip().lower() == "commands":
+        assert queue is device.default_queue(ctx, profiling=True)
+    else:  # summary: a plain queue, its units stamped on a side queue (PoCL can)
+        assert not queue.properties & cl.command_queue_properties.PROFILING_ENABLE
+        assert device.watcher(queue) is not None
 
 
 def test_an_invalid_profile_value_is_refused_with_the_whole_message(
