@@ -253,7 +253,7 @@ def test_buffers_a_rectangle_or_image_copy_uses_stay_where_they_are(
                         region=(96, 128), src_pitches=(200,), dst_pitches=(400,))
         cl.enqueue_copy(queue, out, dst, buffer_origin=(17, 31), host_origin=(19, 11),
                         region=(96, 128), buffer_pitches=(400,), host_pitches=(256,))
-        image = cl.Image(ctx, cl.mem_flags.READ_ONLY, cl.ImageFormat(
+        image = cl.create_image(ctx, cl.mem_flags.READ_ONLY, cl.ImageFormat(
             cl.channel_order.RGBA, cl.channel_type.FLOAT), shape=(16, 16))
         from_image = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 16 * 16 * 16)
         cl.enqueue_copy(queue, from_image, image, offset=0, origin=(0, 0), region=(16, 16))
