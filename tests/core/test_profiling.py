@@ -610,3 +610,27 @@ def test_a_plain_queue_bracket_covers_its_work_and_only_its_work(
     # a loaded CPU stretches a kernel (2.6x seen with the 2-core machine's cores busy), never
     # halves it; the one before would add 10x its length
     assert own / 2 <= unit.duration * 1e9 <= own * 5, (unit.duration, own)
+
+
+def test_a_plain_queue_at_a_freed_out_of_order_queues_address_is_bracketed(
+    ctx: cl.Context,
+) -> None:
+    """The side queues are found by the queue's pointer: a plain queue made where an
+    out-of-order one (which cannot be bracketed) was freed is still bracketed (a full-suite
+    order once found it unwatched)."""
+    process = profiling.collector()
+    saved = process.mode
+    try:
+        process.mode = "summary"
+        for _ in range(50):
+            ooo = cl.CommandQueue(ctx, properties=OOO)
+            assert not profiling.enabled(ooo)
+            address = ooo.int_ptr
+            del ooo
+            plain = cl.CommandQueue(ctx)
+            if plain.int_ptr == address:
+                assert profiling.enabled(plain)
+                return
+        pytest.skip("the driver never reused a freed queue's address")
+    finally:
+        process.mode = saved

@@ -306,7 +306,7 @@ class Collector:
         self._by_kernel: dict[str, list[float]] = {}
         self._thread: threading.Thread | None = None
         # plain queues' side queues by queue pointer: (its context's pointer, side or None)
-        self._sides: dict[int, tuple[int, _Side | None]] = {}
+        self._sides: dict[int, tuple[tuple[int, int, int], _Side | None]] = {}
         self._stamp_kernels: dict[int, cl.Kernel] = {}  # by context pointer
 
     @property
@@ -421,11 +421,12 @@ class Collector:
 
     def _bracket(self, queue: cl.CommandQueue) -> _Side | None:
         """The side queue stamping units of the plain queue ``queue`` (made on first use, or
-        when the pointer names a queue of another context); None where it cannot be made (an
-        out-of-order queue, a driver that refuses), said once in the log."""
+        when the pointer names a freed queue of another context, device or properties); None
+        where it cannot be made (an out-of-order queue, a driver that refuses), said once in
+        the log."""
         context = queue.context.int_ptr
-        found = self._sides.get(queue.int_ptr)
-        if found is not None and found[0] == context:
+        who = (context, queue.device.int_ptr, int(queue.properties))
+        if (found := self._sides.get(queue.int_ptr)) is not None and found[0] == who:
             return found[1]
         with self._lock:
             side, reason = None, None
@@ -444,7 +445,7 @@ class Collector:
             if reason is not None:
                 warn_once(_log, ("device_time_not_bracketed", reason), "device_time_not_bracketed",
                           reason=reason, fallback="device time needs a profiling queue here")
-            self._sides[queue.int_ptr] = (context, side)
+            self._sides[queue.int_ptr] = (who, side)
             return side
 
     def _add(self, unit: DeviceTime) -> DeviceTime:
