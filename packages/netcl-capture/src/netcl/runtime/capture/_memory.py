@@ -94,9 +94,9 @@ def _internal(rec: Recording) -> dict[int, cl.MemoryObjectHolder]:
         return {}  # a raw handle reached, or a kernel with arguments set before begin()
     free = device.held_blocks()
     found: dict[int, cl.MemoryObjectHolder] = {}
-    # rectangle and image copies stay off sub-buffers: PoCL crashes running them on one
-    kept = {_ptr(b) for op in rec.raw if type(op) is RawTransfer
-            and ("_rect" in op.entry.operation or "image" in op.entry.operation)
+    # transfers the contract gives no operands (rectangles, images) stay off sub-buffers:
+    # PoCL crashes copying a rectangle out of one, or an image into one
+    kept = {_ptr(b) for op in rec.raw if type(op) is RawTransfer and not op.entry.operands
             for _, b in op.buffers}  # fmt: skip
     users = rec.users
     for state in rec.kernels.values():

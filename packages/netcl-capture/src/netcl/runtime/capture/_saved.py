@@ -358,10 +358,11 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
             rebuilt += 1
         programs.append(prg)
     buffers: list[cl.Buffer] = []
+    overlap = _memory._may_overlap(ctx)  # an arena's regions may share bytes (else: buffers)
     for b in m.buffers:
         flags = b.flags & _FLAGS or cl.mem_flags.READ_WRITE
         scratch = b.role == SCRATCH and b.parent is not None and m.buffers[b.parent].role == SCRATCH
-        if b.parent is None or (scratch and not _memory._may_overlap(ctx)):
+        if b.parent is None or (scratch and not overlap):
             buf = cl.Buffer(ctx, flags, b.size)  # an arena's region: a buffer of its own on a GPU
         else:  # parents come first
             buf = buffers[b.parent].get_sub_region(b.origin, b.size, flags)
