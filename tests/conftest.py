@@ -4,17 +4,24 @@ the OpenTelemetry SDK with in-memory exporters.
 The SDK is installed once for the whole session (a global provider can be set only once per
 process). A test that asks for ``otel_mode`` runs twice: with the SDK, and with the provider slot
 emptied as in a process without one (see the fixture).
+
+Telemetry is API: every span and log event any test causes is held to the tables of
+docs/observability.md (names, attributes, fields, levels; see ``_Contract``); a test fails if it
+caused one that breaks them. netcl's loggers pass INFO for it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import shutil
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pyopencl as cl
@@ -34,6 +41,7 @@ from opentelemetry.sdk.metrics.view import DefaultAggregation
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from netcl.core import device, telemetry
 
@@ -80,6 +88,78 @@ class _ExplodingReader(InMemoryMetricReader):
         super()._receive_metrics(*args, **kwargs)
 
 
+class _Contract(SpanProcessor, logging.Handler):
+    """The spans and log events of docs/observability.md, and what broke them (``broken``).
+
+    A span named ``netcl.*`` (not ``netcl.test.*``) must be in the spans table; ended without
+    error it carries every attribute of its row's *attributes* column, it carries no attribute
+    outside its row (``error.type`` aside), and a listed value set (``(a / b)``) holds. An event
+    of a netcl package's logger must be in the events table with its level and logger, and carry
+    exactly its fields, none None unless marked *or null*."""
+
+    _DOC = Path(__file__).resolve().parents[1] / "docs" / "observability.md"
+    _TICK = re.compile(r"`([\w.]+)`( \*or null\*)?(?: \(([\w ]+(?: / [\w ]+)+)\))?")
+    _RECORD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName", "event"}
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self, logging.INFO)
+        self.broken: list[str] = []
+        self.spans: dict[str, tuple[dict[str, str], set[str]]] = {}
+        for names, _, always, also in self._rows("## Spans"):
+            listed = {m[1]: m[3] for m in self._TICK.finditer(always) if "." in m[1]}
+            optional = {m[1] for m in self._TICK.finditer(also) if m[1].startswith("netcl.")}
+            for name in self._TICK.finditer(names):
+                self.spans[name[1]] = (listed, optional | {"error.type"})
+        self.events = {event.strip("`"): (level.upper(), logger.strip("`"),
+                                          {m[1]: bool(m[2]) for m in self._TICK.finditer(fields)})
+                       for event, level, logger, fields in self._rows("## Logs")}  # fmt: skip
+
+    def _rows(self, heading: str) -> list[list[str]]:
+        rows: list[list[str]] = []
+        for line in self._DOC.read_text().split(heading, 1)[1].splitlines():
+            if line.startswith("|"):
+                rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+            elif rows:
+                break
+        return rows[2:]
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if not span.name.startswith("netcl.") or span.name.startswith("netcl.test."):
+            return
+        if span.name not in self.spans:
+            self.broken.append(f"span {span.name!r} is not in docs/observability.md")
+            return
+        listed, optional = self.spans[span.name]
+        attrs = dict(span.attributes or {})
+        failed = span.status.status_code is StatusCode.ERROR
+        for problem, names in (("lacks", set() if failed else set(listed) - set(attrs)),
+                               ("has undocumented", set(attrs) - set(listed) - optional)):
+            if names:
+                self.broken.append(f"span {span.name!r} {problem} {sorted(names)}: {attrs}")
+        for name, values in listed.items():
+            if values and name in attrs and attrs[name] not in values.split(" / "):
+                self.broken.append(f"span {span.name!r}: {name}={attrs[name]!r}, not {values}")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not record.name.startswith(("netcl.core", "netcl.runtime")):
+            return  # the tests' own loggers
+        event = getattr(record, "event", None)
+        if event not in self.events:
+            self.broken.append(f"event {event!r} of {record.name} is not in docs/observability.md")
+            return
+        level, logger, fields = self.events[event]
+        found = {k: v for k, v in record.__dict__.items()
+                 if k not in self._RECORD and k not in ("trace_id", "span_id")}  # fmt: skip
+        if (record.levelname, record.name) != (level, logger) or set(found) != set(fields):
+            self.broken.append(f"event {event!r} at {record.levelname} from {record.name} with "
+                               f"{sorted(found)}; documented: {level}, {logger}, {sorted(fields)}")
+        if nulls := [k for k, v in found.items() if v is None and not fields.get(k)]:
+            self.broken.append(f"event {event!r}: {nulls} None")
+
+
+_CONTRACT = _Contract()
+logging.getLogger("netcl").addHandler(_CONTRACT)
+logging.getLogger("netcl").setLevel(logging.INFO)
 _SPANS = InMemorySpanExporter()
 _METRICS = InMemoryMetricReader()
 _kinds = (Counter, UpDownCounter, Histogram, ObservableCounter, ObservableGauge,
@@ -87,10 +167,21 @@ _kinds = (Counter, UpDownCounter, Histogram, ObservableCounter, ObservableGauge,
 _HOSTILE_READER = _ExplodingReader(preferred_aggregation=dict.fromkeys(_kinds,
                                                                        _ExplodingAggregation()))
 _tp = TracerProvider()
+_tp.add_span_processor(_CONTRACT)
 _tp.add_span_processor(_ExplodingProcessor())
 _tp.add_span_processor(SimpleSpanProcessor(_SPANS))
 trace.set_tracer_provider(_tp)
 metrics.set_meter_provider(MeterProvider(metric_readers=[_METRICS, _HOSTILE_READER]))
+
+
+@pytest.fixture(autouse=True)
+def telemetry_contract() -> Iterator[list[str]]:
+    """Fails the test if it caused a span or log event that breaks docs/observability.md. Yields
+    the list of what broke (a test that breaks it on purpose reads and clears it)."""
+    _CONTRACT.broken.clear()
+    yield _CONTRACT.broken
+    broken, _CONTRACT.broken[:] = list(_CONTRACT.broken), []
+    assert not broken, "telemetry unlike docs/observability.md:\n" + "\n".join(broken)
 
 
 @pytest.fixture

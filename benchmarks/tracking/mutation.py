@@ -13,7 +13,8 @@ per package), run, and a table per package (killed, survived, timed out, score w
 Wilson interval) with each survivor's diff, added to benchmarks/results/mutation.md with the
 date, commit, seed, wall and CPU time. Survivors judged by hand are listed in
 benchmarks/tracking/mutation_equivalent.toml with the reason: equivalent ones leave the score,
-those a test kills that mutmut did not run count as killed (see :class:`Equivalent`).
+those a test kills that mutmut did not run count as killed (see :class:`Equivalent`); a kind of
+mutant that cannot change behaviour is judged by a rule there (see :func:`by_rule`).
 ``--budget MINUTES`` stops mutmut when spent (the rest count as not run); ``--report-only``
 records the verdicts mutmut already has (run it with ``hatch run mutation:python
 benchmarks/tracking/mutation.py sample --seed N --report-only``: the hatch script would stage
@@ -190,19 +191,42 @@ class Equivalent:
     killed_by: str = ""
 
 
-def equivalents() -> dict[str, Equivalent]:
-    """The survivors judged by hand, from benchmarks/tracking/mutation_equivalent.toml."""
-    if not EQUIVALENT.exists():
-        return {}
-    table = tomllib.loads(EQUIVALENT.read_text())
-    return {name: Equivalent(**entry) for name, entry in table.items()}
+@dataclass
+class Rule:
+    """A kind of mutant judged equivalent at once: its removed lines contain ``removed`` and are
+    equal to its added lines once ``ignore`` (a pattern) is taken out of both."""
+
+    removed: str
+    ignore: str
+    why: str
+
+
+def equivalents() -> tuple[dict[str, Equivalent], dict[str, Rule]]:
+    """The survivors judged by hand, and the rules (``[rules]``), from
+    benchmarks/tracking/mutation_equivalent.toml."""
+    table = tomllib.loads(EQUIVALENT.read_text()) if EQUIVALENT.exists() else {}
+    rules = {name: Rule(**entry) for name, entry in table.pop("rules", {}).items()}
+    return {name: Equivalent(**entry) for name, entry in table.items()}, rules
+
+
+def by_rule(change: str, rules: dict[str, Rule]) -> str | None:
+    """The name of the rule a mutant's diff falls under, None if none."""
+    old = [line[1:] for line in change.splitlines() if line.startswith("-")]
+    new = [line[1:] for line in change.splitlines() if line.startswith("+")]
+    for name, rule in rules.items():
+        def cut(lines: list[str], rule: Rule = rule) -> list[str]:
+            return [re.sub(rule.ignore, "", line) for line in lines]
+
+        if cut(old) == cut(new) and old != new and any(rule.removed in x for x in old):
+            return name
+    return None
 
 
 def report(
     sample: dict[str, list[str]], totals: Counter[str], status: dict[str, str], heading: str
 ) -> str:
     """The Markdown section for one sample: the table, then survivors and equivalents."""
-    judged = equivalents()
+    judged, rules = equivalents()
     commit = git("rev-parse", "--short", "HEAD").strip()
     dirty = git("status", "--porcelain", "--untracked-files=no") and " (uncommitted changes)"
     lines = [
@@ -231,6 +255,9 @@ def report(
                 elif entry.change in change:
                     equivalent_lines.append(f"- `{name}`: {entry.why}")
                     column = "equivalent"
+            if column == "survived" and (rule := by_rule(diff(name), rules)):
+                equivalent_lines.append(f"- `{name}`: rule {rule!r}: {rules[rule].why}")
+                column = "equivalent"
             counts[column] += 1
             if column == "survived":
                 survivors.append((name, status[name]))
