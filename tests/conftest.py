@@ -7,7 +7,7 @@ emptied as in a process without one (see the fixture).
 
 Telemetry is API: every span and log event any test causes is held to the tables of
 docs/observability.md (names, attributes, fields, levels; see ``_Contract``); a test fails if it
-caused one that breaks them. netcl's loggers pass INFO for it.
+caused one that breaks them.
 """
 
 from __future__ import annotations
@@ -158,8 +158,6 @@ class _Contract(SpanProcessor, logging.Handler):
 
 
 _CONTRACT = _Contract()
-logging.getLogger("netcl").addHandler(_CONTRACT)
-logging.getLogger("netcl").setLevel(logging.INFO)
 _SPANS = InMemorySpanExporter()
 _METRICS = InMemoryMetricReader()
 _kinds = (Counter, UpDownCounter, Histogram, ObservableCounter, ObservableGauge,
@@ -177,7 +175,12 @@ metrics.set_meter_provider(MeterProvider(metric_readers=[_METRICS, _HOSTILE_READ
 @pytest.fixture(autouse=True)
 def telemetry_contract() -> Iterator[list[str]]:
     """Fails the test if it caused a span or log event that breaks docs/observability.md. Yields
-    the list of what broke (a test that breaks it on purpose reads and clears it)."""
+    the list of what broke (a test that breaks it on purpose reads and clears it). netcl's
+    loggers pass INFO (a test that configured logging may have changed that)."""
+    netcl = logging.getLogger("netcl")
+    netcl.setLevel(logging.INFO)
+    if _CONTRACT not in netcl.handlers:
+        netcl.addHandler(_CONTRACT)
     _CONTRACT.broken.clear()
     yield _CONTRACT.broken
     broken, _CONTRACT.broken[:] = list(_CONTRACT.broken), []

@@ -48,3 +48,15 @@ def test_an_elf_binary_is_checked_against_its_own_header(wide: bool, order: str)
     with pytest.raises(EntryError) as info:
         check_binary(whole[:20])  # cut inside the ELF header itself
     assert str(info.value).startswith("binary: cut inside a header (")
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_offsets_past_the_signed_range_are_refused(order: str) -> None:
+    # offsets are unsigned: a hostile 2**64 - 64 is far past the end, not 64 bytes before it
+    whole = _elf(True, order, [(1, 0, 16)])
+    section_offset = len(whole) - 64 + 24  # in the only section header: name, type, flags, addr
+    for at, what in ((32, "program headers"), (section_offset, "section 0")):
+        bad = bytearray(whole)
+        struct.pack_into(order + "Q", bad, at, 2**64 - 64)
+        with pytest.raises(EntryError, match=f"binary: {what} ends at byte "):
+            check_binary(bytes(bad))
