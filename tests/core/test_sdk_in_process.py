@@ -5,9 +5,14 @@ and the console exporter's line for a span."""
 
 from __future__ import annotations
 
+import io
 import logging
+import os
 import re
 import threading
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -137,3 +142,110 @@ def test_a_flush_without_a_timeout_waits_as_long_as_the_export_timeouts(
         assert _sdk._unfinished == ["traces: force_flush still exporting after 0.3 s, abandoned"]
     finally:
         stuck.release.set()
+
+
+@pytest.fixture
+def empty_slots(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """The OpenTelemetry API's provider slots emptied, as in a process where nothing installed
+    an SDK yet, for ``configure`` to fill in this process; what it installed is shut down and
+    the session's SDK put back after the test. Yields what ``configure`` returned (filled by the
+    test's call)."""
+    from opentelemetry import trace
+    from opentelemetry.metrics import _internal as metrics_api
+    from opentelemetry.util._once import Once
+
+    configured: dict[str, Any] = {}
+    monkeypatch.setattr(_sdk, "_configured", configured)
+    for module, slot in ((trace, "_TRACER_PROVIDER"), (metrics_api, "_METER_PROVIDER")):
+        monkeypatch.setattr(module, slot, None)
+        monkeypatch.setattr(module, f"{slot}_SET_ONCE", Once())
+    handlers = {name: list(logging.getLogger(name).handlers) for name in _sdk._EXPORT_LOGGERS}
+    try:
+        yield configured
+    finally:
+        for provider in ("tracer_provider", "meter_provider"):
+            if (shutdown := getattr(configured.get(provider), "shutdown", None)) is not None:
+                shutdown()
+        for name, kept in handlers.items():
+            logging.getLogger(name).handlers[:] = kept
+        monkeypatch.undo()
+        _sdk._recheck()  # the session's SDK again
+
+
+def test_configure_installs_the_exporters_the_variables_name_with_netcls_additions(
+    empty_slots: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opentelemetry import trace
+
+    for signal in ("TRACES", "METRICS", "LOGS"):
+        monkeypatch.setenv(f"OTEL_{signal}_EXPORTER", "none")
+    for variable in (*_sdk._BOUNDED, "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
+                     "OTEL_EXPORTER_PROMETHEUS_PORT", "OTEL_EXPORTER_PROMETHEUS_HOST"):
+        monkeypatch.delenv(variable, raising=False)  # fmt: skip
+    out = io.StringIO()
+    done = _sdk.configure(service_name="netcl-test", console=True, console_out=out)
+    assert done is empty_slots and _sdk.configure() is done  # once per process
+    assert done["exporters"] == {"traces": ["console"], "metrics": ["console"], "logs": []}
+    assert done["disabled"] is False
+    assert done["tracer_provider"] is trace.get_tracer_provider()
+    assert done["tracer_provider"].resource.attributes["service.name"] == "netcl-test"
+    assert _sdk.tracing()
+    # netcl's bounded defaults were set only while the SDK read them
+    assert not set(_sdk._BOUNDED) & set(os.environ)
+    assert _sdk._failures in logging.getLogger(_sdk._EXPORT_LOGGERS[0]).handlers
+    trace.get_tracer("netcl.test").start_span("netcl.test.configured").end()
+    assert _sdk.flush(5.0) is True
+    (line,) = [x for x in out.getvalue().splitlines() if x.startswith("span ")]
+    assert line.startswith("span netcl.test.configured ") and "status=UNSET" in line
+
+
+def test_configure_serves_prometheus_on_the_port_given(
+    empty_slots: dict[str, Any], monkeypatch: pytest.MonkeyPatch, closed_port: int
+) -> None:
+    for signal in ("TRACES", "METRICS", "LOGS"):
+        monkeypatch.setenv(f"OTEL_{signal}_EXPORTER", "none")
+    monkeypatch.delenv("OTEL_EXPORTER_PROMETHEUS_HOST", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_PROMETHEUS_PORT", raising=False)
+    done = _sdk.configure(prometheus_port=closed_port)
+    assert done["exporters"] == {"traces": [], "metrics": ["prometheus"], "logs": []}
+    with urllib.request.urlopen(f"http://127.0.0.1:{closed_port}/metrics", timeout=5) as answer:
+        assert answer.status == 200
+    assert "OTEL_EXPORTER_PROMETHEUS_PORT" not in os.environ  # set only while configuring
+
+
+def test_configure_with_the_sdk_disabled_installs_nothing(
+    empty_slots: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opentelemetry import trace
+
+    monkeypatch.setenv("OTEL_SDK_DISABLED", " TRUE ")
+    done = _sdk.configure(console=True)
+    assert done["disabled"] is True
+    assert done["exporters"] == {"traces": [], "metrics": [], "logs": []}
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def test_configure_with_an_sdk_installed_warns_that_the_port_is_ignored(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(_sdk, "_configured", {})  # the session's SDK is installed
+    with caplog.at_level(logging.WARNING, logger="netcl.core.telemetry"):
+        done = _sdk.configure(prometheus_port=9)
+    assert (done["exporters"], done["disabled"]) == ({}, False)
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("telemetry_prom")]
+    assert record.prometheus_port == 9  # type: ignore[attr-defined]
+    assert "OTEL_EXPORTER_PROMETHEUS_PORT" in record.reason  # type: ignore[attr-defined]
+
+
+def test_an_otlp_endpoint_alone_chooses_otlp_for_traces_and_metrics(
+    empty_slots: dict[str, Any], monkeypatch: pytest.MonkeyPatch, closed_port: int
+) -> None:
+    for variable in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
+                     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"):
+        monkeypatch.delenv(variable, raising=False)  # fmt: skip
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", f"http://127.0.0.1:{closed_port}")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")  # a variable set wins over the endpoint
+    done = _sdk.configure(console_out=io.StringIO())
+    assert done["exporters"] == {"traces": ["console"], "metrics": ["otlp_proto_grpc"], "logs": []}
+    assert "OTEL_METRICS_EXPORTER" not in os.environ
