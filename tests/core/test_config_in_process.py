@@ -1,8 +1,9 @@
 """``netcl config``, the ``NETCL_PROFILE`` setting and ``PYOPENCL_CTX`` in this process (the CLI
 tests run the command in a subprocess, where the mutation run cannot see them): every package's
 settings with their source, an invalid value flagged with its full message, each spelling of the
-modes, a context variable matching no device answered with every device there is, and the help
-that names the exit codes and every command."""
+modes, a context variable matching no device answered with every device there is, the help
+that names the exit codes and every command, and how ``main`` ends: no device, a reader gone
+away, Ctrl-C."""
 
 from __future__ import annotations
 
@@ -96,3 +97,64 @@ def test_help_names_the_exit_codes_and_every_command(
             cli.main(argv)
         assert info.value.code == 0
         assert said in " ".join(capsys.readouterr().out.split()), argv
+
+
+def test_info_without_a_device_says_so_in_one_line_after_the_rest(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PYOPENCL_CTX", "99")
+    assert cli.main(["info"]) == 1
+    out, err = capsys.readouterr()
+    assert "default device: none\ncache dir: " in out
+    assert err.startswith("netcl info: PYOPENCL_CTX='99' matches no OpenCL device")
+    assert err.count("\n") == 1
+
+
+class _Stream:
+    """A stdout whose reader went away (every write and flush: BrokenPipeError, no descriptor),
+    or a stderr that may be a terminal and keeps what it is given."""
+
+    def __init__(self, *, broken: bool = False, tty: bool = False) -> None:
+        self.broken, self.tty, self.text = broken, tty, ""
+
+    def write(self, text: str) -> int:
+        if self.broken:
+            raise BrokenPipeError
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        if self.broken:
+            raise BrokenPipeError
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_a_reader_that_went_away_ends_the_command_quietly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("sys.stdout", _Stream(broken=True))
+    err = _Stream()
+    monkeypatch.setattr("sys.stderr", err)
+    assert cli.main(["info"]) == 1
+    assert err.text == ""
+
+
+@pytest.mark.parametrize(("tty", "said"), [(False, "netcl: interrupted\n"),
+                                            (True, "\nnetcl: interrupted\n")])  # fmt: skip
+def test_ctrl_c_is_one_line_and_exit_code_130(
+    monkeypatch: pytest.MonkeyPatch, tty: bool, said: str
+) -> None:
+    def interrupted(argv: list[str]) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_main", interrupted)
+    err = _Stream(tty=tty)
+    monkeypatch.setattr("sys.stderr", err)
+    assert cli.main(["info"]) == 130
+    assert err.text == said
+    monkeypatch.setattr("sys.stdout", _Stream(broken=True))  # and with the reader gone too
+    err.text = ""
+    assert cli.main(["info"]) == 130
+    assert err.text == said
