@@ -1,6 +1,6 @@
 """Checked mode in captured replays: a kernel that writes past a checked pool block is named by
-its recorded command. The overrun runs in a subprocess: a guard that failed could crash the
-process or hang the device instead of failing the test."""
+its recorded command. The overrun runs in a subprocess (a guard that failed could crash the
+process or hang the device instead of failing the test), and in this process too."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
+import pyopencl as cl
 import pytest
+
+from netcl.core.memory import BufferPool, MemoryCheckError
+from netcl.runtime.capture import KernelCapture
 
 SCRIPT = """
     import numpy as np, pyopencl as cl
@@ -60,3 +65,36 @@ def test_replay_names_the_recorded_command_that_overran() -> None:
         "bytes after it, 0 before it)"
     )
     assert len(lines) == 3 and all(line.startswith(expected) for line in lines[1:]), lines
+
+
+def test_the_same_in_this_process(queue: cl.CommandQueue) -> None:
+    # The overrun stays inside the guard bytes (4096 of 8192), which the pool allocated with
+    # the block: safe here, and the mutation run sees only tests in its own process.
+    src = ("__kernel void inc(__global const float *a, __global float *o) "
+           "{ int i = get_global_id(0); o[i] = a[i] + 1; }")  # fmt: skip
+    inc = cl.Kernel(cl.Program(queue.context, src).build(), "inc")
+    pool = BufferPool(queue, check_memory=True)
+    x, y, z = (pool.allocate((1024,), np.float32) for _ in range(3))
+    x.write(np.zeros(1024, np.float32))
+    clean = KernelCapture()
+    with clean:
+        inc(queue, (1024,), None, x.buffer, y.buffer)
+        inc(queue, (1024,), None, y.buffer, x.buffer)
+    clean.replay()
+    clean.replay_with_new_buffers({y.buffer.int_ptr: z})
+    assert x.to_numpy()[0] == 6.0
+    cap = KernelCapture()
+    with cap:
+        inc(queue, (1024,), None, x.buffer, y.buffer)
+        inc(queue, (1024,), None, y.buffer, z.buffer)
+        inc(queue, (2048,), None, z.buffer, x.buffer)
+        inc(queue, (1024,), None, x.buffer, y.buffer)
+    expected = ("KernelCapture.replay: recorded command 2 (kernel 'inc') wrote 4096 bytes past "
+                "the end of Tensor(shape=(1024,), dtype=float32, nbytes=4096)")  # fmt: skip
+    for replay in (cap.replay, lambda: cap.replay_with_new_buffers({y.buffer.int_ptr: z})):
+        with pytest.raises(MemoryCheckError) as info:
+            replay()
+        assert str(info.value).startswith(expected)
+    with pytest.raises(MemoryCheckError, match="found as it went back to BufferPool"):
+        pool.release(x)  # its guard is still damaged
+    pool.release_all([y, z])
