@@ -273,3 +273,27 @@ def test_a_pools_own_work_is_not_recorded(queue: cl.CommandQueue) -> None:
     assert pool.stats.misses == 3
     assert cap.commands == ()
     pool.release_all(tensors)
+
+
+def test_a_call_that_fails_inside_the_capture_leaves_the_rest_recorded(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
+) -> None:
+    # each hook counts the calls it is inside (a nested pyopencl call is not recorded twice): a
+    # call that raised must not leave the count up, or nothing after it would be recorded
+    x, y, small = buf(np.ones(N)), buf(np.zeros(N)), buf(np.zeros(4))
+    with KernelCapture() as cap:
+        with pytest.raises(cl.Error):
+            kernels.add(queue, (N,), (N + 1,), y, x, x)  # a local size that does not divide
+        with pytest.raises(cl.Error):
+            cl.enqueue_copy(queue, small, x, byte_count=4 * N)  # more than `small` holds
+        with pytest.raises(cl.Error):
+            kernels.add.set_args(y, x, np.float32(1))  # a scalar where a buffer goes
+        kernels.add.set_args(y, x, x)
+        cl.enqueue_nd_range_kernel(queue, kernels.add, (N,), None)
+        cl.enqueue_copy(queue, small, y, byte_count=16)
+        kernels.axpy(queue, (N,), None, y, x, np.float32(3))
+    assert (cap.num_launches, len(cap.commands)) == (2, 3)
+    cl._cl._enqueue_fill_buffer(queue, y, np.float32(0), 0, 4 * N)
+    cap.replay()
+    np.testing.assert_allclose(host_read(y, N), 5.0)
+    np.testing.assert_allclose(host_read(small, 4), 2.0)
