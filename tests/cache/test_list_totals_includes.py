@@ -1,12 +1,13 @@
 """What ``netcl cache list``, ``stats``, ``clear`` and ``zero`` show (in this process), and which
 header a cached program depends on: a special file at an entry's name is listed as damaged with
-its kind, the totals of two flushes add up, and a quoted include is looked up beside the header
+its kind, the totals of two flushes add up (and of a flush that failed, once one succeeds), and a quoted include is looked up beside the header
 that includes it first (as the compiler does), so editing that copy is a miss, never a stale
 hit."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +47,22 @@ def test_the_totals_of_two_flushes_add_up(
     assert cli.main(["cache", "stats", "--json", "--dir", str(cache_dir)]) == 0
     st = json.loads(capsys.readouterr().out)
     assert (st["misses"], st["memory_hits"]) == (2, 3)
+
+
+def test_totals_that_cannot_be_saved_are_kept_for_the_next_flush(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    capsys: pytest.CaptureFixture[str], log_events: Callable[[str], list[logging.LogRecord]],
+) -> None:  # fmt: skip
+    c = ProgramCache(cache_dir)
+    c.get_program(ctx, add_src(0.0, "totals-blocked"), device)  # a miss
+    (cache_dir / "stats.json").mkdir()  # where the totals go: a folder, so the write fails
+    c.flush_stats()  # never raises: statistics do not fail an exit
+    (event,) = log_events("cache_stats_not_saved")
+    assert (event.path, event.levelname) == (str(cache_dir), "INFO")  # type: ignore[attr-defined]
+    (cache_dir / "stats.json").rmdir()
+    c.flush_stats()  # what the failed flush held comes now
+    assert cli.main(["cache", "stats", "--json", "--dir", str(cache_dir)]) == 0
+    assert json.loads(capsys.readouterr().out)["misses"] == 1
 
 
 def test_a_quoted_include_is_found_beside_its_includer_first(
