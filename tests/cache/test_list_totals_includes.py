@@ -1,8 +1,8 @@
 """What ``netcl cache list``, ``stats``, ``clear`` and ``zero`` show (in this process), and which
 header a cached program depends on: a special file at an entry's name is listed as damaged with
-its kind, the totals of two flushes add up (and of a flush that failed, once one succeeds), and a quoted include is looked up beside the header
-that includes it first (as the compiler does), so editing that copy is a miss, never a stale
-hit."""
+its kind, the totals of two flushes add up (and those of a flush that failed, once one
+succeeds), and a quoted include is looked up beside the header that includes it first (as the
+compiler does), so editing that copy is a miss, never a stale hit."""
 
 from __future__ import annotations
 
