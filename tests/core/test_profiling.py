@@ -253,9 +253,11 @@ def test_bad_input_is_refused(pq: cl.CommandQueue, collector: profiling.Collecto
 
 @pytest.fixture
 def fresh_failure_log() -> Iterator[None]:
-    """Each kind of SDK failure is logged once per process (log.warn_once): leave that record
-    as it was, so that tests of the log itself still see their first failures."""
+    """Each kind of failure is logged once per process (log.warn_once): start the test as a
+    fresh process would (whatever ran before), and leave that record as it was after, so that
+    tests of the log itself still see their first failures."""
     saved = set(log._warned)
+    log._warned.clear()
     yield
     log._warned.clear()
     log._warned.update(saved)
