@@ -249,3 +249,26 @@ def test_an_otlp_endpoint_alone_chooses_otlp_for_traces_and_metrics(
     done = _sdk.configure(console_out=io.StringIO())
     assert done["exporters"] == {"traces": ["console"], "metrics": ["otlp_proto_grpc"], "logs": []}
     assert "OTEL_METRICS_EXPORTER" not in os.environ
+
+
+class _Raising:
+    """A provider whose flush and shutdown raise (a broken SDK plug-in)."""
+
+    def force_flush(self) -> bool:
+        raise RuntimeError("flush exploded")
+
+    def shutdown(self) -> None:
+        raise RuntimeError("shutdown exploded")
+
+
+def test_a_provider_that_raises_is_logged_never_raised(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(_sdk, "_configured", {"tracer_provider": _Raising()})
+    monkeypatch.setattr(_sdk, "_before_shutdown", [])
+    with caplog.at_level(logging.WARNING, logger="netcl.core.telemetry"):
+        assert _sdk.flush(1.0) is True  # it ended (by raising) within the deadline
+        assert _sdk.shutdown(1.0) is True
+    said = [(r.call, r.error) for r in caplog.records]  # type: ignore[attr-defined]
+    assert said == [("force_flush", "RuntimeError('flush exploded')"),
+                    ("shutdown", "RuntimeError('shutdown exploded')")]  # fmt: skip
