@@ -263,6 +263,26 @@ def test_a_stale_lock_is_taken_over_at_once(
     assert r.get(PREFIX + "lock:" + key) is None  # taken over, then released
 
 
+
+def test_a_live_lock_is_waited_for_until_the_lock_timeout_then_the_program_compiled(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
+    add_src: Callable[..., str], check_add: Callable[..., None],
+    log_events: Callable[[str], list[Any]],
+) -> None:  # fmt: skip
+    src = add_src(4.0, f"live-lock-{time.time_ns()}")
+    key = _key(src, device)
+    r = server.client()
+    t = r.time()
+    # held by another machine a moment ago, for as long as a lock of a 0.5 s wait lasts (1 s)
+    r.set(PREFIX + "lock:" + key, f"someone:{t[0] * 1000 + t[1] // 1000}", px=1000)
+    c = ProgramCache(tmp_path / "local", remote=server.url, remote_key=SECRET, lock_timeout=0.5)
+    t0 = time.monotonic()
+    check_add(c.get_program(ctx, src, device), 4.0)
+    assert 0.5 <= time.monotonic() - t0 < 5.0
+    assert (c.stats.remote_waits, c.stats.remote_lock_timeouts) == (1, 1)
+    (event,) = log_events("cache_remote_lock_timeout")
+    assert (event.key, event.timeout_s) == (key, 0.5)
+
 # 5. a signed (or checksummed) binary that was cut ---------------------------------------------
 
 LOAD_CUT = textwrap.dedent("""
