@@ -283,6 +283,21 @@ def test_a_live_lock_is_waited_for_until_the_lock_timeout_then_the_program_compi
     (event,) = log_events("cache_remote_lock_timeout")
     assert (event.key, event.timeout_s) == (key, 0.5)
 
+
+def test_a_lock_released_while_waiting_is_taken_and_the_entry_expires_in_thirty_days(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
+    add_src: Callable[..., str], check_add: Callable[..., None],
+) -> None:  # fmt: skip
+    src = add_src(4.0, f"released-lock-{time.time_ns()}")
+    key = _key(src, device)
+    r = server.client()
+    r.set(PREFIX + "lock:" + key, "someone", px=5000)  # as long as the wait below: not stale
+    threading.Timer(0.3, r.delete, (PREFIX + "lock:" + key,)).start()  # the holder is done
+    c = ProgramCache(tmp_path / "local", remote=server.url, remote_key=SECRET, lock_timeout=5.0)
+    check_add(c.get_program(ctx, src, device), 4.0)
+    assert (c.stats.remote_waits, c.stats.remote_lock_timeouts, c.stats.remote_writes) == (1, 0, 1)
+    assert 0 < r.ttl(PREFIX + key) <= _remote.TTL_S  # written with its expiry
+
 # 5. a signed (or checksummed) binary that was cut ---------------------------------------------
 
 LOAD_CUT = textwrap.dedent("""
