@@ -377,8 +377,16 @@ def test_spans_and_inspect(saved: bytes, queue: cl.CommandQueue, tmp_path: Path,
 
     code, text, _ = netcl(str(path))
     assert code == 0 and "matmul, bias_relu" in text and "constant" in text, text
-    code, text, _ = netcl(str(path), "--json")
-    doc = json.loads(text)
+    code, json_text, _ = netcl(str(path), "--json")
+    doc = json.loads(json_text)
+    lines = text.splitlines()  # the text: a field per line, then a table of programs, of buffers
+    assert [line.split()[0] for line in lines[:4]] == ["file", "holds", "device", "commands"]
+    assert lines[0].endswith(f", format {doc['format_version']})")
+    assert lines[1].split(None, 1)[1] == f"a step ({doc['name']})"
+    assert lines[3].split(None, 1)[1] == f"{doc['commands']} ({2 * LAYERS} launches)"
+    at = lines.index("programs:")
+    assert lines[at + 1].split() == ["#", "binary", "source", "kernels"]
+    assert len(lines) - lines.index("buffers:") - 2 == len(doc["buffers"])  # a header, then rows
     assert doc["launches"] == 2 * LAYERS and doc["kind"] == "step"
     code, text, err = netcl(str(tmp_path / "missing.ncl"))
     assert code == 1 and "cannot be read" in err
