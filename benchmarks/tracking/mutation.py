@@ -119,14 +119,15 @@ def run_mutants(names: list[str], max_children: int, budget_s: float | None = No
     """``mutmut run`` on exactly these mutants (explicit names: it re-runs them even with a
     verdict from an earlier run). mutmut's own output goes to the terminal.
 
-    One retry: on a loaded machine a test can fail once in mutmut's unmutated pass, which then
-    stops the run; the retry keeps the test-to-function map already collected (minutes).
+    Two retries: a test can fail once in mutmut's instrumented or unmutated pass (on a loaded
+    machine; PoCL has crashed once in the instrumented pass, in a test that passes alone), which
+    then stops the run; a retry keeps the test-to-function map once it is collected (minutes).
     ``budget_s``: past it, mutmut is interrupted as by Ctrl-C (it keeps the verdicts it has;
     the rest count as not run).
     """
     command = ["mutmut", "run", "--max-children", str(max_children), *names]
     deadline = None if budget_s is None else time.monotonic() + budget_s
-    for attempt in range(2):
+    for attempt in (1, 2, 3):
         with subprocess.Popen(command) as mutmut:
             try:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -138,9 +139,8 @@ def run_mutants(names: list[str], max_children: int, budget_s: float | None = No
                 return
         if code == 0:
             return
-        if attempt == 0:
-            print("mutmut run failed; once more", flush=True)
-    raise SystemExit(f"mutmut run failed twice (exit status {code})")
+        print(f"mutmut run failed (exit status {code}), attempt {attempt} of 3", flush=True)
+    raise SystemExit(f"mutmut run failed three times (exit status {code})")
 
 
 def verdicts() -> dict[str, str]:
