@@ -51,3 +51,10 @@ def test_the_setting(monkeypatch: pytest.MonkeyPatch, queue: cl.CommandQueue) ->
         BufferPool(queue)
     monkeypatch.delenv("NETCL_CHECK_MEMORY")
     assert not BufferPool(queue).check_memory
+
+
+def test_a_checked_pool_keeps_its_name_and_limit(queue: cl.CommandQueue) -> None:
+    pool = BufferPool(queue, check_memory=True, limit=1 << 20, name="guarded")
+    assert (pool.check_memory, pool.name, pool.limit) == (True, "guarded", 1 << 20)
+    with pytest.raises(MemoryError):
+        pool.allocate((1 << 19,), np.float32)  # 2 MiB, over the 1 MiB limit

@@ -85,6 +85,13 @@ def test_host_and_device_spans_on_their_own_tracks(
     flows = [e for e in doc["traceEvents"] if e["ph"] in ("s", "f")]
     assert len(flows) == 4  # one arrow per host step to its device replay
     assert doc["otherData"]["spans"] == len(slices)
+    # what the viewers read: times in ms, host tracks first, a category per slice
+    assert doc["displayTimeUnit"] == "ms"
+    order = {e["pid"]: e["args"]["sort_index"] for e in doc["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_sort_index"}  # fmt: skip
+    assert order[host_pid] < order[device_pid]
+    assert {s["cat"] for s in on[host_pid]} == {"host"}
+    assert {s["cat"] for s in on[device_pid]} == {"device"}
 
 
 def test_chosen_by_the_standard_variable(tmp_path: Path) -> None:

@@ -158,3 +158,27 @@ def test_ctrl_c_is_one_line_and_exit_code_130(
     err.text = ""
     assert cli.main(["info"]) == 130
     assert err.text == said
+
+
+def test_help_lists_each_command_with_what_it_does_and_a_missing_command_is_usage(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "300")
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--version installed netcl distributions" in text
+    assert "info OpenCL platforms and devices, netcl packages, cache location" in text
+    with pytest.raises(SystemExit) as info:
+        cli.main([])
+    assert info.value.code == 2
+    assert "the following arguments are required: COMMAND" in capsys.readouterr().err
+
+
+def test_config_shows_a_secret_url_without_its_password(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NETCL_CACHE_REMOTE", "redis://:hunter2@cache.internal:6379/0")
+    cli.main(["config", "--json"])
+    docs = {d["name"]: d for d in json.loads(capsys.readouterr().out)["settings"]}
+    assert docs["NETCL_CACHE_REMOTE"]["value"] == "redis://***@cache.internal:6379/0"

@@ -126,6 +126,9 @@ def test_kernel_histogram_carries_kernel_names(
     after = counts()
     assert after.get("busy", 0) - before.get("busy", 0) == 1
     assert after.get("scale", 0) - before.get("scale", 0) == 2
+    # the buckets the dashboards' quantiles need: 1 µs to 10 s, not the SDK's default ones
+    (bounds,) = {tuple(p.explicit_bounds) for p in metric_points("netcl.kernel.duration")}
+    assert bounds[0] == 1e-6 and bounds[-1] == 10.0 and len(bounds) > 15
 
 
 @pytest.mark.parametrize(
@@ -351,6 +354,18 @@ def test_summary_mode_records_one_envelope_per_unit_and_no_command_detail(
     busy = collector.busy()[pq.device.name.strip()]
     assert busy == pytest.approx(unit.duration / collector.busy_window, rel=1e-6)
 
+
+def test_a_unit_says_whether_it_is_pending_or_its_duration(
+    pq: cl.CommandQueue, kernels: Any, collector: profiling.Collector
+) -> None:
+    gate = cl.UserEvent(pq.context)
+    marker = cl.enqueue_marker(pq, wait_for=[gate])
+    unit = collector.watch(profiling.REPLAY, [marker], name="step")
+    assert repr(unit) == "DeviceTime('replay', 'step', pending)"
+    gate.set_status(cl.command_execution_status.COMPLETE)
+    pq.finish()
+    assert collector.flush(5.0) == 0 and unit.duration is not None
+    assert repr(unit) == f"DeviceTime('replay', 'step', {unit.duration * 1e3:.3f} ms)"
 
 def test_a_failed_command_drops_its_unit(pq: cl.CommandQueue, kernels: Any,
                                          caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip

@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +28,7 @@ from netcl.core import _sdk, telemetry
     [
         ("OTEL_SDK_DISABLED", "maybe", "true or false"),
         ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "udp", "grpc or http/protobuf"),
+        ("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", "udp", "grpc or http/protobuf"),
         ("OTEL_BSP_MAX_QUEUE_SIZE", "1.5", "an integer > 0 (spans)"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "0", "a number > 0 (seconds)"),
         ("OTEL_METRIC_EXPORT_INTERVAL", "soon", "a number > 0 (milliseconds)"),
@@ -272,3 +274,27 @@ def test_a_provider_that_raises_is_logged_never_raised(
     said = [(r.call, r.error) for r in caplog.records]  # type: ignore[attr-defined]
     assert said == [("force_flush", "RuntimeError('flush exploded')"),
                     ("shutdown", "RuntimeError('shutdown exploded')")]  # fmt: skip
+
+
+class _Slow:
+    """A provider whose flush takes 0.2 s and notes the thread it ran on."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    def force_flush(self) -> bool:
+        self.threads.append(threading.current_thread().name)
+        time.sleep(0.2)
+        return True
+
+
+def test_a_flush_within_its_deadline_is_done_on_a_named_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slow = _Slow()
+    monkeypatch.setattr(_sdk, "_configured", {"tracer_provider": slow, "meter_provider": slow})
+    monkeypatch.setattr(_sdk, "_unfinished", [])
+    assert _sdk.flush(5.0) is True  # 0.2 s each, side by side: well within 5 s
+    assert sorted(slow.threads) == ["netcl-otel-force_flush-metrics",
+                                    "netcl-otel-force_flush-traces"]  # fmt: skip
+    assert _sdk._unfinished == []

@@ -33,3 +33,8 @@ def test_plural() -> None:
     assert _table.plural(1, "entry", "entries") == "1 entry"
     assert _table.plural(2, "entry", "entries") == "2 entries"
     assert _table.plural(0, "file") == "0 files"
+
+
+def test_human_sizes_step_up_by_1024() -> None:
+    assert [_table.human(n) for n in (512, 1536, 5 << 20, 3 << 30, -2048)] == [
+        "512 B", "1.5 KiB", "5.0 MiB", "3.0 GiB", "-2.0 KiB"]  # fmt: skip
