@@ -48,6 +48,24 @@ def test_json_on_a_folder_not_created_yet(
             assert doc[name] == 0, name
     assert not missing.exists()  # nothing created
 
+    if action == "stats":  # and in words
+        assert cli.main(["cache", action, "--dir", str(missing)]) == 0
+        assert f"{missing} (not created yet)" in capsys.readouterr().out
+
+
+def test_list_names_each_entrys_kind_device_and_options(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    ProgramCache(cache_dir).get_program(ctx, add_src(0.0, "list-row"), device, options=["-DX=1"])
+    assert cli.main(["cache", "list", "--json", "--dir", str(cache_dir)]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["entries"]
+    assert (row["kind"], row["status"], row["options"]) == ("file", "ok", "-DX=1")
+    assert row["device"] == device.name.strip()
+    monkeypatch.setenv("COLUMNS", "300")
+    with pytest.raises(SystemExit):
+        cli.main(["cache", "list", "--help"])
+    assert "--dir DIR" in capsys.readouterr().out
 
 @pytest.mark.parametrize(
     "argv",

@@ -13,7 +13,7 @@ import pytest
 
 from netcl.core import cli
 from netcl.runtime.cache import ProgramCache
-from netcl.runtime.cache._config import REMOTE_TIMEOUT
+from netcl.runtime.cache._config import REMOTE_TIMEOUT, parse_size
 
 
 def test_prune_evicts_down_to_the_size_given(
@@ -36,11 +36,23 @@ def test_clearing_memory_only_removes_no_file(
     assert len(c.entries()) == 1
 
 
-def test_a_remote_timeout_that_is_not_a_number_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NETCL_CACHE_REMOTE_TIMEOUT", "soon")
+@pytest.mark.parametrize("raw", ["soon", "0", "-1", "inf", "nan"])
+def test_a_remote_timeout_that_is_not_a_number_is_refused(
+    monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    monkeypatch.setenv("NETCL_CACHE_REMOTE_TIMEOUT", raw)
     with pytest.raises(ValueError, match=r"^NETCL_CACHE_REMOTE_TIMEOUT: expected a number of "
-                       r"seconds > 0 such as 1 or 0\.5, got 'soon'$"):  # fmt: skip
+                       rf"seconds > 0 such as 1 or 0\.5, got '{raw}'$"):  # fmt: skip
         REMOTE_TIMEOUT.value()
+    monkeypatch.setenv("NETCL_CACHE_REMOTE_TIMEOUT", "0.25")
+    assert REMOTE_TIMEOUT.value() == 0.25
+
+
+@pytest.mark.parametrize("raw", ["inf", "1e400", "-1", "2X", ""])
+def test_a_size_that_is_not_a_finite_byte_count_is_refused(raw: str) -> None:
+    with pytest.raises(ValueError, match=rf"^the cap: expected a byte count .*, got '{raw}'$"):
+        parse_size(raw, "the cap")
+    assert parse_size(" 1.5 KiB", "the cap") == 1536
 
 
 def test_a_size_option_that_is_not_a_size_is_refused_with_its_text(

@@ -460,8 +460,14 @@ def test_cli_stats_shows_the_remote(
                     "usable": True, "signed": True, "reachable": True}
     assert stats(False) == 0
     text = capsys.readouterr().out
-    assert f"redis://***@127.0.0.1:{own_server.port}/0  reachable" in text
+    assert f"redis://***@127.0.0.1:{own_server.port}/0  reachable\n" in text
     assert own_server.password not in text
+    monkeypatch.delenv("NETCL_CACHE_REMOTE_KEY")  # a trusted network's store, unsigned on purpose
+    monkeypatch.setenv("NETCL_CACHE_REMOTE_UNSIGNED", "1")
+    assert stats(False) == 0
+    assert f"/0  reachable, UNSIGNED\n" in capsys.readouterr().out
+    monkeypatch.setenv("NETCL_CACHE_REMOTE_KEY", SECRET)
+    monkeypatch.delenv("NETCL_CACHE_REMOTE_UNSIGNED")
     own_server.kill()
     assert stats(True) == 0
     info = json.loads(capsys.readouterr().out)["remote"]
