@@ -465,7 +465,7 @@ def test_cli_stats_shows_the_remote(
     monkeypatch.delenv("NETCL_CACHE_REMOTE_KEY")  # a trusted network's store, unsigned on purpose
     monkeypatch.setenv("NETCL_CACHE_REMOTE_UNSIGNED", "1")
     assert stats(False) == 0
-    assert f"/0  reachable, UNSIGNED\n" in capsys.readouterr().out
+    assert "/0  reachable, UNSIGNED\n" in capsys.readouterr().out
     monkeypatch.setenv("NETCL_CACHE_REMOTE_KEY", SECRET)
     monkeypatch.delenv("NETCL_CACHE_REMOTE_UNSIGNED")
     own_server.kill()
