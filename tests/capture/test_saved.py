@@ -353,8 +353,10 @@ def test_another_device_rebuilds_from_source_or_is_refused_by_name(
     assert any(getattr(r, "event", None) == "capture_program_rebuilt" for r in caplog.records)
     no_source = {**other, "programs": [{**p, "source": None} for p in other["programs"]]}
     _refused(tmp_path, _with_manifest(saved, no_source), queue,
-             r"saved for device 'Another GPU \| 1.0'; this queue's device is '.*'.*without its "
-             "source")  # fmt: skip
+             r"saved for device 'Another GPU \| 1.0'; this queue's device is '.*', and program 0 "
+             r"\(kernels matmul, bias_relu\) was saved without its source \(it was built from a "
+             r"binary\), so it cannot be rebuilt here: save the capture on this device, or from a "
+             r"process that built the program from source$")  # fmt: skip
 
 
 def test_spans_and_inspect(saved: bytes, queue: cl.CommandQueue, tmp_path: Path, spans: Any,
@@ -379,6 +381,7 @@ def test_spans_and_inspect(saved: bytes, queue: cl.CommandQueue, tmp_path: Path,
     assert code == 0 and "matmul, bias_relu" in text and "constant" in text, text
     code, json_text, _ = netcl(str(path), "--json")
     doc = json.loads(json_text)
+    assert doc["name"] == "_MLP.step" and doc["device"] == queue.device.name
     lines = text.splitlines()  # the text: a field per line, then a table of programs, of buffers
     assert [line.split()[0] for line in lines[:4]] == ["file", "holds", "device", "commands"]
     assert lines[0].endswith(f", format {doc['format_version']})")
@@ -386,10 +389,15 @@ def test_spans_and_inspect(saved: bytes, queue: cl.CommandQueue, tmp_path: Path,
     assert lines[3].split(None, 1)[1] == f"{doc['commands']} ({2 * LAYERS} launches)"
     at = lines.index("programs:")
     assert lines[at + 1].split() == ["#", "binary", "source", "kernels"]
+    assert lines[at + 2].split()[3:] == ["yes", "matmul,", "bias_relu"]  # 0, size, unit, ...
     assert len(lines) - lines.index("buffers:") - 2 == len(doc["buffers"])  # a header, then rows
     assert doc["launches"] == 2 * LAYERS and doc["kind"] == "step"
     code, text, err = netcl(str(tmp_path / "missing.ncl"))
     assert code == 1 and "cannot be read" in err
+    with pytest.raises(SystemExit):
+        netcl("--help")
+    assert "print exactly one JSON document on stdout (messages go to stderr)" in " ".join(
+        capsys.readouterr().out.split())
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,

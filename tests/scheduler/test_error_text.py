@@ -8,6 +8,7 @@ import re
 import pytest
 
 from netcl.runtime.scheduler import ExecutionPlan, Scheduler
+from netcl.runtime.scheduler._errors import describe_op
 
 
 def boom() -> None:
@@ -50,3 +51,22 @@ def test_a_plan_with_a_queue_that_is_not_one_names_what_it_got() -> None:
         "ExecutionPlan 'copy': queue must be a pyopencl.CommandQueue or None, got 'the default' "
         "(str)"
     )
+
+
+class _Op:
+    """A callable object without a ``__qualname__`` of its own: named by its repr."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __call__(self) -> None: ...
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def test_an_op_is_named_by_function_builtin_or_repr_cut_to_100_characters() -> None:
+    assert describe_op(print) == "print"  # a builtin: no code to point at
+    assert describe_op(_Op("x" * 100)) == "x" * 100
+    assert describe_op(_Op("y" * 101)) == "y" * 97 + "..."
+    assert describe_op(_Op("z" * 300)) == "z" * 97 + "..."
