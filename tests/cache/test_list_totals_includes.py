@@ -17,7 +17,7 @@ import pytest
 
 from netcl.core import cli
 from netcl.runtime.cache import ProgramCache
-from netcl.runtime.cache._store import SUFFIX
+from netcl.runtime.cache._store import _TMP_NAME, SUFFIX
 
 
 def test_a_fifo_at_an_entry_name_is_listed_as_damaged_with_its_kind(
@@ -64,6 +64,20 @@ def test_totals_that_cannot_be_saved_are_kept_for_the_next_flush(
     assert cli.main(["cache", "stats", "--json", "--dir", str(cache_dir)]) == 0
     assert json.loads(capsys.readouterr().out)["misses"] == 1
 
+
+def test_the_totals_are_written_under_a_name_the_cache_knows_as_its_own_temporary_file(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    # a writer killed before its rename leaves that file: prune and clear remove it by its name
+    c = ProgramCache(cache_dir)
+    c.get_program(ctx, add_src(0.0, "totals-temp"), device)
+    renamed: list[str] = []
+    replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (renamed.append(Path(a).name), replace(a, b)))
+    c.flush_stats()
+    (name,) = renamed
+    assert _TMP_NAME.match(name) and name.startswith(".stats."), name
 
 def test_a_quoted_include_is_found_beside_its_includer_first(
     ctx: cl.Context, device: cl.Device, cache_dir: Path, tmp_path: Path,

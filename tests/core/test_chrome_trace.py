@@ -92,6 +92,8 @@ def test_host_and_device_spans_on_their_own_tracks(
     assert order[host_pid] < order[device_pid]
     assert {s["cat"] for s in on[host_pid]} == {"host"}
     assert {s["cat"] for s in on[device_pid]} == {"device"}
+    traced = {f"{x.context.trace_id:032x}" for x in spans.get_finished_spans()}
+    assert {s["args"]["trace_id"] for s in on[host_pid]} <= traced  # a slice finds its trace
 
 
 def test_chosen_by_the_standard_variable(tmp_path: Path) -> None:
