@@ -362,6 +362,9 @@ def test_a_unit_says_whether_it_is_pending_or_its_duration(
     marker = cl.enqueue_marker(pq, wait_for=[gate])
     unit = collector.watch(profiling.REPLAY, [marker], name="step")
     assert repr(unit) == "DeviceTime('replay', 'step', pending)"
+    t0 = time.monotonic()
+    assert collector.flush(0.05) == 1  # waited its timeout for it, in vain
+    assert time.monotonic() - t0 >= 0.05
     gate.set_status(cl.command_execution_status.COMPLETE)
     pq.finish()
     assert collector.flush(5.0) == 0 and unit.duration is not None
