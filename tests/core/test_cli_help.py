@@ -13,8 +13,9 @@ import pytest
 from netcl.core import cli
 
 KEPT = Path(__file__).with_name("data") / "cli_help.txt"
-COMMANDS = [[], ["info"], ["config"], ["cache"], *(["cache", a] for a in
-            ("stats", "list", "clear", "zero", "prune")), ["capture"], ["capture", "inspect"]]  # fmt: skip
+CACHE_ACTIONS = ("stats", "list", "clear", "zero", "prune")
+COMMANDS = [[], ["info"], ["config"], ["cache"], *(["cache", a] for a in CACHE_ACTIONS),
+            ["capture"], ["capture", "inspect"]]  # fmt: skip
 
 
 def _help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
