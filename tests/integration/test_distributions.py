@@ -40,7 +40,7 @@ def test_version_is_the_installed_distributions(dist: str, module: str) -> None:
 
 
 def test_telemetry_scope_carries_the_package_version(spans: InMemorySpanExporter) -> None:
-    with telemetry.Scope("netcl.test", netcl.core.__version__).span("netcl.test"):
+    with telemetry.Scope("netcl.test", netcl.core.__version__).span("netcl.test.scope"):
         pass
     (span,) = spans.get_finished_spans()
     assert span.instrumentation_scope is not None
