@@ -76,6 +76,19 @@ def test_a_request_of_the_device_maximum_succeeds(queue: cl.CommandQueue) -> Non
     pool.release(small)
 
 
+def test_a_held_block_of_the_device_maximum_serves_any_shape_of_its_size(
+    queue: cl.CommandQueue,
+) -> None:
+    pool = BufferPool(queue)
+    top = queue.device.max_mem_alloc_size
+    t = pool.allocate((top,), np.uint8)
+    ptr = t.buffer.int_ptr
+    pool.release(t)
+    again = pool.allocate((top // 4,), np.float32)  # another shape, the same bytes
+    assert again.buffer.int_ptr == ptr and pool.stats.hits == 1
+    pool.release(again)
+    pool.free_held()
+
 def test_statistics_stay_true_after_an_allocation_the_limit_refuses(
     queue: cl.CommandQueue,
 ) -> None:
