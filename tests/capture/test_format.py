@@ -135,6 +135,24 @@ def test_absolute_paths_in_build_options_are_refused_at_save(
     assert not list(tmp_path.glob("*.ncl*"))
 
 
+def test_a_version_1_argument_set_to_none_loads_as_a_null_argument(
+    queue: cl.CommandQueue, tmp_path: Path
+) -> None:  # fmt: skip
+    """Version 1 kept ``set_arg(i, None)`` (a NULL buffer) as an index with no value: it loads
+    as an argument with no buffer, scalar or local size (what ``None`` sets now)."""
+
+    def null_first_argument(m: dict[str, Any]) -> None:
+        args = m["shapes"][2]["args"]  # the kernel "scale": y, x, a
+        args[0] = [0, args[0][1], {"tuple": [{"tuple": [0, None]}]}]
+
+    path = tmp_path / "null.ncl"
+    path.write_bytes(_rewrite(V1.read_bytes(), null_first_argument))
+    load_step(path, queue)  # not called: the kernel writes through its first argument
+    scale = [launch for launch in load_capture(path, queue).launches
+             if launch.kernel_name == "scale"]
+    assert scale and all(launch.args[0] is None for launch in scale), scale
+
+
 @pytest.mark.parametrize("path", ["saved", "v1"])
 def test_files_load_with_pyopencl_s_setters_renamed(
     path: str, saved: Path, queue: cl.CommandQueue, monkeypatch: pytest.MonkeyPatch
@@ -189,6 +207,7 @@ HOSTILE = {  # edit -> what the refusal says
     "launches.0.local_size": ([3], r"launches\[0\]\.local_size: \[3\] does not divide \[256\]"),
     "launches.3.local_size": ([64, 1], r"launches\[3\]\.local_size: \[64, 1\] for a 1-dim"),
     "launches.3.offset": ([0, 0, 0, 0], r"launches\[3\]\.offset: \[0, 0, 0, 0\], expected a len"),
+    "launches.2.offset": ([0, 0], r"launches\[2\]\.offset: \[0, 0\] for a 1-dimensional launch"),
     "launches.3.kernel": ("scale", r"the OpenCL driver refused it: clSetKernelArg failed"),
     "launches.2.program": (7, r"launches\[2\]\.program: 7, expected from 0 to 1 \(an index of "
                            "programs"),

@@ -172,6 +172,30 @@ def test_a_steps_keys_share_one_arena_as_large_as_the_largest(
     del step, outs
 
 
+def test_a_steps_captures_on_two_queues_keep_an_arena_each(
+    queue: cl.CommandQueue, metric_points: Callable[[str], list[Any]]
+) -> None:
+    """Captures on two queues may run at the same time: they never share one arena."""
+    if not all(d.type & cl.device_type.CPU for d in queue.context.devices):
+        pytest.skip("on a GPU captures hold slots, not an arena (the guide says why)")
+
+    def arena_gauge() -> float:
+        return sum(p.value for p in metric_points("netcl.capture.arena_bytes"))
+
+    other = cl.CommandQueue(queue.context)
+    xs = [cla.to_device(queue, _host(1.0)), cla.to_device(other, _host(2.0))]
+    step = capture_step(chain)
+    grown = []
+    for x in xs:
+        before = arena_gauge()
+        for _ in range(3):  # normal run, capture, replay
+            out = step(x)
+        grown.append(arena_gauge() - before)
+        assert np.array_equal(out.get(), chain(x).get())
+    assert grown[0] > 0 and grown[1] == grown[0], grown  # the second queue's arena: its own
+    del step, out
+
+
 def test_a_saved_capture_keeps_no_arena_contents(queue: cl.CommandQueue, tmp_path: Any) -> None:
     x = cla.to_device(queue, _host(1.0))
     cap = KernelCapture()

@@ -230,6 +230,53 @@ def test_a_kernel_capture_and_its_buffers(queue: cl.CommandQueue, ctx: cl.Contex
         load_step(tmp_path / "cap.ncl", queue)
 
 
+def test_a_buffer_first_overwritten_whole_is_saved_without_contents_and_a_finish_replays(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, tmp_path: Path
+) -> None:  # fmt: skip
+    """y's first use writes all of it (its contents then are not saved: scratch), x is read (a
+    constant); a queue.finish() between the commands is saved and replayed."""
+    x, y = buf(np.arange(64)), buf(np.zeros(64))
+    fresh = np.full(64, 3, np.float32)
+    with KernelCapture() as cap:
+        cl.enqueue_copy(queue, y, fresh)
+        queue.finish()
+        kernels.axpy(queue, (64,), None, y, x, np.float32(2))
+    cap.save(tmp_path / "cap.ncl")
+    roles = _saved.inspect(tmp_path / "cap.ncl")["buffers"]
+    assert roles == {"constant": {"count": 1, "bytes": 256},
+                     "scratch": {"count": 1, "bytes": 256}}, roles  # fmt: skip
+    loaded = load_capture(tmp_path / "cap.ncl", queue)
+    loaded.replay()
+    queue.finish()
+    y2 = next(b for b in loaded.buffers if b.int_ptr != loaded.launches[0].args[1].int_ptr)
+    np.testing.assert_array_equal(host_read(y2, 64), 3 + 2 * np.arange(64, dtype=np.float32))
+
+
+def test_saved_steps_returning_none_and_their_argument(
+    queue: cl.CommandQueue, kernels: Any, tmp_path: Path
+) -> None:  # fmt: skip
+    @capture_step
+    def shift(x: Tensor) -> None:
+        kernels.scale_shift(queue, x.shape, None, x.buffer, x.buffer, 1.0, 1)
+
+    @capture_step
+    def doubled(x: Tensor) -> Tensor:
+        kernels.scale_shift(queue, x.shape, None, x.buffer, x.buffer, 2.0, 0)
+        return x
+
+    x = Tensor.from_numpy(np.arange(8, dtype=np.float32), queue)
+    for name, step in (("shift", shift), ("doubled", doubled)):
+        step(x), step(x)
+        step.save(tmp_path / f"{name}.ncl")
+    loaded_shift = load_step(tmp_path / "shift.ncl", queue)
+    loaded_doubled = load_step(tmp_path / "doubled.ncl", queue)
+    y = Tensor.from_numpy(np.arange(8, dtype=np.float32), queue)
+    assert loaded_shift(y) is None
+    np.testing.assert_array_equal(y.to_numpy(), np.arange(8) + 1)
+    assert loaded_doubled(y) is y  # the output is this call's argument
+    np.testing.assert_array_equal(y.to_numpy(), 2 * (np.arange(8) + 1))
+
+
 def test_guards_as_for_a_captured_step(queue: cl.CommandQueue, kernels: Any,
                                        tmp_path: Path) -> None:  # fmt: skip
     @capture_step
@@ -249,6 +296,7 @@ def test_guards_as_for_a_captured_step(queue: cl.CommandQueue, kernels: Any,
     with pytest.raises(ValueError, match=r"value of scale changed 2\.0 -> 3\.0"):
         loaded(x, 3.0)
     assert loaded.stats.replays == 1
+    assert loaded.max_captures == loaded.num_captures == 1  # the saved call's, no other
 
 
 def test_save_before_a_capture_and_unsaveable_arguments(queue: cl.CommandQueue, kernels: Any,

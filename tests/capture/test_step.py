@@ -112,6 +112,7 @@ def test_mlp_step_gives_numpys_answer_on_every_call(k: K, queue: cl.CommandQueue
     rng = np.random.default_rng(1)
     mlp = MLP(k, queue, rng)
     step = capture_step(mlp.step)
+    assert step.last_reason is None  # nothing recorded yet
     outs = []
     for i in range(8):
         x = _host(rng, 5, 8)
@@ -355,6 +356,83 @@ def test_in_place_step_returning_none_and_one_returning_its_argument(
     assert update.stats.replays == doubled.stats.replays == as_matrix.stats.replays == 2
 
 
+def test_outputs_viewing_an_argument_at_an_offset_or_transposed(queue: cl.CommandQueue) -> None:
+    """Views of the argument's buffer (a slice at an offset, a transpose with other strides):
+    each replay returns them on this call's argument, with the recorded offset and strides."""
+
+    @capture_step
+    def views(x: cla.Array) -> tuple[cla.Array, cla.Array]:
+        x *= 2  # in place
+        return x[1:], x.T
+
+    for i in range(4):
+        host = np.arange(12, dtype=F32).reshape(3, 4) + i
+        x = cla.to_device(queue, host)
+        rows, t = views(x)
+        assert rows.offset == 16 and t.strides == (4, 16)
+        np.testing.assert_array_equal(rows.get(), 2 * host[1:], err_msg=f"call {i}")
+        np.testing.assert_array_equal(t.get(), 2 * host.T, err_msg=f"call {i}")
+    assert views.stats.replays == 2
+
+
+def test_a_list_result_is_a_new_list_on_every_replay(k: K, queue: cl.CommandQueue) -> None:
+    """The caller may change the list a step returned: the next replay's list is whole."""
+
+    @capture_step
+    def pair(x: Tensor) -> list[Tensor]:
+        a, b = Tensor.empty(x.shape, F32, queue), Tensor.empty(x.shape, F32, queue)
+        k.scale(queue, (x.size,), None, a.buffer, x.buffer, 2.0)
+        k.scale(queue, (x.size,), None, b.buffer, x.buffer, 3.0)
+        return [a, b]
+
+    for i in range(4):
+        x = Tensor.from_numpy(np.full(4, i, F32), queue)
+        got = pair(x)
+        assert len(got) == 2, f"call {i}"
+        np.testing.assert_array_equal(got[0].to_numpy(), 2 * i)
+        np.testing.assert_array_equal(got[1].to_numpy(), 3 * i)
+        got.clear()
+    assert pair.stats.replays == 2
+
+
+def test_a_call_waiting_while_another_thread_records_replays_that_capture(
+    k: K, queue: cl.CommandQueue
+) -> None:  # fmt: skip
+    """A call with the key another thread is recording waits for that recording, then
+    replays it (it neither records again nor runs the step)."""
+    import threading
+    import time
+
+    others: list[Any] = []
+    errors: list[BaseException] = []
+    y = Tensor.from_numpy(np.full(4, 5, F32), queue)
+
+    def other_call() -> None:
+        try:
+            others.append(step(y))
+        except BaseException as exc:
+            errors.append(exc)
+
+    @capture_step(warmup=0)
+    def step(x: Tensor) -> Tensor:
+        out = Tensor.empty(x.shape, F32, queue)
+        k.scale(queue, (x.size,), None, out.buffer, x.buffer, 2.0)
+        if not others and not errors and not hasattr(step, "thread"):
+            step.thread = threading.Thread(target=other_call)  # type: ignore[attr-defined]
+            step.thread.start()  # type: ignore[attr-defined]
+            time.sleep(0.5)  # the other call finds no capture yet and waits for this one
+        return out
+
+    x = Tensor.from_numpy(np.full(4, 1, F32), queue)
+    first = step(x)
+    step.thread.join()  # type: ignore[attr-defined]
+    assert not errors, errors
+    (other,) = others
+    assert other is first  # a replay returns the recorded output, overwritten
+    np.testing.assert_array_equal(other.to_numpy(), 10)  # by the replay on the other call's y
+    assert step.stats == StepStats(runs=0, captures=1, replays=1, evictions=0)
+
+
 def test_host_side_effects_run_only_when_the_step_runs(k: K, queue: cl.CommandQueue) -> None:
     calls = []
 
@@ -383,7 +461,7 @@ def test_a_non_tensor_argument_is_part_of_the_key(k: K, queue: cl.CommandQueue) 
     # keyword arguments are guarded the same way (the generic call path)
     for s in [4.0, 4.0, 4.0]:
         np.testing.assert_allclose(step(Tensor.from_numpy(x, queue), s=s).to_numpy(), s * x)
-    assert step.last_reason is not None and "keyword arguments changed" in step.last_reason
+    assert step.last_reason == "keyword arguments changed () -> ('s',)"
 
 
 def test_an_unhashable_argument_is_a_type_error_naming_it(k: K, queue: cl.CommandQueue) -> None:
@@ -566,6 +644,9 @@ def test_the_first_eviction_of_each_step_logs_one_warning(
     warnings = evicted()
     assert len(warnings) == 2
     assert all(r.step == "test-step-evicted" and r.max_captures == 1  # type: ignore[attr-defined]
+               for r in warnings)
+    assert all(r.detail.startswith("more distinct guard keys than max_captures; a non-Tensor "
+                                   "argument")  # type: ignore[attr-defined]
                for r in warnings)
 
 
