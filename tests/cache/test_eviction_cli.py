@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -56,6 +58,32 @@ def test_lru_eviction_order(
     assert keys["b"] not in left
     assert {keys["a"], keys["c"]} <= left and len(left) == 3
     assert capped.stats.evictions == 1
+
+
+def test_an_entry_that_cannot_be_evicted_is_logged_and_the_lookup_still_succeeds(
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    log_events: Callable[[str], list[logging.LogRecord]],
+) -> None:
+    """An old entry the file system will not let go (immutable: even root cannot unlink it):
+    the eviction fails with a warning naming the folder and why, the new program is stored."""
+    c = ProgramCache(cache_dir, max_bytes=1)  # every older entry is over the cap
+    c.get_program(ctx, add_src(0.0, "evict-stuck-a"), device)  # kept: the one just written
+    (old,) = c.entries()
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", str(old.path)]).returncode != 0:
+        pytest.skip("chattr +i is not available here (needs root and a file system with it)")
+    try:
+        check_add(c.get_program(ctx, add_src(1.0, "evict-stuck-b"), device), 1.0)
+        assert len(c.entries()) == 2 and c.stats.evictions == 0
+    finally:
+        subprocess.run([chattr, "-i", str(old.path)], check=True)
+    (event,) = log_events("cache_evict_failed")
+    assert event.path == str(cache_dir / "programs")  # type: ignore[attr-defined]
+    assert "Operation not permitted" in event.error  # type: ignore[attr-defined]
 
 
 def test_a_hit_touches_its_entry_at_a_granularity_of_a_minute(

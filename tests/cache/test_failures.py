@@ -31,6 +31,9 @@ def test_build_error_carries_log_and_device_and_is_not_cached(
         err = info.value
         assert "undeclared_name" in err.log
         assert err.device_name == device.name and err.options == "-DX=1"
+        # the driver's error code, on the error and in its message
+        assert err.code == cl.status_code.BUILD_PROGRAM_FAILURE
+        assert f"(error {cl.status_code.BUILD_PROGRAM_FAILURE})" in str(err)
         assert device.name in str(err) and "undeclared_name" in str(err)
         assert isinstance(err.__cause__, cl.RuntimeError)
         assert ProgramCache.BuildError is ProgramBuildError  # the old spelling still works
@@ -91,7 +94,8 @@ def test_folder_that_cannot_be_created(
             check_add(c.get_program(ctx, add_src(0.0, "nodir"), device), 0.0)
         check_add(c.get_program(ctx, add_src(1.0, "nodir"), device), 1.0)
     assert c.stats.compiles == 2
-    assert len(log_events("cache_dir_unusable")) == 1  # warned once, not per call
+    (event,) = log_events("cache_dir_unusable")  # warned once, not per call
+    assert "Not a directory" in event.error  # type: ignore[attr-defined]
 
 
 def _inject(
@@ -239,3 +243,27 @@ def test_a_folder_removed_while_running_is_made_again(
     fresh = ProgramCache(cache_dir)
     check_add(fresh.get_program(ctx, add_src(2.0, "gone-c"), device), 2.0)
     assert fresh.stats.disk_hits == 1
+
+
+def test_two_caches_of_one_process_both_find_their_folder_removed(
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    log_events: Callable[[str], list[logging.LogRecord]],
+) -> None:
+    """Two caches of one folder (one process, one registry): the folder is removed, and each
+    write that finds it gone is a write error of its cache, never a failed lookup; the next
+    lookup makes it again."""
+    registry = _Registry()
+    one, two = (ProgramCache(cache_dir, registry=registry) for _ in range(2))
+    one.get_program(ctx, add_src(0.0, "gone-twice-a"), device)
+    two.get_program(ctx, add_src(0.0, "gone-twice-a"), device)  # a disk hit: the folder is open
+    shutil.rmtree(cache_dir)
+    check_add(one.get_program(ctx, add_src(1.0, "gone-twice-b"), device), 1.0)
+    check_add(two.get_program(ctx, add_src(2.0, "gone-twice-c"), device), 2.0)
+    assert one.stats.write_errors == 1 and two.stats.write_errors == 1
+    assert len(log_events("cache_write_failed")) == 2
+    check_add(two.get_program(ctx, add_src(3.0, "gone-twice-d"), device), 3.0)  # made again
+    assert len(two.entries()) == 1 and two.stats.write_errors == 1

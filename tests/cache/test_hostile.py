@@ -96,6 +96,19 @@ HOSTILE: dict[str, Callable[[Path], None]] = {
 }
 
 
+# what the warning says of each (the start of its reason)
+REASONS = {
+    "fifo": "special: a FIFO",
+    "symlink-dev-zero": "special: a symbolic link",
+    "symlink-to-valid-copy": "special: a symbolic link",
+    "sparse-8GB-zeros": "truncated",  # read up to the header only: no magic there
+    "sparse-8GB-after-valid-entry": "oversized",
+    "header-claims-1TB": "oversized",
+    "folder": "special: a directory",
+    "socket": "special: a socket",
+}
+
+
 def _only_entries(cache_dir: Path) -> list[str]:
     return sorted(p.name for p in (cache_dir / "programs").iterdir())
 
@@ -121,7 +134,8 @@ def test_hostile_entry_is_rebuilt_once(
         check_add(c.get_program(ctx, src, device), 4.0)
     assert c.stats.recoveries == 1 and c.stats.corrupt == 1, c.stats
     assert c.stats.write_errors == 0 and c.stats.compiles == 1
-    assert len(log_events("cache_entry_corrupt")) == 1
+    (event,) = log_events("cache_entry_corrupt")
+    assert event.reason.startswith(REASONS[kind]), event.reason  # type: ignore[attr-defined]
     # rebuilt as a regular, valid file: the next process loads it, nothing is recovered again
     assert stat.S_ISREG(os.lstat(entry.path).st_mode)
     assert entry.path.stat().st_size < 1 << 20
@@ -363,6 +377,12 @@ def test_memory_tier_is_bounded(
     assert c.stats.disk_hits == 1 and c.stats.compiles == 3
     with pytest.raises(ValueError, match="max_programs must be an int >= 1, got 0"):
         ProgramCache(cache_dir, max_programs=0)
+    one = ProgramCache(cache_dir, max_programs=1)  # the smallest bound: the last program only
+    one.get_program(ctx, a, device)
+    one.get_program(ctx, b, device)
+    assert [k[2] for k in one._memory] == [b]
+    one.get_program(ctx, b, device)
+    assert one.stats.memory_hits == 1
 
 
 def test_header_lengths_are_bounded(cache_dir: Path, ctx: cl.Context, device: cl.Device,

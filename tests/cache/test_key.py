@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
@@ -90,6 +92,22 @@ def test_key_recipe() -> None:
     # framing: moving bytes between parts changes the key
     assert _entry.compute_key(b"ab", "c", "d") != _entry.compute_key(b"a", "bc", "d")
     assert _entry.include_dirs('-I a -Ib "-I" "c d" /I e -DX') == ["a", "b", "c d", "e"]
+
+
+def test_the_key_recipe_is_stable(tmp_path: Path) -> None:
+    """The key is pinned to its recipe (tagged, length-framed parts): a release that changed
+    it without a new format version would miss every entry a fleet has cached, on disk and in
+    Redis. A header that is found adds its name and content, one that is not its name."""
+    (tmp_path / "found.h").write_bytes(b"#define N 4\n")
+    src = b'#include "found.h"\n#include <absent.h>\n__kernel void k() {}\n'
+    opts = f"-I {tmp_path}"
+    h = hashlib.sha256()
+    parts = [(b"fmt", str(_entry.FORMAT_VERSION).encode()), (b"dev", b"dev"),
+             (b"opt", opts.encode()), (b"src", src), (b"inc", b"found.h"),
+             (b"dat", b"#define N 4\n"), (b"inc", b"absent.h"), (b"miss", b"")]  # fmt: skip
+    for tag, data in parts:
+        h.update(tag + struct.pack("<Q", len(data)) + data)
+    assert _entry.compute_key(src, opts, "dev") == h.hexdigest()
 
 
 def test_format_version_is_in_the_key(monkeypatch: pytest.MonkeyPatch) -> None:

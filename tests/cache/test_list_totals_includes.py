@@ -2,7 +2,8 @@
 header a cached program depends on: a special file at an entry's name is listed as damaged with
 its kind, the totals of two flushes add up (and those of a flush that failed, once one
 succeeds), and a quoted include is looked up beside the header that includes it first (as the
-compiler does), so editing that copy is a miss, never a stale hit."""
+compiler does), so editing that copy is a miss, never a stale hit. A hidden file with the
+entry suffix is no entry; totals of exactly the largest size read are shown."""
 
 from __future__ import annotations
 
@@ -151,3 +152,35 @@ def test_zero_resets_the_totals_and_keeps_the_entries(
     assert cli.main(["cache", "stats", "--json", *d]) == 0
     st = json.loads(capsys.readouterr().out)
     assert (st["entries"], st["misses"]) == (1, 0)
+
+
+def test_a_hidden_file_with_the_entry_suffix_is_not_an_entry(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    # a name starting with a dot is never one the cache writes as an entry: not listed, not
+    # counted, not removed by clear
+    ProgramCache(cache_dir).get_program(ctx, add_src(0.0, "hidden-suffix"), device)
+    hidden = cache_dir / "programs" / f".{'e' * 64}{SUFFIX}"
+    hidden.write_bytes(b"not ours")
+    c = ProgramCache(cache_dir)
+    (entry,) = c.entries()  # the program's own
+    assert not entry.path.name.startswith(".")
+    assert cli.main(["cache", "list", "--json", "--dir", str(cache_dir)]) == 0
+    assert [r["status"] for r in json.loads(capsys.readouterr().out)["entries"]] == ["ok"]
+    assert c.clear() == 1 and hidden.exists()
+
+
+def test_totals_of_exactly_the_largest_size_read_are_shown(
+    cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ProgramCache(cache_dir).entries()  # makes the folders
+    body = b'{"disk_hits": 5, "misses": 7}'
+    (cache_dir / "stats.json").write_bytes(body + b" " * ((1 << 20) - len(body)))  # 1 MiB
+    assert cli.main(["cache", "stats", "--json", "--dir", str(cache_dir)]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert (st["disk_hits"], st["misses"]) == (5, 7)
+    (cache_dir / "stats.json").write_bytes(body + b" " * (1 << 20))  # larger: not read
+    assert cli.main(["cache", "stats", "--json", "--dir", str(cache_dir)]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert (st["disk_hits"], st["misses"]) == (0, 0)

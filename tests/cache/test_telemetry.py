@@ -7,6 +7,7 @@ import gc
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,27 @@ def test_spans_and_metrics(
     assert sum(p.count for p in durations) >= 1
     # successful builds: points without error.type (failed ones are apart, see below)
     assert sum(p.count for p in durations if "error.type" not in p.attributes) >= 1
+
+
+def test_the_compile_duration_is_the_time_the_build_took(
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    metric_points: Callable[[str], list[Any]],
+) -> None:
+    def recorded() -> tuple[int, float]:  # (builds, seconds) of this device's successful builds
+        points = [p for p in metric_points("netcl.cache.compile.duration")
+                  if dict(p.attributes) == {"netcl.device.name": device.name}]  # fmt: skip
+        return sum(p.count for p in points), sum(p.sum for p in points)
+
+    count, seconds = recorded()
+    t0 = time.perf_counter()
+    ProgramCache(cache_dir).get_program(ctx, add_src(0.0, f"duration-{time.time_ns()}"), device)
+    took = time.perf_counter() - t0
+    count_after, seconds_after = recorded()
+    assert count_after == count + 1
+    assert 0 < seconds_after - seconds <= took  # within the lookup that compiled it
 
 
 def test_recovery_and_build_error_telemetry(

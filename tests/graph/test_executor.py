@@ -373,3 +373,24 @@ def test_free_held_frees_the_last_blocks(
     np.testing.assert_array_equal(outs[0].to_numpy(), np.full(8192, 3.0, np.float32))
     np.testing.assert_array_equal(outs[1].to_numpy(), np.full(4096, 6.0, np.float32))
     pool.release_all(outs)
+
+
+def test_memory_error_raised_by_an_op_is_not_taken_for_a_block(
+    queue: cl.CommandQueue, pool: BufferPool, kernels: Any
+) -> None:
+    # the op's own MemoryError (say, a host allocation) is named as what the op raised
+    x = Tensor.from_numpy(np.ones(64, np.float32), queue)
+
+    def hungry(inputs: list[Tensor], out: Tensor) -> None:
+        raise MemoryError("host buffer of 2 TB")
+
+    g = Graph()
+    a = g.add_op("a", kernels.relu, [x], (64,), np.float32)
+    g.add_op("hungry", hungry, [a], (64,), np.float32)
+    with pytest.raises(RuntimeError) as info:
+        GraphExecutor(pool).run(g)
+    assert str(info.value) == (
+        "GraphExecutor.run: op 'hungry' raised MemoryError: host buffer of 2 TB"
+    )
+    assert isinstance(info.value.__cause__, MemoryError)
+    assert pool.stats.bytes_in_use == 0

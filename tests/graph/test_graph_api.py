@@ -135,6 +135,12 @@ def test_empty_graph_and_bad_outputs(pool: BufferPool) -> None:
         ex.run(g, outputs=[a, "a"])
     with pytest.raises(TypeError, match="outputs must be a sequence"):
         ex.run(g, outputs=a)  # type: ignore[call-overload]
+    for bad in ("a", {"a"}):  # a name alone, a set: refused, not read name by name
+        with pytest.raises(TypeError, match=r"outputs must be a sequence of TensorRef or op"):
+            ex.run(g, outputs=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError) as info:
+        ex.run(g, outputs=[])
+    assert str(info.value) == "GraphExecutor: outputs must name at least one op"
     with pytest.raises(TypeError, match="pool must be a BufferPool"):
         GraphExecutor(object())  # type: ignore[arg-type]
     assert pool.stats.bytes_in_use == 0

@@ -16,7 +16,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from netcl.core.memory import BufferPool
+from netcl.core.memory import BufferPool, MemoryCheckError
 from netcl.core.tensor import Tensor
 from netcl.runtime.graph import Graph, GraphExecutor
 
@@ -226,6 +226,38 @@ def test_checked_mode_names_a_write_before_the_start() -> None:
     assert child.stdout.splitlines() == [
         "GraphExecutor.run: op 'n0' wrote 16 bytes before the start of its intermediate 'n0'"
     ], child.stdout
+
+
+def test_checked_mode_names_a_write_before_a_view_in_process(
+    queue: cl.CommandQueue, inc_mod: Any
+) -> None:
+    """The write before the start above, in this process: only n0 writes out of bounds, and n0
+    is a view in the middle of its block (checked first), so even a guard left out could not
+    send the write outside the block."""
+    src = INC.replace("o[i] =", "o[i - 4] =")  # writes 16 bytes before its output
+    under = cl.Kernel(cl.Program(queue.context, src).build(), "inc")
+
+    def first(inputs: list[Tensor], out: Tensor) -> None:
+        under(out.queue, (out.size,), None, inputs[0].buffer, out.buffer)
+
+    def rest(inputs: list[Tensor], out: Tensor) -> None:
+        a = inputs[0]
+        inc_mod(out.queue, (out.size,), None, a.buffer, np.uint32(a.size), out.buffer)
+
+    ref: Any = Tensor.from_numpy(np.zeros(5000, np.float32), queue)
+    g = Graph()
+    for i, n in enumerate([1024, 3000, 256, 1024, 5000, 64, 1024, 700]):
+        ref = g.add_op(f"n{i}", rest if i else first, [ref], (n,), np.float32)
+    pool = BufferPool(queue, check_memory=True)
+    ex = GraphExecutor(pool)
+    assert ex.plan(g).lifetimes["n0"].offset >= 64, ex.plan(g).describe()
+    with pytest.raises(MemoryCheckError) as info:
+        ex.run(g)
+    assert str(info.value).startswith(
+        "GraphExecutor.run: op 'n0' wrote 16 bytes before the start of its intermediate 'n0' "
+        "(shape (1024,), float32, 4096 bytes) of Graph(8 ops: n0, n1, n2, ...)"
+    ), str(info.value)
+    assert pool.stats.bytes_in_use == 0
 
 
 def test_checked_mode_runs_clean_graphs_as_plain_mode(queue: cl.CommandQueue,

@@ -274,3 +274,16 @@ def test_output_takes_a_larger_freed_block(queue: cl.CommandQueue) -> None:
     assert plan.pool_device_bytes <= 1.04 * plan.lower_bound + slack, plan.describe()
     assert plan.candidates["block_per_tensor_best_fit"] <= 1.04 * plan.lower_bound + slack
     assert plan.candidates["block_per_tensor"] >= 1.5 * plan.lower_bound
+
+
+def test_outputs_cut_from_the_mirrored_placement(queue: cl.CommandQueue) -> None:
+    """Outputs n2, n3, n7: a cut of the packed region at the outputs crosses a value, a cut of
+    its mirror image does not. Cut there, a block per output takes 1.01x the lower bound
+    (placing the rest again around the outputs took 1.23x)."""
+    pool = BufferPool(queue)
+    sizes = [64, 1024, 1024, 256, 256, 2048, 1000, 1000]
+    inputs = [[], [0, 0], [1], [1], [2], [2, 4], [3, 4], [6]]
+    plan = _plan_of(pool, sizes, inputs, ["n2", "n3", "n7"])
+    slack = 3 * queue.device.mem_base_addr_align // 8  # an alignment unit per output block
+    assert plan.strategy == "block_per_output", plan.describe()
+    assert plan.pool_device_bytes <= ROUNDING * plan.lower_bound + slack, plan.describe()

@@ -70,3 +70,32 @@ def test_an_op_is_named_by_function_builtin_or_repr_cut_to_100_characters() -> N
     assert describe_op(_Op("x" * 100)) == "x" * 100
     assert describe_op(_Op("y" * 101)) == "y" * 97 + "..."
     assert describe_op(_Op("z" * 300)) == "z" * 97 + "..."
+
+
+def test_the_message_of_an_op_that_returned_a_non_event() -> None:
+    def answer() -> int:
+        return 42
+
+    sched = Scheduler()
+    sched.submit(answer, plan=ExecutionPlan(description="bad return"))
+    with pytest.raises(Scheduler.Error) as info:
+        sched.run()
+    line = answer.__code__.co_firstlineno
+    assert str(info.value) == (
+        f"Scheduler.run: op 0 (test_the_message_of_an_op_that_returned_a_non_event.<locals>."
+        f"answer (test_error_text.py:{line})) of plan 0 'bad return' returned 42 (int); an op "
+        "must return None, an event (an object with wait()) or a list/tuple of events; no plan "
+        "was left unrun"
+    )
+
+
+def test_submitting_a_plan_into_another_plan_names_the_mistake() -> None:
+    sched = Scheduler()
+    plan = ExecutionPlan(description="a")
+    with pytest.raises(TypeError) as info:
+        sched.submit(plan, plan=ExecutionPlan(description="b"))
+    assert str(info.value) == (
+        "Scheduler.submit: an ExecutionPlan given as op is scheduled as it is; plan must then "
+        "be None, got ExecutionPlan(ops=[], description='b', queue=None) (ExecutionPlan)"
+    )
+    assert sched.plans == ()

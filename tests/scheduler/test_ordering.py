@@ -415,3 +415,78 @@ def test_following_an_earlier_run_through_its_events(
     gate.set_status(COMPLETE)
     consumed.wait()
     np.testing.assert_array_equal(_read(ctx, dst), expected_consumed(N, 10))
+
+
+# --- what was waited for already is not waited for again -------------------------------------
+
+
+def test_sync_mode_does_not_wait_again_for_a_plan_it_waited_for(
+    queue: cl.CommandQueue,
+    spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+) -> None:
+    # sync mode waited for A before the next plan: B, after A behind a plan without events, has
+    # nothing left to wait for (no second host wait, ordering "none")
+    waits_before = _host_waits(metric_points)
+    sched = Scheduler()
+    a = sched.submit(lambda: cl.enqueue_marker(queue), plan=ExecutionPlan(description="A"))
+    sched.submit(lambda: None, plan=ExecutionPlan(description="C no events"))
+    calls: list[str] = []
+    sched.submit(lambda: calls.append("B"), plan=ExecutionPlan(description="B", after=a))
+    sched.run()
+    assert calls == ["B"]
+    assert _ordering(spans) == {"A": "none", "C no events": "host", "B": "none"}
+    assert _host_waits(metric_points) - waits_before == 1
+
+
+def test_a_plan_after_one_of_a_waited_run_is_not_ordered_again(
+    queue: cl.CommandQueue,
+    spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+) -> None:
+    # run(wait=True) waited for A's events: a plan of the next run after A needs no barrier
+    sched = Scheduler(async_mode=True)
+    a = ExecutionPlan(ops=[lambda: cl.enqueue_marker(queue)], description="A", queue=queue)
+    sched.submit(a)
+    (marker,) = sched.run(wait=True)
+    assert marker.command_execution_status == COMPLETE
+    waits_before = _host_waits(metric_points)
+    calls: list[str] = []
+    sched.submit(ExecutionPlan(ops=[lambda: calls.append("B")], description="B", queue=queue,
+                               after=a))  # fmt: skip
+    assert sched.run() == [] and calls == ["B"]
+    assert _ordering(spans)["B"] == "none"
+    assert _host_waits(metric_points) == waits_before
+
+
+def test_a_plan_after_several_waits_for_each_of_them(
+    ctx: cl.Context,
+    queue: cl.CommandQueue,
+    queue_b: cl.CommandQueue,
+    kernels: Any,
+    gate: cl.UserEvent,
+    uint_buffer: Callable[..., cl.Buffer],
+    spans: InMemorySpanExporter,
+    release_later: Callable[..., threading.Timer],
+) -> None:
+    # C (no queue) comes after A, held back by the gate, and B, done at once: the host waits for
+    # both before C's op runs, not only for the last plan named
+    src = uint_buffer(N)
+    produced: list[cl.Event] = []
+    seen: list[int] = []
+
+    def produce() -> cl.Event:
+        produced.append(kernels.produce(queue, (N,), None, src, np.int32(10), wait_for=[gate]))
+        return produced[-1]
+
+    a = ExecutionPlan(ops=[produce], description="A")
+    b = ExecutionPlan(ops=[lambda: cl.enqueue_marker(queue_b)], description="B")
+    c = ExecutionPlan(ops=[lambda: seen.append(produced[0].command_execution_status)],
+                      description="C", after=[a, b])  # fmt: skip
+    sched = Scheduler(async_mode=True)
+    for p in (a, b, c):
+        sched.submit(p)
+    release_later(gate, 0.2)
+    sched.run()
+    assert seen == [COMPLETE]
+    assert _ordering(spans)["C"] == "host"
