@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyopencl as cl
 import pytest
 
-from netcl.runtime.capture import KernelCapture, capture_disabled, get_capture
+from netcl.runtime.capture import CaptureFileError, KernelCapture, capture_disabled, get_capture
 
 N = 64
 
@@ -283,8 +284,9 @@ def test_without_clone_preset_arguments_cannot_be_recorded(
 
 
 def test_two_kernels_with_preset_arguments_and_one_size_object_replay_apart(
-    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
-) -> None:
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
     """Launches through ``enqueue_nd_range_kernel`` with arguments set before begin() share
     an empty argument table; with the same size tuple they still replay their own kernels
     (the replay once took the second for the first)."""
@@ -297,6 +299,12 @@ def test_two_kernels_with_preset_arguments_and_one_size_object_replay_apart(
     with KernelCapture() as cap:
         cl.enqueue_nd_range_kernel(queue, k1, size, None)
         cl.enqueue_nd_range_kernel(queue, k2, size, None)
+    # they replay as set, but cannot be rebound or saved: end() says so, and so does save()
+    (warning,) = [r for r in caplog.records
+                  if getattr(r, "event", "") == "capture_preset_arguments"]  # fmt: skip
+    assert warning.kernels == ["add", "scale_shift"]  # type: ignore[attr-defined]
+    with pytest.raises(CaptureFileError, match=r"kernels \['add', 'scale_shift'\] were launched"):
+        cap.save(tmp_path / "preset.ncap")
     for out in (out1, out2):
         cl._cl._enqueue_fill_buffer(queue, out, np.float32(-1), 0, 4 * N)
     cap.replay()

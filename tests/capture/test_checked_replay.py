@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import numpy as np
 import pyopencl as cl
@@ -67,7 +68,7 @@ def test_replay_names_the_recorded_command_that_overran() -> None:
     assert len(lines) == 3 and all(line.startswith(expected) for line in lines[1:]), lines
 
 
-def test_the_same_in_this_process(queue: cl.CommandQueue) -> None:
+def test_the_same_in_this_process(queue: cl.CommandQueue, spans: Any) -> None:
     # The overrun stays inside the guard bytes (4096 of 8192), which the pool allocated with
     # the block: safe here, and the mutation run sees only tests in its own process.
     src = ("__kernel void inc(__global const float *a, __global float *o) "
@@ -95,6 +96,8 @@ def test_the_same_in_this_process(queue: cl.CommandQueue) -> None:
         with pytest.raises(MemoryCheckError) as info:
             replay()
         assert str(info.value).startswith(expected)
+    replays = [x for x in spans.get_finished_spans() if x.name == "netcl.capture.replay"]
+    assert [x.status.status_code.name for x in replays] == ["UNSET", "UNSET", "ERROR", "ERROR"]
     with pytest.raises(MemoryCheckError, match="found as it went back to BufferPool"):
         pool.release(x)  # its guard is still damaged
     pool.release_all([y, z])
