@@ -48,6 +48,8 @@ def test_describe_has_a_line_per_block_and_per_op(queue: cl.CommandQueue) -> Non
     assert lines[0] == f"plan: 3 ops, {len(plan.blocks)} pool block(s), strategy {plan.strategy}"
     assert lines[1] == f"  why: {plan.strategy_reason}"
     assert lines[2].startswith(f"  pool peak {plan.pool_peak_bytes} B, device ")
+    ratio = plan.pool_device_bytes / plan.lower_bound
+    assert f"bound {plan.lower_bound} B (ratio {ratio:.3f}); " in lines[2]
     blocks, ops = lines[3 : 3 + len(plan.blocks)], lines[3 + len(plan.blocks) :]
     assert len(ops) == 3
     for k, (line, block) in enumerate(zip(blocks, plan.blocks, strict=True)):
