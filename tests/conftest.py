@@ -99,24 +99,30 @@ class _Contract(SpanProcessor, logging.Handler):
 
     _DOC = Path(__file__).resolve().parents[1] / "docs" / "observability.md"
     _TICK = re.compile(r"`([\w.]+)`( \*or null\*)?(?: \(([\w ]+(?: / [\w ]+)+)\))?")
-    _RECORD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName", "event"}
+    # what a log record holds besides the event's fields (the trace and span ids are added to
+    # every event while a span is current)
+    _RECORD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName",
+                                                          "event", "trace_id", "span_id"}
 
     def __init__(self) -> None:
         logging.Handler.__init__(self, logging.INFO)
         self.broken: list[str] = []
         self.spans: dict[str, tuple[dict[str, str], set[str]]] = {}
-        for names, _, always, also in self._rows("## Spans"):
+        doc = self._DOC.read_text()
+        for names, _, always, also in self._rows(doc, "## Spans"):
             listed = {m[1]: m[3] for m in self._TICK.finditer(always) if "." in m[1]}
             optional = {m[1] for m in self._TICK.finditer(also) if m[1].startswith("netcl.")}
             for name in self._TICK.finditer(names):
                 self.spans[name[1]] = (listed, optional | {"error.type"})
         self.events = {event.strip("`"): (level.upper(), logger.strip("`"),
                                           {m[1]: bool(m[2]) for m in self._TICK.finditer(fields)})
-                       for event, level, logger, fields in self._rows("## Logs")}  # fmt: skip
+                       for event, level, logger, fields in self._rows(doc, "## Logs")}  # fmt: skip
 
-    def _rows(self, heading: str) -> list[list[str]]:
+    @staticmethod
+    def _rows(doc: str, heading: str) -> list[list[str]]:
+        """The body rows of the first table under ``heading``, each a list of its cells."""
         rows: list[list[str]] = []
-        for line in self._DOC.read_text().split(heading, 1)[1].splitlines():
+        for line in doc.split(heading, 1)[1].splitlines():
             if line.startswith("|"):
                 rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
             elif rows:
@@ -148,8 +154,7 @@ class _Contract(SpanProcessor, logging.Handler):
             self.broken.append(f"event {event!r} of {record.name} is not in docs/observability.md")
             return
         level, logger, fields = self.events[event]
-        found = {k: v for k, v in record.__dict__.items()
-                 if k not in self._RECORD and k not in ("trace_id", "span_id")}  # fmt: skip
+        found = {k: v for k, v in record.__dict__.items() if k not in self._RECORD}
         if (record.levelname, record.name) != (level, logger) or set(found) != set(fields):
             self.broken.append(f"event {event!r} at {record.levelname} from {record.name} with "
                                f"{sorted(found)}; documented: {level}, {logger}, {sorted(fields)}")

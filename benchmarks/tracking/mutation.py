@@ -214,10 +214,9 @@ def by_rule(change: str, rules: dict[str, Rule]) -> str | None:
     old = [line[1:] for line in change.splitlines() if line.startswith("-")]
     new = [line[1:] for line in change.splitlines() if line.startswith("+")]
     for name, rule in rules.items():
-        def cut(lines: list[str], rule: Rule = rule) -> list[str]:
-            return [re.sub(rule.ignore, "", line) for line in lines]
-
-        if cut(old) == cut(new) and old != new and any(rule.removed in x for x in old):
+        old_cut = [re.sub(rule.ignore, "", line) for line in old]
+        new_cut = [re.sub(rule.ignore, "", line) for line in new]
+        if old_cut == new_cut and old != new and any(rule.removed in x for x in old):
             return name
     return None
 
@@ -239,28 +238,28 @@ def report(
         "| not run | score | 95% interval |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    survivors: list[tuple[str, str]] = []
+    survivors: list[tuple[str, str, str]] = []  # name, mutmut's status, diff
     equivalent_lines: list[str] = []
     by_hand_lines: list[str] = []
     for package, names in sample.items():
         counts: Counter[str] = Counter()
         for name in names:
             column = COLUMN.get(status[name], "survived")
-            if column == "survived" and name in judged:
+            if column == "survived":  # judged by hand, by a rule, or left
                 change = diff(name)
-                entry = judged[name]
-                if entry.change in change and entry.killed_by:
+                entry = judged.get(name)
+                if entry is not None and entry.change in change and entry.killed_by:
                     by_hand_lines.append(f"- `{name}`: `{entry.killed_by}`; {entry.why}")
                     column = "by hand"
-                elif entry.change in change:
+                elif entry is not None and entry.change in change:
                     equivalent_lines.append(f"- `{name}`: {entry.why}")
                     column = "equivalent"
-            if column == "survived" and (rule := by_rule(diff(name), rules)):
-                equivalent_lines.append(f"- `{name}`: rule {rule!r}: {rules[rule].why}")
-                column = "equivalent"
+                elif rule := by_rule(change, rules):
+                    equivalent_lines.append(f"- `{name}`: rule {rule!r}: {rules[rule].why}")
+                    column = "equivalent"
+                else:
+                    survivors.append((name, status[name], change))
             counts[column] += 1
-            if column == "survived":
-                survivors.append((name, status[name]))
         detected = counts["killed"] + counts["by hand"] + counts["timeout"]
         judged_n = detected + counts["survived"]
         low, high = wilson(detected, judged_n)
@@ -281,8 +280,8 @@ def report(
         f"Survivors ({len(survivors)}):",
         "",
     ]
-    for name, state in survivors:
-        lines += [f"`{name}` ({state}):", "", "```diff", diff(name), "```", ""]
+    for name, state, change in survivors:
+        lines += [f"`{name}` ({state}):", "", "```diff", change, "```", ""]
     if by_hand_lines:
         lines += ["Killed by hand (`mutation_equivalent.toml`):", "", *by_hand_lines, ""]
     if equivalent_lines:
