@@ -117,6 +117,25 @@ def test_options_as_list_and_device_default(
     assert c2.stats.disk_hits == 1
 
 
+def test_options_naming_a_path_that_is_not_utf8(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, tmp_path: Path,
+    add_src: Callable[..., str], check_add: Callable[..., None],
+) -> None:  # fmt: skip
+    """An -I folder whose name is not UTF-8 (os.fsdecode gives it as surrogates) reaches the
+    compiler as its bytes: the program builds, and loads from the disk in another instance."""
+    folder = os.fsencode(tmp_path) + b"/inc-\xff"
+    os.mkdir(folder)
+    with open(folder + b"/offset.h", "wb") as f:
+        f.write(b"#define OFFSET 6.0f\n")
+    src = "#include <offset.h>\n" + add_src(0.0, "non-utf8").split("\n", 2)[2]
+    opts = "-I " + os.fsdecode(folder)
+    assert "\udcff" in opts
+    check_add(ProgramCache(cache_dir).get_program(ctx, src, device, opts), 6.0)
+    again = ProgramCache(cache_dir)
+    check_add(again.get_program(ctx, src, device, opts), 6.0)
+    assert again.stats.disk_hits == 1
+
+
 def test_bad_arguments(
     ctx: cl.Context,
     device: cl.Device,

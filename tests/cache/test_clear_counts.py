@@ -23,3 +23,19 @@ def test_clear_counts_entries_and_dead_temporary_files(
     os.utime(left_over, (1, 1))
     assert c.clear() == 3
     assert c.entries() == [] and not left_over.exists()
+
+
+def test_clear_without_arguments_forgets_the_programs_in_memory_too(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str]
+) -> None:
+    """``clear()`` empties both tiers: the next lookup of a program used before compiles it
+    again; ``clear(memory=False)`` keeps it in memory (a memory hit)."""
+    src = add_src(0.0, "clear-both")
+    c = ProgramCache(cache_dir)
+    c.get_program(ctx, src, device)
+    assert c.clear(memory=False) == 1
+    c.get_program(ctx, src, device)
+    assert (c.stats.memory_hits, c.stats.compiles) == (1, 1)
+    assert c.clear() == 0  # the disk was empty already
+    c.get_program(ctx, src, device)
+    assert (c.stats.memory_hits, c.stats.compiles) == (1, 2)

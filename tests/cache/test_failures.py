@@ -150,6 +150,9 @@ def test_disk_full_on_write(
     assert hits, "the fault was not reached"
     (event,) = log_events("cache_write_failed")
     assert event.errno == errno.ENOSPC  # type: ignore[attr-defined]
+    # the entry that could not be written, not only its folder
+    key = event.key  # type: ignore[attr-defined]
+    assert event.path == str(cache_dir / "programs" / f"{key}.clprg")  # type: ignore[attr-defined]
     assert c.stats.write_errors == 1
     # no temporary file is left behind and the older entry is intact
     assert [p.name for p in (cache_dir / "programs").iterdir() if p.name.startswith(".")] == []
@@ -229,14 +232,23 @@ def test_a_folder_removed_while_running_is_made_again(
     cache_dir: Path,
     add_src: Callable[..., str],
     check_add: Callable[..., None],
+    log_events: Callable[[str], list[logging.LogRecord]],
 ) -> None:
     """Someone deletes the cache folder under a running process (rm -rf ~/.cache): the write
-    that finds it gone fails, the next lookup makes it again and stores its program."""
+    that finds it gone fails, the next lookup makes it again and stores its program. The lock
+    and the write that failed are logged, naming the folder gone and the entry not written."""
     c = ProgramCache(cache_dir)
     c.get_program(ctx, add_src(0.0, "gone-a"), device)
     shutil.rmtree(cache_dir)
     check_add(c.get_program(ctx, add_src(1.0, "gone-b"), device), 1.0)  # its write fails
     assert c.stats.write_errors == 1
+    (locked,) = log_events("cache_lock_failed")
+    assert locked.error == (  # type: ignore[attr-defined]
+        f"[Errno 2] the cache folder was removed: '{cache_dir / 'locks'}'")
+    (failed,) = log_events("cache_write_failed")
+    key = failed.key  # type: ignore[attr-defined]
+    assert failed.path == str(cache_dir / "programs" / f"{key}.clprg")  # type: ignore[attr-defined]
+    assert failed.errno == errno.ENOENT  # type: ignore[attr-defined]
     check_add(c.get_program(ctx, add_src(2.0, "gone-c"), device), 2.0)  # made again
     assert stat.S_IMODE(os.stat(cache_dir).st_mode) == 0o700
     assert c.stats.write_errors == 1 and len(c.entries()) == 1

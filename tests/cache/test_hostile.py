@@ -25,7 +25,7 @@ import pytest
 from netcl.core import cli
 from netcl.runtime.cache import ProgramCache
 from netcl.runtime.cache._config import DEFAULT_MAX_BYTES
-from netcl.runtime.cache._entry import HEADER, decode
+from netcl.runtime.cache._entry import HEADER, EntryError, decode
 from netcl.runtime.cache._store import DiskStore
 
 GB8 = 8 << 30
@@ -398,3 +398,35 @@ def test_header_lengths_are_bounded(cache_dir: Path, ctx: cl.Context, device: cl
     with pytest.raises(EntryError, match="oversized"):
         store.read(entry.key)
     assert HEADER.size == 24
+
+
+def test_an_oversized_or_special_entry_is_named_with_its_sizes(
+    cache_dir: Path, ctx: cl.Context, device: cl.Device, add_src: Callable[..., str]
+) -> None:
+    """Why an entry is refused, as the warning and `netcl cache list` show it: the size found
+    (or declared) against the bound of 256 MiB or against what the header says, or the kind of
+    file that sits at the entry's name."""
+    bound = 256 << 20
+    c = ProgramCache(cache_dir)
+    c.get_program(ctx, add_src(0.0, "sizes-named"), device)
+    (entry,) = c.entries()
+    store = DiskStore(cache_dir)
+    valid = entry.path.read_bytes()
+    meta_len, payload_len = HEADER.unpack_from(valid)[3:5]
+    assert len(valid) == HEADER.size + meta_len + payload_len + 4  # header, body, crc32
+
+    def why() -> str:
+        with pytest.raises(EntryError) as info:
+            store.read(entry.key)
+        return str(info.value)
+
+    entry.path.write_bytes(valid + b"\0")
+    assert why() == f"oversized: {len(valid) + 1} bytes, header says {len(valid)}"
+    entry.path.write_bytes(valid)
+    _huge_after_valid_header(entry.path)
+    assert why() == f"oversized: {GB8} bytes, at most {bound}"
+    entry.path.write_bytes(valid)
+    _header_claims_1tb(entry.path)
+    assert why() == f"oversized: {HEADER.size + meta_len + (1 << 40) + 4} bytes, at most {bound}"
+    _folder(entry.path)
+    assert why() == "special: a directory"

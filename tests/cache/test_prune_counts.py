@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyopencl as cl
+import pytest
 
 from netcl.runtime.cache import ProgramCache
 from netcl.runtime.cache._store import SUFFIX
@@ -29,3 +30,19 @@ def test_a_valid_entry_under_another_keys_name_is_damaged_wherever_it_sorts(
     assert c.prune(1 << 30) == {"damaged": 1, "temp": 0, "evicted": 0}
     assert not moved.exists()
     assert sorted(e.key for e in c.entries()) == sorted((first.key, second.key))
+
+
+def test_prune_of_a_folder_the_cache_refuses_removes_nothing(
+    tmp_path: Path, recwarn: pytest.WarningsRecorder
+) -> None:
+    """A folder others can write is never used: prune touches nothing there and says so with
+    three zero counts."""
+    folder = tmp_path / "shared"
+    (folder / "programs").mkdir(parents=True)
+    left_over = folder / "programs" / f".{'e' * 64}.abc123.tmp"  # a writer's, an hour old
+    left_over.write_bytes(b"x")
+    os.utime(left_over, (1, 1))
+    os.chmod(folder, 0o777)
+    assert ProgramCache(folder).prune(0) == {"damaged": 0, "temp": 0, "evicted": 0}
+    assert left_over.exists()
+    assert any("is not used" in str(w.message) for w in recwarn)

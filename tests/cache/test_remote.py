@@ -475,3 +475,55 @@ def test_cli_stats_shows_the_remote(
     monkeypatch.delenv("NETCL_CACHE_REMOTE")
     assert stats(True) == 0
     assert json.loads(capsys.readouterr().out)["remote"] == {"configured": False}
+
+
+# what each call is called, and a server that answers "no" ---------------------------------------
+
+
+def test_each_remote_call_is_timed_under_its_operation_name(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
+    add_src: Callable[..., str], metric_points: Callable[[str], list[Any]],
+) -> None:  # fmt: skip
+    """A miss that publishes its program makes one call of each kind, and the duration metric
+    tells them apart by ``netcl.cache.remote.op``: get, lock, set, unlock."""
+
+    def counts() -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in metric_points("netcl.cache.remote.duration"):
+            op = str(p.attributes["netcl.cache.remote.op"])
+            out[op] = out.get(op, 0) + p.count
+        return out
+
+    before = counts()
+    c = _cache(tmp_path, server.url)
+    c.get_program(ctx, add_src(0.0, f"ops-{time.time_ns()}"), device)
+    assert c.stats.remote_writes == 1
+    after = counts()
+    assert {op: after[op] - before.get(op, 0) for op in after} == {
+        "get": 1, "lock": 1, "set": 1, "unlock": 1}
+
+
+def test_a_server_that_refuses_every_command_is_not_down(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, own_server: RedisServer,
+    add_src: Callable[..., str], check_add: Callable[..., None],
+    log_events: Callable[[str], list[Any]],
+) -> None:  # fmt: skip
+    """A user without permissions (NOPERM): every lookup's first call fails and is logged with
+    the server's own words, but a server that answers is not down, so the breaker never opens
+    and each lookup tries again."""
+    own_server.client().acl_setuser("nobody", enabled=True, passwords=["+nopw"],
+                                    commands=["+ping"])  # fmt: skip
+    url = f"redis://nobody:nopw@127.0.0.1:{own_server.port}/0"
+    c = _cache(tmp_path, url)
+    tag = time.time_ns()
+    for i in range(5):
+        check_add(c.get_program(ctx, add_src(float(i), f"noperm-{tag}-{i}"), device), float(i))
+    assert c.stats.remote_errors == 5 and c.stats.compiles == 5
+    tier = c.remote
+    assert tier is not None and not tier.breaker_open
+    events = log_events("cache_remote_error")
+    assert len(events) == 5
+    for event in events:
+        assert (event.op, event.error_type) == ("get", "redis.exceptions.NoPermissionError")
+        assert event.url == f"redis://***@127.0.0.1:{own_server.port}/0"
+        assert "has no permissions to run the 'getrange' command" in event.error

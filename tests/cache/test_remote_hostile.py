@@ -368,3 +368,24 @@ def test_the_cut_is_named(ctx: cl.Context) -> None:
     for bad in (binary[:-1], binary[:100], binary + b"\0", huge_name):
         with pytest.raises(EntryError, match="binary"):
             check_binary(bad)
+
+
+def test_a_bad_value_seen_again_after_waiting_for_the_lock_is_reported_once(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
+    add_src: Callable[..., str], check_add: Callable[..., None],
+    log_events: Callable[[str], list[Any]],
+) -> None:  # fmt: skip
+    """A value that is not ours, and another machine compiling the program: the lookup refuses
+    the value, waits for the lock, reads the same value again when the holder gives up, and
+    counts and logs it once; then it compiles and replaces the value."""
+    src = add_src(4.0, f"bad-twice-{time.time_ns()}")
+    key = _key(src, device)
+    r = server.client()
+    r.set(PREFIX + key, b"\x80\x05\x95 not a netcl value")
+    r.set(PREFIX + "lock:" + key, "someone", px=5000)  # as long as the wait below: not stale
+    threading.Timer(0.3, r.delete, (PREFIX + "lock:" + key,)).start()  # gives up, value as is
+    c = ProgramCache(tmp_path / "local", remote=server.url, remote_key=SECRET, lock_timeout=5.0)
+    check_add(c.get_program(ctx, src, device), 4.0)
+    assert (c.stats.remote_waits, c.stats.remote_rejected, c.stats.compiles) == (1, 1, 1)
+    assert len(log_events("cache_remote_rejected")) == 1
+    assert c.stats.remote_writes == 1 and r.get(PREFIX + key) != b"\x80\x05\x95 not a netcl value"

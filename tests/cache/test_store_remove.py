@@ -3,7 +3,12 @@ a temporary folder left by a writer were never removed), on real files and folde
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from netcl.runtime.cache._store import SUFFIX, DiskStore
 
@@ -67,3 +72,33 @@ def test_refusal_names_the_untrusted_subfolder(tmp_path: Path) -> None:
     (root / "programs").chmod(0o770)
     why = refusal(root)
     assert why is not None and why.startswith(f"{root / 'programs'} is not trusted (")
+
+
+def test_a_folder_that_cannot_be_removed_whole_stays_under_a_temporary_name_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """A folder at an entry's name (or at the totals' name) holding a file the file system
+    will not let go (immutable: even root cannot unlink it): the name is freed at once, and
+    what is left keeps the entry's key (or "stats") and this process's pid in its temporary
+    name, so `netcl cache list` shows it as a running writer's and prune removes it later."""
+    chattr = shutil.which("chattr")
+    store = DiskStore(tmp_path)
+    store.programs.mkdir(parents=True)
+    key = "0123456789abcdef" * 4
+    at_entry, at_totals = store.programs / f"{key}{SUFFIX}", store.stats_file
+    stuck = [at_entry / "f", at_totals / "f"]
+    for f in stuck:
+        f.parent.mkdir()
+        f.write_bytes(b"x")
+        if chattr is None or subprocess.run([chattr, "+i", str(f)]).returncode != 0:
+            pytest.skip("chattr +i is not available here (needs root and a file system with it)")
+    try:
+        assert store.remove(at_entry) is True and store.remove(at_totals) is True
+        assert not at_entry.exists() and not at_totals.exists()
+        (left,) = store.temp_files()
+        assert left.path.name.startswith(f".{key}.{os.getpid()}.") and left.alive
+        (aside,) = [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+        assert aside.startswith(f".stats.{os.getpid()}.") and aside.endswith(".tmp")
+    finally:
+        for f in tmp_path.rglob("f"):
+            subprocess.run([chattr, "-i", str(f)], check=True)
