@@ -13,11 +13,13 @@ caused one that breaks them.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import re
 import shutil
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -44,6 +46,20 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from netcl.core import device, telemetry
+
+# mutmut's instrumented pass (MUTANT_UNDER_TEST=stats) sets a ContextVar on every call of package
+# code. Before Python 3.12 the garbage collector runs inside allocations: a finalizer calling
+# package code (a weakref.finalize callback) then sets that ContextVar while CPython is building
+# the context's next map, and the interpreter crashes on the map it freed (hamt.c). In that pass
+# the collector runs between tests only (threshold 0, which the tests' gc.enable() keeps; 3.12
+# runs it between bytecodes).
+if os.environ.get("MUTANT_UNDER_TEST") == "stats" and sys.version_info < (3, 12):
+    gc.set_threshold(0)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown() -> Iterator[None]:
+        yield
+        gc.collect()
 
 
 class _Hostility:

@@ -119,9 +119,9 @@ def run_mutants(names: list[str], max_children: int, budget_s: float | None = No
     """``mutmut run`` on exactly these mutants (explicit names: it re-runs them even with a
     verdict from an earlier run). mutmut's own output goes to the terminal.
 
-    Two retries: a test can fail once in mutmut's instrumented or unmutated pass (on a loaded
-    machine; PoCL has crashed once in the instrumented pass, in a test that passes alone), which
-    then stops the run; a retry keeps the test-to-function map once it is collected (minutes).
+    Two retries: a test can fail once in mutmut's instrumented or unmutated pass (a timing test
+    on a loaded machine), which then stops the run; a retry keeps the test-to-function map once
+    it is collected (minutes).
     ``budget_s``: past it, mutmut is interrupted as by Ctrl-C (it keeps the verdicts it has;
     the rest count as not run).
     """
