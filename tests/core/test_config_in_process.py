@@ -182,3 +182,199 @@ def test_config_shows_a_secret_url_without_its_password(
     cli.main(["config", "--json"])
     docs = {d["name"]: d for d in json.loads(capsys.readouterr().out)["settings"]}
     assert docs["NETCL_CACHE_REMOTE"]["value"] == "redis://***@cache.internal:6379/0"
+
+
+def _all_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An environment where every setting is unset or valid (the cache folder given)."""
+    for setting in _settings.SETTINGS:
+        monkeypatch.delenv(setting.name, raising=False)
+    monkeypatch.setenv("NETCL_CACHE_DIR", "/tmp/netcl-config-test")
+    monkeypatch.setenv("NETCL_POOL_LIMIT", "50%")
+    monkeypatch.setenv("COLUMNS", "300")
+
+
+_TRACE_FILE_DOC = {
+    "package": "netcl-core", "name": "NETCL_TRACE_FILE",
+    "description": "file the chrome_trace span exporter writes (a Chrome/Perfetto timeline)",
+    "default": "netcl-trace.json", "error": None, "value": "netcl-trace.json", "source": "default",
+}  # fmt: skip
+
+
+def test_config_with_every_value_valid_exits_0_with_the_whole_json_document(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``netcl config --json`` with nothing invalid: exit code 0, nothing on stderr, one JSON
+    document indented by 2 whose core entries read name, value, source, default, package."""
+    _all_valid(monkeypatch)
+    assert cli.main(["config", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    document = json.loads(out)
+    assert out == json.dumps(document, indent=2) + "\n"
+    docs = {d["name"]: d for d in document["settings"]}
+    assert list(docs)[:6] == [s.name for s in _settings.SETTINGS]  # core's first, in order
+    assert docs["NETCL_TRACE_FILE"] == _TRACE_FILE_DOC
+    assert {k: docs["NETCL_POOL_LIMIT"][k] for k in ("value", "source", "default", "error")} == {
+        "value": "50%", "source": "environment", "default": "0 (no limit)", "error": None}
+    assert docs["NETCL_CACHE_DIR"]["value"] == "/tmp/netcl-config-test"
+    assert docs["NETCL_CACHE_MAX_BYTES"]["package"] == "netcl-cache"
+
+
+def test_config_table_with_every_value_valid_exits_0(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``netcl config`` with nothing invalid: exit code 0, a header, one aligned row per
+    setting (no ``(INVALID)``), nothing on stderr."""
+    _all_valid(monkeypatch)
+    assert cli.main(["config"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    lines = out.splitlines()
+    assert out.endswith("\n") and "(INVALID)" not in out
+    column = lines[0].index("VALUE")
+    assert lines[0].split() == ["SETTING", "VALUE", "SOURCE", "PACKAGE"]
+    row = next(line for line in lines if line.startswith("NETCL_TRACE_FILE "))
+    assert row[column:].split() == ["netcl-trace.json", "default", "netcl-core"]
+    row = next(line for line in lines if line.startswith("NETCL_POOL_LIMIT "))
+    assert row[column:].split() == ["50%", "environment", "netcl-core"]
+
+
+def test_config_never_shows_a_secret_value(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A secret setting (the remote cache's signing key) shows as ``<hidden>`` in the JSON and
+    the table; its value appears nowhere in the output."""
+    _all_valid(monkeypatch)
+    monkeypatch.setenv("NETCL_CACHE_REMOTE_KEY", "s3cr3t-signing-key")
+    assert cli.main(["config", "--json"]) == 0
+    out = capsys.readouterr().out
+    docs = {d["name"]: d for d in json.loads(out)["settings"]}
+    assert (docs["NETCL_CACHE_REMOTE_KEY"]["value"], docs["NETCL_CACHE_REMOTE_KEY"]["source"]) == (
+        "<hidden>", "environment")  # fmt: skip
+    assert cli.main(["config"]) == 0
+    out += capsys.readouterr().out
+    assert "s3cr3t" not in out
+    assert "NETCL_CACHE_REMOTE_KEY  " in out and " <hidden> " in out
+
+
+def test_describe_gives_value_source_default_and_error_of_each_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What ``netcl config`` shows of one setting: the default (text or computed) when unset or
+    blank, the value as set otherwise, the parser's whole message when invalid, ``<hidden>``
+    for a secret, and the display form of a value shown redacted."""
+    check = _settings.flag("NETCL_TEST_FLAG", "to test")
+    plain = _settings.Setting("NETCL_TEST_FLAG", "0", "a test flag", check)
+    base = {"name": "NETCL_TEST_FLAG", "description": "a test flag", "default": "0"}
+    monkeypatch.delenv("NETCL_TEST_FLAG", raising=False)
+    assert _settings.describe(plain) == {**base, "error": None, "value": "0", "source": "default"}
+    monkeypatch.setenv("NETCL_TEST_FLAG", "  ")
+    assert _settings.describe(plain) == {**base, "error": None, "value": "0", "source": "default"}
+    monkeypatch.setenv("NETCL_TEST_FLAG", "yes")
+    assert _settings.describe(plain) == {**base, "error": None, "value": "yes",
+                                         "source": "environment"}  # fmt: skip
+    monkeypatch.setenv("NETCL_TEST_FLAG", "maybe")
+    assert _settings.describe(plain) == {
+        **base, "value": "maybe", "source": "environment",
+        "error": "NETCL_TEST_FLAG='maybe': expected 1 to test or 0 for off (true/false, yes/no "
+        "and on/off work too)"}  # fmt: skip
+    computed = _settings.Setting("NETCL_TEST_FLAG", lambda: "computed", "a test flag")
+    monkeypatch.delenv("NETCL_TEST_FLAG")
+    assert _settings.describe(computed) == {**base, "default": "computed", "error": None,
+                                            "value": "computed", "source": "default"}  # fmt: skip
+    secret = _settings.Setting("NETCL_TEST_FLAG", "(none)", "a test flag", secret=True)
+    monkeypatch.setenv("NETCL_TEST_FLAG", "hunter2")
+    assert _settings.describe(secret) == {**base, "default": "(none)", "error": None,
+                                          "value": "<hidden>", "source": "environment"}  # fmt: skip
+    shown = _settings.Setting("NETCL_TEST_FLAG", "0", "a test flag", shown=lambda raw: raw[:2])
+    assert _settings.describe(shown)["value"] == "hu"
+
+
+class _ClosedStream:
+    """A stream closed under the command: every write, flush and fileno raises ValueError
+    (``I/O operation on closed file``; with ``error``, that instead), or, with ``fd``, fileno
+    gives that descriptor."""
+
+    def __init__(self, fd: int | None = None, error: Exception | None = None) -> None:
+        self.fd, self.error = fd, error or ValueError("I/O operation on closed file")
+
+    def write(self, text: str) -> int:
+        raise self.error
+
+    def flush(self) -> None:
+        raise self.error
+
+    def fileno(self) -> int:
+        if self.fd is None:
+            raise ValueError("I/O operation on closed file")
+        return self.fd
+
+
+@pytest.mark.parametrize("error", [ValueError("I/O operation on closed file"), BrokenPipeError()])
+def test_ctrl_c_with_unusable_streams_still_exits_130(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    """Ctrl-C while stdout and stderr are closed, or their readers gone, ends with exit code
+    130, not a traceback."""
+
+    def interrupted(argv: list[str]) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_main", interrupted)
+    monkeypatch.setattr("sys.stdout", _ClosedStream(error=error))
+    monkeypatch.setattr("sys.stderr", _ClosedStream(error=error))
+    assert cli.main(["info"]) == 130
+
+
+@pytest.mark.parametrize("fd", [None, -1])  # closed; a descriptor that cannot be reused
+def test_a_reader_gone_with_an_unusable_stdout_still_ends_quietly(
+    monkeypatch: pytest.MonkeyPatch, fd: int | None
+) -> None:
+    """When the reader went away and stdout's descriptor cannot be pointed elsewhere, the
+    command still ends with exit code 1 and nothing on stderr."""
+
+    def gone(argv: list[str]) -> int:
+        raise BrokenPipeError
+
+    monkeypatch.setattr(cli, "_main", gone)
+    monkeypatch.setattr("sys.stdout", _ClosedStream(fd))
+    err = _Stream()
+    monkeypatch.setattr("sys.stderr", err)
+    assert cli.main(["info"]) == 1
+    assert err.text == ""
+
+
+def test_version_lists_the_netcl_distributions_or_says_none(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``netcl --version``: ``name version`` of each installed netcl distribution, one a line,
+    exit code 0; with none installed (a source tree), ``netcl: none``."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == sorted(lines) and "netcl-core" in [line.split()[0] for line in lines]
+    assert all(len(line.split()) == 2 and line.startswith("netcl-") for line in lines)
+    monkeypatch.setattr(cli, "distributions", lambda: [])
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == "netcl: none\n"
+
+
+@pytest.mark.parametrize("name", ["info", "config"])
+def test_a_plugin_cannot_replace_a_built_in_command(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An installed ``netcl.cli`` entry point named like a built-in command is not loaded:
+    the built-in runs, and nothing is reported about the plugin."""
+    from importlib.metadata import EntryPoint, entry_points
+
+    plugin = EntryPoint(name=name, value="netcl.core.no_such_module:register", group="netcl.cli")
+    installed = [*entry_points(group="netcl.cli"), plugin]
+    monkeypatch.setattr(cli, "entry_points", lambda group: installed)
+    _all_valid(monkeypatch)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["config", "--help"])
+    assert info.value.code == 0
+    assert "netcl: the" not in capsys.readouterr().err

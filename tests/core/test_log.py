@@ -99,3 +99,25 @@ def test_configure_logging_json_with_trace_ids(unconfigured: None) -> None:
     assert event["logger"] == "netcl.test.log"
     assert event["trace_id"] == format(s.context.trace_id, "032x")
     assert event["span_id"] == format(s.context.span_id, "016x")
+
+
+@pytest.mark.parametrize("name", ["__wrapped__", "__deepcopy__", "__len__"])
+def test_a_logger_has_no_special_attribute_it_does_not_define(name: str) -> None:
+    """Tools probing a logger for a special attribute (``inspect.unwrap``, ``copy``) get a
+    plain AttributeError naming it, and the probe does not build the structlog logger."""
+    logger = log.get_logger("netcl.test.log").bind(step=1)
+    with pytest.raises(AttributeError) as info:
+        getattr(logger, name)
+    assert info.value.args == (name,)
+    assert repr(logger) == "<LazyLogger netcl.test.log context={'step': 1}>"
+    assert logger._logger is None  # nothing of structlog made for the probe
+
+
+def test_the_rest_of_structlogs_api_passes_through() -> None:
+    """Methods of structlog's bound logger that the lazy logger does not define itself (``new``,
+    ``unbind``) work on it, with its bound fields."""
+    import structlog
+
+    logger = log.get_logger("netcl.test.log").bind(step=1, phase="warmup")
+    assert structlog.get_context(logger.unbind("phase")) == {"step": 1}
+    assert structlog.get_context(logger.new(run=2)) == {"run": 2}

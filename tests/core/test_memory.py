@@ -425,3 +425,17 @@ def test_a_new_block_that_cannot_be_backed_is_retried_then_a_memory_error(
     assert (s.live_tensors, s.bytes_held, s.hits, s.misses) == (1, 0, 0, 2)
     pool.release(t)
     assert pool.stats.bytes_in_use == 0
+
+
+def test_each_spelling_of_a_dtype_gets_its_own_type_and_size(queue: cl.CommandQueue) -> None:
+    """Allocations of one shape in different dtypes, ``None`` (numpy's float64) included, each
+    get that dtype and a block of its size, in whatever order they come."""
+    pool = BufferPool(queue)
+    spellings: list[Any] = [np.int8, "float32", None, np.dtype(np.int16), "f8", None, np.int8]
+    for dtype in spellings:
+        t = pool.allocate((6,), dtype)
+        assert (t.shape, t.dtype) == ((6,), np.dtype(dtype)), dtype
+        assert t.buffer.size >= 6 * np.dtype(dtype).itemsize
+        t.write(np.arange(6).astype(np.dtype(dtype)))
+        np.testing.assert_array_equal(t.to_numpy(), np.arange(6).astype(np.dtype(dtype)))
+        pool.release(t)

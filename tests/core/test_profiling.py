@@ -654,3 +654,164 @@ def test_a_plain_queue_at_a_freed_out_of_order_queues_address_is_bracketed(
         pytest.skip("the driver never reused a freed queue's address")
     finally:
         process.mode = saved
+
+
+def test_busy_is_exact_over_a_window_that_slides_past_a_command(
+    pq: cl.CommandQueue, kernels: Any
+) -> None:
+    """``busy(now)``: the share of ``(now - busy_window, now]`` covered by collected commands,
+    exactly, for a window that holds all of a command, part of it (either end cut), or none."""
+    collector = profiling.Collector(mode="commands", busy_window=30.0)
+    unit = collector.watch(profiling.COMMANDS, [_busy(pq, kernels, 2000)])
+    pq.finish()
+    assert collector.flush() == 0
+    start, end = unit.start_ns, unit.end_ns
+    assert start is not None and end is not None and end > start + 1
+    name, window = pq.device.name.strip(), 30_000_000_000
+    mid = (start + end) // 2
+    assert collector.busy(end + 10) == {name: (end - start) / window}
+    assert collector.busy(mid) == {name: (mid - start) / window}
+    assert collector.busy(start) == {name: 0.0}
+    assert collector.busy(window + mid) == {name: (end - mid) / window}
+    assert collector.busy(window + end) == {name: 0.0}
+    now = collector.busy()  # the window ending now: the command is still in it
+    assert now == {name: pytest.approx((end - start) / window, rel=1e-9)}
+    time.sleep(0.01)
+    later = collector.watch(profiling.COMMANDS, [_busy(pq, kernels, 2000)])
+    pq.finish()
+    assert collector.flush() == 0
+    assert later.start_ns is not None and later.start_ns > end + 1
+    between = (end + later.start_ns) // 2  # after the first command, before the second
+    assert collector.busy(between) == {name: (end - start) / window}
+
+
+def test_flush_gives_up_after_5_s_by_default(ctx: cl.Context, pq: cl.CommandQueue) -> None:
+    """``flush()`` without a timeout waits 5 s for work that does not complete, then returns
+    how many units are still pending."""
+    collector = profiling.Collector(mode="commands", interval=3600.0)
+    gate = cl.UserEvent(ctx)
+    collector.watch(profiling.COMMANDS, [cl.enqueue_marker(pq, wait_for=[gate])])
+    t0 = time.monotonic()
+    try:
+        assert collector.flush() == 1
+        waited = time.monotonic() - t0
+    finally:
+        gate.set_status(cl.command_execution_status.COMPLETE)
+        pq.finish()
+    assert 5.0 <= waited < 5.8, waited
+    assert collector.flush() == 0
+
+
+def test_flush_returns_soon_after_the_work_completes(ctx: cl.Context, pq: cl.CommandQueue) -> None:
+    """``flush(timeout)`` waits for pending device time only as long as the work takes (it
+    looks every few milliseconds), and returns 0 once all is collected."""
+    import threading
+
+    collector = profiling.Collector(mode="commands", interval=3600.0)
+    gate = cl.UserEvent(ctx)
+    unit = collector.watch(profiling.COMMANDS, [cl.enqueue_marker(pq, wait_for=[gate])])
+    timer = threading.Timer(0.05, gate.set_status, (cl.command_execution_status.COMPLETE,))
+    t0 = time.monotonic()
+    timer.start()
+    try:
+        assert collector.flush(5.0) == 0
+        waited = time.monotonic() - t0
+    finally:
+        timer.join()
+        pq.finish()
+    assert unit.duration is not None
+    assert 0.04 <= waited < 0.6, waited
+    t0 = time.monotonic()
+    assert collector.flush(5.0) == 0  # nothing pending: no wait at all
+    assert time.monotonic() - t0 < 0.1
+
+
+def test_a_markers_unit_goes_under_the_parent_given_with_its_attributes(
+    pq: cl.CommandQueue, collector: profiling.Collector, spans: InMemorySpanExporter
+) -> None:
+    """``watch_markers(parent=...)`` puts the device span under that span, not the current
+    one, with the caller's attributes; a markers unit is never drawn as a sample."""
+    with T.span("netcl.test.step") as step:
+        pass
+    with T.span("netcl.test.other") as other:
+        given = collector.watch_markers(profiling.COMMANDS, cl.enqueue_marker(pq),
+                                        cl.enqueue_marker(pq), parent=step, queue=pq,
+                                        attributes={"netcl.device.label": "given"})  # fmt: skip
+        current = collector.watch_markers(profiling.COMMANDS, cl.enqueue_marker(pq),
+                                          cl.enqueue_marker(pq), name="current")  # fmt: skip
+    pq.finish()
+    assert given.poll() is not None  # collected in this thread
+    assert collector.flush() == 0
+    assert given.attributes == {"netcl.device.label": "given"} and current.attributes is None
+    assert not given.sampled and collector.stats().sampled == 0
+    by_label = {(s.attributes or {})["netcl.device.label"]: s
+                for s in _by_name(list(spans.get_finished_spans()), "netcl.device.commands")}
+    assert set(by_label) == {"given", "current"}
+    assert step.context is not None and other.context is not None
+    for label, parent in (("given", step.context), ("current", other.context)):
+        span = by_label[label]
+        assert span.parent is not None and span.parent.span_id == parent.span_id, label
+        assert "netcl.device.sampled" not in (span.attributes or {})
+
+
+def test_a_markers_unit_in_mode_none_keeps_what_its_caller_gave(pq: cl.CommandQueue) -> None:
+    """In mode ``none`` a markers unit is done at once with no duration, and keeps its kind,
+    name, parent and attributes."""
+    collector = profiling.Collector(mode="none")
+    with T.span("netcl.test.step") as step:
+        unit = collector.watch_markers(profiling.GRAPH_NODE, cl.enqueue_marker(pq),
+                                       cl.enqueue_marker(pq), name="fc0", parent=step,
+                                       attributes={"netcl.test": 1})  # fmt: skip
+        current = collector.watch_markers(profiling.GRAPH_NODE, cl.enqueue_marker(pq),
+                                          cl.enqueue_marker(pq))  # fmt: skip
+    pq.finish()
+    assert unit.done and unit.duration is None and unit.poll() is None
+    assert (unit.kind, unit.name, unit.attributes, unit.labels) == (
+        profiling.GRAPH_NODE, "fc0", {"netcl.test": 1}, ())  # fmt: skip
+    assert unit.parent is step
+    assert current.parent.context == step.context
+    assert collector.stats().watched == 0
+
+
+def test_a_bracketed_unit_ends_with_its_own_events_not_later_work(
+    ctx: cl.Context, kernels: Any
+) -> None:
+    """On a plain queue in summary mode, ``watch(begin=...)`` stamps the unit's end once its
+    own events complete: work enqueued after them (here held back) does not delay it."""
+    process = profiling.collector()
+    saved = process.mode
+    gate = cl.UserEvent(ctx)
+    plain = cl.CommandQueue(ctx)
+    try:
+        process.mode = "summary"
+        assert profiling.enabled(plain)
+        begin = process.begin(plain)
+        own = _scale(plain, kernels)
+        cl.enqueue_marker(plain, wait_for=[gate])  # later work, held until the test ends
+        unit = process.watch(profiling.REPLAY, [own], queue=plain, begin=begin)
+        own.wait()
+        deadline = time.monotonic() + 5.0
+        while unit.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert unit.duration is not None
+    finally:
+        gate.set_status(cl.command_execution_status.COMPLETE)
+        plain.finish()
+        process.mode = saved
+        process.flush(5.0)
+
+
+def test_plain_queues_of_one_context_share_one_stamp_kernel(ctx: cl.Context) -> None:
+    """A collector brackets each plain queue on a side queue of its own, with one stamp kernel
+    per context (built once), and a side found again is the one made; its stamps complete."""
+    collector = profiling.Collector(mode="summary", interval=3600.0)
+    a, b = cl.CommandQueue(ctx), cl.CommandQueue(ctx)
+    side_a, side_b = collector._bracket(a), collector._bracket(b)
+    assert side_a is not None and side_b is not None
+    assert side_a.kernel is side_b.kernel and side_a.queue is not side_b.queue
+    assert collector._bracket(a) is side_a
+    stamp = collector.begin(a)
+    assert stamp is not None
+    a.finish()
+    stamp.wait()
+    assert stamp.get_info(cl.event_info.COMMAND_QUEUE) == side_a.queue

@@ -301,3 +301,124 @@ def test_a_flush_within_its_deadline_is_done_on_a_named_thread(
     assert sorted(slow.threads) == ["netcl-otel-force_flush-metrics",
                                     "netcl-otel-force_flush-traces"]  # fmt: skip
     assert _sdk._unfinished == []
+
+
+def _exporters_accepted(signal: str) -> str:
+    """What ``OTEL_<SIGNAL>_EXPORTER`` accepts, as the message lists it (the installed
+    exporters between ``otlp`` and ``none``; this environment has the OTLP exporters)."""
+    names = ", ".join(["otlp", *_sdk._names(f"opentelemetry_{signal}_exporter"), "none"])
+    return f"a comma-separated list of {names}"
+
+
+_OK = None  # a value the check accepts
+_NUMBER_VARIABLES = {
+    "OTEL_EXPORTER_OTLP_TIMEOUT": "a number > 0 (seconds)",
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "a number > 0 (seconds)",
+    "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT": "a number > 0 (seconds)",
+    "OTEL_EXPORTER_OTLP_LOGS_TIMEOUT": "a number > 0 (seconds)",
+    "OTEL_METRIC_EXPORT_TIMEOUT": "a number > 0 (milliseconds)",
+    "OTEL_METRIC_EXPORT_INTERVAL": "a number > 0 (milliseconds)",
+}
+_INTEGER_VARIABLES = {
+    "OTEL_BSP_EXPORT_TIMEOUT": "an integer > 0 (milliseconds)",
+    "OTEL_BSP_SCHEDULE_DELAY": "an integer > 0 (milliseconds)",
+    "OTEL_BSP_MAX_QUEUE_SIZE": "an integer > 0 (spans)",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "an integer > 0 (spans)",
+}
+_ENVIRONMENT_CASES: list[tuple[str, str, str | None]] = [
+    *[("OTEL_SDK_DISABLED", v, _OK) for v in ("true", "false", "TRUE", " False ", "  ")],
+    *[("OTEL_SDK_DISABLED", v, "true or false") for v in ("yes", "1", "truee")],
+    *[(f"OTEL_EXPORTER_OTLP{s}_PROTOCOL", v, expected)
+      for s in ("", "_TRACES", "_METRICS", "_LOGS")
+      for v, expected in (("grpc", _OK), ("http/protobuf", _OK), (" grpc ", _OK),
+                          ("udp", "grpc or http/protobuf"), ("GRPC", "grpc or http/protobuf"))],
+    *[(f"OTEL_{signal.upper()}_EXPORTER", v, expected)
+      for signal in ("traces", "metrics", "logs")
+      for v, expected in (("none", _OK), ("None", _OK), ("otlp", _OK), ("console", _OK),
+                          ("console, otlp", _OK), ("console,zipkin9", signal),
+                          ("zipkin9", signal), ("none,console", signal))],
+    *[(variable, v, expected)
+      for variable, accepts in _NUMBER_VARIABLES.items()
+      for v, expected in (("1", _OK), ("0.5", _OK), ("2.5e3", _OK), ("  ", _OK), ("0", accepts),
+                          ("-1", accepts), ("inf", accepts), ("nan", accepts), ("10s", accepts))],
+    *[(variable, v, expected)
+      for variable, accepts in _INTEGER_VARIABLES.items()
+      for v, expected in (("1", _OK), ("512", _OK), (" 7 ", _OK), ("0", accepts),
+                          ("-3", accepts), ("1.5", accepts), ("inf", accepts), ("x", accepts))],
+    *[("OTEL_TRACES_SAMPLER", v, _OK)
+      for v in ("always_on", "always_off", "traceidratio", "parentbased_traceidratio")],
+    ("OTEL_TRACES_SAMPLER", "always_of", "samplers"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("variable", "value", "expected"), _ENVIRONMENT_CASES)
+def test_every_checked_variable_accepts_its_good_values_and_names_a_bad_one(
+    variable: str, value: str, expected: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each ``OTEL_*`` variable netcl checks before installing the SDK accepts every valid
+    value (boundaries included) and refuses a bad one with the one-line message naming the
+    variable, the value and exactly what it accepts."""
+    monkeypatch.setenv(variable, value)
+    if expected is None:
+        _sdk._check_environment()
+        return
+    if expected in ("traces", "metrics", "logs"):
+        expected = _exporters_accepted(expected)
+    elif expected == "samplers":
+        expected = "one of " + ", ".join(_sdk._names("opentelemetry_traces_sampler"))
+    with pytest.raises(_sdk.ConfigError) as info:
+        _sdk._check_environment()
+    assert str(info.value) == f"{variable}={value!r} is not valid: expected {expected}"
+    assert (info.value.variable, info.value.value, info.value.accepts) == (
+        variable, value, expected)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("sampler", "ratio", "refused"),
+    [
+        ("traceidratio", "0", False),
+        ("traceidratio", "0.25", False),
+        ("traceidratio", "1", False),
+        ("traceidratio", "1.5", True),
+        ("traceidratio", "2", True),
+        ("traceidratio", "-0.1", True),
+        ("traceidratio", "half", True),
+        ("parentbased_traceidratio", "0.5", False),
+        ("parentbased_traceidratio", "3", True),
+        ("always_on", "3", False),  # the ratio is read only by the ratio samplers
+        (None, "3", False),
+    ],
+)
+def test_the_sampler_ratio_is_checked_only_for_a_ratio_sampler(
+    sampler: str | None, ratio: str, refused: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``OTEL_TRACES_SAMPLER_ARG`` must be a ratio from 0 to 1 (both included) when the
+    sampler reads it, and is ignored otherwise."""
+    if sampler is not None:
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", ratio)
+    if not refused:
+        _sdk._check_environment()
+        return
+    with pytest.raises(_sdk.ConfigError) as info:
+        _sdk._check_environment()
+    assert str(info.value) == (
+        f"OTEL_TRACES_SAMPLER_ARG={ratio!r} is not valid: expected a ratio from 0 to 1"
+    )
+
+
+def test_without_the_otlp_exporters_the_message_says_which_extra_installs_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the OTLP exporters are not installed, an unknown exporter's message lists what
+    is and says that OTLP needs ``netcl-core[otel]``; where they are, it says nothing more."""
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "zipkin9")
+    with pytest.raises(_sdk.ConfigError) as info:
+        _sdk._check_environment()
+    assert str(info.value).endswith(", none"), str(info.value)
+    monkeypatch.setattr(_sdk, "_names", lambda group: ["console"])
+    with pytest.raises(_sdk.ConfigError) as info:
+        _sdk._check_environment()
+    assert str(info.value) == ("OTEL_METRICS_EXPORTER='zipkin9' is not valid: expected a "
+                               "comma-separated list of otlp, console, none; OTLP needs "
+                               "netcl-core[otel]")  # fmt: skip

@@ -48,3 +48,77 @@ def test_counts_of_a_label_never_added_to_are_zero() -> None:
     counts.discard("b")
     assert (counts.get("a"), counts.get("b"), counts.get("never")) == (2, 0, 0)
     assert counts.points() == [(2, {"netcl.test.k": "a"})]
+
+
+def _metric(reader: Any, name: str) -> Any:
+    """The metric ``name`` as the reader collects it now (one scope's), or None."""
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data is not None else ():
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                if m.name == name:
+                    return m
+    return None
+
+
+@pytest.mark.parametrize(
+    ("buckets", "bounds"),
+    [((0.5, 2.0), (0.5, 2.0)), (None, None), ((), None)],  # None and (): the SDK's own
+)
+def test_a_histogram_reports_under_its_name_unit_description_and_buckets(
+    buckets: tuple[float, ...] | None, bounds: tuple[float, ...] | None, metric_reader: Any
+) -> None:
+    """A package's histogram is on the dashboards under its name, with its unit, description
+    and bucket boundaries (or the SDK's default boundaries when given none)."""
+    name = f"netcl.test.histogram_{len(buckets) if buckets is not None else 'none'}"
+    histogram = telemetry.Scope("netcl.test", "0").histogram(name, "By", "a test histogram",
+                                                             buckets)  # fmt: skip
+    histogram.record(1.0, {"netcl.test.k": "a"})
+    histogram.record(3.0, {"netcl.test.k": "a"})
+    metric = _metric(metric_reader, name)
+    assert metric is not None
+    assert (metric.unit, metric.description) == ("By", "a test histogram")
+    (point,) = [p for p in metric.data.data_points if p.attributes == {"netcl.test.k": "a"}]
+    assert (point.count, point.sum) == (2, 4.0)
+    if bounds is not None:
+        assert tuple(point.explicit_bounds) == bounds
+        assert list(point.bucket_counts) == [0, 1, 1]
+    else:  # the SDK's default boundaries: 0, 5, 10, ... (not netcl's)
+        assert tuple(point.explicit_bounds)[:3] == (0.0, 5.0, 10.0)
+
+
+class _SetFailedError(RuntimeError):
+    """What the broken span below raises (a type of its own: logged once per type)."""
+
+
+class _BrokenSpan:
+    """A span of an SDK whose attribute setting raises."""
+
+    def set_attributes(self, attributes: Any) -> None:
+        raise _SetFailedError("set_attributes exploded")
+
+
+def test_an_attribute_the_sdk_fails_to_set_is_logged_once_never_raised(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Setting attributes on a span whose SDK raises never raises into the caller: the failure
+    is logged once, naming the stage (``set_attribute``) and the error."""
+    monkeypatch.setattr(log, "_warned", set())  # as in a fresh process: nothing reported yet
+    span = telemetry.Span(_BrokenSpan(), None)  # type: ignore[arg-type]
+    with caplog.at_level("WARNING", logger="netcl.core.telemetry"):
+        span.set_many({"netcl.test.k": 1})
+        span.set("netcl.test.k", 2)
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert message.startswith("telemetry_failed stage=set_attribute error=")
+    assert "_SetFailedError('set_attributes exploded')" in message
+
+
+def test_attributes_set_on_a_span_are_recorded(spans: Any) -> None:
+    """``set`` and ``set_many`` put their attributes on the span the SDK records."""
+    with telemetry.Scope("netcl.test", "0").span("netcl.test.step") as span:
+        span.set_many({"netcl.test.k": 1, "netcl.test.j": "x"})
+        span.set("netcl.test.i", 2.5)
+    (finished,) = [s for s in spans.get_finished_spans() if s.name == "netcl.test.step"]
+    assert dict(finished.attributes or {}) == {"netcl.test.k": 1, "netcl.test.j": "x",
+                                               "netcl.test.i": 2.5}  # fmt: skip

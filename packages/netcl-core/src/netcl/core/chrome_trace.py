@@ -106,7 +106,7 @@ def _ordered(slices: list[_Slice]) -> list[_Slice]:
 
     def depth(s: _Slice) -> int:  # ancestors in the file
         n, up = 0, s.parent_id
-        while up in parent:
+        while up in parent and n < len(parent):  # ids that loop (spans without a context: 0)
             n, up = n + 1, parent[up]
         return n
 
