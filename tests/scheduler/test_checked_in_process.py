@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyopencl as cl
+import pytest
 
 from netcl.core.memory import BufferPool
 from netcl.runtime.scheduler import ExecutionPlan, Scheduler
@@ -28,3 +29,41 @@ def test_a_checked_run_within_bounds_runs_every_op(queue: cl.CommandQueue) -> No
     assert ran == ["after", "after"]
     np.testing.assert_array_equal(x.to_numpy(), np.ones(1024, np.float32))
     pool.release(x)
+
+
+@pytest.mark.parametrize("async_mode", [False, True])
+def test_a_checked_run_stops_at_the_op_whose_event_failed(
+    async_mode: bool, ctx: cl.Context, queue: cl.CommandQueue
+) -> None:
+    """In checked mode the host waits for each op's events as the op ends: an op whose kernel
+    failed stops the run right there, before the next op of its plan, which stays unrun."""
+    fill = cl.Kernel(cl.Program(ctx, FILL).build(), "fill")
+    pool = BufferPool(queue, check_memory=True)
+    x = pool.allocate((1024,), np.float32)
+    upstream = cl.UserEvent(ctx)
+    launched: list[cl.Event] = []
+    ran: list[str] = []
+
+    def failing() -> cl.Event:
+        launched.append(fill(queue, (1024,), None, x.buffer, wait_for=[upstream]))
+        upstream.set_status(-5)  # what the kernel waits for failed: so does the kernel
+        return launched[-1]
+
+    s = Scheduler(async_mode=async_mode)
+    plan = s.submit(ExecutionPlan([failing, lambda: ran.append("next op")], "fails", queue=queue))
+    later = s.submit(lambda: ran.append("later plan"))
+    with pytest.raises(Scheduler.Error) as info:
+        s.run(wait=True)
+    err = info.value
+    assert ran == []
+    assert (err.plan, err.op_index, err.op, err.event) == (plan, 0, failing, launched[0])
+    assert err.unrun_plans == [later]
+    assert str(err).startswith(
+        "Scheduler.run: op 0 (test_a_checked_run_stops_at_the_op_whose_event_failed.<locals>."
+        "failing (test_checked_in_process.py:"
+    )
+    assert ") of plan 0 'fails' returned an event (pyopencl.Event(NDRANGE_KERNEL)) that failed" in (
+        str(err)
+    )
+    pool.release(x)
+    del info, err  # the error's traceback holds this frame: checked mode would outlive the test

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pyopencl as cl
 import pytest
 
 from netcl.runtime.scheduler import ExecutionPlan, Scheduler
@@ -99,3 +100,76 @@ def test_submitting_a_plan_into_another_plan_names_the_mistake() -> None:
         "be None, got ExecutionPlan(ops=[], description='b', queue=None) (ExecutionPlan)"
     )
     assert sched.plans == ()
+
+
+def test_an_op_that_is_neither_callable_nor_an_event_is_named_with_its_type() -> None:
+    """A value put in ``plan.ops`` by hand that is no op: the message names it and its type."""
+    plan = ExecutionPlan(ops=[print, 7], description="hand made")  # type: ignore[list-item]
+    sched = Scheduler()
+    sched.submit(plan)
+    with pytest.raises(Scheduler.Error) as info:
+        sched.run()
+    assert str(info.value) == (
+        "Scheduler.run: op 1 (7) of plan 0 'hand made' is neither callable nor an event-like "
+        "object with a wait() method (it is 7 (int)); no plan was left unrun"
+    )
+
+
+def test_an_after_that_holds_no_plans_is_named_with_its_type() -> None:
+    """``after=`` given something other than plans, at construction or reassigned before a run:
+    the message names the plan, what it got and its type."""
+    with pytest.raises(TypeError) as info:
+        ExecutionPlan(description="z", after=5)  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "ExecutionPlan 'z': after must be an ExecutionPlan or a sequence of them, got 5 (int)"
+    )
+    with pytest.raises(TypeError) as info:
+        ExecutionPlan(description="y", after=[ExecutionPlan(), 3])  # type: ignore[list-item]
+    assert str(info.value) == "ExecutionPlan 'y': after must hold ExecutionPlans, got 3 (int) in it"
+    plan = ExecutionPlan(description="later")
+    plan.after = "oops"  # type: ignore[assignment]
+    sched = Scheduler()
+    sched.submit(plan)
+    with pytest.raises(TypeError) as info:
+        sched.run()
+    assert str(info.value) == (
+        "ExecutionPlan 'later': after must be an ExecutionPlan or a sequence of them, got 'oops' "
+        "(str)"
+    )
+    plan.after = (ExecutionPlan(), b"x")  # type: ignore[assignment]
+    with pytest.raises(TypeError) as info:
+        sched.run()
+    assert str(info.value) == (
+        "ExecutionPlan 'later': after must hold ExecutionPlans, got b'x' (bytes) in it"
+    )
+    assert sched.plans == (plan,)  # refused before anything was taken
+
+
+def test_the_message_when_a_plan_follows_an_event_that_already_failed(
+    ctx: cl.Context, queue: cl.CommandQueue
+) -> None:
+    """Async mode: a plan ordered on the device after an event known to have failed is not
+    issued; the message names the op that returned the event and the plans left unrun."""
+    failed = cl.UserEvent(ctx)
+    failed.set_status(-5)
+
+    def upload() -> cl.UserEvent:
+        return failed
+
+    ran: list[str] = []
+    first = ExecutionPlan([upload], "upload", queue=queue)
+    sched = Scheduler(async_mode=True)
+    sched.submit(first)
+    sched.submit(ExecutionPlan([lambda: ran.append("x")], "compute", queue=queue, after=first))
+    sched.submit(lambda: ran.append("y"))
+    with pytest.raises(Scheduler.Error) as info:
+        sched.run()
+    line = upload.__code__.co_firstlineno
+    assert str(info.value) == (
+        "Scheduler.run: op 0 (test_the_message_when_a_plan_follows_an_event_that_already_failed."
+        f"<locals>.upload (test_error_text.py:{line})) of plan 0 'upload' returned an event "
+        "(pyopencl.UserEvent(USER)) that failed (command status -5); 2 later plan(s) not run: "
+        "plan 1 'compute', plan 2 (no description) (on the error's .unrun_plans; resubmit with "
+        "scheduler.submit(plan))"
+    )
+    assert info.value.event is failed and ran == []

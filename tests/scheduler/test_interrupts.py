@@ -122,6 +122,39 @@ def test_ops_submitted_after_an_interrupt_run_after_the_interrupted_plan(
     np.testing.assert_array_equal(counts.read(), [1] * 8 + [2])
 
 
+@pytest.mark.parametrize("async_mode", [False, True])
+def test_a_plan_resumed_after_its_event_op_returns_that_event(
+    async_mode: bool, queue: cl.CommandQueue
+) -> None:
+    """A plan interrupted after an op that returned an event, resumed with only ops that return
+    None left: the resumed run waits for that event and returns it."""
+    calls: list[int] = []
+
+    def interrupted_once() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+
+    marked: list[cl.Event] = []
+
+    def mark() -> cl.Event:
+        marked.append(cl.enqueue_marker(queue))
+        return marked[-1]
+
+    plan = ExecutionPlan([mark, interrupted_once])
+    sched = Scheduler(async_mode=async_mode)
+    sched.submit(plan)
+    with pytest.raises(KeyboardInterrupt):
+        sched.run()
+    assert sched.plans == (plan,)
+
+    events = sched.run()
+
+    assert len(marked) == 1 and events == marked
+    assert marked[0].command_execution_status == COMPLETE
+    assert len(calls) == 2 and sched.plans == ()
+
+
 class HostWait:
     """An event-like op whose first ``wait()`` is interrupted (a Ctrl-C during a host wait)."""
 

@@ -144,6 +144,60 @@ def test_sync_mode_plans_say_host_ordering(
     assert _host_waits(metric_points) - waits_before == 3  # not the final wait
 
 
+def test_plans_the_host_waited_for_are_not_waited_for_again(
+    queue: cl.CommandQueue,
+    queue_b: cl.CommandQueue,
+    spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+) -> None:
+    """Once the host has waited for plans' events (to order a plan without a queue after them),
+    later plans that come after any of the same plans, in this run or the next, have nothing left
+    to wait for: one host wait, not one per follower."""
+    waits_before = _host_waits(metric_points)
+    one = ExecutionPlan([lambda: cl.enqueue_marker(queue)], "one", queue=queue)
+    two = ExecutionPlan([lambda: cl.enqueue_marker(queue_b)], "two", queue=queue_b)
+    sched = Scheduler(async_mode=True)
+    sched.submit(one)
+    sched.submit(two)
+    sched.submit(ExecutionPlan([lambda: None], "after both", after=[one, two]))
+    sched.submit(ExecutionPlan([lambda: None], "after one", after=one))
+    sched.submit(ExecutionPlan([lambda: None], "after two", after=two))
+    sched.run(wait=False)
+    assert _ordering(spans) == {
+        "one": "none",
+        "two": "none",
+        "after both": "host",
+        "after one": "none",
+        "after two": "none",
+    }
+    spans.clear()
+    sched.submit(ExecutionPlan([lambda: None], "next run, no queue", after=one))
+    sched.submit(ExecutionPlan([lambda: None], "next run, a queue", queue=queue, after=two))
+    sched.run()
+    assert _ordering(spans) == {"next run, no queue": "none", "next run, a queue": "none"}
+    assert _host_waits(metric_points) - waits_before == 1
+
+
+def test_an_after_reassigned_since_construction_is_followed(
+    queue: cl.CommandQueue, queue_b: cl.CommandQueue, spans: InMemorySpanExporter
+) -> None:
+    """``plan.after`` set after construction to a plan, a list of plans or None (not normalised
+    to a tuple) orders the plan as the same value given to the constructor would."""
+    first = ExecutionPlan([lambda: cl.enqueue_marker(queue)], "first", queue=queue)
+    by_plan = ExecutionPlan([lambda: cl.enqueue_marker(queue_b)], "plan", queue=queue_b)
+    by_plan.after = first
+    by_list = ExecutionPlan([lambda: cl.enqueue_marker(queue_b)], "list", queue=queue_b)
+    by_list.after = [first]
+    by_none = ExecutionPlan([lambda: cl.enqueue_marker(queue_b)], "none", queue=queue_b)
+    by_none.after = None
+    sched = Scheduler(async_mode=True)
+    for plan in (first, by_plan, by_list, by_none):
+        sched.submit(plan)
+    events = sched.run()
+    assert [e.command_execution_status for e in events] == [COMPLETE] * 4
+    assert _ordering(spans) == {"first": "none", "plan": "device", "list": "device", "none": "none"}
+
+
 def test_a_chain_of_plans_on_three_queues_runs_in_order(
     ctx: cl.Context, queue: cl.CommandQueue, queue_b: cl.CommandQueue, kernels: Any
 ) -> None:

@@ -16,6 +16,24 @@ from opentelemetry.trace import StatusCode
 
 from netcl.runtime.scheduler import ExecutionPlan, Scheduler
 
+_COUNTERS = ("netcl.scheduler.ops", "netcl.scheduler.host_waits", "netcl.scheduler.runs")
+
+
+def _counters(metric_points: Callable[[str], list[Any]]) -> dict[tuple[str, ...], float]:
+    """The scheduler's counters now, by name and attributes (values cumulative over the
+    session)."""
+    return {
+        (name, *(f"{k}={v}" for k, v in sorted(p.attributes.items()))): p.value
+        for name in _COUNTERS
+        for p in metric_points(name)
+    }
+
+
+def _added(
+    before: dict[tuple[str, ...], float], after: dict[tuple[str, ...], float]
+) -> dict[tuple[str, ...], float]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+
 
 def _ops_total(metric_points: Callable[[str], list[Any]], async_mode: bool) -> int:
     return sum(
@@ -181,3 +199,62 @@ def test_run_returns_correct_results_under_a_hostile_sdk(
     with pytest.raises(Scheduler.Error) as info:
         sched.run()
     assert info.value.plan is failing and info.value.unrun_plans == [later]
+
+
+def test_counters_of_successful_runs_by_mode(
+    queue: cl.CommandQueue, metric_points: Callable[[str], list[Any]]
+) -> None:
+    """A run that succeeds counts as ok under its mode, with the ops it ran and the host waits
+    it made (the runs, ops and host_waits counters, each labelled by netcl.scheduler.async)."""
+    before = _counters(metric_points)
+    sync = Scheduler()
+    for _ in range(2):
+        sync.submit(lambda: cl.enqueue_marker(queue))
+    sync.submit(lambda: None)
+    sync.run()  # host waits after plans 0 and 1, not after the last
+    first = ExecutionPlan([lambda: cl.enqueue_marker(queue)], "first", queue=queue)
+    on_host = ExecutionPlan([lambda: None, lambda: None], "on host", after=first)  # no queue
+    asynchronous = Scheduler(async_mode=True)
+    asynchronous.submit(first)
+    asynchronous.submit(on_host)
+    asynchronous.run()  # the host waits for first before on_host
+    assert _added(before, _counters(metric_points)) == {
+        ("netcl.scheduler.ops", "netcl.scheduler.async=False"): 3,
+        ("netcl.scheduler.ops", "netcl.scheduler.async=True"): 3,
+        ("netcl.scheduler.host_waits", "netcl.scheduler.async=False"): 2,
+        ("netcl.scheduler.host_waits", "netcl.scheduler.async=True"): 1,
+        ("netcl.scheduler.runs", "netcl.scheduler.async=False", "netcl.scheduler.result=ok"): 1,
+        ("netcl.scheduler.runs", "netcl.scheduler.async=True", "netcl.scheduler.result=ok"): 1,
+    }
+
+
+@pytest.mark.parametrize("async_mode", [False, True])
+def test_counters_of_an_interrupted_run_and_its_resumption(
+    async_mode: bool, metric_points: Callable[[str], list[Any]]
+) -> None:
+    """An interrupted run counts as an error with the ops that returned; the run that resumes
+    it counts as ok with only the ops it ran itself."""
+    calls: list[int] = []
+
+    def interrupted_once() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+
+    mode = f"netcl.scheduler.async={async_mode}"
+    sched = Scheduler(async_mode=async_mode)
+    sched.submit(ExecutionPlan([lambda: None, interrupted_once, lambda: None], "resumed"))
+    before = _counters(metric_points)
+    with pytest.raises(KeyboardInterrupt):
+        sched.run()
+    middle = _counters(metric_points)
+    assert _added(before, middle) == {
+        ("netcl.scheduler.ops", mode): 1,
+        ("netcl.scheduler.runs", mode, "netcl.scheduler.result=error"): 1,
+    }
+    sched.run()
+    assert _added(middle, _counters(metric_points)) == {
+        ("netcl.scheduler.ops", mode): 2,
+        ("netcl.scheduler.runs", mode, "netcl.scheduler.result=ok"): 1,
+    }
+    assert len(calls) == 2
