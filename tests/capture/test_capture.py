@@ -246,6 +246,30 @@ def test_begin_again_replaces_the_recording(
     assert "launches=1" in repr(cap)
 
 
+def test_repr_tells_the_state_launches_and_replays(
+    queue: cl.CommandQueue, kernels: Any, buf: Any
+) -> None:
+    """``repr`` of a capture: empty, recording, then ready with its launches and replays; empty
+    again after reset."""
+    a, out = buf(np.ones(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+    seen = [repr(cap)]
+    with cap:
+        kernels.add(queue, (N,), None, out, a, a)
+        seen.append(repr(cap))
+        kernels.add(queue, (N,), None, out, a, a)
+    seen.append(repr(cap))
+    cap.replay()
+    seen.append(repr(cap))
+    cap.reset()
+    seen.append(repr(cap))
+    assert seen == ["KernelCapture(empty, launches=0, replays=0)",
+                    "KernelCapture(recording, launches=1, replays=0)",
+                    "KernelCapture(ready, launches=2, replays=0)",
+                    "KernelCapture(ready, launches=2, replays=1)",
+                    "KernelCapture(empty, launches=0, replays=0)"]  # fmt: skip
+
+
 def _no_clone(self: cl.Kernel) -> cl.Kernel:
     raise RuntimeError("clCloneKernel unsupported (simulated: OpenCL < 2.1 driver)")
 
@@ -303,8 +327,12 @@ def test_two_kernels_with_preset_arguments_and_one_size_object_replay_apart(
     (warning,) = [r for r in caplog.records
                   if getattr(r, "event", "") == "capture_preset_arguments"]  # fmt: skip
     assert warning.kernels == ["add", "scale_shift"]  # type: ignore[attr-defined]
-    with pytest.raises(CaptureFileError, match=r"kernels \['add', 'scale_shift'\] were launched"):
+    with pytest.raises(CaptureFileError) as refused:
         cap.save(tmp_path / "preset.ncap")
+    assert str(refused.value) == (
+        f"save({str(tmp_path / 'preset.ncap')!r}): kernels ['add', 'scale_shift'] were launched "
+        "with arguments set before begin(), which the capture does not know: pass the "
+        "arguments in the call")
     for out in (out1, out2):
         cl._cl._enqueue_fill_buffer(queue, out, np.float32(-1), 0, 4 * N)
     cap.replay()

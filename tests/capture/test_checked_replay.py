@@ -101,3 +101,34 @@ def test_the_same_in_this_process(queue: cl.CommandQueue, spans: Any) -> None:
     with pytest.raises(MemoryCheckError, match="found as it went back to BufferPool"):
         pool.release(x)  # its guard is still damaged
     pool.release_all([y, z])
+
+
+def test_an_overrun_on_an_out_of_order_queue_names_its_command(
+    ctx: cl.Context, queue: cl.CommandQueue
+) -> None:
+    """On an out-of-order queue (a scheduled replay) the command checked after each one is that
+    one: an overrun by the last command is named as the last."""
+    props = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+    try:
+        ooo = cl.CommandQueue(ctx, properties=props)
+    except cl.Error as exc:  # pragma: no cover - device without out-of-order queues
+        pytest.skip(f"the device has no out-of-order queues: {exc}")
+    src = ("__kernel void inc(__global const float *a, __global float *o) "
+           "{ int i = get_global_id(0); o[i] = a[i] + 1; }")  # fmt: skip
+    inc = cl.Kernel(cl.Program(ctx, src).build(), "inc")
+    pool = BufferPool(queue, check_memory=True)
+    x, y = (pool.allocate((1024,), np.float32) for _ in range(2))
+    x.write(np.zeros(1024, np.float32))
+    cap = KernelCapture()
+    with cap:
+        first = inc(ooo, (1024,), None, x.buffer, y.buffer)
+        inc(ooo, (2048,), None, y.buffer, x.buffer, wait_for=[first])  # twice x's size
+    ooo.finish()
+    with pytest.raises(MemoryCheckError) as info:
+        cap.replay()
+    assert str(info.value).startswith(
+        "KernelCapture.replay: recorded command 1 (kernel 'inc') wrote 4096 bytes past the end "
+        "of Tensor(shape=(1024,), dtype=float32, nbytes=4096)")
+    with pytest.raises(MemoryCheckError, match="found as it went back to BufferPool"):
+        pool.release(x)  # its guard is still damaged
+    pool.release(y)

@@ -130,8 +130,9 @@ def test_absolute_paths_in_build_options_are_refused_at_save(
     with KernelCapture() as cap:
         prg.one(queue, (16,), None, y)
     with pytest.raises(CaptureFileError, match=rf"build options name '{tmp_path / 'inc'}', a "
-                       "path of this machine.*build with the headers inlined"):
+                       "path of this machine.*build with the headers inlined") as refused:
         cap.save(tmp_path / "cap.ncl")
+    assert str(refused.value).startswith(f"save({str(tmp_path / 'cap.ncl')!r}): ")  # the file
     assert not list(tmp_path.glob("*.ncl*"))
 
 

@@ -176,3 +176,48 @@ def test_an_interrupt_between_a_host_wait_and_its_record_discards_the_recording(
     done: Any = cap.replay()
     done.wait()
     np.testing.assert_allclose(c.get(), 6.0)
+
+
+@pytest.mark.parametrize("enqueue", [cl.enqueue_marker, cl.enqueue_barrier],
+                         ids=["marker", "barrier"])  # fmt: skip
+def test_a_marker_or_barrier_on_another_queue_keeps_its_wait_list(
+    ctx: cl.Context, enqueue: Callable[..., cl.Event]
+) -> None:
+    """``cl.enqueue_marker(q2, [event])`` / ``cl.enqueue_barrier(q2, [event])`` (pyopencl
+    passes the wait list on positionally): in the replay too, the commands after it on q2
+    wait for q's command."""
+    q, q2 = _queues(ctx, False)
+    a = cla.to_device(q, np.ones(N, np.float32))
+    with KernelCapture() as cap:
+        b = a * 2  # on q
+        events = list(b.events)
+        del b.events[:]  # c's launch names no wait: only the marker's wait list orders it
+        enqueue(q2, events)
+        c = b.with_queue(q2) + 1  # on q2
+    q2.finish()
+    np.testing.assert_allclose(c.get(), 3.0)
+    for value in (5.0, 7.0):
+        a.set(np.full(N, value, np.float32))
+        _replay_while_held(cap, q, q2)
+        np.testing.assert_allclose(c.get(), value * 2 + 1)
+
+
+def test_a_direct_launch_on_another_queue_keeps_its_wait_list(ctx: cl.Context) -> None:
+    """``cl.enqueue_nd_range_kernel(q2, ..., wait_for=[event])`` with the arguments set in the
+    capture: in the replay too, the launch on q2 waits for q's command."""
+    q, q2 = _queues(ctx, False)
+    inc = cl.Kernel(cl.Program(ctx, "__kernel void inc(__global float *o, __global const float "
+                                    "*a) { int i = get_global_id(0); o[i] = a[i] + 1.0f; }"
+                               ).build(), "inc")  # fmt: skip
+    a = cla.to_device(q, np.ones(N, np.float32))
+    c = cla.empty(q2, N, np.float32)
+    with KernelCapture() as cap:
+        b = a * 2  # on q
+        inc.set_args(c.data, b.data)
+        cl.enqueue_nd_range_kernel(q2, inc, (N,), None, wait_for=list(b.events))
+    q2.finish()
+    np.testing.assert_allclose(c.get(), 3.0)
+    for value in (5.0, 7.0):
+        a.set(np.full(N, value, np.float32))
+        _replay_while_held(cap, q, q2)
+        np.testing.assert_allclose(c.get(), value * 2 + 1)

@@ -30,6 +30,32 @@ def test_offsets_and_sizes_are_replayed_launch_by_launch(
     np.testing.assert_array_equal(host_read(y, N), 2 * once)
 
 
+def test_a_direct_enqueue_keeps_its_offset_and_g_times_l(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
+) -> None:
+    """``cl.enqueue_nd_range_kernel`` called directly (arguments set in the capture): each
+    launch replays with its global offset and ``g_times_l``; the same size objects with
+    another ``g_times_l``, or the local size object as the global size, are another launch."""
+    x = np.arange(N, dtype=np.float32)
+    y, xb = buf(np.zeros(N)), buf(x)
+    kernel = cl.Kernel(kernels.program, "axpy")
+    size, local = (4,), (2,)
+    with KernelCapture() as cap:
+        kernel.set_args(y, xb, np.float32(1))
+        cl.enqueue_nd_range_kernel(queue, kernel, size, local, (16,))  # y[16:20] += x
+        cl.enqueue_nd_range_kernel(queue, kernel, size, local, None, g_times_l=True)  # y[0:8]
+        cl.enqueue_nd_range_kernel(queue, kernel, size, local, None)  # y[0:4] += x
+        cl.enqueue_nd_range_kernel(queue, kernel, local, local, None)  # y[0:2] += x
+    assert cap.num_launches == 4
+    once = np.zeros(N, np.float32)
+    once[16:20], once[0:8] = x[16:20], x[0:8]
+    once[0:4] += x[0:4]
+    once[0:2] += x[0:2]
+    np.testing.assert_array_equal(host_read(y, N), once)
+    cap.replay()
+    np.testing.assert_array_equal(host_read(y, N), 2 * once)
+
+
 def test_a_launch_on_another_thread_passes_through_with_its_geometry(
     queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
 ) -> None:

@@ -136,6 +136,78 @@ def test_what_the_caller_still_holds_stays_where_it_is(queue: cl.CommandQueue) -
     assert np.array_equal(out.get(), (x * 3.0 + 1.0).get())
 
 
+def test_a_temporary_set_with_set_arg_moves_into_the_arena(queue: cl.CommandQueue) -> None:
+    """Arguments set one by one (``Kernel.set_arg``, not a call's packed arguments) and a
+    direct ``enqueue_nd_range_kernel``: the dropped temporary moves into the arena and the
+    replays read and write it there."""
+    prg = cl.Program(queue.context, """
+        __kernel void twice(__global float *o, __global const float *a) {
+            int i = get_global_id(0); o[i] = 2.0f * a[i]; }
+        __kernel void inc(__global float *o, __global const float *a) {
+            int i = get_global_id(0); o[i] = a[i] + 1.0f; }""").build()
+    twice, inc = cl.Kernel(prg, "twice"), cl.Kernel(prg, "inc")
+    x = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
+    out = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
+    cl.enqueue_copy(queue, x, _host(1.0))
+    t = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
+    moved = t.int_ptr  # (read outside the capture: a raw handle read inside it is refused)
+    cap = KernelCapture()
+    with cap:
+        twice.set_arg(0, t)
+        twice.set_arg(1, x)
+        cl.enqueue_nd_range_kernel(queue, twice, (N,), None)
+        inc.set_arg(0, out)
+        inc.set_arg(1, t)
+        cl.enqueue_nd_range_kernel(queue, inc, (N,), None)
+        del t
+    assert cap.memory is not None and cap.memory.internal == 1
+    assert cap.memory.internal_bytes == NBYTES
+    used = {b.int_ptr for b in cap.buffers}
+    assert moved not in used and {x.int_ptr, out.int_ptr} < used  # t's memory: the arena's
+    got = np.empty(N, np.float32)
+    for seed in (2.0, 3.5):
+        cl.enqueue_copy(queue, x, _host(seed))
+        cap.replay()
+        cl.enqueue_copy(queue, got, out)
+        np.testing.assert_array_equal(got, 2 * _host(seed) + 1)
+
+
+@pytest.mark.parametrize("between", ["copies", "finishes"])
+def test_a_temporary_read_after_other_commands_keeps_its_region_until_then(
+    queue: cl.CommandQueue, kernels: Any, between: str
+) -> None:
+    """t1 is written first (by a copy) and read last, after three copies or finishes; t2
+    lives between: their lifetimes, counted in commands (copies and finishes count too),
+    overlap, so t2 never takes t1's memory."""
+    ctx = queue.context
+    rw = cl.mem_flags.READ_WRITE
+    x, e1, e2, e3, out = (cl.Buffer(ctx, rw, NBYTES) for _ in range(5))
+    n = (N,)
+    cap = KernelCapture()
+    with cap:
+        t1, t2 = cl.Buffer(ctx, rw, NBYTES), cl.Buffer(ctx, rw, NBYTES)
+        cl.enqueue_copy(queue, t1, x)  # 0: t1 = x
+        kernels.scale_shift(queue, n, None, e1, x, 1.0, 1)  # 1
+        kernels.scale_shift(queue, n, None, e1, x, 1.0, 2)  # 2
+        kernels.scale_shift(queue, n, None, t2, x, 3.0, 0)  # 3: t2 = 3x
+        kernels.add(queue, n, None, e2, t2, x)  # 4: e2 = 4x, the last use of t2
+        for _ in range(3):  # 5, 6, 7
+            if between == "copies":
+                cl.enqueue_copy(queue, e3, x)
+            else:
+                queue.finish()
+        kernels.add(queue, n, None, out, t1, x)  # 8: out = 2x, the last use of t1
+        del t1, t2
+    assert cap.memory is not None and cap.memory.internal == 2
+    assert cap.memory.arena_bytes == 2 * NBYTES
+    got = np.empty(N, np.float32)
+    for seed in (2.0, 3.5):
+        cl.enqueue_copy(queue, x, _host(seed))
+        cap.replay()
+        cl.enqueue_copy(queue, got, out)
+        np.testing.assert_array_equal(got, 2 * _host(seed))
+
+
 def test_a_sub_buffer_and_its_parent_stay_where_they_are(queue: cl.CommandQueue) -> None:
     x = cla.to_device(queue, _host(1.0))
     cap = KernelCapture()

@@ -315,6 +315,87 @@ def test_save_before_a_capture_and_unsaveable_arguments(queue: cl.CommandQueue, 
     assert not (tmp_path / "s.ncl").exists() and not list(tmp_path.iterdir())  # nothing left
 
 
+def test_captures_that_cannot_be_saved_are_refused_by_name(
+    queue: cl.CommandQueue, ctx: cl.Context, kernels: Any, buf: Any, tmp_path: Path
+) -> None:  # fmt: skip
+    """save() refuses a capture on two queues, one on an out-of-order queue and an empty one,
+    each with its own message naming the file, and leaves no file behind."""
+    x, y = buf(np.arange(8)), buf(np.ones(8))
+    path = tmp_path / "cap.ncl"
+    where = f"save({str(path)!r}): "
+    one_queue = ("the capture uses {} queues (or an out-of-order queue); only a capture on one "
+                 "in-order queue can be saved")  # fmt: skip
+    other = cl.CommandQueue(ctx)
+    ooo = cl.CommandQueue(ctx, properties=cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+    with KernelCapture() as two:
+        kernels.axpy(queue, (8,), None, y, x, np.float32(2))
+        kernels.axpy(other, (8,), None, y, x, np.float32(2))
+    with KernelCapture() as unordered:
+        kernels.axpy(ooo, (8,), None, y, x, np.float32(2))
+    with KernelCapture() as empty:
+        pass
+    for cap, message in ((two, one_queue.format(2)), (unordered, one_queue.format(1)),
+                         (empty, "the capture is empty")):  # fmt: skip
+        with pytest.raises(CaptureFileError) as refused:
+            cap.save(path)
+        assert str(refused.value) == where + message
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_save_replaces_the_file_and_reports_its_size(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, tmp_path: Path, spans: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """save() writes the whole file in place of an older one (no partial file left) and
+    returns its size; its span and its ``capture_saved`` event tell the file, the bytes and
+    the launches."""
+    x, y = buf(np.arange(8)), buf(np.ones(8))
+    with KernelCapture() as cap:
+        kernels.axpy(queue, (8,), None, y, x, np.float32(2))
+        kernels.axpy(queue, (8,), None, y, x, np.float32(3))
+    path = tmp_path / "cap.ncl"
+    path.write_bytes(b"an older file")
+    with caplog.at_level(logging.INFO, logger="netcl.runtime.capture"):
+        size = cap.save(path)
+    assert size == path.stat().st_size > 100 and list(tmp_path.iterdir()) == [path]
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "netcl.capture.save"]
+    sections = _saved.inspect(path)["sections"]
+    assert dict(span.attributes) == {"netcl.capture.file": str(path), "netcl.capture.bytes": size,
+                                     "netcl.capture.sections": sections,
+                                     "netcl.capture.launches": 2}  # fmt: skip
+    (event,) = [r for r in caplog.records if getattr(r, "event", None) == "capture_saved"]
+    assert (event.file, event.bytes, event.launches) == (str(path), size, 2)  # type: ignore[attr-defined]
+    loaded = load_capture(path, queue)
+    assert loaded.num_launches == 2
+
+
+def test_a_buffer_first_copied_from_keeps_its_contents_and_a_repeated_launch_is_one_shape(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, tmp_path: Path
+) -> None:  # fmt: skip
+    """x is first the source of a copy (read whole: a constant, saved with its contents), y
+    its destination (overwritten whole: scratch); a scalar set as a 0-d numpy array
+    is saved as that number; the same launch repeated is one launch of the file, and a
+    command per repeat."""
+    x, y = buf(np.arange(64)), buf(np.zeros(64))
+    axpy = cl.Kernel(kernels.program, "axpy")
+    with KernelCapture() as cap:
+        cl.enqueue_copy(queue, y, x)
+        axpy.set_args(y, x, np.array(0.5, np.float32))  # a 0-d array
+        for _ in range(4):
+            cl.enqueue_nd_range_kernel(queue, axpy, (64,), None)
+    path = tmp_path / "cap.ncl"
+    cap.save(path)
+    assert _saved.inspect(path)["buffers"] == {"constant": {"count": 1, "bytes": 256},
+                                               "scratch": {"count": 1, "bytes": 256}}  # fmt: skip
+    manifest, _ = _manifest(path.read_bytes())
+    assert len(manifest["launches"]) == 1 and len(manifest["commands"]) == 5
+    loaded = load_capture(path, queue)
+    cl.enqueue_copy(queue, x, np.zeros(64, np.float32))  # this process's x: not the file's
+    loaded.replay()
+    y2 = loaded.launches[0].args[0]
+    np.testing.assert_array_equal(host_read(y2, 64), 3 * np.arange(64, dtype=np.float32))
+
+
 # -- hostile files ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory, queue: cl.CommandQueue) -> bytes:

@@ -325,6 +325,95 @@ def test_copy_outputs_returns_tensors_the_next_call_does_not_overwrite(
         np.testing.assert_allclose(out.to_numpy(), 2 * i)
 
 
+@pytest.mark.parametrize("as_tuple", [False, True])
+def test_a_copied_output_waits_for_the_replay_launched_on_another_queue(
+    k: K, ctx: cl.Context, queue: cl.CommandQueue, as_tuple: bool
+) -> None:
+    """``copy_outputs``: the copy of an output (made on the output's queue), alone or in a
+    tuple, waits for the replay that writes it, even when the step launched on another queue;
+    while that queue is held, the copy does not run and read what the previous call left."""
+    import threading
+
+    other = cl.CommandQueue(ctx)
+
+    @capture_step(warmup=0, copy_outputs=True)
+    def scale(x: Tensor) -> Any:
+        out = Tensor.empty(x.shape, F32, other)  # the output's queue is not the launch's
+        k.scale(queue, (x.size,), None, out.buffer, x.buffer, 2.0).wait()
+        return (out,) if as_tuple else out
+
+    def scaled(x: Tensor) -> Tensor:
+        result = scale(x)
+        return result[0] if as_tuple else result  # type: ignore[no-any-return]
+
+    np.testing.assert_array_equal(scaled(Tensor.from_numpy(np.ones(4, F32), queue)).to_numpy(), 2)
+    for i in range(2, 4):
+        assert scale.stats == StepStats(runs=0, captures=1, replays=i - 2, evictions=0)
+        x = Tensor.from_numpy(np.full(4, i, F32), queue)
+        queue.finish()
+        gate = cl.UserEvent(ctx)
+        cl.enqueue_marker(queue, wait_for=[gate])  # the replay waits behind this
+        # opened later: meanwhile the copy would run, were it not waiting for the replay
+        opener = threading.Timer(0.3, gate.set_status, [cl.command_execution_status.COMPLETE])
+        opener.start()
+        out = scaled(x)
+        other.flush()
+        opener.join()
+        np.testing.assert_array_equal(out.to_numpy(), 2 * i, err_msg=f"call {i}")
+    assert scale.stats == StepStats(runs=0, captures=1, replays=2, evictions=0)
+
+
+def test_repr_names_the_step_its_captures_and_replays(k: K, queue: cl.CommandQueue) -> None:
+    """``repr`` of a step: its name, captures kept out of ``max_captures``, replays."""
+    step = _scale_step(k, queue, max_captures=3, name="scaler")
+    assert repr(step) == "CapturedStep(scaler, captures=0/3, replays=0)"
+    for _ in range(4):  # the warm-up, the recording, two replays
+        step(Tensor.from_numpy(np.ones(4, F32), queue), 2.0)
+    assert repr(step) == "CapturedStep(scaler, captures=1/3, replays=2)"
+
+
+@pytest.mark.parametrize("warmup", [0, 1, 2, 3])
+def test_warmup_is_the_number_of_normal_calls_before_the_recording(
+    k: K, queue: cl.CommandQueue, warmup: int
+) -> None:
+    """With ``warmup=n`` the first n calls of a key run the step, call n + 1 records, the
+    later ones replay; every call gives the right answer."""
+    step = _scale_step(k, queue, warmup=warmup)
+    seen = []
+    for i in range(warmup + 3):
+        x = np.full(4, i, F32)
+        np.testing.assert_allclose(step(Tensor.from_numpy(x, queue), 2.0).to_numpy(), 2 * x)
+        seen.append(tuple(step.stats))
+    assert seen == ([(i + 1, 0, 0, 0) for i in range(warmup)]
+                    + [(warmup, 1, 0, 0), (warmup, 1, 1, 0), (warmup, 1, 2, 0)])  # fmt: skip
+
+
+def test_copy_outputs_of_none_an_array_and_keyword_arguments(queue: cl.CommandQueue) -> None:
+    """``copy_outputs`` with a step returning None (None on every call) and one returning a
+    pyopencl Array (a copy the next call does not overwrite); keyword arguments reach the
+    step in its warm-up, recording and replays alike."""
+
+    @capture_step(copy_outputs=True)
+    def nothing(x: cla.Array) -> None:
+        x += 1  # in place
+
+    @capture_step(copy_outputs=True)
+    def twice(x: cla.Array, *, scale: float) -> cla.Array:
+        return x * scale
+
+    outs = []
+    for i in range(4):
+        x = cla.to_device(queue, np.full(4, i, F32))
+        assert nothing(x) is None
+        np.testing.assert_array_equal(x.get(), i + 1)
+        outs.append(twice(x=x, scale=2.0))
+    assert len({id(o) for o in outs}) == 4
+    for i, out in enumerate(outs):
+        assert isinstance(out, cla.Array)
+        np.testing.assert_array_equal(out.get(), 2 * (i + 1))
+    assert nothing.stats == twice.stats == StepStats(runs=1, captures=1, replays=2, evictions=0)
+
+
 def test_in_place_step_returning_none_and_one_returning_its_argument(
     k: K, queue: cl.CommandQueue
 ) -> None:
@@ -395,11 +484,14 @@ def test_a_list_result_is_a_new_list_on_every_replay(k: K, queue: cl.CommandQueu
     assert pair.stats.replays == 2
 
 
+@pytest.mark.parametrize("copy", [False, True])
 def test_a_call_waiting_while_another_thread_records_replays_that_capture(
-    k: K, queue: cl.CommandQueue
+    k: K, queue: cl.CommandQueue, copy: bool
 ) -> None:  # fmt: skip
     """A call with the key another thread is recording waits for that recording, then
-    replays it (it neither records again nor runs the step)."""
+    replays it (it neither records again nor runs the step) and gets its outputs: the
+    recorded output, its own argument, a view of its argument; with ``copy_outputs``, copies
+    of them that the next call does not overwrite."""
     import threading
     import time
 
@@ -413,24 +505,34 @@ def test_a_call_waiting_while_another_thread_records_replays_that_capture(
         except BaseException as exc:
             errors.append(exc)
 
-    @capture_step(warmup=0)
-    def step(x: Tensor) -> Tensor:
+    @capture_step(warmup=0, copy_outputs=copy)
+    def step(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         out = Tensor.empty(x.shape, F32, queue)
         k.scale(queue, (x.size,), None, out.buffer, x.buffer, 2.0)
         if not others and not errors and not hasattr(step, "thread"):
             step.thread = threading.Thread(target=other_call)  # type: ignore[attr-defined]
             step.thread.start()  # type: ignore[attr-defined]
             time.sleep(0.5)  # the other call finds no capture yet and waits for this one
-        return out
+        return out, x, Tensor(x.buffer, (2, 2), F32, queue)
 
     x = Tensor.from_numpy(np.full(4, 1, F32), queue)
     first = step(x)
     step.thread.join()  # type: ignore[attr-defined]
     assert not errors, errors
     (other,) = others
-    assert other is first  # a replay returns the recorded output, overwritten
-    np.testing.assert_array_equal(other.to_numpy(), 10)  # by the replay on the other call's y
-    assert step.stats == StepStats(runs=0, captures=1, replays=1, evictions=0)
+    if copy:  # each call's own copies, of its own result
+        assert all(isinstance(o, Tensor) for o in other)
+        assert other[0] is not first[0] and other[1] is not y and other[2].buffer is not y.buffer
+        np.testing.assert_array_equal(first[0].to_numpy(), 2)
+    else:
+        assert other[0] is first[0]  # a replay returns the recorded output, overwritten
+        assert other[1] is y and other[2].buffer is y.buffer  # this call's argument, and a view
+    assert other[2].shape == (2, 2)
+    step(Tensor.from_numpy(np.full(4, 7, F32), queue))  # overwrites the recorded output
+    np.testing.assert_array_equal(other[0].to_numpy(), 14 if not copy else 10)
+    np.testing.assert_array_equal(other[1].to_numpy(), 5)
+    np.testing.assert_array_equal(other[2].to_numpy(), np.full((2, 2), 5))
+    assert step.stats == StepStats(runs=0, captures=1, replays=2, evictions=0)
 
 
 def test_host_side_effects_run_only_when_the_step_runs(k: K, queue: cl.CommandQueue) -> None:
@@ -467,36 +569,81 @@ def test_a_non_tensor_argument_is_part_of_the_key(k: K, queue: cl.CommandQueue) 
 def test_an_unhashable_argument_is_a_type_error_naming_it(k: K, queue: cl.CommandQueue) -> None:
     step = _scale_step(k, queue)
     x = Tensor.from_numpy(np.ones(4, F32), queue)
-    with pytest.raises(TypeError, match=r"argument s is an unhashable list"):
+    with pytest.raises(TypeError) as caught:
         step(x, [2.0])  # type: ignore[arg-type]
+    assert str(caught.value) == (
+        "captured step _scale_step.<locals>.scale: argument s is an unhashable list; a captured "
+        "step keys its captures on the values of its non-Tensor arguments, so they must be "
+        "hashable: pass a tuple instead of a list, a Tensor instead of a numpy array, or read "
+        "the value from outside the step")
     assert step.stats == StepStats(0, 0, 0, 0)  # nothing ran
     np.testing.assert_allclose(step(x, 2.0).to_numpy(), 2)
 
-
-def test_a_step_returning_a_host_value_is_refused_at_its_first_call(
-    queue: cl.CommandQueue,
-) -> None:
     @capture_step
-    def total(a: cla.Array) -> float:
-        return float(cla.sum(a).get())
+    def three(x: Tensor, s: Any, t: Any) -> None:
+        raise AssertionError("not called")
 
-    with pytest.raises(TypeError, match=r"returned float; a captured step must return None"):
-        total(cla.to_device(queue, np.ones(4, F32)))
+    for args, kwargs in [((x, [1.0], 2.0), {}), ((x,), {"t": 2.0, "s": {1.0}})]:
+        with pytest.raises(TypeError, match=r": argument s is an unhashable (list|set);"):
+            three(*args, **kwargs)  # the first unhashable argument is named, not the last
+
+
+@pytest.mark.parametrize("warmup", [1, 0])
+def test_a_step_returning_a_host_value_is_refused_at_its_first_call(
+    queue: cl.CommandQueue, warmup: int
+) -> None:
+    """Whether the first call runs the step (warm-up) or records it, a host value returned
+    alone or inside a tuple is a TypeError naming the step, the type and the item."""
+
+    @capture_step(warmup=warmup, name="total")
+    def total(a: cla.Array, pair: bool) -> Any:
+        value = float(cla.sum(a).get())
+        return (a, value) if pair else value
+
+    rule = ("; a captured step must return None, a Tensor, a pyopencl Array, or a tuple or list "
+            "of them (a host value computed inside the step would not be recomputed by a "
+            "replay)")  # fmt: skip
+    a = cla.to_device(queue, np.ones(4, F32))
+    with pytest.raises(TypeError) as caught:
+        total(a, False)
+    assert str(caught.value) == "captured step total: returned float" + rule
+    with pytest.raises(TypeError) as caught:
+        total(a, True)
+    assert str(caught.value) == "captured step total: returned float (item 1 of the tuple)" + rule
+    assert total.num_captures == 0
 
 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
         ({"max_captures": 0}, "max_captures must be an int >= 1, got 0"),
+        ({"max_captures": 2.0}, "max_captures must be an int >= 1, got 2.0"),
         ({"warmup": -1}, "warmup must be an int >= 0, got -1"),
         ({"warmup": True}, "warmup must be an int >= 0, got True"),
-        ({"check_atol": float("nan")}, "check_atol must be a finite number >= 0"),
-        ({"name": ""}, "name must be a non-empty str"),
+        ({"check_atol": float("nan")}, "check_atol must be a finite number >= 0, got nan"),
+        ({"check_atol": float("inf")}, "check_atol must be a finite number >= 0, got inf"),
+        ({"check_atol": -1e-9}, "check_atol must be a finite number >= 0, got -1e-09"),
+        ({"check_atol": True}, "check_atol must be a finite number >= 0, got True"),
+        ({"check_atol": "0"}, "check_atol must be a finite number >= 0, got '0'"),
+        ({"name": ""}, "name must be a non-empty str or None, got ''"),
+        ({"name": 3}, "name must be a non-empty str or None, got 3"),
     ],
 )
 def test_bad_options_are_refused(options: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    """Each bad option is a ValueError naming it and the value given."""
+    with pytest.raises(ValueError) as caught:
         capture_step(**options)(lambda: None)
+    assert str(caught.value) == f"capture_step: {message}"
+
+
+def test_the_least_options_are_accepted_and_a_non_callable_refused() -> None:
+    """``warmup=0``, ``max_captures=1``, ``check_atol=0`` and a name are valid; a step that is
+    not callable is a TypeError naming its type."""
+    step = capture_step(warmup=0, max_captures=1, check_atol=0, name="s")(lambda: None)
+    assert (step.name, step.max_captures) == ("s", 1)
+    with pytest.raises(TypeError) as caught:
+        capture_step(5)  # type: ignore[call-overload]
+    assert str(caught.value) == "capture_step: expected a callable step function, got int 5"
 
 
 def test_aliased_arguments_get_a_capture_of_their_own(k: K, queue: cl.CommandQueue) -> None:

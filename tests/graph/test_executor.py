@@ -239,6 +239,33 @@ def test_repeated_runs_reuse_the_arena_block(
     assert pool.stats.bytes_held == held
 
 
+def test_a_graph_without_external_inputs(
+    queue: cl.CommandQueue, pool: BufferPool, kernels: Any
+) -> None:
+    """Ops with no inputs (a fill) as the first ops of a graph with no external Tensor: the
+    fill asked for as an output and the sum of two fills are computed and owned."""
+
+    def fill(value: float) -> Any:
+        def fn(inputs: list[Tensor], out: Tensor) -> None:
+            assert inputs == []
+            cl.enqueue_fill_buffer(out.queue, out.buffer, np.float32(value), 0, out.nbytes)
+
+        return fn
+
+    g = Graph()
+    a = g.add_op("a", fill(2.0), [], (64,), np.float32)
+    b = g.add_op("b", fill(3.0), [], (64,), np.float32)
+    g.add_op("sum", kernels.add, [a, b], (64,), np.float32)
+    ex = GraphExecutor(pool)
+    for _ in range(2):
+        first, total = ex.run(g, outputs=["a", "sum"])
+        np.testing.assert_array_equal(first.to_numpy(), np.full(64, 2.0, np.float32))
+        np.testing.assert_array_equal(total.to_numpy(), np.full(64, 5.0, np.float32))
+        assert pool.owns(first) and pool.owns(total)
+        pool.release_all([first, total])
+    assert pool.stats.bytes_in_use == 0
+
+
 def test_out_of_order_queue(ctx: cl.Context, kernels: Any) -> None:
     """Wide and deep reuse on an out-of-order queue: the barriers keep every result exact."""
     props = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE

@@ -95,6 +95,44 @@ def test_kept_intermediate_raises_after_the_run(queue: cl.CommandQueue, inc_kern
     pool.release_all([a, c])
 
 
+def test_values_of_a_failed_run_raise_when_used(queue: cl.CommandQueue, inc_kernel: Any) -> None:
+    """A run whose third op raises: the values the first two ops made, kept by their fns, are
+    gone with the run: the intermediate's use names it, the graph and what to do; the output
+    block went back to the pool."""
+    kept: dict[str, Tensor] = {}
+    x = Tensor.from_numpy(np.zeros(1024, np.float32), queue)
+
+    def inc(name: str) -> Callable[[list[Tensor], Tensor], None]:
+        def fn(inputs: list[Tensor], out: Tensor) -> None:
+            inc_kernel(out.queue, (out.size,), None, inputs[0].buffer, out.buffer)
+            kept[name] = out
+
+        return fn
+
+    def boom(inputs: list[Tensor], out: Tensor) -> None:
+        raise ZeroDivisionError("no")
+
+    g = Graph()
+    ref = g.add_op("a", inc("a"), [x], (1024,), np.float32)
+    ref = g.add_op("b", inc("b"), [ref], (1024,), np.float32)
+    g.add_op("c", boom, [ref], (1024,), np.float32)
+    pool = BufferPool(queue)
+    ex = GraphExecutor(pool)
+    with pytest.raises(RuntimeError, match=r"op 'c' raised ZeroDivisionError: no"):
+        ex.run(g, outputs=["b", "c"])
+    assert pool.stats.bytes_in_use == 0
+    with pytest.raises(RuntimeError) as used:
+        kept["a"].to_numpy()
+    assert str(used.value).endswith(
+        "is intermediate 'a' of Graph(3 ops: a, b, c): its run ended and its memory now holds "
+        "other values; request it as an output (run(graph, outputs=[..., 'a'])) or copy it "
+        "inside the op")
+    with pytest.raises(RuntimeError) as used:
+        kept["b"].to_numpy()
+    assert str(used.value).endswith(
+        " was released to its BufferPool; a released tensor cannot be used")
+
+
 @pytest.mark.parametrize("outputs", [None, ["n7", "n2"], ["n0", "n5"]])
 @pytest.mark.parametrize("sizes", [[256] * 8, [1024, 3000, 256, 1024, 5000, 64, 1024, 700],
                                    [8000, 4000, 2000, 1000, 500, 250, 125, 64]])
