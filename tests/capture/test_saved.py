@@ -369,18 +369,20 @@ def test_a_save_replaces_the_file_and_reports_its_size(
     assert loaded.num_launches == 2
 
 
+@pytest.mark.parametrize("shape", [(), (1,)], ids=["0-d", "one-element"])
 def test_a_buffer_first_copied_from_keeps_its_contents_and_a_repeated_launch_is_one_shape(
-    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, tmp_path: Path
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, tmp_path: Path,
+    shape: tuple[int, ...],
 ) -> None:  # fmt: skip
     """x is first the source of a copy (read whole: a constant, saved with its contents), y
-    its destination (overwritten whole: scratch); a scalar set as a 0-d numpy array
-    is saved as that number; the same launch repeated is one launch of the file, and a
-    command per repeat."""
+    its destination (overwritten whole: scratch); a scalar set as a numpy array of one number
+    (0-d, or 1-d of one element: pyopencl passes its bytes) is saved as that number; the same
+    launch repeated is one launch of the file, and a command per repeat."""
     x, y = buf(np.arange(64)), buf(np.zeros(64))
     axpy = cl.Kernel(kernels.program, "axpy")
     with KernelCapture() as cap:
         cl.enqueue_copy(queue, y, x)
-        axpy.set_args(y, x, np.array(0.5, np.float32))  # a 0-d array
+        axpy.set_args(y, x, np.full(shape, 0.5, np.float32))
         for _ in range(4):
             cl.enqueue_nd_range_kernel(queue, axpy, (64,), None)
     path = tmp_path / "cap.ncl"

@@ -113,8 +113,7 @@ class BufferIndex:
     def _check_overlaps(self, subst: Mapping[int, cl.MemoryObjectHolder]) -> None:
         """No recorded copy may read and write overlapping bytes of one buffer after the
         substitution (OpenCL refuses such a copy, in the middle of the replay)."""
-        ops = {i for key in subst for i in self.uses[key].ops
-               if type(self.ops[i]) is RawTransfer}  # fmt: skip
+        ops = {i for key in subst for i in self.uses[key].ops if type(self.ops[i]) is RawTransfer}
         for i in sorted(ops):
             op = self.ops[i]
             assert isinstance(op, RawTransfer)

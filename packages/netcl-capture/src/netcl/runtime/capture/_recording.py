@@ -403,8 +403,7 @@ _COPIED = (np.ndarray, bytearray, memoryview)  # values copied when recorded (mu
 def _same(old: Any, new: Any) -> bool:
     """Whether two values of one argument are the same: identity for objects (a buffer is the
     recording's own reference, one per buffer), equality for scalars and bytes."""
-    return old is new or (type(old) is type(new) and isinstance(new, _SCALARS)
-                          and bool(old == new))
+    return old is new or (type(old) is type(new) and isinstance(new, _SCALARS) and bool(old == new))
 
 
 def _resolve_copy_count(entry: EntryPoint, pos: list[Any], kw: dict[str, Any]) -> None:

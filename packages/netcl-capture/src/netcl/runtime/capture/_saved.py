@@ -122,7 +122,7 @@ class _Buffers(dict[int, tuple[int, cl.MemoryObjectHolder]]):
         value: Any = parts[-1] if len(parts) > 1 else None
         if len(parts) == 3 or (isinstance(value, np.ndarray) and value.size == 1):  # one number
             code = parts[1] if len(parts) == 3 else value.dtype  # the C type pyopencl packs
-            value = np.array(value, code.decode() if isinstance(code, bytes) else code)[()]
+            value = np.array(value, code.decode() if isinstance(code, bytes) else code).ravel()[0]
         if isinstance(value, np.generic) and value.dtype.str in fmt.SCALARS:
             return fmt.Arg(arg.arg_index, None, fmt.Scalar(value.dtype.str, value.tobytes().hex()),
                            None)  # fmt: skip

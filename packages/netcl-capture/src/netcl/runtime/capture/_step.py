@@ -250,6 +250,9 @@ class CapturedStep(Generic[P, R]):
                           "makes every call a new key")  # fmt: skip
             span.set_many({tm.LAUNCHES: entry.launches, "netcl.step.evicted": evicted,
                            "netcl.step.captures_kept": len(self._captures)})  # fmt: skip
+        if self._copy:  # copied once the recorded commands are done, whichever queues they used
+            for q in {id(op.queue): op.queue for op in cap._program.ops}.values():  # type: ignore[union-attr]
+                q.finish()  # (the recording call waits: it is the one slow call of its key)
         return _copies(result, None) if self._copy else result
 
     def _checked_replay(self, entry: _Capture, call: _Call) -> Any:

@@ -137,9 +137,8 @@ def _events(results: Iterable[object]) -> list[EventLike]:
 
 def _is_events(value: object) -> bool:
     """Whether an op's non-None return value is an event or a list/tuple of events."""
-    if hasattr(value, "wait"):
-        return True
-    return isinstance(value, (list, tuple)) and all(v is None or hasattr(v, "wait") for v in value)
+    return hasattr(value, "wait") or (isinstance(value, (list, tuple)) and all(
+        v is None or hasattr(v, "wait") for v in value))
 
 
 @dataclass(slots=True, eq=False)
