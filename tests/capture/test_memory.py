@@ -55,16 +55,21 @@ def test_dropped_temporaries_share_an_arena_and_replays_stay_exact(queue: cl.Com
         assert np.array_equal(out.get(), want)
 
 
-@pytest.mark.parametrize("kind", ["BufferPool", "pyopencl MemoryPool"])
-def test_a_pool_never_hands_out_memory_a_replay_writes(queue: cl.CommandQueue, kind: str) -> None:
-    """Blocks released to a pool during the capture: the pool hands them out again between
-    replays (here: filled with garbage), and the replays must not care."""
+def _twice_inc(queue: cl.CommandQueue) -> tuple[cl.Kernel, cl.Kernel]:
+    """Kernels ``twice`` (o = 2a) and ``inc`` (o = a + 1)."""
     prg = cl.Program(queue.context, """
         __kernel void twice(__global float *o, __global const float *a) {
             int i = get_global_id(0); o[i] = 2.0f * a[i]; }
         __kernel void inc(__global float *o, __global const float *a) {
             int i = get_global_id(0); o[i] = a[i] + 1.0f; }""").build()
-    twice, inc = cl.Kernel(prg, "twice"), cl.Kernel(prg, "inc")
+    return cl.Kernel(prg, "twice"), cl.Kernel(prg, "inc")
+
+
+@pytest.mark.parametrize("kind", ["BufferPool", "pyopencl MemoryPool"])
+def test_a_pool_never_hands_out_memory_a_replay_writes(queue: cl.CommandQueue, kind: str) -> None:
+    """Blocks released to a pool during the capture: the pool hands them out again between
+    replays (here: filled with garbage), and the replays must not care."""
+    twice, inc = _twice_inc(queue)
     x = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
     out = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
     alloc, free = _pool(queue, kind)
@@ -140,12 +145,7 @@ def test_a_temporary_set_with_set_arg_moves_into_the_arena(queue: cl.CommandQueu
     """Arguments set one by one (``Kernel.set_arg``, not a call's packed arguments) and a
     direct ``enqueue_nd_range_kernel``: the dropped temporary moves into the arena and the
     replays read and write it there."""
-    prg = cl.Program(queue.context, """
-        __kernel void twice(__global float *o, __global const float *a) {
-            int i = get_global_id(0); o[i] = 2.0f * a[i]; }
-        __kernel void inc(__global float *o, __global const float *a) {
-            int i = get_global_id(0); o[i] = a[i] + 1.0f; }""").build()
-    twice, inc = cl.Kernel(prg, "twice"), cl.Kernel(prg, "inc")
+    twice, inc = _twice_inc(queue)
     x = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
     out = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
     cl.enqueue_copy(queue, x, _host(1.0))
