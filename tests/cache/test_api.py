@@ -15,7 +15,7 @@ from pathlib import Path
 import pyopencl as cl
 import pytest
 
-from netcl.runtime.cache import ProgramCache, _program_cache, cacher
+from netcl.runtime.cache import ProgramBuildError, ProgramCache, _program_cache, cacher
 
 
 def test_spec_examples_verbatim(
@@ -145,8 +145,9 @@ def test_bad_arguments(
     c = ProgramCache(cache_dir)
     with pytest.raises(TypeError, match=r"ctx must be a pyopencl\.Context"):
         c.get_program("ctx", add_src(), device)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="src_code must be a str"):
+    with pytest.raises(TypeError) as info:
         c.get_program(ctx, b"__kernel void f() {}", device)  # type: ignore[arg-type]
+    assert str(info.value) == "get_program: src_code must be a str of OpenCL C, got bytes"
     with pytest.raises(ValueError, match="src_code is empty"):
         c.get_program(ctx, "  \n", device)
     with pytest.raises(TypeError, match=r"device must be a pyopencl\.Device"):
@@ -234,3 +235,13 @@ def test_import_touches_no_disk_and_hits_across_processes(
     assert second.split() == ["True", "0", "1"]  # a new process loads the binary
     assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(root / "programs").st_mode) == 0o700
+
+
+def test_a_build_error_without_options_names_the_device_code_and_log() -> None:
+    """A build failure's message: the device, the options only where some were given, the
+    OpenCL error code and the driver's log (or ``(empty)``)."""
+    plain = ProgramBuildError(device_name="cpu-x", options="", log="1 error\n", code=-11)
+    assert str(plain) == "OpenCL build failed on device 'cpu-x' (error -11); build log:\n1 error"
+    opts = ProgramBuildError(device_name="cpu-x", options="-DN=4", log=" ", code=None)
+    assert str(opts) == ("OpenCL build failed on device 'cpu-x' with options '-DN=4' (error "
+                         "None); build log:\n(empty)")

@@ -113,6 +113,10 @@ def test_max_bytes_env_and_parse(monkeypatch: pytest.MonkeyPatch, cache_dir: Pat
     assert parse_size("500M", "x") == 500 << 20
     assert parse_size("1024", "x") == 1024
     assert parse_size("1.5KiB", "x") == 1536
+    # a unit in any case, with or without B (1000s are not meant: the units are binary)
+    for text in ("500MB", "500mb", "500 MiB", "500m"):
+        assert parse_size(text, "x") == 500 << 20, text
+    assert parse_size("1024B", "x") == parse_size("1024b", "x") == 1024
     with pytest.raises(ValueError, match="NETCL_CACHE_MAX_BYTES: expected a byte count"):
         parse_size("lots", "NETCL_CACHE_MAX_BYTES")
     monkeypatch.setenv("NETCL_CACHE_MAX_BYTES", "64M")

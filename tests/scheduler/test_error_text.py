@@ -173,3 +173,22 @@ def test_the_message_when_a_plan_follows_an_event_that_already_failed(
         "scheduler.submit(plan))"
     )
     assert info.value.event is failed and ran == []
+
+
+@pytest.mark.parametrize("later", [5, 6])
+def test_the_message_names_at_most_five_unrun_plans_and_counts_the_rest(later: int) -> None:
+    """Five plans left unrun are all named; from the sixth on, the message names five and says
+    how many more the error's ``unrun_plans`` holds."""
+    sched = Scheduler()
+    sched.submit(boom, plan=ExecutionPlan(description="first"))
+    for i in range(1, later + 1):
+        sched.submit(print, plan=ExecutionPlan(description=f"p{i}"))
+    with pytest.raises(Scheduler.Error) as info:
+        sched.run()
+    names = ", ".join(f"plan {i} 'p{i}'" for i in range(1, 6))
+    more = ", ... (1 more)" if later == 6 else ""
+    assert str(info.value).endswith(
+        f"; {later} later plan(s) not run: {names}{more} (on the error's .unrun_plans; "
+        "resubmit with scheduler.submit(plan))"
+    ), str(info.value)
+    assert len(info.value.unrun_plans) == later
