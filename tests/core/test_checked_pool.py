@@ -8,7 +8,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from netcl.core.memory import BufferPool, MemoryCheckError
+from netcl.core.memory import BufferPool, MemoryCheckError, guard_byte, guard_bytes
 
 INC = "__kernel void inc(__global const float *a, __global float *o) "
 INC += "{ int i = get_global_id(0); o[i] = a[i] + 1; }"
@@ -58,3 +58,17 @@ def test_a_checked_pool_keeps_its_name_and_limit(queue: cl.CommandQueue) -> None
     assert (pool.check_memory, pool.name, pool.limit) == (True, "guarded", 1 << 20)
     with pytest.raises(MemoryError):
         pool.allocate((1 << 19,), np.float32)  # 2 MiB, over the 1 MiB limit
+
+
+def test_each_blocks_guard_holds_its_own_byte(queue: cl.CommandQueue) -> None:
+    """The guard after each block holds 0xB0 to 0xBF, the next block's the next byte (17 blocks:
+    the 17th starts over), as many bytes again plus 4 KiB, right after the tensor's bytes."""
+    assert [guard_byte(turn) for turn in range(18)] == [*range(0xB0, 0xC0), 0xB0, 0xB1]
+    assert (guard_bytes(0), guard_bytes(100)) == (4096, 4196)
+    pool = BufferPool(queue, check_memory=True)
+    tensors = [pool.allocate((4,), np.float32) for _ in range(17)]
+    for turn, t in enumerate(tensors):
+        host = np.zeros(16 + guard_bytes(16), np.uint8)
+        cl.enqueue_copy(queue, host, t.buffer)
+        assert (host[16:] == 0xB0 + turn % 16).all(), turn
+    pool.release_all(tensors)

@@ -90,3 +90,43 @@ def test_a_broken_plugin_does_not_break_info(
     monkeypatch.setattr(cli, "entry_points", lambda group: [Broken()])
     assert cli.main(["info"]) == 0
     assert "the 'cache' command failed to load" in capsys.readouterr().err
+
+
+def test_info_prints_every_platform_and_device_in_its_exact_form(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`netcl info` lists pyopencl, each platform and each device with its kind, in the format
+    users read and scripts parse."""
+    import pyopencl as cl
+
+    from netcl.core import paths
+
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    expected = [f"pyopencl {cl.VERSION_TEXT}", "OpenCL platforms:"]
+    for i, plat in enumerate(cl.get_platforms()):
+        expected.append(f"  [{i}] {plat.name} ({plat.version})")
+        for j, dev in enumerate(device._devices_of(plat)):
+            kind = cl.device_type.to_string(dev.type)
+            expected.append(f"      [{i}:{j}] {dev.name} [{kind}] driver {dev.driver_version}")
+    dev = device.pick_device()
+    expected += [
+        f"default device: {dev.name} ({dev.platform.name})",
+        f"device identity: {device.device_identity(dev)}",
+        f"cache dir: {paths.default_cache_dir()}",
+    ]
+    lines = out.splitlines()
+    start = lines.index(expected[0])
+    assert lines[:start] == ["netcl packages:", *(f"  {d}" for d in cli._netcl_distributions())]
+    assert lines[start:] == expected
+    assert "[None]" not in out  # each device's kind, as pyopencl names it: "ALL | CPU" on PoCL
+
+
+def test_main_without_arguments_reads_the_command_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The console script calls main() with no argv: the command comes from sys.argv after the
+    program name."""
+    monkeypatch.setattr(sys, "argv", ["netcl", "info"])
+    assert cli.main() == 0
+    assert "default device: " in capsys.readouterr().out

@@ -220,3 +220,21 @@ def test_the_pool_reads_beneath_capture_hooks() -> None:
     assert _contract.read_buffer is _cl._enqueue_read_buffer
     assert _contract.fill_buffer is _cl._enqueue_fill_buffer
     assert _contract.barrier is _cl._enqueue_barrier_with_wait_list
+
+
+def test_a_missing_internal_is_refused_naming_it_and_the_supported_versions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pyopencl without something netcl relies on fails at import with one message naming
+    the pyopencl version, the missing name and the supported versions."""
+    with pytest.raises(ImportError) as info:
+        _contract._owner("pyopencl.NoSuchOwner")
+    assert str(info.value) == (
+        f"netcl: pyopencl {cl.VERSION_TEXT} has no pyopencl.NoSuchOwner, which netcl relies on; "
+        f"supported versions: {_contract.SUPPORTED}"
+    )
+    monkeypatch.delattr(cl, "VERSION_TEXT")
+    assert str(_contract._unsupported("pyopencl.Kernel.x")) == (
+        "netcl: pyopencl of unknown version has no pyopencl.Kernel.x, which netcl relies on; "
+        "supported versions: pyopencl>=2026.1,<2027"
+    )

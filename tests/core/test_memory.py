@@ -439,3 +439,19 @@ def test_each_spelling_of_a_dtype_gets_its_own_type_and_size(queue: cl.CommandQu
         t.write(np.arange(6).astype(np.dtype(dtype)))
         np.testing.assert_array_equal(t.to_numpy(), np.arange(6).astype(np.dtype(dtype)))
         pool.release(t)
+
+
+def test_the_peak_counts_reused_blocks_after_free_held(queue: cl.CommandQueue) -> None:
+    """After free_held, tensors served from reused blocks still raise the pool's peak: the
+    reported peak is the most bytes ever in use at once."""
+    pool = BufferPool(queue)
+    small, large = pool.block_bytes(4096), pool.block_bytes(8192)
+    pool.release(pool.allocate(1024, np.float32))
+    pool.free_held()  # the block goes back to the device; nothing else changes
+    assert pool.stats.peak_bytes == small and pool.stats.bytes_held == 0
+    pool.release(pool.allocate(1024, np.float32))  # a new block each, then in the bins
+    pool.release(pool.allocate(2048, np.float32))
+    a, b = pool.allocate(1024, np.float32), pool.allocate(2048, np.float32)  # both reused
+    pool.release_all([a, b])
+    s = pool.stats
+    assert (s.peak_bytes, s.bytes_in_use) == (small + large, 0)

@@ -815,3 +815,33 @@ def test_plain_queues_of_one_context_share_one_stamp_kernel(ctx: cl.Context) -> 
     a.finish()
     stamp.wait()
     assert stamp.get_info(cl.event_info.COMMAND_QUEUE) == side_a.queue
+
+
+def test_summary_default_queue_is_profiled_where_the_driver_refuses_the_stamp(
+    ctx: cl.Context,
+    kernels: Any,
+    fresh_failure_log: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """In summary mode, where the driver refuses the side queue's stamp, the default queue is a
+    profiling one (device time still works), and the refusal is said once in the log."""
+    fresh = cl.Context(devices=ctx.devices)  # a context no default queue was made for yet
+    process = profiling.collector()
+    saved = process.mode
+    # a kernel of another context as the stamp: the driver refuses to enqueue it
+    monkeypatch.setitem(process._stamp_kernels, fresh.int_ptr, kernels[0])
+    monkeypatch.setenv("NETCL_PROFILE", "summary")
+    sides = set(process._sides)
+    try:
+        process.mode = "summary"
+        with caplog.at_level("WARNING", logger="netcl.core.profiling"):
+            queue = device.default_queue(fresh)
+    finally:
+        process.mode = saved
+        device._queues.pop((fresh.int_ptr, "summary"), None)
+        for ptr in set(process._sides) - sides:  # a later queue at that address starts afresh
+            process._sides.pop(ptr, None)
+    assert queue.properties & cl.command_queue_properties.PROFILING_ENABLE
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("device_time_not_")]
+    assert "the driver refused a side queue's stamp" in record.getMessage()

@@ -251,6 +251,7 @@ def test_an_otlp_endpoint_alone_chooses_otlp_for_traces_and_metrics(
     # process (seen as the interpreter crashing in a later test under mutmut's forked runner)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf")
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")  # a variable set wins over the endpoint
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{closed_port}")
     done = _sdk.configure(console_out=io.StringIO())
     assert done["exporters"] == {"traces": ["console"], "metrics": ["otlp_proto_http"], "logs": []}
     assert "OTEL_METRICS_EXPORTER" not in os.environ
@@ -280,13 +281,16 @@ def test_a_provider_that_raises_is_logged_never_raised(
 
 
 class _Slow:
-    """A provider whose flush takes 0.2 s and notes the thread it ran on."""
+    """A provider whose flush takes 0.2 s and notes the thread it ran on (and whether that
+    thread is a daemon, which cannot keep the application from exiting)."""
 
     def __init__(self) -> None:
         self.threads: list[str] = []
+        self.daemons: list[bool] = []
 
     def force_flush(self) -> bool:
         self.threads.append(threading.current_thread().name)
+        self.daemons.append(threading.current_thread().daemon)
         time.sleep(0.2)
         return True
 
@@ -300,6 +304,7 @@ def test_a_flush_within_its_deadline_is_done_on_a_named_thread(
     assert _sdk.flush(5.0) is True  # 0.2 s each, side by side: well within 5 s
     assert sorted(slow.threads) == ["netcl-otel-force_flush-metrics",
                                     "netcl-otel-force_flush-traces"]  # fmt: skip
+    assert slow.daemons == [True, True]  # a stuck exporter never holds the process at exit
     assert _sdk._unfinished == []
 
 
@@ -422,3 +427,82 @@ def test_without_the_otlp_exporters_the_message_says_which_extra_installs_them(
     assert str(info.value) == ("OTEL_METRICS_EXPORTER='zipkin9' is not valid: expected a "
                                "comma-separated list of otlp, console, none; OTLP needs "
                                "netcl-core[otel]")  # fmt: skip
+
+
+def test_the_console_lines_of_metrics() -> None:
+    """The console exporter writes one line per point: a counter's value, a histogram's count
+    and sum, each with its attributes."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    meter = MeterProvider(metric_readers=[reader]).get_meter("netcl.test")
+    meter.create_counter("netcl.test.count").add(3, {"netcl.test.kind": "a", "netcl.test.n": 2})
+    hist = meter.create_histogram("netcl.test.seconds")
+    hist.record(0.25)
+    hist.record(1.5)
+    data = reader.get_metrics_data()
+    assert data is not None
+    assert _sdk._metric_lines(data) == (
+        "metric netcl.test.count{netcl.test.kind=a,netcl.test.n=2} 3\n"
+        "metric netcl.test.seconds{} count=2 sum=1.75\n"
+    )
+
+
+class _Stopping:
+    """A provider whose shutdown takes 0.3 s and notes that it was asked to stop."""
+
+    def __init__(self) -> None:
+        self.stopped = 0
+
+    def shutdown(self) -> None:
+        self.stopped += 1
+        time.sleep(0.3)
+
+
+def test_shutdown_collects_pending_device_time_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """telemetry.shutdown() collects the device time still pending (waiting up to 1 s), then
+    stops the providers within the timeout given, saying which one it left still exporting."""
+    import pyopencl as cl
+
+    from netcl.core import device, profiling
+
+    provider = _Stopping()
+    monkeypatch.setattr(_sdk, "_configured", {"tracer_provider": provider})
+    monkeypatch.setattr(_sdk, "_unfinished", [])
+    queue = cl.CommandQueue(device.default_context(),
+                            properties=cl.command_queue_properties.PROFILING_ENABLE)  # fmt: skip
+    unit = profiling.collector().watch("commands", [cl.enqueue_marker(queue)], queue=queue)
+    assert _sdk.shutdown(0.1) is False  # the provider takes 0.3 s
+    assert unit.done and unit.duration is not None and unit.duration >= 0
+    assert provider.stopped == 1
+    assert _sdk._unfinished == ["traces: shutdown still exporting after 0.1 s, abandoned"]
+
+
+def test_an_otlp_traces_endpoint_alone_chooses_otlp_for_traces_with_its_own_timeout(
+    empty_slots: dict[str, Any], monkeypatch: pytest.MonkeyPatch, closed_port: int
+) -> None:
+    """A traces endpoint alone sends spans over OTLP; a per-signal timeout the user set counts
+    as set, so netcl's own default (OTEL_EXPORTER_OTLP_TIMEOUT=2) is not added for the rest."""
+    for variable in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
+                     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                     *_sdk._BOUNDED):
+        monkeypatch.delenv(variable, raising=False)  # fmt: skip
+    for signal in ("METRICS", "LOGS"):
+        monkeypatch.setenv(f"OTEL_{signal}_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{closed_port}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")  # see above
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_LOGS_TIMEOUT", "7")
+    seen: dict[str, str | None] = {}
+    from opentelemetry.sdk import _configuration
+
+    real = _configuration._OTelSDKConfigurator.configure
+
+    def configure(self: Any, **kwargs: Any) -> None:
+        seen["timeout"] = os.environ.get("OTEL_EXPORTER_OTLP_TIMEOUT")
+        real(self, **kwargs)
+
+    monkeypatch.setattr(_configuration._OTelSDKConfigurator, "configure", configure)
+    done = _sdk.configure(console_out=io.StringIO())
+    assert done["exporters"] == {"traces": ["otlp_proto_http"], "metrics": [], "logs": []}
+    assert seen == {"timeout": None}
+    assert "OTEL_TRACES_EXPORTER" not in os.environ
