@@ -5,6 +5,9 @@ earlier versions keep loading (the kept version-1 file, made by ``data/make_v1.p
 from __future__ import annotations
 
 import copy
+import ctypes
+import ctypes.util
+import glob
 import json
 import os
 import shutil
@@ -255,6 +258,24 @@ def test_each_hostile_field_is_refused_by_name(field: str, saved: Path, queue: c
     assert str(info.value).startswith(f"{path}: "), info.value
 
 
+def test_a_manifest_that_is_not_json_is_refused_with_the_parser_error(
+    saved: Path, queue: cl.CommandQueue, tmp_path: Path
+) -> None:
+    """A manifest with a valid checksum that JSON cannot parse is refused naming the file, the
+    manifest and the parser's own error."""
+    data = saved.read_bytes()
+    _, version, _, offset, _, _ = _format.HEADER.unpack(data[:_format.HEADER.size])
+    text = b'{"version": 2,'
+    head = _format.HEADER.pack(_format.MAGIC, version, 0, offset, len(text), zlib.crc32(text))
+    path = tmp_path / "garbled.ncl"
+    path.write_bytes(head + data[len(head):offset] + text)
+    with pytest.raises(CaptureFileError) as info:
+        load_step(path, queue)
+    assert str(info.value) == (f"{path}: manifest: malformed (JSONDecodeError: Expecting "
+                               "property name enclosed in double quotes: line 1 column 15 "
+                               "(char 14))")  # fmt: skip
+
+
 def test_a_later_version_is_refused_by_name(saved: Path, queue: cl.CommandQueue,
                                             tmp_path: Path) -> None:  # fmt: skip
     data = saved.read_bytes()
@@ -345,3 +366,71 @@ def test_edited_manifests_load_or_give_a_capture_file_error(
     assert not message or message.startswith(f"{path}: "), message
     field = message.removeprefix(f"{path}: ").split(":")[0].split("[")[0]
     event(f"refused: {field}" if message else "loaded")  # --hypothesis-show-statistics
+
+
+def _natively_built(ctx: cl.Context, source: str) -> cl.Program:
+    """A program a native library built (``clBuildProgram`` with no options), as pyopencl sees
+    it: the driver reports its options as empty."""
+    name = ctypes.util.find_library("OpenCL")
+    if name is None:
+        bundled = glob.glob(os.path.join(os.path.dirname(cl.__file__), ".libs", "libOpenCL*"))
+        name = bundled[0] if bundled else None
+    if name is None:  # pragma: no cover - every pyopencl install has a loader
+        pytest.skip("no OpenCL ICD loader found for ctypes")
+    lib = ctypes.CDLL(name)
+    lib.clCreateProgramWithSource.restype = ctypes.c_void_p
+    lib.clCreateProgramWithSource.argtypes = [
+        ctypes.c_void_p, ctypes.c_uint, ctypes.POINTER(ctypes.c_char_p),
+        ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int),
+    ]  # fmt: skip
+    lib.clBuildProgram.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p,
+                                   ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p]
+    err = ctypes.c_int(0)
+    text = (ctypes.c_char_p * 1)(source.encode())
+    handle = lib.clCreateProgramWithSource(ctx.int_ptr, 1, text, None, ctypes.byref(err))
+    assert err.value == 0, err.value
+    assert lib.clBuildProgram(handle, 0, None, None, None, None) == 0
+    return cl.Program(cl._cl._Program.from_int_ptr(handle, retain=False))
+
+
+def test_a_program_built_without_options_is_saved_with_its_source_binary_and_options(
+    queue: cl.CommandQueue, tmp_path: Path
+) -> None:
+    """A saved program keeps the driver's build options as they are (here none: nothing
+    invented), its source and its binary for this device, and loads back."""
+    prg = _natively_built(queue.context, "__kernel void one(__global float *y)"
+                          " { y[get_global_id(0)] = 1.0f; }")  # fmt: skip
+    y = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 64)
+    with KernelCapture() as cap:
+        prg.one(queue, (16,), None, y)
+    path = tmp_path / "cap.ncl"
+    cap.save(path)
+    m = _format.read(open(path, "rb"), str(path), path.stat().st_size)  # noqa: SIM115
+    (p,) = m.programs
+    assert (p.options, p.kernels) == ("", ["one"]), p
+    assert p.binary is not None and m.sections[p.binary].size > 0
+    assert p.source is not None
+    data = path.read_bytes()
+    s = m.sections[p.source]
+    assert data[s.start:s.start + s.size].decode() == prg.get_info(cl.program_info.SOURCE)
+    assert load_capture(path, queue).num_launches == 1
+
+
+def test_a_program_made_from_a_binary_is_saved_without_a_source(
+    queue: cl.CommandQueue, kernels: Any, tmp_path: Path
+) -> None:
+    """A program pyopencl made from a device binary has no source: the file holds its binary
+    and no source section, and loads back on the device that wrote it."""
+    dev = queue.device
+    binary = dict(zip(kernels.program.devices, kernels.program.binaries, strict=True))[dev]
+    prg = cl.Program(queue.context, [dev], [binary]).build()
+    y = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 64)
+    x = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 64)
+    with KernelCapture() as cap:
+        prg.add(queue, (16,), None, y, x, x)
+    path = tmp_path / "cap.ncl"
+    cap.save(path)
+    m = _format.read(open(path, "rb"), str(path), path.stat().st_size)  # noqa: SIM115
+    (p,) = m.programs
+    assert p.source is None and p.binary is not None and p.kernels == ["add"], p
+    assert load_capture(path, queue).num_launches == 1

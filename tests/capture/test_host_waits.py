@@ -142,6 +142,19 @@ def test_host_waits_are_not_commands(queue: cl.CommandQueue) -> None:
     np.testing.assert_allclose(b.get(), 2.0)
 
 
+def test_a_capture_of_only_a_finish_on_an_out_of_order_queue_replays_nothing(
+    ctx: cl.Context,
+) -> None:
+    """A finish is a command but makes no event: a capture holding only one, on an out-of-order
+    queue (replayed by its own schedule), replays without error and returns no event."""
+    _, q = _queues(ctx, True)
+    with KernelCapture() as cap:
+        q.finish()
+    assert cap.commands == () and cap.num_launches == 0
+    assert cap.replay() is None and cap.replay() is None
+    assert cap.replay_count == 2
+
+
 def test_an_interrupt_between_a_host_wait_and_its_record_discards_the_recording(
     queue: cl.CommandQueue,
 ) -> None:

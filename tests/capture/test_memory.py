@@ -126,6 +126,44 @@ def _pool(queue: cl.CommandQueue, kind: str) -> tuple[Callable[[], Any], Callabl
     return alloc_pooled, lambda block: live.pop(id(block)) and None  # back as it is dropped
 
 
+def test_temporaries_of_one_launch_on_an_out_of_order_queue_get_regions_of_their_own(
+    ctx: cl.Context,
+) -> None:
+    """Two temporaries one launch both uses (the only command of a capture on an out-of-order
+    queue) are alive together: the arena gives each its own bytes, and the replay adds them."""
+    try:
+        ooo = cl.CommandQueue(
+            ctx, properties=cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+    except cl.Error as exc:  # pragma: no cover - device without out-of-order queues
+        pytest.skip(f"the device has no out-of-order queues: {exc}")
+    prg = cl.Program(ctx, """__kernel void two(__global float *out, __global float *a,
+                                               __global float *b) {
+        int i = get_global_id(0);
+        a[i] = 1.0f; b[i] = 2.0f;
+        barrier(CLK_GLOBAL_MEM_FENCE);
+        out[i] = a[i] + b[i];
+    }""").build()
+    n = 64
+    out = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * n)
+    cap = KernelCapture()
+    with cap:
+        a = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * n)
+        b = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * n)
+        prg.two(ooo, (n,), (n,), out, a, b).wait()  # a host wait: no command
+        del a, b
+    assert cap.memory is not None
+    assert (cap.memory.internal, cap.memory.internal_bytes) == (2, 8 * n)
+    assert cap.memory.arena_bytes >= 8 * n
+    cl.enqueue_fill_buffer(ooo, out, np.float32(0), 0, 4 * n)
+    ooo.finish()
+    cap.replay()
+    ooo.finish()
+    host = np.empty(n, np.float32)
+    cl.enqueue_copy(ooo, host, out)
+    ooo.finish()
+    np.testing.assert_allclose(host, 3.0)
+
+
 def test_what_the_caller_still_holds_stays_where_it_is(queue: cl.CommandQueue) -> None:
     x = cla.to_device(queue, _host(1.0))
     kept: list[cla.Array] = []

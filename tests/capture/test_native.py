@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import glob
+import logging
 import os
 import threading
 from typing import Any
@@ -176,3 +177,56 @@ def test_raw_handles_read_by_pyopencl_or_netcl_are_not_native_work(
     with pytest.raises(RuntimeError, match=r"pyvkfft\.opencl\.reach \(CommandQueue\.int_ptr\); "
                        r"pyvkfft\.opencl\.reach \(MemoryObjectHolder\.int_ptr\)"):
         cap.end()
+
+
+def _queue_reader(module: str) -> Any:
+    """A function of ``module`` that reads the queue's raw handle (one native access)."""
+    namespace: dict[str, Any] = {"__name__": module}
+    exec("def reach(queue):\n    return queue.int_ptr\n", namespace)  # a fixed snippet
+    return namespace["reach"]
+
+
+@pytest.mark.parametrize("accesses", [1, 5, 6, 8])
+def test_end_refusal_message_names_five_accesses_and_counts_the_rest(
+    queue: cl.CommandQueue, accesses: int
+) -> None:
+    """The refusal users read: the first five raw-handle accesses in order, how many more (only
+    past five), the reason and both ways out, word for word."""
+    x = cla.to_device(queue, np.arange(N, dtype=np.float32))
+    cap = KernelCapture()
+    cap.begin()
+    x * 2
+    for i in range(accesses):
+        _queue_reader(f"vendorlib{i}")(queue)
+    with pytest.raises(RuntimeError) as info:
+        cap.end()
+    reached = "; ".join(f"vendorlib{i}.reach (CommandQueue.int_ptr)"
+                        for i in range(min(accesses, 5)))  # fmt: skip
+    more = f" and {accesses - 5} more" if accesses > 5 else ""
+    assert str(info.value) == (
+        "KernelCapture.end: while recording, code outside pyopencl and netcl reached a queue or "
+        f"memory object through its raw handle: {reached}{more}. Work a native library "
+        "enqueues through such a handle is invisible to the capture and would be missing from "
+        "every replay. The recording was discarded: keep native calls outside the captured "
+        "region (run them under capture_disabled(), or record one capture before and one after "
+        "them), or call end(allow_native=True) to keep a capture that replays only what went "
+        "through pyopencl"
+    )
+
+
+def test_allow_native_logs_every_caller_it_accepted(
+    queue: cl.CommandQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """end(allow_native=True) logs ``capture_native_access_accepted`` naming each access."""
+    x = cla.to_device(queue, np.arange(N, dtype=np.float32))
+    cap = KernelCapture()
+    cap.begin()
+    y = x * 2
+    _function_in("vendorlib")(queue, y.base_data)
+    with caplog.at_level(logging.INFO, logger="netcl.runtime.capture"):
+        assert cap.end(allow_native=True) == 1
+    (event,) = [r for r in caplog.records
+                if getattr(r, "event", None) == "capture_native_access_accepted"]  # fmt: skip
+    assert event.callers == [  # type: ignore[attr-defined]
+        "vendorlib.reach (CommandQueue.int_ptr)", "vendorlib.reach (MemoryObjectHolder.int_ptr)"
+    ]

@@ -318,8 +318,9 @@ def test_save_before_a_capture_and_unsaveable_arguments(queue: cl.CommandQueue, 
 def test_captures_that_cannot_be_saved_are_refused_by_name(
     queue: cl.CommandQueue, ctx: cl.Context, kernels: Any, buf: Any, tmp_path: Path
 ) -> None:  # fmt: skip
-    """save() refuses a capture on two queues, one on an out-of-order queue and an empty one,
-    each with its own message naming the file, and leaves no file behind."""
+    """save() refuses a capture on two queues, one on an out-of-order queue, an empty one and one
+    holding a rectangle copy, each with its own message naming the file, and leaves no file
+    behind."""
     x, y = buf(np.arange(8)), buf(np.ones(8))
     path = tmp_path / "cap.ncl"
     where = f"save({str(path)!r}): "
@@ -334,8 +335,13 @@ def test_captures_that_cannot_be_saved_are_refused_by_name(
         kernels.axpy(ooo, (8,), None, y, x, np.float32(2))
     with KernelCapture() as empty:
         pass
+    with KernelCapture() as rect:
+        cl.enqueue_copy(queue, y, x, src_origin=(0, 0), dst_origin=(4, 0), region=(16, 1),
+                        src_pitches=(16,), dst_pitches=(16,))  # fmt: skip
+    rect_message = ("the capture holds a copy_buffer_rect, which a file cannot hold yet (buffer "
+                    "reads, writes, copies and fills can)")  # fmt: skip
     for cap, message in ((two, one_queue.format(2)), (unordered, one_queue.format(1)),
-                         (empty, "the capture is empty")):  # fmt: skip
+                         (empty, "the capture is empty"), (rect, rect_message)):  # fmt: skip
         with pytest.raises(CaptureFileError) as refused:
             cap.save(path)
         assert str(refused.value) == where + message

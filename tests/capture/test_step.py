@@ -740,6 +740,20 @@ def test_spans_and_metrics(
     assert _points(metric_points, "netcl.step.captures_kept", "test-step-telemetry") == 1
 
 
+def test_captures_kept_drops_when_a_step_is_garbage_collected(
+    k: K, queue: cl.CommandQueue, metric_points: Any
+) -> None:
+    """The ``netcl.step.captures_kept`` gauge counts a step's captures while the step lives and
+    gives them back when the step is collected."""
+    step = _scale_step(k, queue, name="test-step-collected")
+    for n in (4, 4, 4, 8, 8, 8):
+        step(Tensor.from_numpy(np.ones(n, F32), queue), 2.0)
+    assert _points(metric_points, "netcl.step.captures_kept", "test-step-collected") == 2
+    del step
+    gc.collect()
+    assert _points(metric_points, "netcl.step.captures_kept", "test-step-collected") == 0
+
+
 def test_results_are_correct_under_a_failing_sdk(
     k: K, queue: cl.CommandQueue, hostile_sdk: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
