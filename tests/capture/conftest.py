@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import glob
+import os
+
 import numpy as np
 import pyopencl as cl
 import pytest
@@ -97,3 +102,16 @@ def _no_leaked_interception():  # type: ignore[no-untyped-def]
     yield
     assert not _intercept.is_patched(), "a test left the capture hooks installed"
     assert cl.Kernel.__dict__["_set_arg_multi"] is setter
+
+
+@pytest.fixture
+def opencl_loader() -> ctypes.CDLL:
+    """The OpenCL ICD loader for ctypes calls (native code a capture must see or refuse): the
+    system's, else the one pyopencl's wheel bundles. A fresh handle: set its argtypes freely."""
+    name = ctypes.util.find_library("OpenCL")
+    if name is None:
+        bundled = glob.glob(os.path.join(os.path.dirname(cl.__file__), ".libs", "libOpenCL*"))
+        name = bundled[0] if bundled else None
+    if name is None:  # pragma: no cover - every pyopencl install has a loader
+        pytest.skip("no OpenCL ICD loader found for ctypes")
+    return ctypes.CDLL(name)

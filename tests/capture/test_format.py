@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import ctypes
 import ctypes.util
-import glob
 import json
 import os
 import shutil
@@ -368,16 +367,9 @@ def test_edited_manifests_load_or_give_a_capture_file_error(
     event(f"refused: {field}" if message else "loaded")  # --hypothesis-show-statistics
 
 
-def _natively_built(ctx: cl.Context, source: str) -> cl.Program:
+def _natively_built(lib: ctypes.CDLL, ctx: cl.Context, source: str) -> cl.Program:
     """A program a native library built (``clBuildProgram`` with no options), as pyopencl sees
     it: the driver reports its options as empty."""
-    name = ctypes.util.find_library("OpenCL")
-    if name is None:
-        bundled = glob.glob(os.path.join(os.path.dirname(cl.__file__), ".libs", "libOpenCL*"))
-        name = bundled[0] if bundled else None
-    if name is None:  # pragma: no cover - every pyopencl install has a loader
-        pytest.skip("no OpenCL ICD loader found for ctypes")
-    lib = ctypes.CDLL(name)
     lib.clCreateProgramWithSource.restype = ctypes.c_void_p
     lib.clCreateProgramWithSource.argtypes = [
         ctypes.c_void_p, ctypes.c_uint, ctypes.POINTER(ctypes.c_char_p),
@@ -394,11 +386,11 @@ def _natively_built(ctx: cl.Context, source: str) -> cl.Program:
 
 
 def test_a_program_built_without_options_is_saved_with_its_source_binary_and_options(
-    queue: cl.CommandQueue, tmp_path: Path
+    queue: cl.CommandQueue, tmp_path: Path, opencl_loader: ctypes.CDLL
 ) -> None:
     """A saved program keeps the driver's build options as they are (here none: nothing
     invented), its source and its binary for this device, and loads back."""
-    prg = _natively_built(queue.context, "__kernel void one(__global float *y)"
+    prg = _natively_built(opencl_loader, queue.context, "__kernel void one(__global float *y)"
                           " { y[get_global_id(0)] = 1.0f; }")  # fmt: skip
     y = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 64)
     with KernelCapture() as cap:

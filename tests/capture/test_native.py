@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import glob
 import logging
-import os
 import threading
 from typing import Any
 
@@ -24,15 +22,10 @@ N = 256
 DOUBLE_SRC = "__kernel void twice(__global float *x) { x[get_global_id(0)] *= 2.0f; }"
 
 
-def _opencl_library() -> ctypes.CDLL:
-    """The OpenCL ICD loader: the system's, else the one pyopencl's wheel bundles."""
-    name = ctypes.util.find_library("OpenCL")
-    if name is None:
-        bundled = glob.glob(os.path.join(os.path.dirname(cl.__file__), ".libs", "libOpenCL*"))
-        name = bundled[0] if bundled else None
-    if name is None:  # pragma: no cover - every pyopencl install has a loader
-        pytest.skip("no OpenCL ICD loader found for ctypes")
-    lib = ctypes.CDLL(name)
+@pytest.fixture
+def opencl(opencl_loader: ctypes.CDLL) -> ctypes.CDLL:
+    """The loader with clEnqueueNDRangeKernel's signature."""
+    lib = opencl_loader
     size_p = ctypes.POINTER(ctypes.c_size_t)
     lib.clEnqueueNDRangeKernel.argtypes = [
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, size_p, size_p, size_p, ctypes.c_uint,
@@ -40,11 +33,6 @@ def _opencl_library() -> ctypes.CDLL:
     ]  # fmt: skip
     lib.clEnqueueNDRangeKernel.restype = ctypes.c_int
     return lib
-
-
-@pytest.fixture(scope="module")
-def opencl() -> ctypes.CDLL:
-    return _opencl_library()
 
 
 @pytest.fixture
