@@ -159,10 +159,14 @@ def verdicts() -> dict[str, str]:
 
 def diff(name: str) -> str:
     """The mutant's changed lines, from the diff ``mutmut show`` prints (the results folder stays
-    small: the mutant's name says the file and function)."""
+    small: the mutant's name says the file and function); "" for a mutant that is gone."""
     from mutmut.mutation.diff_apply import get_diff_for_mutant
 
-    return "\n".join(line for line in get_diff_for_mutant(name).splitlines()
+    try:
+        text = get_diff_for_mutant(name)
+    except FileNotFoundError:  # its function was removed or has fewer mutants now
+        return ""
+    return "\n".join(line for line in text.splitlines()
                      if line.startswith(("-", "+")) and not line.startswith(("--- ", "+++ ")))
 
 
@@ -282,6 +286,10 @@ def report(
     ]
     for name, state, change in survivors:
         lines += [f"`{name}` ({state}):", "", "```diff", change, "```", ""]
+    stale = [name for name, entry in judged.items() if entry.change not in diff(name)]
+    if stale:  # the function was edited since: the mutant's number now means another change
+        lines += ["Stale entries of `mutation_equivalent.toml` (their `change` is not in the "
+                  "mutant's diff: judge again or remove):", "", *(f"- `{n}`" for n in stale), ""]
     if by_hand_lines:
         lines += ["Killed by hand (`mutation_equivalent.toml`):", "", *by_hand_lines, ""]
     if equivalent_lines:

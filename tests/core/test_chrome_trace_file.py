@@ -154,3 +154,13 @@ def test_spans_without_a_context_or_parent_are_written(tmp_path: Path) -> None:
     assert not done.is_alive(), "write() did not return"
     doc = json.loads((tmp_path / "trace.json").read_text())
     assert [e["name"] for e in doc["traceEvents"] if e["ph"] == "X"] == ["a", "b"]
+
+
+def test_spans_starting_together_nest_longest_first(tmp_path: Path) -> None:
+    """Two spans that start at the same time, neither the other's parent, share one lane: the
+    longer one encloses the shorter, whatever order the SDK hands them over in."""
+    exporter = ChromeTraceExporter(tmp_path / "trace.json")
+    exporter.export([_span("short", 1, 1_000, 2_000), _span("long", 2, 1_000, 5_000)])
+    doc = json.loads(exporter.write().read_text())
+    assert [(e["name"], e["tid"]) for e in doc["traceEvents"] if e["ph"] == "X"] == [
+        ("long", 1), ("short", 1)]  # fmt: skip
