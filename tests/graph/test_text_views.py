@@ -38,6 +38,22 @@ def test_dot_text_in_full(queue: cl.CommandQueue) -> None:
     )
 
 
+def test_dot_draws_each_external_input_once(queue: cl.CommandQueue) -> None:
+    """Distinct tensors are distinct ellipses, numbered in order of first use; a tensor used
+    twice is one ellipse with two edges."""
+    x, y = (Tensor.empty((n,), np.float32, queue) for n in (2, 3))
+    g = Graph()
+    g.add_op("a", _noop, [x, y, x], (2,), "float32")
+    lines = g.to_dot().splitlines()
+    assert [line for line in lines if "input" in line] == [
+        '  "input0" [shape=ellipse, label="input 0\\n(2,) float32"];',
+        '  "input0" -> "op:a" [label="0"];',
+        '  "input1" [shape=ellipse, label="input 1\\n(3,) float32"];',
+        '  "input1" -> "op:a" [label="1"];',
+        '  "input0" -> "op:a" [label="2"];',
+    ]
+
+
 def test_describe_has_a_line_per_block_and_per_op(queue: cl.CommandQueue) -> None:
     g = Graph()
     a = g.add_op("a", _noop, [], (64,), np.float32)
@@ -78,6 +94,40 @@ def test_an_unallocatable_block_is_named_with_every_tensor_it_holds(queue: cl.Co
         str(info.value),
     ), str(info.value)
     assert pool.stats.bytes_in_use == 0
+
+
+def test_an_unallocatable_arena_is_named_with_its_intermediates(queue: cl.CommandQueue) -> None:
+    """A block holding only intermediates (the arena) that cannot be allocated is named by every
+    tensor in it, in op order."""
+    unit = 2**36  # floats: every block is more than any device allocates
+    g = Graph()
+    a = g.add_op("a", _noop, [], (2 * unit,), np.float32)
+    b = g.add_op("b", _noop, [a], (unit,), np.float32)
+    g.add_op("c", _noop, [b, a], (3 * unit,), np.float32)
+    pool = BufferPool(queue)
+    executor = GraphExecutor(pool)
+    assert executor.plan(g).strategy == "arena"
+    with pytest.raises(MemoryError) as info:
+        executor.run(g)
+    assert re.match(r"GraphExecutor\.run: op 'a' needs a block of \d+ bytes \(the block of a, b\) "
+                    r"that cannot be allocated: ", str(info.value)), str(info.value)
+    assert pool.stats.bytes_in_use == 0
+
+
+def test_an_unallocatable_intermediate_block_is_named_after_its_tensor(
+    queue: cl.CommandQueue,
+) -> None:
+    """An intermediate's own block (a block per tensor) that cannot be allocated is named by
+    that tensor alone."""
+    g = Graph()
+    a = g.add_op("big0", _noop, [], (2**38,), np.float32)
+    b = g.add_op("big1", _noop, [a], (2**38,), np.float32)
+    g.add_op("out", _noop, [b], (64,), np.float32)
+    executor = GraphExecutor(BufferPool(queue))
+    assert executor.plan(g).strategy.startswith("block_per_tensor")
+    with pytest.raises(MemoryError, match=r"^GraphExecutor\.run: op 'big0' needs a block of "
+                       r"\d+ bytes \(the block of big0\) that cannot be allocated: "):
+        executor.run(g)
 
 
 def test_an_interrupt_in_an_op_fails_the_run_span_with_its_own_type(
