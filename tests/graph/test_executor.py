@@ -403,6 +403,32 @@ def test_free_held_frees_the_last_blocks(
     pool.release_all(outs)
 
 
+def test_views_take_no_reference_from_their_pool_block(
+    ctx: cl.Context, queue: cl.CommandQueue, pool: BufferPool, kernels: Any
+) -> None:
+    """The views made on a pool block hold it as any sub-buffer holds its buffer: the block's
+    OpenCL reference count is a plain buffer's with as many sub-buffers, plus the pool's own
+    (one taken away would free the block under the pool)."""
+    x = Tensor.from_numpy(np.ones(4096, np.float32), queue)
+    g = Graph()
+    cur: Tensor | TensorRef = x
+    for i in range(5):
+        cur = g.add_op(f"n{i}", kernels.mix_fn(1.0), [cur, x], (4096 * (1 + i % 2),), np.float32)
+    ex = GraphExecutor(pool)
+    outs = ex.run(g, outputs=["n1", "n4"])
+    gc.collect()
+    (state,) = ex._runs[g].values()
+    count = cl.mem_info.REFERENCE_COUNT
+    for k, cache in enumerate(state.views):
+        for ptr, views in cache.items():
+            plain = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 1 << 20)
+            subs = [plain.get_sub_region(0, 256) for _ in views.tensors]
+            block = cl.Buffer.from_int_ptr(ptr, retain=True)  # the pool's and this one's
+            assert block.get_info(count) == plain.get_info(count) + 1, (k, len(subs))
+    assert any(state.views)
+    pool.release_all(outs)
+
+
 def test_memory_error_raised_by_an_op_is_not_taken_for_a_block(
     queue: cl.CommandQueue, pool: BufferPool, kernels: Any
 ) -> None:
