@@ -404,6 +404,96 @@ def test_a_buffer_first_copied_from_keeps_its_contents_and_a_repeated_launch_is_
     np.testing.assert_array_equal(host_read(y2, 64), 3 * np.arange(64, dtype=np.float32))
 
 
+BY_VALUE = """
+__kernel void axpy_or_add(__global float *y, __global const float *x, const float a) {
+    int i = get_global_id(0);
+    y[i] += x ? a * x[i] : a;  /* x NULL: add a */
+}
+__kernel void add_first(__global float *y, const float16 v) {
+    y[get_global_id(0)] += v.s0;
+}
+__kernel void add_real(__global float *y, const float2 z) {
+    y[get_global_id(0)] += z.x;
+}
+"""
+
+
+def test_arguments_set_one_at_a_time_and_null_pointers_are_saved(
+    ctx: cl.Context, queue: cl.CommandQueue, buf: Any, host_read: Any, tmp_path: Path
+) -> None:  # fmt: skip
+    """Arguments set with ``Kernel.set_arg`` (a buffer, a one-number scalar, None for a NULL
+    pointer) or a NULL pointer set with ``_set_arg_null`` are saved as set: the loaded
+    capture's launches show them and its replay computes what the recorded launches did."""
+    knl = cl.Kernel(cl.Program(ctx, BY_VALUE).build(), "axpy_or_add")
+    y, x = buf(np.zeros(8)), buf(np.arange(8))
+    with KernelCapture() as cap:
+        knl.set_arg(0, y)
+        knl.set_arg(1, x)
+        knl.set_arg(2, np.float32(2))
+        cl.enqueue_nd_range_kernel(queue, knl, (8,), None)  # y += 2 x
+        knl.set_arg(1, None)
+        cl.enqueue_nd_range_kernel(queue, knl, (8,), None)  # y += 2
+        knl.set_arg(1, x)
+        knl._set_arg_null(1)
+        knl.set_arg(2, np.float32(0.5))
+        cl.enqueue_nd_range_kernel(queue, knl, (8,), None)  # y += 0.5
+    path = tmp_path / "cap.ncl"
+    cap.save(path)
+    loaded = load_capture(path, queue)
+    y2, x2 = loaded.buffers
+    assert [launch.args for launch in loaded.launches] == [(y2, x2, 2), (y2, None, 2),
+                                                           (y2, None, 0.5)]  # fmt: skip
+    loaded.replay()  # y held 2 x + 2.5 when saved
+    np.testing.assert_array_equal(host_read(y2, 8), 4 * np.arange(8, dtype=np.float32) + 5)
+
+
+def test_an_argument_a_file_cannot_hold_is_refused_by_name(
+    ctx: cl.Context, queue: cl.CommandQueue, buf: Any, tmp_path: Path
+) -> None:  # fmt: skip
+    """save() refuses a kernel argument that is neither a buffer, a scalar of one number, local
+    memory nor None, naming its index, its type and its value (cut to 60 characters): a
+    by-value vector set as a numpy array of several numbers, a complex scalar that pyopencl
+    packs into bytes. No file is left."""
+    prg = cl.Program(ctx, BY_VALUE).build()
+    add_first, add_real = cl.Kernel(prg, "add_first"), cl.Kernel(prg, "add_real")
+    add_real.set_scalar_arg_dtypes([None, np.complex64])
+    y = buf(np.zeros(4))
+    with KernelCapture() as vector:
+        add_first(queue, (4,), None, y, np.arange(16, dtype=np.float32))
+    with KernelCapture() as packed:
+        add_real(queue, (4,), None, y, np.complex64(0.5 - 2j))
+    path = tmp_path / "cap.ncl"
+    holds = "a file holds buffers, scalars of one number, local memory and None"
+    for cap, what in (
+        (vector, "ndarray (array([ 0.,  1.,  2.,  3.,  4.,  5.,  6.,  7.,  8.,  9., 10.)"),
+        (packed, "bytes (b'\\x00\\x00\\x00?\\x00\\x00\\x00\\xc0')"),
+    ):
+        with pytest.raises(CaptureFileError) as refused:
+            cap.save(path)
+        assert str(refused.value) == f"save({str(path)!r}): kernel argument 1 is a {what}; {holds}"
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_scalar_set_again_to_an_equal_value_keeps_one_launch_of_the_file(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, tmp_path: Path
+) -> None:  # fmt: skip
+    """A launch repeated with a scalar equal to the last one (a new object of the same type) is
+    one launch of the saved file; an equal value of another type is recorded as passed (the
+    capture's launch records show its type) and starts a launch of its own."""
+    x, y = buf(np.arange(8)), buf(np.zeros(8))
+    with KernelCapture() as cap:
+        for _ in range(3):
+            kernels.axpy(queue, (8,), None, y, x, np.float32(0.5))  # a new np.float32 each time
+        kernels.axpy(queue, (8,), None, y, x, 2)
+        kernels.axpy(queue, (8,), None, y, x, 2.0)
+    recorded = [(np.float32, 0.5)] * 3 + [(int, 2), (float, 2.0)]
+    assert [(type(a := launch.args[2]), a) for launch in cap.launches] == recorded
+    path = tmp_path / "cap.ncl"
+    cap.save(path)
+    manifest, _ = _manifest(path.read_bytes())
+    assert len(manifest["launches"]) == 3 and len(manifest["commands"]) == 5
+
+
 # -- hostile files ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory, queue: cl.CommandQueue) -> bytes:

@@ -364,6 +364,55 @@ def test_a_copied_output_waits_for_the_commands_launched_on_another_queue(
     assert scale.stats == StepStats(runs=0, captures=1, replays=2, evictions=0)
 
 
+def test_the_recording_call_with_copy_outputs_waits_for_every_queue_it_launched_on(
+    k: K, ctx: cl.Context, queue: cl.CommandQueue
+) -> None:
+    """``copy_outputs``: the recording call returns copies made after the commands it recorded
+    are done on every queue they used, not only the last one: the output's writer, held on its
+    queue until a gate opens, is copied after it ran, though a later launch used another
+    queue."""
+    import threading
+
+    other, last = cl.CommandQueue(ctx), cl.CommandQueue(ctx)
+
+    @capture_step(warmup=0, copy_outputs=True)
+    def scale(x: Tensor) -> Tensor:
+        out = Tensor.empty(x.shape, F32, other)  # copied on its own queue
+        k.scale(queue, (x.size,), None, out.buffer, x.buffer, 2.0)  # held behind the gate
+        spare = Tensor.empty(x.shape, F32, last)
+        k.scale(last, (x.size,), None, spare.buffer, x.buffer, 1.0)  # the last command
+        return out
+
+    x = Tensor.from_numpy(np.full(4, 3.5, F32), queue)
+    queue.finish()
+    gate = cl.UserEvent(ctx)
+    cl.enqueue_marker(queue, wait_for=[gate])
+    opener = threading.Timer(0.3, gate.set_status, [cl.command_execution_status.COMPLETE])
+    opener.start()
+    out = scale(x)  # the recording call
+    opener.join()
+    np.testing.assert_array_equal(out.to_numpy(), np.full(4, 7, F32))
+    assert scale.stats == StepStats(runs=0, captures=1, replays=0, evictions=0)
+
+
+def test_a_key_part_way_through_its_warmup_keeps_its_count_while_others_record(
+    k: K, queue: cl.CommandQueue
+) -> None:
+    """The warm-up counts kept (at least 16) are those of keys not recorded: a key that ran
+    once of ``warmup=1`` records at its next call even after 16 other keys (a step counter)
+    each warmed up and recorded meanwhile."""
+    step = _scale_step(k, queue, warmup=1, max_captures=8)
+    x = Tensor.from_numpy(np.ones(4, F32), queue)
+    step(x, 100.0)  # warms up
+    for s in range(16):
+        for _ in range(2):  # the warm-up, the recording
+            step(x, float(s))
+    assert step.stats == StepStats(runs=17, captures=16, replays=0, evictions=8)
+    np.testing.assert_array_equal(step(x, 100.0).to_numpy(), np.full(4, 100, F32))
+    assert step.stats == StepStats(runs=17, captures=17, replays=0, evictions=9)
+    assert step.last_reason == "value of s changed 15.0 -> 100.0"
+
+
 def test_repr_names_the_step_its_captures_and_replays(k: K, queue: cl.CommandQueue) -> None:
     """``repr`` of a step: its name, captures kept out of ``max_captures``, replays."""
     step = _scale_step(k, queue, max_captures=3, name="scaler")
@@ -803,13 +852,12 @@ def test_the_first_eviction_of_each_step_logs_one_warning(
             for n in (4, 8, 16):
                 step(Tensor.from_numpy(np.ones(n, F32), queue), 2.0)
             assert step.stats.evictions == 2
-    warnings = evicted()
-    assert len(warnings) == 2
-    assert all(r.step == "test-step-evicted" and r.max_captures == 1  # type: ignore[attr-defined]
-               for r in warnings)
-    assert all(r.detail.startswith("more distinct guard keys than max_captures; a non-Tensor "
-                                   "argument")  # type: ignore[attr-defined]
-               for r in warnings)
+    fields = [(r.step, r.max_captures, r.reason, r.detail)  # type: ignore[attr-defined]
+              for r in evicted()]  # fmt: skip
+    # each names the key whose recording evicted a capture, and tells the likely cause
+    assert fields == [("test-step-evicted", 1, "shape of x changed (4,) -> (8,)",
+                       "more distinct guard keys than max_captures; a non-Tensor argument that "
+                       "changes on every call (a step counter) makes every call a new key")] * 2
 
 
 def test_thread_records_is_true_while_this_thread_records(queue: cl.CommandQueue) -> None:

@@ -64,9 +64,10 @@ def test_last_reason_names_each_guard_that_changed(
     ctx: cl.Context, queue: cl.CommandQueue, scale: cl.Kernel
 ) -> None:
     """Each kind of key change has its own reason, naming the argument (``rest[0]`` for a
-    ``*rest`` one) and the old and new value: keyword names, the number of arguments, a
-    Tensor's shape, dtype or queue, an Array's strides and offset, a queue of another context
-    (or none), and Tensor arguments that share a buffer."""
+    ``*rest`` one, its name for a keyword one) and the old and new value: keyword names, a
+    keyword argument's value, the number of arguments, a Tensor's shape, dtype or queue, an
+    Array's strides and offset, a queue of another context (or none), and Tensor arguments
+    that share a buffer."""
     src, out = Tensor.from_numpy(np.ones(4, F32), queue), Tensor.empty((4,), F32, queue)
 
     @capture_step(warmup=0, max_captures=64)
@@ -86,6 +87,7 @@ def test_last_reason_names_each_guard_that_changed(
         ((Tensor.from_numpy(np.ones(8, np.int32), cl.CommandQueue(other_ctx)),), {}),
         ((t8,), {"s": 1}),
         ((t8,), {"b": 2, "s": 1}),
+        ((t8,), {"b": 2, "s": 3}),
         ((t16,), {}),
         ((t16, 1.0), {}),
         ((t16, 2.0), {}),
@@ -110,6 +112,7 @@ def test_last_reason_names_each_guard_that_changed(
         "context of x changed",
         "keyword arguments changed () -> ('s',)",
         "keyword arguments changed ('s',) -> ('b', 's')",
+        "value of s changed 1 -> 3",
         "keyword arguments changed ('b', 's') -> ()",
         "number of arguments changed 1 -> 2",
         "value of rest[0] changed 1.0 -> 2.0",
