@@ -366,14 +366,14 @@ class Recording:
         if waited:
             self.raw.append(RawHostWait(waited))
 
-    def note_native(self, reached: str, frame: FrameType | None) -> None:
+    def note_native(self, reached: str, frame: FrameType) -> None:
         """Note a raw-handle access by ``frame``'s code, unless pyopencl or netcl made it."""
-        module = "?" if frame is None else str(frame.f_globals.get("__name__", "?"))
+        module = str(frame.f_globals.get("__name__", "?"))
         if module == "pyopencl" or module.startswith(_OWN_MODULES):
             return
-        code = None if frame is None else frame.f_code
-        function = "?" if code is None else getattr(code, "co_qualname", code.co_name)
-        self.native.setdefault(NativeAccess(module, function, reached))
+        code = frame.f_code  # co_qualname: Python 3.11+
+        self.native.setdefault(NativeAccess(module, getattr(code, "co_qualname", code.co_name),
+                                            reached))  # fmt: skip
 
 
 def _shape(last: LaunchShape | None, fields: tuple[Any, ...]) -> LaunchShape:
