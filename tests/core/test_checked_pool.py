@@ -8,7 +8,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from netcl.core.memory import BufferPool, MemoryCheckError, guard_byte, guard_bytes
+from netcl.core.memory import BufferPool, Guard, MemoryCheckError, guard_byte, guard_bytes
 
 INC = "__kernel void inc(__global const float *a, __global float *o) "
 INC += "{ int i = get_global_id(0); o[i] = a[i] + 1; }"
@@ -72,3 +72,57 @@ def test_each_blocks_guard_holds_its_own_byte(queue: cl.CommandQueue) -> None:
         cl.enqueue_copy(queue, host, t.buffer)
         assert (host[16:] == 0xB0 + turn % 16).all(), turn
     pool.release_all(tensors)
+
+
+PUT = "__kernel void put(__global uchar *b, const int from) { b[from + get_global_id(0)] = 7; }"
+
+
+def _guarded(queue: cl.CommandQueue) -> tuple[cl.Buffer, Guard, cl.Kernel]:
+    """A 512-byte block holding 256 bytes at 64 with guards of 64 bytes before and 128 after
+    (0xB3, as a graph executor lays out an intermediate), and a kernel writing 7s from a byte
+    offset."""
+    block = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 512)
+    cl.enqueue_fill_buffer(queue, block, np.uint8(0), 0, 512)
+    guard = Guard(64, 256, 64, 128, 0xB3)
+    guard.fill(queue, block)
+    return block, guard, cl.Kernel(cl.Program(queue.context, PUT).build(), "put")
+
+
+def _put(queue: cl.CommandQueue, put: cl.Kernel, block: cl.Buffer, start: int, n: int) -> None:
+    put(queue, (n,), None, block, np.int32(start))
+
+
+_WHAT = "its intermediate 'n0'"
+_TAIL = ("of its intermediate 'n0' (checked mode's guards: 128 bytes after it, 64 before it): a "
+         "kernel's global size or indexing is wrong; fix it, or give the tensor the size the "
+         "kernel writes")  # fmt: skip
+
+
+def test_a_guard_says_how_far_past_each_side_a_kernel_wrote(queue: cl.CommandQueue) -> None:
+    """A guard on both sides of a block's bytes passes writes within them and names the
+    farthest byte written out of bounds on each side, after the end first, in one message."""
+    block, guard, put = _guarded(queue)
+    _put(queue, put, block, 64, 256)  # every byte of its own, none more
+    guard.check(queue, block, "op 'n0'", _WHAT)
+    _put(queue, put, block, 64 - 16, 256 + 16 + 8)  # 16 bytes before, 8 past the end
+    with pytest.raises(MemoryCheckError) as info:
+        guard.check(queue, block, "op 'n0'", _WHAT)
+    assert str(info.value) == (
+        f"op 'n0' wrote 8 bytes past the end and 16 bytes before the start {_TAIL}")
+
+
+@pytest.mark.parametrize(("start", "n", "said"), [(64 + 256, 5, "5 bytes past the end"),
+                                                  (64 + 256 + 127, 1, "128 bytes past the end"),
+                                                  (0, 3, "64 bytes before the start"),
+                                                  (63, 1, "1 bytes before the start")])  # fmt: skip
+def test_a_guard_names_one_side_only_when_only_it_was_written(
+    start: int, n: int, said: str, ctx: cl.Context
+) -> None:
+    """A write out of one side only names that side, as far as its farthest byte; checked the
+    same on an out-of-order queue (after everything enqueued before)."""
+    ooo = cl.CommandQueue(ctx, properties=cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+    block, guard, put = _guarded(ooo)
+    _put(ooo, put, block, start, n)
+    with pytest.raises(MemoryCheckError) as info:
+        guard.check(ooo, block, "op 'n0'", _WHAT)
+    assert str(info.value) == f"op 'n0' wrote {said} {_TAIL}"

@@ -164,3 +164,15 @@ def test_spans_starting_together_nest_longest_first(tmp_path: Path) -> None:
     doc = json.loads(exporter.write().read_text())
     assert [(e["name"], e["tid"]) for e in doc["traceEvents"] if e["ph"] == "X"] == [
         ("long", 1), ("short", 1)]  # fmt: skip
+
+
+def test_a_chain_of_spans_over_one_interval_nests_parents_first(tmp_path: Path) -> None:
+    """Four spans each the parent of the next, all over the same interval (an envelope, its
+    only step, its only kernel...), handed over deepest first: the file lists them parents
+    first, as the viewers nest them, on one lane."""
+    exporter = ChromeTraceExporter(tmp_path / "trace.json")
+    chain = [_span(name, n, 1_000, 5_000, parent=n - 1) for n, name in enumerate("abcd", 1)]
+    exporter.export(chain[::-1])
+    doc = json.loads(exporter.write().read_text())
+    assert [(e["name"], e["tid"]) for e in doc["traceEvents"] if e["ph"] == "X"] == [
+        ("a", 1), ("b", 1), ("c", 1), ("d", 1)]  # fmt: skip

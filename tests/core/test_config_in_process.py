@@ -8,6 +8,7 @@ away, Ctrl-C."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyopencl as cl
 import pytest
@@ -378,3 +379,48 @@ def test_a_plugin_cannot_replace_a_built_in_command(
         cli.main(["config", "--help"])
     assert info.value.code == 0
     assert "netcl: the" not in capsys.readouterr().err
+
+
+_PLUGIN = '''
+from netcl.core._settings import Setting
+
+SETTINGS = (Setting("NETCL_TEST_PLUGIN_LEVEL", "3", "how loud the test plugin is"),)
+
+
+def register(sub):
+    sub.add_parser("test-plugin", help="a plugin installed as a bare module")
+'''
+
+
+def test_config_lists_every_plugin_after_one_that_fails_to_load_in_name_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plugin whose module fails to load is reported on stderr, and the settings of every
+    plugin after it (by entry-point name) are still listed; a plugin without distribution
+    metadata is listed under its entry point's name."""
+    from importlib.metadata import EntryPoint, entry_points
+
+    (tmp_path / "netcl_test_plugin.py").write_text(_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    group = "netcl.cli"
+    plugin = EntryPoint(name="zzz-plugin", value="netcl_test_plugin:register", group=group)
+    broken = EntryPoint(name="aaa-broken", value="netcl_test_no_such_module:register", group=group)
+    installed = [plugin, *entry_points(group=group), broken]  # not in name order
+    monkeypatch.setattr(cli, "entry_points", lambda group: installed)
+    _all_valid(monkeypatch)
+    assert cli.main(["config", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        "netcl: the 'aaa-broken' command failed to load: No module named "
+        "'netcl_test_no_such_module'",
+        "netcl config: the 'aaa-broken' settings failed to load: No module named "
+        "'netcl_test_no_such_module'",
+    ]
+    docs = json.loads(out)["settings"]
+    packages = list(dict.fromkeys(d["package"] for d in docs))  # in the order listed
+    assert packages[0] == "netcl-core" and "netcl-cache" in packages
+    assert packages[-1] == "zzz-plugin" and len(packages) == len({*packages})
+    assert [d["package"] for d in docs] == sorted((d["package"] for d in docs), key=packages.index)
+    assert docs[-1] == {"package": "zzz-plugin", "name": "NETCL_TEST_PLUGIN_LEVEL",
+                        "description": "how loud the test plugin is", "default": "3",
+                        "error": None, "value": "3", "source": "default"}  # fmt: skip

@@ -202,3 +202,31 @@ def test_an_sdk_installed_after_import_gets_the_spans_and_instruments() -> None:
                           env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["1026", "True", "True"], proc.stdout
+
+
+def test_what_waits_for_the_metrics_api_runs_once_the_application_loads_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In this process, as if the application had not loaded the metrics API: netcl does not
+    load it to look, keeps what waits for it, and runs that once (and only once) the API is
+    there; a provider named by ``OTEL_PYTHON_METER_PROVIDER`` is the one case where netcl loads
+    the API itself."""
+    import opentelemetry
+
+    from netcl.core import _sdk
+
+    api = "opentelemetry.metrics"
+    loaded = sys.modules[api]
+    monkeypatch.setattr(opentelemetry, "metrics", loaded)  # put back whatever a load rebinds
+    monkeypatch.delitem(sys.modules, api)
+    monkeypatch.setitem(_sdk._NAMED, api, False)
+    ran: list[str] = []
+    _sdk.when_metrics_loaded(lambda: ran.append("made"))
+    assert (_sdk._loaded(api), _sdk.metrics_loaded(), ran) == (None, False, [])
+    assert api not in sys.modules  # not loaded to look
+    monkeypatch.setitem(sys.modules, api, loaded)  # the application loads it
+    assert (_sdk._loaded(api), _sdk.metrics_loaded(), ran) == (loaded, True, ["made"])
+    assert _sdk.metrics_loaded() is True and ran == ["made"]
+    monkeypatch.delitem(sys.modules, api)
+    monkeypatch.setitem(_sdk._NAMED, api, True)  # OTEL_PYTHON_METER_PROVIDER was set
+    assert _sdk._loaded(api) is sys.modules[api]

@@ -11,6 +11,7 @@ import itertools
 import os
 import subprocess
 import sys
+import threading
 import time
 import timeit
 from collections.abc import Callable, Iterator
@@ -845,3 +846,158 @@ def test_summary_default_queue_is_profiled_where_the_driver_refuses_the_stamp(
     assert queue.properties & cl.command_queue_properties.PROFILING_ENABLE
     (record,) = [r for r in caplog.records if r.getMessage().startswith("device_time_not_")]
     assert "the driver refused a side queue's stamp" in record.getMessage()
+
+
+_COMPLETE = cl.command_execution_status.COMPLETE
+
+
+def _completes_within(event: cl.Event, seconds: float) -> bool:
+    """Whether ``event`` completes within ``seconds`` (polled: a stamp held by a user event
+    never does, and waiting on it would hang)."""
+    deadline = time.monotonic() + seconds
+    while event.command_execution_status != _COMPLETE:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_stamp_on_a_profiling_queue_is_a_marker_on_it(ctx: cl.Context) -> None:
+    """On a profiling queue a stamp is a marker in the queue's own order."""
+    queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    stamp = profiling.Collector(mode="summary", interval=3600.0).stamp(queue)
+    assert stamp.get_info(cl.event_info.COMMAND_QUEUE) == queue
+    assert stamp.command_type == cl.command_type.MARKER
+    queue.finish()
+    assert stamp.profile.end > 0
+
+
+def test_a_plain_queues_stamp_waits_for_the_work_enqueued_before_it(ctx: cl.Context) -> None:
+    """A stamp of a plain queue runs on its side queue once everything enqueued on the queue
+    so far has completed (here held back by a user event), not before."""
+    collector = profiling.Collector(mode="summary", interval=3600.0)
+    plain = cl.CommandQueue(ctx)
+    side = collector._bracket(plain)
+    assert side is not None
+    gate = cl.UserEvent(ctx)
+    cl.enqueue_marker(plain, wait_for=[gate])  # earlier work, held
+    try:
+        stamp = collector.stamp(plain)
+        assert stamp.get_info(cl.event_info.COMMAND_QUEUE) == side.queue
+        assert not _completes_within(stamp, 1.0)
+    finally:
+        gate.set_status(_COMPLETE)
+    assert _completes_within(stamp, 10.0)
+    plain.finish()
+
+
+def test_a_plain_queues_later_commands_wait_for_its_stamp(ctx: cl.Context) -> None:
+    """Commands enqueued on a plain queue after its stamp wait for the stamp (here held back on
+    the side queue): a busy device cannot run the stamp after them."""
+    collector = profiling.Collector(mode="summary", interval=3600.0)
+    plain = cl.CommandQueue(ctx)
+    side = collector._bracket(plain)
+    assert side is not None
+    gate = cl.UserEvent(ctx)
+    cl.enqueue_marker(side.queue, wait_for=[gate])  # the side queue, held
+    try:
+        stamp = collector.stamp(plain)
+        later = cl.enqueue_marker(plain)
+        assert not _completes_within(later, 1.0)
+    finally:
+        gate.set_status(_COMPLETE)
+    assert _completes_within(stamp, 10.0) and _completes_within(later, 10.0)
+    plain.finish()
+
+
+def test_a_stamp_after_given_events_waits_for_them_only(ctx: cl.Context) -> None:
+    """A stamp given ``after`` runs once those events complete, whatever else the queue still
+    has to do, and holds none of the queue's later commands."""
+    collector = profiling.Collector(mode="summary", interval=3600.0)
+    plain = cl.CommandQueue(ctx)
+    assert collector._bracket(plain) is not None
+    busy, ready, pending = cl.UserEvent(ctx), cl.UserEvent(ctx), cl.UserEvent(ctx)
+    ready.set_status(_COMPLETE)
+    cl.enqueue_marker(plain, wait_for=[busy])  # the queue's own work, held throughout
+    try:
+        assert _completes_within(collector.stamp(plain, after=[ready]), 10.0)
+        stamp = collector.stamp(plain, after=[pending])
+        assert not _completes_within(stamp, 1.0)
+        pending.set_status(_COMPLETE)
+        assert _completes_within(stamp, 10.0)
+    finally:
+        pending.set_status(_COMPLETE) if pending.command_execution_status else None
+        busy.set_status(_COMPLETE)
+    plain.finish()
+
+
+class _DriverGoneError(RuntimeError):
+    """A collection failure of one kind (a type of its own: warned once per process)."""
+
+
+class _QueueFreedError(RuntimeError):
+    """A collection failure of another kind."""
+
+
+class _FailingCollector(profiling.Collector):
+    """A collector whose collection fails twice with one error, then with another, then parks
+    its (daemon) thread for good."""
+
+    def __init__(self) -> None:
+        super().__init__(interval=0.01)
+        self.calls = 0
+        self.parked = threading.Event()
+
+    def collect(self) -> int:
+        self.calls += 1
+        if self.calls <= 2:
+            raise _DriverGoneError("driver went away")
+        if self.calls == 3:
+            raise _QueueFreedError("queue freed")
+        self.parked.set()
+        threading.Event().wait()  # never set: the thread stays here
+        return 0
+
+
+def test_a_failing_collection_is_logged_once_per_error_and_collection_goes_on(
+    fresh_failure_log: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The collector thread survives a failing collection, keeps collecting every interval,
+    and says so in the log once per kind of error, with the error."""
+    failing = _FailingCollector()
+    thread = threading.Thread(target=failing._run, daemon=True)
+    with caplog.at_level("WARNING", logger="netcl.core.profiling"):
+        thread.start()
+        assert failing.parked.wait(10.0)
+    assert failing.calls == 4
+    said = [(r.levelname, r.getMessage()) for r in caplog.records
+            if r.name == "netcl.core.profiling"]  # fmt: skip
+    assert said == [
+        ("WARNING", 'device_time_not_collected error="_DriverGoneError(\'driver went away\')"'),
+        ("WARNING", 'device_time_not_collected error="_QueueFreedError(\'queue freed\')"'),
+    ]
+
+
+@pytest.mark.parametrize("mode", ["summary", "commands"])
+def test_a_failed_command_is_named_in_the_warning(
+    mode: profiling.Mode, pq: cl.CommandQueue, kernels: Any, fresh_failure_log: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The warning for a unit dropped because a command failed says which: in summary mode
+    the first or last command (all a summary reads), per command the index and its status."""
+    collector = profiling.Collector(mode=mode, sample_budget=0.0, interval=3600.0)
+    gate = cl.UserEvent(pq.context)
+    first = _scale(pq, kernels)
+    failed = cl.enqueue_nd_range_kernel(pq, kernels[1], (4096,), None, wait_for=[gate])
+    gate.set_status(-5)  # the kernel waiting for it fails
+    with contextlib.suppress(cl.Error):
+        pq.finish()
+    status = failed.command_execution_status
+    with caplog.at_level("WARNING", logger="netcl.core.profiling"):
+        unit = collector.watch(profiling.REPLAY, [first, failed])
+        assert collector.flush(5.0) == 0
+    assert unit.done and unit.duration is None
+    why = ("the first or last command failed" if mode == "summary"
+           else f"command 1 failed: status {status}")  # fmt: skip
+    said = [r.getMessage() for r in caplog.records if r.name == "netcl.core.profiling"]
+    assert said == [f'device_time_not_collected error="_CommandFailedError(\'{why}\')"']

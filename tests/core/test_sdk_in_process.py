@@ -236,7 +236,16 @@ def test_configure_with_an_sdk_installed_warns_that_the_port_is_ignored(
     assert (done["exporters"], done["disabled"]) == ({}, False)
     (record,) = [r for r in caplog.records if r.getMessage().startswith("telemetry_prom")]
     assert record.prometheus_port == 9  # type: ignore[attr-defined]
-    assert "OTEL_EXPORTER_PROMETHEUS_PORT" in record.reason  # type: ignore[attr-defined]
+    reason = ("an OpenTelemetry SDK is already installed: set OTEL_METRICS_EXPORTER=prometheus "
+              "and OTEL_EXPORTER_PROMETHEUS_PORT instead")  # fmt: skip
+    assert record.reason == reason  # type: ignore[attr-defined]
+    assert record.levelno == logging.WARNING and record.name == "netcl.core.telemetry"
+    assert record.getMessage() == (
+        f'telemetry_prometheus_port_ignored prometheus_port=9 reason="{reason}"')
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="netcl.core.telemetry"):
+        assert _sdk.configure() is done  # without a port: nothing to say
+    assert not caplog.records
 
 
 def test_an_otlp_endpoint_alone_chooses_otlp_for_traces_and_metrics(
@@ -506,3 +515,64 @@ def test_an_otlp_traces_endpoint_alone_chooses_otlp_for_traces_with_its_own_time
     assert done["exporters"] == {"traces": ["otlp_proto_http"], "metrics": [], "logs": []}
     assert seen == {"timeout": None}
     assert "OTEL_TRACES_EXPORTER" not in os.environ
+
+
+def test_the_console_line_of_a_failed_span_and_of_one_without_times() -> None:
+    """A failed span's console line carries its status and description (quoted when it has
+    spaces) before its attributes; a span that has no times reads 0.000 ms."""
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext, Status, StatusCode
+
+    failed = TracerProvider().get_tracer("netcl.test").start_span(
+        "netcl.test.failed", start_time=1_000,
+        attributes={"netcl.test.n": 2, "netcl.test.s": "a b"})  # fmt: skip
+    failed.set_status(Status(StatusCode.ERROR, "kernel failed"))
+    failed.end(end_time=1_501_000)
+    ctx = failed.get_span_context()
+    assert _sdk._span_line(failed) == (  # type: ignore[arg-type]
+        f"span netcl.test.failed 1.500 ms trace_id={ctx.trace_id:032x} "
+        f"span_id={ctx.span_id:016x} parent_id=- status=ERROR "
+        'status.description="kernel failed" netcl.test.n=2 netcl.test.s="a b"\n'
+    )
+    timeless = ReadableSpan(name="netcl.test.timeless", context=SpanContext(0xA, 0xB, False),
+                            parent=SpanContext(0xA, 0xC, False))  # fmt: skip
+    assert _sdk._span_line(timeless) == (
+        f"span netcl.test.timeless 0.000 ms trace_id={0xA:032x} span_id={0xB:016x} "
+        f"parent_id={0xC:016x} status=UNSET\n"
+    )
+
+
+def test_configure_defaults_name_the_service_netcl_and_print_nothing(
+    empty_slots: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """configure() with no arguments names the service ``netcl``, adds no console exporter and
+    returns the providers it installed."""
+    from opentelemetry import metrics
+
+    for signal in ("TRACES", "METRICS", "LOGS"):
+        monkeypatch.setenv(f"OTEL_{signal}_EXPORTER", "none")
+    for variable in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_SDK_DISABLED"):
+        monkeypatch.delenv(variable, raising=False)
+    done = _sdk.configure()
+    assert done["exporters"] == {"traces": [], "metrics": [], "logs": []}
+    assert done["meter_provider"] is metrics.get_meter_provider()
+    assert done["tracer_provider"].resource.attributes["service.name"] == "netcl"
+    done["tracer_provider"].get_tracer("netcl.test").start_span("netcl.test.quiet").end()
+    assert _sdk.flush(5.0) is True
+    assert "netcl.test.quiet" not in capsys.readouterr().err
+
+
+def test_configure_with_console_prints_to_stderr_by_default(
+    empty_slots: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``configure(console=True)`` without ``console_out`` prints each span on stderr."""
+    for signal in ("TRACES", "METRICS", "LOGS"):
+        monkeypatch.setenv(f"OTEL_{signal}_EXPORTER", "none")
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+    done = _sdk.configure(console=True)
+    assert done["exporters"] == {"traces": ["console"], "metrics": ["console"], "logs": []}
+    done["tracer_provider"].get_tracer("netcl.test").start_span("netcl.test.loud").end()
+    assert _sdk.flush(5.0) is True
+    assert "span netcl.test.loud " in capsys.readouterr().err
