@@ -539,7 +539,13 @@ def test_a_bad_mode_is_refused() -> None:
     assert collector.mode == "commands"
 
 
-def test_the_kernel_metric_says_it_is_sampled(metric_reader: Any) -> None:
+def test_the_kernel_metric_says_it_is_sampled(
+    pq: cl.CommandQueue, kernels: Any, collector: profiling.Collector, metric_reader: Any
+) -> None:
+    """The kernel histogram's description (read once a kernel was measured, here: the test
+    does not rely on others before it) says how summary mode samples it."""
+    collector.watch(profiling.COMMANDS, [_scale(pq, kernels)], labels=["scale"])
+    assert collector.flush(10.0) == 0
     data = metric_reader.get_metrics_data()
     described = {m.name: m.description for rm in data.resource_metrics
                  for sm in rm.scope_metrics for m in sm.metrics}  # fmt: skip
