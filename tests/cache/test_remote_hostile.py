@@ -153,6 +153,60 @@ def test_cache_stats_json_with_a_refused_option(query: str, tmp_path: Path) -> N
     assert remote["usable"] is False and BAD_OPTIONS[query] in remote["error"]
 
 
+REASONS = {
+    "socket_timeout=-1": "option 'socket_timeout': expected a number of seconds > 0, got -1.0",
+    "socket_timeout=inf": "option 'socket_timeout': expected a number of seconds > 0, got inf",
+    "socket_connect_timeout=0": (
+        "option 'socket_connect_timeout': expected a number of seconds > 0, got 0.0"
+    ),
+    "max_connections=0": "option 'max_connections': expected an integer >= 1, got 0",
+    "db=-1": "option 'db': expected an integer >= 0, got -1",
+    "bogus_option=1": "option 'bogus_option' is not one redis-py knows",
+    "timeout=2": "option 'timeout' is not one redis-py knows",
+}
+
+
+@pytest.mark.parametrize("query", sorted(REASONS))
+def test_the_warning_about_a_refused_option_names_it_in_full(
+    query: str,
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    log_events: Callable[[str], list[Any]],
+) -> None:
+    """The ``cache_remote_unusable`` warning's reason, as an operator reads it in the log: the
+    option by its name alone, what it must be and what the URL gave."""
+    pytest.importorskip("redis", reason="redis-py missing: pip install 'netcl-cache[redis]'")
+    c = ProgramCache(tmp_path / "local", remote=f"redis://:pw@127.0.0.1:1/0?{query}",
+                     remote_key=SECRET)  # fmt: skip
+    check_add(c.get_program(ctx, add_src(1.0, f"reason-{query}"), device), 1.0)
+    (event,) = log_events("cache_remote_unusable")
+    assert event.reason == REASONS[query]  # type: ignore[attr-defined]
+
+
+def test_options_at_their_limits_are_used(
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    log_events: Callable[[str], list[Any]],
+) -> None:
+    """Every checked option at the edge of what it allows (a timeout under a second, integers at
+    their least) is a usable remote: the program compiled here is published to Redis."""
+    query = ("socket_timeout=0.5&socket_connect_timeout=0.25&max_connections=1&db=0"
+             "&health_check_interval=0&socket_read_size=1")  # fmt: skip
+    src = add_src(1.0, f"limits-{time.time_ns()}")
+    c = ProgramCache(tmp_path / "local", remote=f"{server.url}?{query}", remote_key=SECRET)
+    check_add(c.get_program(ctx, src, device), 1.0)
+    assert c.remote is not None and log_events("cache_remote_unusable") == []
+    assert c.stats.remote_writes == 1 and c.stats.remote_errors == 0
+    assert server.client().exists(PREFIX + _key(src, device)) == 1
+
+
 # 2. one deadline for the whole call ------------------------------------------------------------
 
 
@@ -202,6 +256,39 @@ def test_the_deadline_is_a_setting(
     with pytest.raises(_remote.RemoteError):
         tier.get("ab" * 32)
     assert time.monotonic() - t0 < 0.3 + 0.2
+
+
+def test_a_call_waiting_on_redis_runs_on_a_daemon_thread_named_for_the_cache(
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    proxy: Callable[[int, float], PacedProxy],
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+) -> None:
+    """While a lookup waits on a slow Redis, a thread dump shows the call on a thread named
+    ``netcl-cache-remote``, a daemon thread: a call that never ends keeps no process alive."""
+    src = add_src(2.0, f"thread-{time.time_ns()}")
+    server.client().set(PREFIX + _key(src, device), os.urandom(32 << 10))
+    url = proxy(1 << 10, 0.4).url(server)  # a trickle: the fetch lasts the whole deadline
+    seen: set[tuple[str, bool]] = set()
+    stop = threading.Event()
+
+    def watch() -> None:  # what a thread dump taken during the lookup would show
+        while not stop.wait(0.01):
+            seen.update((t.name, t.daemon) for t in threading.enumerate())
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        c = ProgramCache(tmp_path / "local", remote=url, remote_key=SECRET)
+        check_add(c.get_program(ctx, src, device), 2.0)
+    finally:
+        stop.set()
+        watcher.join()
+    assert c.stats.remote_errors == 1  # the fetch ran into the deadline
+    assert {daemon for name, daemon in seen if name == "netcl-cache-remote"} == {True}
 
 
 # 3. metadata nested too deep -------------------------------------------------------------------

@@ -146,6 +146,43 @@ def test_empty_graph_and_bad_outputs(pool: BufferPool) -> None:
     assert pool.stats.bytes_in_use == 0
 
 
+def test_what_planning_refuses_is_named_in_full(pool: BufferPool) -> None:
+    """The whole message of each graph or ``outputs`` that cannot be planned: an empty graph,
+    a ref to an op the graph lacks (with the ops it has), an output that is no op, one asked
+    for twice."""
+    ex = GraphExecutor(pool)
+    with pytest.raises(ValueError) as info:
+        ex.run(Graph())
+    assert str(info.value) == "GraphExecutor: the graph has no ops"
+    g = Graph()
+    g.add_op("b", _noop, [], (4,), "float32")
+    g.add_op("a", _noop, [TensorRef("b"), TensorRef("ghost")], (4,), "float32")
+    with pytest.raises(ValueError) as info:
+        ex.run(g)
+    assert str(info.value) == (
+        "graph op 'a': input 1 refers to unknown op 'ghost' (known ops: a, b)"
+    )
+    g = Graph()
+    a = g.add_op("a", _noop, [], (4,), "float32")
+    with pytest.raises(ValueError) as info:
+        ex.run(g, outputs=["zz"])
+    assert str(info.value) == "GraphExecutor: requested output 'zz' is not an op of the graph"
+    with pytest.raises(ValueError) as info:
+        ex.run(g, outputs=[a, "a"])
+    assert str(info.value) == "GraphExecutor: output(s) ['a'] requested more than once"
+    assert pool.stats.bytes_in_use == 0
+
+
+def test_a_graph_counts_its_changes_from_version_0() -> None:
+    """``version`` starts at 0 for a new graph and each op added moves it up by one: a caller
+    holding a version can tell whether, and how often, the graph changed since."""
+    g = Graph()
+    assert g.version == 0
+    a = g.add_op("a", _noop, [], (4,), "float32")
+    g.add_op("b", _noop, [a], (4,), "float32")
+    assert g.version == 2
+
+
 def test_input_from_another_context_is_rejected(pool: BufferPool, ctx: cl.Context) -> None:
     other_ctx = cl.Context(ctx.devices)
     other_q = cl.CommandQueue(other_ctx)

@@ -185,6 +185,27 @@ def test_a_tie_between_layouts_says_how_it_was_broken(queue: cl.CommandQueue) ->
     ), plan.strategy_reason
 
 
+def test_the_reason_names_the_layout_that_needs_least_and_every_other_figure(
+    queue: cl.CommandQueue,
+) -> None:
+    """Where one layout needs strictly less device memory than every other, ``why:`` gives its
+    figure first, then each other layout with its figure in rank order, and no tie."""
+    g = Graph()
+    prev = None
+    for k, n in enumerate((1000, 3000, 2000, 5000)):  # sizes that no two layouts share
+        prev = g.add_op(f"t{k}", _noop, [prev] if prev else [], (n,), np.float32)
+    plan = GraphExecutor(BufferPool(queue)).plan(g)
+    (best, least), *others = plan.candidates.items()  # in rank order
+    if others[0][1] == least:
+        pytest.skip(f"{best} and {others[0][0]} need the same on this device")
+    assert best == plan.strategy and least < min(b for _, b in others)
+    figures = ", ".join(f"{name} {b} B" for name, b in others)
+    assert plan.strategy_reason == (
+        f"least device memory for a run from an empty pool ({least} B; {figures})"
+    )
+    assert f"  why: {plan.strategy_reason}\n" in plan.describe()
+
+
 def test_a_newline_in_a_name_stays_inside_its_dot_string(queue: cl.CommandQueue) -> None:
     g = Graph()
     g.add_op("a", _noop, [TensorRef("two\nlines")], (2,), "float32")

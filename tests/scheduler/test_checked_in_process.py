@@ -3,11 +3,13 @@ test_checked.py): ops that stay inside their blocks run to the end, each checked
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyopencl as cl
 import pytest
 
-from netcl.core.memory import BufferPool
+from netcl.core.memory import BufferPool, MemoryCheckError
 from netcl.runtime.scheduler import ExecutionPlan, Scheduler
 
 FILL = "__kernel void fill(__global float *o) { o[get_global_id(0)] = 1; }"
@@ -67,3 +69,46 @@ def test_a_checked_run_stops_at_the_op_whose_event_failed(
     )
     pool.release(x)
     del info, err  # the error's traceback holds this frame: checked mode would outlive the test
+
+
+def fill_y_twice_over(fill: cl.Kernel, queue: cl.CommandQueue, y: cl.Buffer) -> None:
+    """An op's body whose kernel runs twice y's size: it writes into y's guard (no event)."""
+    fill(queue, (2048,), None, y)
+
+
+LINE = fill_y_twice_over.__code__.co_firstlineno
+
+
+@pytest.mark.parametrize("async_mode", [False, True])
+def test_a_checked_run_names_the_op_and_the_plan_that_wrote_out_of_bounds(
+    async_mode: bool, queue: cl.CommandQueue
+) -> None:
+    """The MemoryCheckError of an op that overran a checked block names the op (its index, its
+    function) and its plan (its run index and description), in full; the plans not completed
+    stay scheduled, and nothing after the op ran."""
+    fill = cl.Kernel(cl.Program(queue.context, FILL).build(), "fill")
+    pool = BufferPool(queue, check_memory=True)
+    x, y = pool.allocate((1024,), np.float32), pool.allocate((1024,), np.float32)
+    ran: list[str] = []
+    overrun = functools.partial(fill_y_twice_over, fill, queue, y.buffer)
+    s = Scheduler(async_mode=async_mode)
+    clean = s.submit(ExecutionPlan([lambda: fill(queue, (1024,), None, x.buffer)], "clean",
+                                   queue=queue))  # fmt: skip
+    bad = s.submit(ExecutionPlan([lambda: ran.append("op 0"), overrun,
+                                  lambda: ran.append("op 2")], "overrun", queue=queue))  # fmt: skip
+    after = s.submit(lambda: ran.append("after"))
+    with pytest.raises(MemoryCheckError) as info:
+        s.run()
+    assert str(info.value) == (
+        "Scheduler.run: op 1 (functools.partial(fill_y_twice_over (test_checked_in_process.py:"
+        f"{LINE}))) of plan 1 'overrun' wrote 4096 bytes past the end of Tensor(shape=(1024,), "
+        "dtype=float32, nbytes=4096) (checked mode's guards: 8192 bytes after it, 0 before it): "
+        "a kernel's global size or indexing is wrong; fix it, or give the tensor the size the "
+        "kernel writes"
+    )
+    assert ran == ["op 0"]
+    # sync mode completed 'clean'; async mode waited for none of its events, so it stays
+    assert s.plans == ((bad, after) if not async_mode else (clean, bad, after))
+    pool.release(x)
+    pool.release(y)  # its guard was filled again when the check named it
+    del info  # the error's traceback holds this frame: checked mode would outlive the test

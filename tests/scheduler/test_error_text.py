@@ -192,3 +192,21 @@ def test_the_message_names_at_most_five_unrun_plans_and_counts_the_rest(later: i
         "resubmit with scheduler.submit(plan))"
     ), str(info.value)
     assert len(info.value.unrun_plans) == later
+
+
+def test_submitting_no_op_or_no_plan_names_what_it_got_in_full() -> None:
+    """``submit`` refuses an op that is neither callable nor event-like, and a ``plan`` that is
+    no ExecutionPlan, with the whole message a user reads; nothing is scheduled."""
+    sched = Scheduler()
+    with pytest.raises(TypeError) as info:
+        sched.submit(42)  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "Scheduler.submit: op must be a callable or an event-like object with a wait() method, "
+        "got 42 (int)"
+    )
+    with pytest.raises(TypeError) as info:
+        sched.submit(print, plan="p")  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "Scheduler.submit: plan must be an ExecutionPlan or None, got 'p' (str)"
+    )
+    assert sched.plans == ()

@@ -223,6 +223,25 @@ def test_scheduler_error_keeps_its_contract_after_a_resume(
     np.testing.assert_array_equal(counts.read(), [1, 1, 1, 1, 0, 0, 0, 0])
 
 
+@pytest.mark.parametrize("async_mode", [False, True])
+def test_a_resumed_plan_runs_the_ops_its_first_run_took_though_plan_ops_was_edited(
+    async_mode: bool, queue: cl.CommandQueue, kernels: Any
+) -> None:
+    """After an interrupt the user drops the op that already ran from ``plan.ops``: the next
+    run still resumes where the interrupted one stopped, on the ops it took (no op lost)."""
+    counts = Counts(queue, kernels, 3)
+    plans, calls = _three_plans(counts, interrupt_at=1)
+    plan = plans[0]  # ops 0, 1 (interrupts on its first call) and 2
+    sched = Scheduler(async_mode=async_mode)
+    sched.submit(plan)
+    with pytest.raises(KeyboardInterrupt):
+        sched.run()
+    del plan.ops[0]  # op 0 ran: the user takes it out of the plan
+    events = sched.run()
+    np.testing.assert_array_equal(counts.read(), [1, 1, 1])  # ops 1 and 2 ran, once each
+    assert len(calls) == 2 and len(events) == 3 and sched.plans == ()
+
+
 # --- interrupts at random moments ------------------------------------------------------------
 
 
