@@ -61,6 +61,23 @@ if os.environ.get("MUTANT_UNDER_TEST") == "stats" and sys.version_info < (3, 12)
         yield
         gc.collect()
 
+# In that pass mutmut links a function to the tests during which it ran. What runs on import, at
+# collection (the capture hooks made once, the instruments of each package), then goes to the
+# first test alone, and a mutant of it is run against that test only: link it to every test of
+# its package's folder (tests/<package>/; the whole suite would cost minutes a mutant).
+if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+    from mutmut.state import state as _mutmut_state  # the pinned mutmut of hatch's mutation env
+
+    _AT_IMPORT: dict[str, set[str]] = {}  # by package: netcl.core.x, netcl.runtime.capture.x
+
+    def pytest_collection_finish() -> None:
+        for name in _mutmut_state()._stats:
+            package = name.split(".")[2 if name.startswith("netcl.runtime.") else 1]
+            _AT_IMPORT.setdefault(package, set()).add(name)
+
+    def pytest_runtest_setup(item: pytest.Item) -> None:
+        _mutmut_state()._stats.update(_AT_IMPORT.get(item.nodeid.split("/")[1], ()))
+
 
 class _Hostility:
     """While ``armed``, the session's SDK fails the way a broken plug-in would: a span processor
