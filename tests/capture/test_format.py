@@ -257,6 +257,56 @@ def test_each_hostile_field_is_refused_by_name(field: str, saved: Path, queue: c
     assert str(info.value).startswith(f"{path}: "), info.value
 
 
+WHOLE = [  # edit, value -> the whole refusal after the file's name
+    ("device", 5, "device: 5, expected an object"),
+    ("device.name", 5, "device.name: 5, expected str"),
+    ("launches.0.allow_empty", 1, "launches[0].allow_empty: 1, expected bool"),
+    ("launches.0.global_size", "256", 'launches[0].global_size: "256", expected a list'),
+    ("step.inputs.0", [0], "step.inputs[0]: [0], expected a list"),
+    ("kind", "model", 'kind: "model", expected one of capture, step'),
+    ("buffers.0.role", "w" * 60, f'buffers[0].role: "{"w" * 39}, expected one of input, '
+     "output, constant, scratch"),
+    ("launches.2.program", 7, "launches[2].program: 7, expected from 0 to 1 (an index of "
+     "programs)"),
+    ("step.outputs.0.buffer", 9, "step.outputs[0].buffer: 9, expected from 0 to 7 (an index "
+     "of buffers)"),
+    ("version", 3, "version: 3, the header says 2"),
+    ("step.labels", json.loads("[" * 14 + "]" * 14), f"step.labels[0]: {'[' * 13}{']' * 13}, "
+     "expected str"),
+    ("step.labels", json.loads("[" * 15 + "]" * 15), "manifest: nested 17 deep, at most 16"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), WHOLE,
+                         ids=[f"{f}={json.dumps(v)[:12]}" for f, v, _ in WHOLE])
+def test_a_refused_field_gives_its_whole_message(
+    field: str, value: Any, message: str, saved: Path, queue: cl.CommandQueue, tmp_path: Path
+) -> None:  # fmt: skip
+    """The whole message a user reads for each kind of bad field: its path, its value as JSON
+    (cut to 40 characters), and what was expected (a type, an object, a list, one of the
+    words, an index of a table and its range). A manifest nested 16 deep (the most) is parsed
+    and refused by its field; 17 deep is refused before parsing."""
+    path = tmp_path / "hostile.ncl"
+    path.write_bytes(_rewrite(saved.read_bytes(), _set(field, value)))
+    with pytest.raises(CaptureFileError) as info:
+        load_step(path, queue)
+    assert str(info.value) == f"{path}: {message}"
+
+
+def test_a_list_of_a_bad_length_names_the_lengths_allowed(
+    saved: Path, queue: cl.CommandQueue, tmp_path: Path
+) -> None:  # fmt: skip
+    """A list too short or too long (a launch's sizes: 1 to 3 dimensions) is refused naming
+    the list and the lengths allowed, and no table (it once said "(an index of (1, 3))")."""
+    for value in ([], [64, 1, 1, 1]):
+        path = tmp_path / "hostile.ncl"
+        path.write_bytes(_rewrite(saved.read_bytes(), _set("launches.0.global_size", value)))
+        with pytest.raises(CaptureFileError) as info:
+            load_step(path, queue)
+        assert str(info.value) == (f"{path}: launches[0].global_size: {value}, expected a "
+                                   "length from 1 to 3"), info.value
+
+
 def test_a_manifest_that_is_not_json_is_refused_with_the_parser_error(
     saved: Path, queue: cl.CommandQueue, tmp_path: Path
 ) -> None:

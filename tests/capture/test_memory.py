@@ -210,6 +210,43 @@ def test_a_temporary_set_with_set_arg_moves_into_the_arena(queue: cl.CommandQueu
         np.testing.assert_array_equal(got, 2 * _host(seed) + 1)
 
 
+def test_a_temporary_passed_to_transfers_by_keyword_moves_with_them(
+    queue: cl.CommandQueue, kernels: Any
+) -> None:  # fmt: skip
+    """A dropped temporary that code passes to pyopencl's transfer primitives by keyword (as
+    pyopencl names their parameters: ``_enqueue_copy_buffer(queue, src=x, dst=t, ...)``, then
+    ``_enqueue_fill_buffer(queue, mem=t, ...)``) moves into the arena with the kernel that
+    reads it: the replays copy, fill and read the same memory (which an earlier temporary of
+    the same size used before), and the capture's buffers are x, out and the arena's."""
+    ctx, rw = queue.context, cl.mem_flags.READ_WRITE
+    x, out = cl.Buffer(ctx, rw, NBYTES), cl.Buffer(ctx, rw, NBYTES)
+    cl.enqueue_copy(queue, x, _host(1.0))
+    t2 = cl.Buffer(ctx, rw, NBYTES)
+    moved = t2.int_ptr  # (read outside the capture: a raw handle read inside it is refused)
+    cap = KernelCapture()
+    with cap:
+        t1 = cl.Buffer(ctx, rw, NBYTES)
+        kernels.scale_shift(queue, (N,), None, t1, x, 3.0, 0)  # t1 = 3x, its region's first use
+        kernels.add(queue, (N,), None, out, t1, x)
+        del t1
+        cl._cl._enqueue_copy_buffer(queue, src=x, dst=t2, byte_count=NBYTES, src_offset=0,
+                                    dst_offset=0)  # fmt: skip
+        cl._cl._enqueue_fill_buffer(queue, mem=t2, pattern=np.float32(7), offset=0,
+                                    size=NBYTES // 2)  # fmt: skip
+        kernels.add(queue, (N,), None, out, t2, x)  # out = x + 7, then 2x
+        del t2
+    assert cap.memory is not None and cap.memory.internal == 2
+    used = {b.int_ptr for b in cap.buffers}
+    assert moved not in used and {x.int_ptr, out.int_ptr} < used  # t2's memory: the arena's
+    got = np.empty(N, np.float32)
+    for seed in (2.0, 3.5):
+        host = _host(seed)
+        cl.enqueue_copy(queue, x, host)
+        cap.replay()
+        cl.enqueue_copy(queue, got, out)
+        np.testing.assert_array_equal(got, np.where(np.arange(N) < N // 2, host + 7, 2 * host))
+
+
 @pytest.mark.parametrize("between", ["copies", "finishes"])
 def test_a_temporary_read_after_other_commands_keeps_its_region_until_then(
     queue: cl.CommandQueue, kernels: Any, between: str

@@ -494,6 +494,46 @@ def test_a_scalar_set_again_to_an_equal_value_keeps_one_launch_of_the_file(
     assert len(manifest["launches"]) == 3 and len(manifest["commands"]) == 5
 
 
+def test_a_buffer_first_read_whole_keeps_its_contents(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, tmp_path: Path
+) -> None:  # fmt: skip
+    """A buffer whose first use reads all of it to the host (a read overwrites the host array,
+    not the buffer) is a constant: saved with its contents, which the loaded replay uses."""
+    x, y = buf(np.arange(64)), buf(np.zeros(64))
+    seen = np.empty(64, np.float32)
+    with KernelCapture() as cap:
+        cl.enqueue_copy(queue, seen, x)
+        kernels.axpy(queue, (64,), None, y, x, np.float32(2))
+    path = tmp_path / "cap.ncl"
+    cap.save(path)
+    assert _saved.inspect(path)["buffers"] == {"constant": {"count": 2, "bytes": 512}}
+    loaded = load_capture(path, queue)
+    y2, x2 = loaded.launches[0].args[:2]
+    cl.enqueue_copy(queue, x, np.zeros(64, np.float32))  # this process's x: not the file's
+    loaded.replay()  # y held 2 x when saved; the replay adds 2 x again
+    np.testing.assert_array_equal(host_read(y2, 64), 4 * np.arange(64, dtype=np.float32))
+    np.testing.assert_array_equal(host_read(x2, 64), np.arange(64, dtype=np.float32))
+
+
+def test_sections_start_at_64_byte_aligned_offsets(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, tmp_path: Path
+) -> None:  # fmt: skip
+    """The layout the format declares: every section (program binary and source, a
+    constant's contents, a write's host array of 12 bytes: not a multiple of 64) starts at
+    a multiple of 64, and the manifest follows the last section."""
+    x, y = buf(np.arange(64)), buf(np.zeros(64))
+    with KernelCapture() as cap:
+        cl.enqueue_copy(queue, y, np.ones(3, np.float32))
+        kernels.axpy(queue, (64,), None, y, x, np.float32(2))
+    path = tmp_path / "cap.ncl"
+    cap.save(path)
+    m = _format.read(open(path, "rb"), str(path), path.stat().st_size)  # noqa: SIM115
+    assert len(m.sections) >= 4 and any(s.size % 64 for s in m.sections), m.sections
+    assert [s.start % 64 for s in m.sections] == [0] * len(m.sections), m.sections
+    _, offset = _manifest(path.read_bytes())
+    assert offset == max(s.start + s.size for s in m.sections)
+
+
 # -- hostile files ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory, queue: cl.CommandQueue) -> bytes:
@@ -561,6 +601,56 @@ def test_hostile_files_each_give_their_error(saved: bytes, queue: cl.CommandQueu
             _refused(tmp_path, data, queue, match)
         except BaseException as exc:
             raise AssertionError(f"case {name!r}") from exc
+
+
+def _header(data: bytes, **fields: int) -> bytes:
+    """``data`` with header fields (version, flags, offset, length, crc) replaced."""
+    magic, *values = _format.HEADER.unpack(data[: _format.HEADER.size])
+    now = dict(zip(("version", "flags", "offset", "length", "crc"), values, strict=True))
+    return _format.HEADER.pack(magic, *(now | fields).values()) + data[_format.HEADER.size:]
+
+
+def test_a_damaged_header_or_manifest_gives_its_whole_message(
+    saved: bytes, queue: cl.CommandQueue, tmp_path: Path
+) -> None:  # fmt: skip
+    """The whole message of each refusal of a damaged header or manifest: the file, then what
+    is wrong, with the header's own numbers (a manifest's byte range, a version, flags)."""
+    _, _, _, offset, length, _ = _format.HEADER.unpack(saved[: _format.HEADER.size])
+    size, most = len(saved), _format.MAX_MANIFEST
+    later = "load it with the netcl-capture that saved it, or a later one"
+    manifest_bit = bytearray(saved)
+    manifest_bit[offset + 10] ^= 0x02
+    cases = {
+        "cut in the manifest": (saved[: offset + 10], f"truncated: the manifest lies at bytes "
+                                f"{offset}..{offset + length} of a {offset + 10}-byte file"),
+        "a manifest of the most bytes": (_header(saved, length=most), f"truncated: the manifest"
+                                         f" lies at bytes {offset}..{offset + most} of a "
+                                         f"{size}-byte file"),
+        "one byte more": (_header(saved, length=most + 1), f"its manifest claims {most + 1} "
+                          f"bytes, more than the {most} a saved capture can have: the header "
+                          "is damaged"),
+        "a manifest inside the header": (_header(saved, offset=10), f"truncated: the manifest "
+                                         f"lies at bytes 10..{10 + length} of a {size}-byte "
+                                         "file"),
+        "a manifest right after the header": (_header(saved, offset=64), "manifest: its "
+                                              "checksum does not match: the file is damaged"),
+        "a bit of the manifest": (bytes(manifest_bit), "manifest: its checksum does not match: "
+                                  "the file is damaged"),
+        "version 0": (_header(saved, version=0), "format version 0 (flags 0); this netcl-"
+                      f"capture reads versions 1 to 2: {later}"),
+        "flags": (_header(saved, flags=1), "format version 2 (flags 1); this netcl-capture "
+                  f"reads versions 1 to 2: {later}"),
+        "another format": (b"PK\x03\x04" + saved[4:], "not a saved capture: it starts with "
+                           "b'PK\\x03\\x04LCAP', expected b'NETCLCAP'"),
+        "20 bytes": (saved[:20], "20 bytes, shorter than the header"),
+        "empty": (b"", "not a saved capture: 0 bytes, shorter than the header"),
+    }
+    path = tmp_path / "hostile.ncl"
+    for name, (data, message) in cases.items():
+        path.write_bytes(data)
+        with pytest.raises(CaptureFileError) as info:
+            load_step(path, queue)
+        assert str(info.value) == f"{path}: {message}", name
 
 
 def test_another_device_rebuilds_from_source_or_is_refused_by_name(

@@ -113,13 +113,11 @@ def _parse(hint: Any, value: Any, field: str, tables: dict[str, int]) -> Any:
         least, most = (0, tables[bounds] - 1) if isinstance(bounds, str) else bounds
         if not least <= n <= most:
             raise _Error(field, f"{_short(found)}, expected {'a length ' * (found is not n)}from"
-                         f" {least} to {most}{f' (an index of {bounds})' * (least < most)}")
+                         f" {least} to {most}{f' (an index of {bounds})' * isinstance(bounds, str)}")
         return found
     if origin in (Union, types.UnionType):
-        if value is None:
-            if type(None) in args:
-                return None
-            raise _Error(field, "missing")
+        if value is None and type(None) in args:  # (every union of the schema has None)
+            return None
         refused = []
         for arm in args:
             try:
