@@ -70,6 +70,19 @@ def test_netcl_info_with_no_device() -> None:
     assert "pip install 'pyopencl[pocl]'" in line
 
 
+def test_every_device_of_a_platform_is_listed_when_none_matches() -> None:
+    """A PYOPENCL_CTX that matches no device lists each device of each platform by the index
+    that would choose it (here PoCL showing two CPU devices): ``[platform:device] name``, comma
+    separated."""
+    if not _only_pocl():
+        pytest.skip("POCL_DEVICES shapes the device list only where PoCL is the only platform")
+    proc = _netcl("info", POCL_DEVICES="pthread pthread", PYOPENCL_CTX="0:7")
+    assert proc.returncode == 1, proc
+    (line,) = proc.stderr.splitlines()
+    name = next(part for part in line.split("[0:0] ")[1:]).split(",")[0]
+    assert f"Portable Computing Language: [0:0] {name}, [0:1] {name}; " in line, line
+
+
 def test_user_code_gets_the_netcl_error() -> None:
     proc = _python(
         """
