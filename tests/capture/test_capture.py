@@ -406,26 +406,31 @@ def test_two_kernels_with_preset_arguments_and_one_size_object_replay_apart(
 COPY_ARG = "__kernel void put(__global uint *y, const uint bits) { y[get_global_id(0)] = bits; }"
 
 
-@pytest.mark.parametrize("way", ["call", "set_arg"])
+@pytest.mark.parametrize("way", ["call", "set_arg", "typed"])
 def test_an_equal_scalar_with_other_bits_is_replayed_as_passed(
     ctx: cl.Context, queue: cl.CommandQueue, way: str
 ) -> None:
     """A scalar equal to the last one but not the same bits to the kernel (-0.0 after 0.0, a
-    float after an int of the same value) is a new argument: each launch replays its own."""
+    float after an int of the same value) is a new argument: each launch replays its own,
+    numpy scalars and, with the kernel's scalar types set, Python numbers."""
     put = cl.Program(ctx, COPY_ARG).build().put
-    values = [np.float32(0.0), np.float32(-0.0), np.int32(2), np.float32(2.0)]
+    values: list[Any] = [np.float32(0.0), np.float32(-0.0), np.int32(2), np.float32(2.0)]
+    if way == "typed":  # pyopencl packs each as a float32: the bits the kernel reads
+        put.set_scalar_arg_dtypes([None, np.float32])
+        values = [0.0, -0.0, 2.0, 1.0, 1]
     y = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4)
     seen = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * len(values))
     with KernelCapture() as cap:
         for k, value in enumerate(values):
-            if way == "call":
+            if way != "set_arg":
                 put(queue, (1,), None, y, value)
             else:
                 put.set_arg(0, y)
                 put.set_arg(1, value)
                 cl.enqueue_nd_range_kernel(queue, put, (1,), None)
             cl.enqueue_copy(queue, seen, y, byte_count=4, dst_offset=4 * k)
-    expected = np.array([v.view(np.uint32) for v in values], np.uint32)
+    expected = np.array([np.float32(v).view(np.uint32) if way == "typed" else v.view(np.uint32)
+                         for v in values], np.uint32)
     cl.enqueue_fill_buffer(queue, seen, np.uint32(7), 0, 4 * len(values))
     cap.replay()
     out = np.empty(len(values), np.uint32)

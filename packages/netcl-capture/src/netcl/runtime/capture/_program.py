@@ -113,8 +113,8 @@ def _value_key(value: Any) -> Any:
     kind = type(value)  # exact types first: payloads are tuples of ints and a value
     if kind is tuple:
         return tuple(map(_value_key, value))
-    if kind in _PLAIN or value is None:
-        return value
+    if kind in _PLAIN or value is None:  # a float by its bits: -0.0 == 0.0 == 0, not to a kernel
+        return ("float", value.hex()) if kind is float else value
     if isinstance(value, cl.MemoryObjectHolder):
         return ("mem", id(value))  # the recording's own reference, one per buffer
     if isinstance(value, cl.LocalMemory):
