@@ -10,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from netcl.core import device
-from netcl.runtime.cache import ProgramCache
+from netcl.runtime.cache import ProgramCache, _config
 
 NETCL = str(Path(sys.executable).with_name("netcl"))
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"
@@ -78,3 +80,34 @@ def test_zero_resets_the_statistics_and_keeps_the_entries(tmp_path: Path) -> Non
     assert proc.stdout == f"statistics zeroed in {tmp_path} (1 entry kept)\n"
     after = json.loads(_netcl("cache", "stats", "--json", "--dir", str(tmp_path)).stdout)
     assert after["entries"] == 1 and after["hits"] == 0 and after["misses"] == 0, after
+
+
+def test_a_remote_url_without_a_scheme_names_an_empty_scheme() -> None:
+    """`netcl config` rejects NETCL_CACHE_REMOTE without "://" and says it has no scheme."""
+    proc = _netcl("config", env={"NETCL_CACHE_REMOTE": " 127.0.0.1:6379 "})
+    assert proc.returncode == 1
+    assert "NETCL_CACHE_REMOTE: expected a redis:// or rediss:// URL, got scheme ''\n" \
+           in proc.stderr  # fmt: skip
+    assert re.search(r"^NETCL_CACHE_REMOTE\s+127\.0\.0\.1:6379\s+environment \(INVALID\)",
+                     proc.stdout, re.M)  # fmt: skip
+
+
+@pytest.mark.parametrize(("url", "scheme"), [
+    ("REDIS://127.0.0.1:6379/0", None),  # the scheme is case-insensitive
+    ("  rediss://127.0.0.1:6379/0 ", None),
+    ("redis://127.0.0.1:6379/0?note=a://b", None),  # only the first "://" ends the scheme
+    ("http://127.0.0.1:6379/0", "http"),
+    ("HTTPS://redis://127.0.0.1", "https"),
+])  # fmt: skip
+def test_the_remote_url_scheme(monkeypatch: pytest.MonkeyPatch, url: str,
+                               scheme: str | None) -> None:  # fmt: skip
+    """NETCL_CACHE_REMOTE takes redis:// and rediss:// in any case; another scheme is named,
+    lower-cased, in the error."""
+    monkeypatch.setenv("NETCL_CACHE_REMOTE", url)
+    if scheme is None:
+        assert _config.REMOTE.value() == url.strip()
+    else:
+        with pytest.raises(ValueError) as exc:
+            _config.REMOTE.value()
+        assert str(exc.value) == ("NETCL_CACHE_REMOTE: expected a redis:// or rediss:// URL, "
+                                  f"got scheme {scheme!r}")  # fmt: skip

@@ -146,14 +146,19 @@ def test_disk_full_on_write(
     with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"), \
             pytest.warns(RuntimeWarning, match="cannot be written .No space left on device"):
         check_add(c.get_program(ctx, add_src(2.0, "enospc"), device), 2.0)
+    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):  # warned once already
+        check_add(c.get_program(ctx, add_src(3.0, "enospc-2"), device), 3.0)
     monkeypatch.undo()
     assert hits, "the fault was not reached"
-    (event,) = log_events("cache_write_failed")
+    (event,) = log_events("cache_write_failed")  # once per folder
     assert event.errno == errno.ENOSPC  # type: ignore[attr-defined]
+    # the error as the system gave it, naming the file being written
+    assert event.error == (  # type: ignore[attr-defined]
+        f"[Errno {errno.ENOSPC}] No space left on device: '{hits[0]}'")
     # the entry that could not be written, not only its folder
     key = event.key  # type: ignore[attr-defined]
     assert event.path == str(cache_dir / "programs" / f"{key}.clprg")  # type: ignore[attr-defined]
-    assert c.stats.write_errors == 1
+    assert c.stats.write_errors == 2  # each write that failed
     # no temporary file is left behind and the older entry is intact
     assert [p.name for p in (cache_dir / "programs").iterdir() if p.name.startswith(".")] == []
     c2 = ProgramCache(cache_dir)
@@ -249,6 +254,9 @@ def test_a_folder_removed_while_running_is_made_again(
     key = failed.key  # type: ignore[attr-defined]
     assert failed.path == str(cache_dir / "programs" / f"{key}.clprg")  # type: ignore[attr-defined]
     assert failed.errno == errno.ENOENT  # type: ignore[attr-defined]
+    # the error as the system gave it, naming the temporary file of the entry
+    assert failed.error.startswith(  # type: ignore[attr-defined]
+        f"[Errno 2] No such file or directory: '{cache_dir / 'programs' / ('.' + key)}.")
     check_add(c.get_program(ctx, add_src(2.0, "gone-c"), device), 2.0)  # made again
     assert stat.S_IMODE(os.stat(cache_dir).st_mode) == 0o700
     assert c.stats.write_errors == 1 and len(c.entries()) == 1

@@ -171,11 +171,17 @@ def test_cli_handles_hostile_entry(
     rows = {r["key"]: r for r in json.loads(capsys.readouterr().out)["entries"]}
     assert rows[good.key]["status"] == "ok"
     assert rows[bad.key]["status"].startswith("damaged"), rows[bad.key]
+    assert rows[good.key]["bytes"] == good.path.stat().st_size
+    if REASONS[kind].startswith("special"):  # what it holds is not the cache's: counted as 0
+        assert rows[bad.key]["bytes"] == 0, rows[bad.key]
+    elif kind.startswith("sparse"):  # the blocks it takes on disk, not its 8 GB
+        assert rows[bad.key]["bytes"] == bad.path.stat().st_blocks * 512 < GB8, rows[bad.key]
 
     assert cli.main(["cache", *d, "stats", "--json"]) == 0
     st = json.loads(capsys.readouterr().out)
     assert st["entries"] + st["other_files"] == 2
     assert st["bytes"] < 1 << 30  # a sparse file counts its blocks, not its 8 GB
+    assert st["entry_bytes"] == rows[good.key]["bytes"] + rows[bad.key]["bytes"], st
 
     assert cli.main(["cache", "prune", *d, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["damaged"] == 1
@@ -323,6 +329,10 @@ def test_bad_max_bytes_env_never_fails_get_program(
         check_add(ProgramCache(cache_dir).get_program(ctx, add_src(1.0, "badenv"), device), 1.0)
     (event,) = log_events("cache_config_invalid")  # once, not per call or per instance
     assert event.variable == "NETCL_CACHE_MAX_BYTES" and event.value == bad  # type: ignore[attr-defined]
+    # why the value was refused, in the words `netcl config` uses, and what is used instead
+    assert event.error == ("NETCL_CACHE_MAX_BYTES: expected a byte count such as "  # type: ignore[attr-defined]
+                           f"1073741824, 500M or 2G, got {bad!r}")  # fmt: skip
+    assert event.using == str(DEFAULT_MAX_BYTES)  # type: ignore[attr-defined]
     assert c.max_bytes == DEFAULT_MAX_BYTES and len(c.entries()) == 2
 
 
@@ -341,7 +351,12 @@ def test_bad_disable_env_warns_and_keeps_the_disk_tier(
     with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
         check_add(c.get_program(ctx, add_src(2.0, "baddisable"), device), 2.0)
         check_add(c.get_program(ctx, add_src(3.0, "baddisable"), device), 3.0)
-    assert len(log_events("cache_config_invalid")) == 1
+    (event,) = log_events("cache_config_invalid")
+    assert (event.variable, event.value, event.using) == (  # type: ignore[attr-defined]
+        "NETCL_CACHE_DISABLE", f"maybe-{cache_dir.parent.name}", "False")
+    assert event.error == (  # type: ignore[attr-defined]
+        f"NETCL_CACHE_DISABLE='maybe-{cache_dir.parent.name}': expected 1 to turn the disk tier "
+        "off or 0 for off (true/false, yes/no and on/off work too)")
     assert c.enabled and len(c.entries()) == 2
 
 

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import pyopencl as cl
 import pytest
 
+from netcl.core.device import device_identity
 from netcl.runtime.cache import ProgramCache, _remote
 from netcl.runtime.cache._entry import FORMAT_VERSION, decode, encode
 
@@ -171,6 +173,56 @@ def test_remote_without_a_disk_tier(
     check_add(second.get_program(ctx, src, device), 8.0)
     assert _result(spans) == "remote" and second.stats.remote_hits == 1
     assert not list(tmp_path.glob("local-*"))  # memory, remote, compile: no folder made
+
+
+def test_a_build_another_machine_finished_while_this_one_waited_is_a_remote_hit(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
+    add_src: Callable[..., str], check_add: Callable[..., None], spans: Any,
+    metric_points: Callable[[str], list[Any]],
+) -> None:
+    """A lookup that waits for another machine's remote lock and then loads that machine's
+    binary reports the result "remote" (span and lookups metric), not a compile; the stats
+    count each wait."""
+    r = server.client()
+    machine_a, b = _cache(tmp_path, server.url), _cache(tmp_path, server.url, lock_timeout=10.0)
+    for n, add in enumerate((5.0, 6.0), 1):
+        src = add_src(add, f"waited-{time.time_ns()}")
+        before = set(r.keys(PREFIX + "*"))
+        machine_a.get_program(ctx, src, device)  # machine A compiles and publishes
+        assert machine_a.stats.remote_writes == n and machine_a.stats.remote_waits == 0
+        (key,) = set(r.keys(PREFIX + "*")) - before
+        value = r.get(key)
+        # what A published names its device, options and source size
+        meta, _ = decode(value, key.decode()[len(PREFIX):], secret=SECRET.encode())
+        assert (meta["device"], meta["identity"]) == (device.name, device_identity(device))
+        assert (meta["options"], meta["source_bytes"]) == ("", len(src.encode()))
+        # machine A's build again: the value taken away, A's lock held (a fresh stamp) until
+        # A publishes the value and releases the lock, 0.3 s later
+        r.delete(key)
+        secs, micros = r.time()
+        lock = PREFIX + "lock:" + key.decode()[len(PREFIX):]
+        r.set(lock, f"machine-a:{secs * 1000 + micros // 1000}", px=5000)
+
+        def finish(key: bytes = key, value: bytes = value, lock: str = lock) -> None:
+            time.sleep(0.3)
+            r.set(key, value)
+            r.delete(lock)
+
+        remote_before = _point_sum(metric_points("netcl.cache.lookups"),
+                                   **{"netcl.cache.result": "remote"})  # fmt: skip
+        a = threading.Thread(target=finish)
+        a.start()
+        try:
+            check_add(b.get_program(ctx, src, device), add)
+        finally:
+            a.join()
+        assert _result(spans) == "remote"
+        assert _point_sum(metric_points("netcl.cache.lookups"),
+                          **{"netcl.cache.result": "remote"}) == remote_before + 1  # fmt: skip
+        assert b.stats.remote_waits == n and b.stats.remote_hits == n
+        assert b.stats.compiles == 0 and b.stats.misses == 0
+        assert b.stats.remote_lock_timeouts == 0
+        assert not r.exists(lock)  # B's own lock, taken after A's, was released
 
 
 def test_unsigned_opt_in(
@@ -377,6 +429,22 @@ def test_full_redis_and_wrong_password_never_fail_get_program(
     assert tier is not None and tier.breaker_open
     auth = metric_points("netcl.cache.remote.errors")
     assert _point_sum(auth, **{"error.type": "redis.exceptions.AuthenticationError"}) >= 3
+
+
+def test_the_lock_is_released_after_the_server_refused_the_write(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, own_server: RedisServer,
+    add_src: Callable[..., str], check_add: Callable[..., None],
+) -> None:  # fmt: skip
+    """A server that lets this user take the lock but refuses the value's write (NOPERM): the
+    lookup compiles, counts one remote error and still releases its lock, so that other
+    machines need not wait for it to expire."""
+    admin = own_server.client()
+    admin.execute_command("ACL", "SETUSER", "locker", "on", ">locker-pw", "+@all", "%R~*",
+                          f"~{PREFIX}lock:*")  # fmt: skip
+    c = _cache(tmp_path, f"redis://locker:locker-pw@127.0.0.1:{own_server.port}/0")
+    check_add(c.get_program(ctx, add_src(2.0, f"noperm-{time.time_ns()}"), device), 2.0)
+    assert (c.stats.compiles, c.stats.remote_writes, c.stats.remote_errors) == (1, 0, 1)
+    assert admin.keys(PREFIX + "*") == []  # no value, and the lock was released
 
 
 # one compile for the fleet ----------------------------------------------------------------------
