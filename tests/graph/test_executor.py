@@ -381,15 +381,21 @@ def test_graph_beyond_the_pool_limit(queue: cl.CommandQueue, kernels: Any) -> No
     pool.release(keep)
 
 
-def test_free_held_frees_the_last_blocks(
-    queue: cl.CommandQueue, pool: BufferPool, kernels: Any
-) -> None:
-    """The executor's cached views retain their block's memory: free_held() drops them."""
+def _views_graph(queue: cl.CommandQueue, kernels: Any) -> Graph:
+    """Five ops of alternating sizes: run for outputs n1 and n4, its plan makes views on blocks."""
     x = Tensor.from_numpy(np.ones(4096, np.float32), queue)
     g = Graph()
     cur: Tensor | TensorRef = x
     for i in range(5):
         cur = g.add_op(f"n{i}", kernels.mix_fn(1.0), [cur, x], (4096 * (1 + i % 2),), np.float32)
+    return g
+
+
+def test_free_held_frees_the_last_blocks(
+    queue: cl.CommandQueue, pool: BufferPool, kernels: Any
+) -> None:
+    """The executor's cached views retain their block's memory: free_held() drops them."""
+    g = _views_graph(queue, kernels)
     ex = GraphExecutor(pool)
     pool.release(ex.run(g, outputs=["n1", "n4"])[0])
     (state,) = ex._runs[g].values()
@@ -409,11 +415,7 @@ def test_views_take_no_reference_from_their_pool_block(
     """The views made on a pool block hold it as any sub-buffer holds its buffer: the block's
     OpenCL reference count is a plain buffer's with as many sub-buffers, plus the pool's own
     (one taken away would free the block under the pool)."""
-    x = Tensor.from_numpy(np.ones(4096, np.float32), queue)
-    g = Graph()
-    cur: Tensor | TensorRef = x
-    for i in range(5):
-        cur = g.add_op(f"n{i}", kernels.mix_fn(1.0), [cur, x], (4096 * (1 + i % 2),), np.float32)
+    g = _views_graph(queue, kernels)
     ex = GraphExecutor(pool)
     outs = ex.run(g, outputs=["n1", "n4"])
     gc.collect()
