@@ -20,7 +20,7 @@ import pytest
 from netcl.core import _table, cli
 from netcl.core._table import human
 from netcl.runtime.cache import ProgramCache
-from netcl.runtime.cache._store import COUNTERS, SUFFIX
+from netcl.runtime.cache._store import COUNTERS, SUFFIX, DiskStore
 
 CAP = 1 << 20  # NETCL_CACHE_MAX_BYTES=1M in these tests
 LIVE_TEMP = f".{'d' * 64}.{os.getpid()}.abc123.tmp"  # a writer still running: this process
@@ -568,3 +568,29 @@ def test_the_help_names_every_action_and_option(
     assert _help(capsys, "cache", "prune").endswith(
         "--max-bytes SIZE cap to prune to, e.g. 500M (default: the cache's cap)"
     )
+
+
+def test_list_goes_on_past_an_entry_removed_meanwhile(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, add_src: Callable[..., str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """An entry another process removes between the folder's listing and the reading of its
+    metadata is left out of `list`; the entries after it are still listed."""
+    root = tmp_path / "cache"
+    c = ProgramCache(root)
+    c.get_program(ctx, add_src(0.0, "gone-first"), device)
+    c.get_program(ctx, add_src(0.0, "stays"), device)
+    files = sorted((root / "programs").glob(f"*{SUFFIX}"))
+    os.utime(files[0], (1_000_000_000,) * 2)  # the oldest: listed first
+    os.utime(files[1], (1_000_003_600,) * 2)
+    listing = DiskStore.entries
+
+    def entries_then_remove(self: DiskStore) -> list[Any]:
+        found = listing(self)
+        files[0].unlink(missing_ok=True)  # another process prunes it now
+        return found
+
+    monkeypatch.setattr(DiskStore, "entries", entries_then_remove)
+    doc = _json(capsys, "list", "--dir", str(root))
+    assert [r["key"] for r in doc["entries"]] == [files[1].name.removesuffix(SUFFIX)]
+    assert doc["entries"][0]["status"] == "ok" and doc["entries"][0]["device"] == device.name

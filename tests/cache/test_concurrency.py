@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyopencl as cl
 import pytest
 
 from netcl.runtime.cache import ProgramCache
 from netcl.runtime.cache._entry import decode
+from netcl.runtime.cache._program_cache import MemoryEntry, MemoryTier
 
 WORKER = textwrap.dedent("""
     import json, sys, time
@@ -144,3 +148,46 @@ def test_processes_meet_a_fifo_entry(ctx: cl.Context, device: cl.Device, cache_d
     assert total["compiles"] == 1 + 2 + procs, total  # shared-0 again, shared-1/2, one own each
     assert entry.path.is_file() and not entry.path.is_symlink()
     decode(entry.path.read_bytes(), entry.key)
+
+
+def test_dropping_dead_contexts_never_waits_for_the_tier_lock() -> None:
+    """``drop_dead_contexts`` (run by the garbage collector, in any thread) returns at once while
+    another thread holds the memory tier's lock, leaving the purge to the next insertion."""
+    tier = MemoryTier(4)
+    tier._lock.acquire()
+    try:
+        t = threading.Thread(target=tier.drop_dead_contexts, daemon=True)
+        t.start()
+        t.join(timeout=5)
+        assert not t.is_alive()  # did not block on the lock
+        assert tier._dead_pending
+    finally:
+        tier._lock.release()
+    t.join(timeout=5)
+    tier.drop_dead_contexts()  # free lock: purged now
+    assert not tier._dead_pending
+
+
+def test_the_memory_tier_gives_a_used_program_a_second_chance_and_forgets_a_dead_context(
+    ctx: cl.Context, device: cl.Device, add_src: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``max_programs`` the oldest program goes unless it was used since the hand last
+    passed (then the next one goes and it stays, unused now); the programs of a context that is
+    collected go with it, quietly (no error in the garbage collector's callback)."""
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    tier = MemoryTier(2)
+    prg = cl.Program(ctx, add_src(0.0, "tier")).build()
+    first, second, third = (MemoryEntry(prg, k) for k in ("k1", "k2", "k3"))
+    first.used = True
+    for e in (first, second, third):
+        tier.remember((weakref.ref(ctx), device, e.key, ""), ctx, e)
+    assert [e.key for e in tier.entries.values()] == ["k3", "k1"]  # k1 moved to the end
+    assert tier.entries[(weakref.ref(ctx), device, "k1", "")] is first and not first.used
+    other = cl.Context(devices=[device])
+    tier.remember((weakref.ref(other), device, "k4", ""), other, MemoryEntry(prg, "k4"))
+    assert len(tier.entries) == 2
+    del other
+    gc.collect()
+    assert [e.key for e in tier.entries.values()] == ["k1"]  # k4's context is gone
+    assert unraisable == []

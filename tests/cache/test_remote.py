@@ -111,6 +111,19 @@ def test_bad_configuration_warns_once_and_compiles(
     assert unsigned.levelname == "WARNING"
 
 
+def test_a_url_of_another_scheme_is_refused_with_the_scheme_in_the_reason(
+    tmp_path: Path, log_events: Callable[[str], list[Any]]
+) -> None:
+    """A remote URL that is not redis:// or rediss://: no remote, and the warning's reason (the
+    password redacted from its url) names the scheme that was given."""
+    c = _cache(tmp_path, "http://:pw@127.0.0.1:1/0")
+    assert c.remote is None
+    (event,) = log_events("cache_remote_unusable")
+    assert event.url == "http://***@127.0.0.1:1/0"  # type: ignore[attr-defined]
+    want = "NETCL_CACHE_REMOTE: expected a redis:// or rediss:// URL, got scheme 'http'"
+    assert event.reason == want  # type: ignore[attr-defined]
+
+
 def test_bad_argument_types_name_the_argument(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="remote must be a redis://"):
         ProgramCache(tmp_path, remote=6379)  # type: ignore[arg-type]
@@ -595,3 +608,84 @@ def test_a_server_that_refuses_every_command_is_not_down(
         assert (event.op, event.error_type) == ("get", "redis.exceptions.NoPermissionError")
         assert event.url == f"redis://***@127.0.0.1:{own_server.port}/0"
         assert "has no permissions to run the 'getrange' command" in event.error
+
+
+def _lock_px(admin: Any, key: str) -> int:
+    """The expiry (ms) a lock was taken with: its absolute expiry less the server time its value
+    carries ("<token>:<ms>"), give or take 1 ms (two clocks of the server)."""
+    stamp = int(admin.get(f"{PREFIX}lock:{key}").split(b":")[-1])
+    return int(admin.execute_command("PEXPIRETIME", f"{PREFIX}lock:{key}")) - stamp
+
+
+def test_a_lock_expires_after_the_wait_but_at_least_after_one_second(
+    tmp_path: Path, server: RedisServer
+) -> None:
+    """``lock`` takes a free lock at once (not waited) holding this lease's token, expiring
+    after ``wait_s`` but never sooner than 1 s; ``unlock`` frees it."""
+    tier = _cache(tmp_path, server.url).remote
+    assert tier is not None
+    admin = server.client()
+    for wait_s, px in [(0.5, 1000), (0.999, 1000), (2.5, 2500)]:
+        taken = []
+        for n in range(7):  # the median of a few: the exact expiry
+            key = f"{n}{time.time_ns():x}".ljust(64, "a")
+            lease = tier.lock(key, wait_s)
+            assert (lease.key, lease.waited) == (key, False) and lease.token is not None
+            value = admin.get(f"{PREFIX}lock:{key}")
+            assert value.decode().split(":")[0] == lease.token
+            taken.append(_lock_px(admin, key))
+            tier.unlock(lease)
+            assert admin.exists(f"{PREFIX}lock:{key}") == 0
+        assert sorted(taken)[3] == px and max(abs(t - px) for t in taken) <= 1, (wait_s, taken)
+
+
+def test_a_held_lock_is_polled_at_doubling_intervals_and_taken_once_freed(
+    tmp_path: Path, server: RedisServer
+) -> None:
+    """Another machine's lock: ``lock`` polls 20, 40, 80, 160 then 250 ms apart and gives up
+    after ``wait_s`` (no token, waited); once that lock expires the poll takes it, and the
+    lease names the key, so that ``unlock`` frees it."""
+    tier = _cache(tmp_path, server.url).remote
+    assert tier is not None
+    admin = server.client()
+    key = f"h{time.time_ns():x}".ljust(64, "b")
+    name = f"{PREFIX}lock:{key}"
+    sec, usec = admin.time()
+    admin.set(name, f"other:{sec * 1000 + usec // 1000}", px=1000)  # as long as ours: not stale
+
+    def evals() -> int:
+        return int(admin.info("commandstats").get("cmdstat_eval", {}).get("calls", 0))
+
+    before, start = evals(), time.monotonic()
+    lease = tier.lock(key, 0.5)
+    took, polls = time.monotonic() - start, evals() - before
+    assert (lease.key, lease.token, lease.waited) == (key, None, True)
+    assert took >= 0.5
+    # one try at once, then after 20, 60, 140, 300 and 500 ms (the last sleep is cut to the
+    # deadline: only a host stalled for 200 ms in all could make it fewer)
+    assert polls == 6, polls
+    assert admin.get(name).startswith(b"other:")  # still the other machine's
+
+    admin.pexpire(name, 100)  # the other machine is done soon
+    lease = tier.lock(key, 5.0)
+    assert (lease.key, lease.waited) == (key, True) and lease.token is not None
+    assert admin.get(name).decode().split(":")[0] == lease.token
+    tier.unlock(lease)
+    assert admin.exists(name) == 0
+
+
+def test_a_value_of_exactly_max_bytes_is_published(tmp_path: Path, server: RedisServer) -> None:
+    """``put`` sends a value as large as ``max_bytes`` (True) and refuses one byte more (False,
+    nothing sent)."""
+    tier = _cache(tmp_path, server.url).remote
+    assert tier is not None
+    admin = server.client()
+    key = f"{time.time_ns():x}".ljust(64, "c")
+    meta = {"device": "d", "options": ""}
+    size = len(encode(key, b"binary", meta, tier._secret))
+    tier.max_bytes = size - 1
+    assert tier.put(key, b"binary", meta) is False
+    assert admin.exists(PREFIX + key) == 0
+    tier.max_bytes = size
+    assert tier.put(key, b"binary", meta) is True
+    assert admin.get(PREFIX + key) == encode(key, b"binary", meta, tier._secret)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from netcl.runtime.cache._store import SUFFIX, DiskStore
+from netcl.runtime.cache._store import SUFFIX, TOUCH_S, DiskStore
 
 
 def test_remove_says_whether_something_was_there(tmp_path: Path) -> None:
@@ -102,3 +103,21 @@ def test_a_folder_that_cannot_be_removed_whole_stays_under_a_temporary_name_of_i
     finally:
         for f in tmp_path.rglob("f"):
             subprocess.run([chattr, "-i", str(f)], check=True)
+
+
+def test_touch_marks_an_old_entry_used_now_and_skips_a_recent_one(tmp_path: Path) -> None:
+    """``touch`` moves an entry last used long ago to now (LRU order), leaves one used within
+    ``TOUCH_S`` alone, and shrugs at an entry another process removed meanwhile."""
+    store = DiskStore(tmp_path)
+    store.programs.mkdir(parents=True)
+    entry = store.programs / f"{'a' * 64}{SUFFIX}"
+    entry.write_bytes(b"x")
+    os.utime(entry, (1_000_000_000,) * 2)
+    store.touch("a" * 64, 1_000_000_000.0)
+    assert abs(entry.stat().st_mtime - time.time()) < 60
+    recent = time.time() - TOUCH_S / 2
+    os.utime(entry, (1_000_000_000,) * 2)
+    store.touch("a" * 64, recent)  # the caller's mtime says: used just now
+    assert entry.stat().st_mtime == 1_000_000_000
+    store.touch("b" * 64, 1_000_000_000.0)  # gone meanwhile: no error
+    assert not (store.programs / f"{'b' * 64}{SUFFIX}").exists()

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, Status, StatusCode
@@ -116,6 +117,20 @@ def test_spans_past_the_limit_are_counted_not_kept(tmp_path: Path) -> None:
     (tmp_path / "trace.json").write_text("kept")
     exporter.shutdown()
     assert (tmp_path / "trace.json").read_text() == "kept"
+
+
+def test_the_file_defaults_to_the_variable_else_netcl_trace_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No path given: ``NETCL_TRACE_FILE`` when set (and not blank), else ``netcl-trace.json``
+    in the working folder."""
+    monkeypatch.delenv("NETCL_TRACE_FILE", raising=False)
+    assert ChromeTraceExporter().path == Path("netcl-trace.json")
+    monkeypatch.setenv("NETCL_TRACE_FILE", "  ")
+    assert ChromeTraceExporter().path == Path("netcl-trace.json")
+    monkeypatch.setenv("NETCL_TRACE_FILE", str(tmp_path / "t.json"))
+    assert ChromeTraceExporter().path == tmp_path / "t.json"
+    assert ChromeTraceExporter(tmp_path / "given.json").path == tmp_path / "given.json"
 
 
 def test_a_span_without_times_sits_at_the_host_clocks_zero(tmp_path: Path) -> None:

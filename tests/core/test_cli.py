@@ -78,6 +78,18 @@ def test_cache_command_without_netcl_cache_names_the_package(
     assert cli.main(["info"]) == 0  # the rest still works
 
 
+def test_a_missing_package_is_named_also_after_a_leading_option(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command is the first word that is not an option: ``netcl --json cache stats``
+    without netcl-cache still names the package to install (not an argparse error)."""
+    monkeypatch.setattr(cli, "entry_points", lambda group: [])
+    assert cli.main(["--json", "cache", "stats"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("netcl cache: not installed; it comes with the netcl-cache "), err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_a_broken_plugin_does_not_break_info(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

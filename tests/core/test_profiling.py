@@ -243,6 +243,52 @@ def test_clock_maps_device_time_onto_the_host_clock(
     assert t0 - tol <= unit.end_ns <= t1 + tol, (t0, unit.end_ns, t1, clock)
 
 
+def test_the_collecting_thread_starts_with_the_first_unit_and_never_holds_up_exit(
+    pq: cl.CommandQueue, collector: profiling.Collector
+) -> None:
+    """The first watched unit starts one thread, ``netcl-profiling``, a daemon: a program that
+    watched device time still exits when its main thread ends."""
+    assert collector._thread is None
+    marker = cl.enqueue_marker(pq)
+    collector.watch(profiling.COMMANDS, [marker])
+    thread = collector._thread
+    assert thread is not None and thread.name == "netcl-profiling" and thread.daemon
+    collector.watch(profiling.COMMANDS, [cl.enqueue_marker(pq)])
+    assert collector._thread is thread  # one thread for every unit
+    collector.flush(5.0)
+
+
+class _JumpingClock:
+    """``time`` whose ``time_ns`` reads one second ahead for its first two readings (a host
+    clock that jumps back during a calibration's first round); the rest as ``time``."""
+
+    def __init__(self) -> None:
+        self.readings = 0
+
+    def time_ns(self) -> int:
+        self.readings += 1
+        return time.time_ns() + (1_000_000_000 if self.readings <= 2 else 0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def test_a_clock_that_jumps_during_calibration_maps_by_one_round(
+    ctx: cl.Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calibration rounds that cannot all be right (the host clock jumped back): the mapping of
+    the narrowest single round, with its honest, non-zero tolerance, not an error."""
+    dev = ctx.devices[0]
+    steady = profiling._calibrate(ctx, dev)
+    monkeypatch.setattr(profiling, "time", _JumpingClock())
+    jumped = profiling._calibrate(ctx, dev, rounds=4)
+    monkeypatch.undo()
+    assert 1 <= jumped.tolerance_ns < 100_000_000  # one round's width, not the jump's
+    slack = steady.tolerance_ns + jumped.tolerance_ns + 50_000_000
+    assert min(abs(jumped.offset_ns - steady.offset_ns - jump)
+               for jump in (0, 1_000_000_000)) <= slack, (steady, jumped)  # fmt: skip
+
+
 def test_bad_input_is_refused(pq: cl.CommandQueue, collector: profiling.Collector) -> None:
     marker = cl.enqueue_marker(pq)
     with pytest.raises(ValueError, match=r"unknown kind 'replays'; expected one of \["):

@@ -215,6 +215,23 @@ def test_configure_serves_prometheus_on_the_port_given(
     assert "OTEL_EXPORTER_PROMETHEUS_PORT" not in os.environ  # set only while configuring
 
 
+def test_configure_serves_prometheus_on_the_host_the_variable_names(
+    empty_slots: dict[str, Any], monkeypatch: pytest.MonkeyPatch, closed_port: int
+) -> None:
+    """OTEL_EXPORTER_PROMETHEUS_HOST set: metrics are served there, not on netcl's default
+    127.0.0.1, and the variable is left as the user set it."""
+    for signal in ("TRACES", "METRICS", "LOGS"):
+        monkeypatch.setenv(f"OTEL_{signal}_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.2")
+    monkeypatch.delenv("OTEL_EXPORTER_PROMETHEUS_PORT", raising=False)
+    _sdk.configure(prometheus_port=closed_port)
+    with urllib.request.urlopen(f"http://127.0.0.2:{closed_port}/metrics", timeout=5) as answer:
+        assert answer.status == 200
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{closed_port}/metrics", timeout=5)
+    assert os.environ["OTEL_EXPORTER_PROMETHEUS_HOST"] == "127.0.0.2"
+
+
 def test_configure_with_the_sdk_disabled_installs_nothing(
     empty_slots: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

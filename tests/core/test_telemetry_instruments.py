@@ -50,6 +50,17 @@ def test_counts_of_a_label_never_added_to_are_zero() -> None:
     assert counts.points() == [(2, {"netcl.test.k": "a"})]
 
 
+def test_unlabelled_counts_read_back_without_a_label() -> None:
+    """A single unlabelled number: ``add`` and ``set`` without a label, ``get()`` reads it."""
+    counts = telemetry.Counts()
+    assert counts.get() == 0
+    counts.add()
+    counts.add(2)
+    assert counts.get() == 3
+    counts.set(7)
+    assert counts.get() == 7 and counts.points() == [(7, {})]
+
+
 def _metric(reader: Any, name: str) -> Any:
     """The metric ``name`` as the reader collects it now (one scope's), or None."""
     data = reader.get_metrics_data()
@@ -112,6 +123,63 @@ def test_an_attribute_the_sdk_fails_to_set_is_logged_once_never_raised(
     message = record.getMessage()
     assert message.startswith("telemetry_failed stage=set_attribute error=")
     assert "_SetFailedError('set_attributes exploded')" in message
+
+
+class _FailFailedError(RuntimeError):
+    """What the span below raises when marked failed."""
+
+
+class _UnfailableSpan:
+    """A span of an SDK whose status setting raises."""
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        raise _FailFailedError("set_attribute exploded")
+
+
+def test_a_failure_the_sdk_fails_to_record_is_logged_once_never_raised(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Marking a span failed whose SDK raises never raises into the caller: logged once, naming
+    the stage (``fail``) and the error."""
+    monkeypatch.setattr(log, "_warned", set())
+    span = telemetry.Span(_UnfailableSpan(), None)  # type: ignore[arg-type]
+    with caplog.at_level("WARNING", logger="netcl.core.telemetry"):
+        span.fail("it broke")
+        telemetry.Span(_UnfailableSpan(), None).fail("again")  # type: ignore[arg-type]
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert message.startswith("telemetry_failed stage=fail error=")
+    assert "_FailFailedError('set_attribute exploded')" in message
+
+
+class _CurrentFailedError(RuntimeError):
+    """What the broken ``get_current_span`` below raises."""
+
+
+def test_current_span_of_a_failing_sdk_is_the_do_nothing_span_logged_once(
+    spans: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An SDK whose ``get_current_span`` raises: ``current_span`` gives the do-nothing span and
+    logs the failure once, naming the stage (``current_span``) and the error."""
+    from opentelemetry import trace
+
+    works = trace.get_current_span
+    calls: list[None] = []
+
+    def broken_once() -> Any:  # once only: the log record of the failure asks for it too
+        calls.append(None)
+        if len(calls) == 1:
+            raise _CurrentFailedError("no current span")
+        return works()
+
+    monkeypatch.setattr(log, "_warned", set())
+    monkeypatch.setattr(trace, "get_current_span", broken_once)
+    with caplog.at_level("WARNING", logger="netcl.core.telemetry"):
+        assert telemetry.current_span() is telemetry.NO_SPAN
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert message.startswith("telemetry_failed stage=current_span error=")
+    assert "_CurrentFailedError('no current span')" in message
 
 
 def test_attributes_set_on_a_span_are_recorded(spans: Any) -> None:
