@@ -64,6 +64,11 @@ def test_copies_and_fills_are_recorded_with_static_host_arrays(
     assert cap.end() == 1
     ops = [c.operation if hasattr(c, "operation") else c.kernel_name for c in cap.commands]
     assert ops == ["write_buffer", "fill_buffer", "axpy", "copy_buffer", "read_buffer"]
+    assert all(c.queue is queue for c in cap.commands)  # each record names its queue
+    _, fill, _, copy, _ = cap.commands  # pyopencl's primitives' arguments, minus wait_for
+    assert fill.args[1].int_ptr == acc.int_ptr and fill.args[2:5] == (1.0, 0, 4 * N)
+    assert [m.int_ptr for m in copy.args[1:]] == [acc.int_ptr, dev_out.int_ptr]  # src, dst
+    assert dict(copy.kwargs) == {"byte_count": 4 * N} and dict(fill.kwargs) == {}
     np.testing.assert_allclose(host_out, 1 + 3 * host_in)
     # static buffers: the replay re-reads host_in and re-writes host_out
     host_in[:] = -host_in

@@ -87,6 +87,29 @@ def test_exception_inside_context_manager_discards_the_recording(
     assert not span.status.is_ok
 
 
+def test_reset_while_recording_fails_the_recording_span_as_discarded_before_end(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, spans: Any
+) -> None:
+    """``reset()`` during a recording ends its ``netcl.capture.record`` span as an error of type
+    ``discarded`` whose description says the capture was discarded before ``end()``; a reset
+    after ``end()`` leaves the finished span as it was."""
+    a, out = buf(np.ones(N)), buf(np.zeros(N))
+    cap = KernelCapture()
+    cap.begin()
+    kernels.add(queue, (N,), None, out, a, a)
+    cap.reset()
+    assert not cap.is_recording
+    (span,) = [s for s in spans.get_finished_spans() if s.name == "netcl.capture.record"]
+    assert not span.status.is_ok
+    assert span.status.description == "capture discarded before end()"
+    assert span.attributes["error.type"] == "discarded"
+    with cap:
+        kernels.add(queue, (N,), None, out, a, a)
+    cap.reset()
+    done = [s for s in spans.get_finished_spans() if s.name == "netcl.capture.record"][1]
+    assert done.status.is_ok and "error.type" not in done.attributes
+
+
 def test_failing_launch_is_not_recorded(queue: cl.CommandQueue, kernels: Any, buf: Any) -> None:
     a, out = buf(np.ones(N)), buf(np.zeros(N))
     cap = KernelCapture()

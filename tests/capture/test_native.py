@@ -202,6 +202,23 @@ def test_end_refusal_message_names_five_accesses_and_counts_the_rest(
     )
 
 
+def test_an_access_from_code_without_a_module_name_is_named_by_a_question_mark(
+    queue: cl.CommandQueue,
+) -> None:
+    """Code run by ``exec`` in a namespace with no ``__name__`` (no module of its own) is named
+    ``?`` in the refusal, with its function's qualified name."""
+    x = cla.to_device(queue, np.arange(N, dtype=np.float32))
+    namespace: dict[str, Any] = {}
+    exec("class Vendor:\n    def reach(queue):\n        return queue.int_ptr\n", namespace)
+    cap = KernelCapture()
+    cap.begin()
+    x * 2
+    namespace["Vendor"].reach(queue)
+    reached = r"raw handle: \?\.Vendor\.reach \(CommandQueue\.int_ptr\)\."
+    with pytest.raises(RuntimeError, match=reached):
+        cap.end()
+
+
 def test_allow_native_logs_every_caller_it_accepted(
     queue: cl.CommandQueue, caplog: pytest.LogCaptureFixture
 ) -> None:

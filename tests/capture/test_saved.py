@@ -277,6 +277,75 @@ def test_saved_steps_returning_none_and_their_argument(
     np.testing.assert_array_equal(y.to_numpy(), 2 * (np.arange(8) + 1))
 
 
+def _views_step(queue: cl.CommandQueue, path: Path) -> np.ndarray:  # type: ignore[type-arg]
+    """Save a step whose outputs view its second argument's buffer (a slice at an offset, a
+    transpose) to ``path``; the host values of that argument."""
+
+    @capture_step
+    def views(w: cla.Array, x: cla.Array) -> tuple[cla.Array, cla.Array]:
+        x *= w  # in place
+        return x[1:], x.T
+
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for _ in range(2):
+        views(cla.to_device(queue, host), cla.to_device(queue, host))
+    views.save(path)
+    return host
+
+
+def test_outputs_viewing_an_argument_are_saved_by_its_position(
+    queue: cl.CommandQueue, tmp_path: Path
+) -> None:
+    """The file names an output that views an argument's buffer by that buffer argument's
+    position (``slot``), with the view's own shape, offset and strides, and no file buffer."""
+    _views_step(queue, tmp_path / "views.ncl")
+    manifest, _ = _manifest((tmp_path / "views.ncl").read_bytes())
+    outputs = [{k: o.get(k) for k in ("type", "shape", "strides", "offset", "slot", "buffer")}
+               for o in manifest["step"]["outputs"]]  # fmt: skip
+    assert outputs == [
+        {"type": "Array", "shape": [2, 4], "strides": [16, 4], "offset": 16, "slot": 1,
+         "buffer": None},
+        {"type": "Array", "shape": [4, 3], "strides": [4, 16], "offset": 0, "slot": 1,
+         "buffer": None},
+    ]  # fmt: skip
+
+
+def test_a_loaded_step_returns_views_of_the_new_argument(
+    queue: cl.CommandQueue, tmp_path: Path
+) -> None:
+    """Outputs that view an argument's buffer come back from the loaded step as views of the
+    loaded call's argument, with the saved offset and strides (such a file once saved its
+    outputs as kind "view", which loading refused)."""
+    host = _views_step(queue, tmp_path / "views.ncl")
+    loaded = load_step(tmp_path / "views.ncl", queue)
+    x = cla.to_device(queue, host + 1)
+    rows, t = loaded(cla.to_device(queue, host), x)
+    assert rows.base_data is x.base_data and t.base_data is x.base_data
+    assert rows.offset == 16 and t.strides == (4, 16)
+    np.testing.assert_array_equal(rows.get(), host[1:] * (host[1:] + 1))
+    np.testing.assert_array_equal(t.get(), (host * (host + 1)).T)
+
+
+def test_a_step_saved_with_one_array_as_both_arguments_replays_on_one_array(
+    queue: cl.CommandQueue, tmp_path: Path
+) -> None:
+    """A step saved from a call passing the same array twice (aliased arguments) replays a
+    loaded call passing one array twice: both arguments read that array."""
+
+    @capture_step
+    def add(a: cla.Array, b: cla.Array) -> cla.Array:
+        return a + 2 * b
+
+    x = cla.to_device(queue, np.arange(8, dtype=np.float32))
+    add(x, x), add(x, x)
+    add.save(tmp_path / "aliased.ncl")
+    loaded = load_step(tmp_path / "aliased.ncl", queue)
+    y = cla.to_device(queue, np.arange(8, dtype=np.float32) + 10)
+    np.testing.assert_array_equal(loaded(y, y).get(), 3 * (np.arange(8) + 10))
+    with pytest.raises(ValueError, match="loaded step"):
+        loaded(y, cla.to_device(queue, np.zeros(8, np.float32)))  # not the saved aliasing
+
+
 def test_guards_as_for_a_captured_step(queue: cl.CommandQueue, kernels: Any,
                                        tmp_path: Path) -> None:  # fmt: skip
     @capture_step
@@ -437,6 +506,8 @@ def test_arguments_set_one_at_a_time_and_null_pointers_are_saved(
         knl._set_arg_null(1)
         knl.set_arg(2, np.float32(0.5))
         cl.enqueue_nd_range_kernel(queue, knl, (8,), None)  # y += 0.5
+    assert [launch.args for launch in cap.launches] == [(y, x, 2), (y, None, 2),
+                                                        (y, None, 0.5)]  # fmt: skip
     path = tmp_path / "cap.ncl"
     cap.save(path)
     loaded = load_capture(path, queue)
@@ -601,6 +672,27 @@ def test_hostile_files_each_give_their_error(saved: bytes, queue: cl.CommandQueu
             _refused(tmp_path, data, queue, match)
         except BaseException as exc:
             raise AssertionError(f"case {name!r}") from exc
+
+
+def test_a_file_whose_buffers_exceed_the_devices_memory_is_refused_with_both_sizes(
+    saved: bytes, queue: cl.CommandQueue, tmp_path: Path
+) -> None:
+    """A file needing more buffer memory than the device has is refused before anything is
+    allocated, by a message giving the bytes it needs, the device's name and its memory."""
+    manifest, _ = _manifest(saved)
+    dev = queue.device
+    spare = next(b for b in manifest["buffers"] if b.get("data") is None
+                 and b.get("parent") is None)  # fmt: skip
+    buffers = [*manifest["buffers"], {**spare, "size": dev.global_mem_size}]
+    need = sum(b["size"] for b in buffers if b.get("parent") is None)
+    path = tmp_path / "huge.ncl"
+    path.write_bytes(_with_manifest(saved, {**manifest, "buffers": buffers}))
+    with pytest.raises(CaptureFileError) as info:
+        load_step(path, queue)
+    assert str(info.value).endswith(
+        f"its buffers need {need} bytes, more than {dev.name.strip()!r} has "
+        f"({dev.global_mem_size})")  # fmt: skip
+    assert str(path) in str(info.value)
 
 
 def _header(data: bytes, **fields: int) -> bytes:

@@ -293,6 +293,39 @@ def test_check_mode_passes_a_faithful_step_and_stops_checking(
     assert step.stats.replays == 3
 
 
+def test_check_mode_passes_a_step_returning_its_argument_among_its_outputs(
+    k: K, queue: cl.CommandQueue
+) -> None:
+    """The checked first replay of a step that returns one of its arguments, and a view of its
+    buffer, returns this call's argument and a view of this call's buffer there, as plain
+    replays do, and the check passes."""
+
+    @capture_step(check=True, warmup=0)
+    def scaled_and_input(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        out = Tensor.empty(x.shape, F32, queue)
+        k.scale(queue, (x.size,), None, out.buffer, x.buffer, 2.0)
+        return out, x, Tensor(x.buffer, (2, 2), F32, queue)
+
+    for i in range(3):  # recorded, the checked first replay, a plain replay
+        x = Tensor.from_numpy(np.full(4, i, F32), queue)
+        out, same, matrix = scaled_and_input(x)
+        assert same is x and matrix.buffer is x.buffer and matrix.shape == (2, 2)
+        np.testing.assert_allclose(out.to_numpy(), 2 * i)
+    assert scaled_and_input.stats.replays == 2 and scaled_and_input.num_captures == 1
+
+
+def test_check_mode_with_copy_outputs_returns_a_copy_from_the_checked_replay(
+    k: K, queue: cl.CommandQueue
+) -> None:
+    """With ``copy_outputs=True`` the checked first replay, like a plain one, returns a copy
+    that later calls do not overwrite."""
+    step = _scale_step(k, queue, check=True, warmup=0, copy_outputs=True)
+    outs = [step(Tensor.from_numpy(np.full(4, i, F32), queue), 2.0) for i in range(4)]
+    assert step.stats.replays == 3
+    for i, out in enumerate(outs):  # recorded, checked replay, two plain replays
+        np.testing.assert_allclose(out.to_numpy(), 2 * i, err_msg=f"call {i}")
+
+
 # -- outputs --------------------------------------------------------------------------------
 
 
@@ -787,6 +820,40 @@ def test_spans_and_metrics(
     assert _points(metric_points, "netcl.step.runs", "test-step-telemetry") == 2
     assert _points(metric_points, "netcl.step.evictions", "test-step-telemetry") == 1
     assert _points(metric_points, "netcl.step.captures_kept", "test-step-telemetry") == 1
+
+
+def test_a_checked_replay_counts_as_a_replay_and_a_failed_ones_span_names_the_output(
+    k: K, queue: cl.CommandQueue, spans: Any, metric_points: Any
+) -> None:
+    """Check mode: each checked first replay counts once in ``netcl.step.replays``, like a plain
+    replay, and the ``netcl.step.check`` span of a failed check carries the differing output's
+    index and its max abs diff (a passing check's carries neither)."""
+    factor = [1.0]
+
+    @capture_step(check=True, warmup=0, name="test-step-checked")
+    def two(x: Tensor) -> tuple[Tensor, Tensor]:
+        same, changing = Tensor.empty(x.shape, F32, queue), Tensor.empty(x.shape, F32, queue)
+        k.scale(queue, (x.size,), None, same.buffer, x.buffer, 1.0)
+        k.scale(queue, (x.size,), None, changing.buffer, x.buffer, factor[0])
+        return same, changing
+
+    x4 = Tensor.from_numpy(np.ones(4, F32), queue)
+    for _ in range(3):  # recorded, the checked first replay (passes), a plain replay
+        two(x4)
+    assert _points(metric_points, "netcl.step.replays", "test-step-checked") == 2
+    x8 = Tensor.from_numpy(np.ones(8, F32), queue)
+    two(x8)  # recorded with factor 1
+    factor[0] = 1.5
+    with pytest.raises(StepCheckError):
+        two(x8)
+    assert _points(metric_points, "netcl.step.replays", "test-step-checked") == 3
+    assert two.stats.replays == 3
+    checks = [s for s in spans.get_finished_spans() if s.name == "netcl.step.check"]
+    assert [s.attributes["netcl.step.name"] for s in checks] == ["test-step-checked"] * 2
+    assert "netcl.step.output" not in checks[0].attributes
+    assert "netcl.step.max_abs_diff" not in checks[0].attributes
+    assert checks[1].attributes["netcl.step.output"] == 1
+    assert checks[1].attributes["netcl.step.max_abs_diff"] == pytest.approx(0.5)
 
 
 def test_captures_kept_drops_when_a_step_is_garbage_collected(
