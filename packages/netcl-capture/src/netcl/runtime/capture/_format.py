@@ -112,9 +112,8 @@ def _parse(hint: Any, value: Any, field: str, tables: dict[str, int]) -> Any:
         n, bounds = found if type(found) is int else len(found), args[1]
         least, most = (0, tables[bounds] - 1) if isinstance(bounds, str) else bounds
         if not least <= n <= most:
-            table = f" (an index of {bounds})" * isinstance(bounds, str)
             raise _Error(field, f"{_short(found)}, expected {'a length ' * (found is not n)}from"
-                         f" {least} to {most}{table}")
+                         f" {least} to {most}{f' (an index of {bounds})' * (type(bounds) is str)}")
         return found
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:  # (every union of the schema has None)

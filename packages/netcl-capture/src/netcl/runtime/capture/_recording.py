@@ -402,8 +402,7 @@ _COPIED = (np.ndarray, bytearray, memoryview)  # values copied when recorded (mu
 
 def _same(old: Any, new: Any) -> bool:
     """Whether two values of one argument are the same: identity for objects (a buffer is the
-    recording's own reference, one per buffer), the type and bytes for scalars and bytes (equal
-    is not enough: -0.0 == 0.0, and a kernel reads other bits)."""
+    recording's own reference), the type and bytes for scalars (-0.0 == 0.0, not to a kernel)."""
     return old is new or (type(old) is type(new) and isinstance(new, _SCALARS)
                           and np.asarray(old).tobytes() == np.asarray(new).tobytes())
 

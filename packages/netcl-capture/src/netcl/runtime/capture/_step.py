@@ -396,8 +396,7 @@ def _save(step: CapturedStep[Any, Any], entry: _Capture, path: str | os.PathLike
             continue
         view = o if kind == "fixed" else o[1]
         type_ = _TENSOR if isinstance(view, Tensor) else _ARRAY
-        # a view of an argument's buffer is a "slot" of the file (of the arguments' buffers)
-        found = _value("fixed" if kind == "fixed" else "slot", type_,
+        found = _value("fixed" if kind == "fixed" else "slot", type_,  # a view: a file's slot
                        tuple(getattr(view, f) for f in _FIELDS[type_][:-1]))
         if kind == "fixed":
             buf = view.buffer if isinstance(view, Tensor) else view.base_data
