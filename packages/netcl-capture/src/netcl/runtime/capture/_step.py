@@ -396,8 +396,7 @@ def _save(step: CapturedStep[Any, Any], entry: _Capture, path: str | os.PathLike
             continue
         view = o if kind == "fixed" else o[1]
         type_ = _TENSOR if isinstance(view, Tensor) else _ARRAY
-        found = _value("fixed" if kind == "fixed" else "slot", type_,  # a view: a file's slot
-                       tuple(getattr(view, f) for f in _FIELDS[type_][:-1]))
+        found = _value(kind, type_, tuple(getattr(view, f) for f in _FIELDS[type_][:-1]))
         if kind == "fixed":
             buf = view.buffer if isinstance(view, Tensor) else view.base_data
             if buf.int_ptr not in index:
@@ -529,7 +528,7 @@ class _Capture:
             isinstance(a, _Array) and a.base_data is not None)]  # fmt: skip
         self.scratch: dict[int, cl.Buffer] = {}
         # per output: ("fixed", the recorded object), ("arg", its index among the call's
-        # arguments) or ("view", (buffer position, recorded view of an argument's buffer))
+        # arguments) or ("slot", (buffer position, recorded view of an argument's buffer))
         self.plan: list[tuple[str, Any]] = []
         for out in outputs:
             ptr = (out.buffer if isinstance(out, Tensor) else out.base_data).int_ptr
@@ -538,7 +537,7 @@ class _Capture:
             elif any(out is a for a in flat):
                 self.plan.append(("arg", next(i for i, a in enumerate(flat) if out is a)))
             else:
-                self.plan.append(("view", (ptrs.index(ptr), out)))
+                self.plan.append(("slot", (ptrs.index(ptr), out)))  # the file's kind too
         self.arrays = [o for kind, o in self.plan if kind == "fixed" and isinstance(o, _Array)]
         # fixed: a replay returns the recorded result itself (no output is an argument, nor is
         # it a list the caller could change); plain: no Array to give the replay's event either
