@@ -16,7 +16,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from netcl.core.memory import BufferPool, MemoryCheckError
+from netcl.core.memory import BufferPool, MemoryCheckError, guard_bytes
 from netcl.core.tensor import Tensor
 from netcl.runtime.graph import Graph, GraphExecutor
 
@@ -332,3 +332,32 @@ def test_freed_blocks_read_as_poison(queue: cl.CommandQueue, inc_kernel: Any,
     pool.release(GraphExecutor(pool).run(g))
     cl.enqueue_copy(queue, host, raws[0])  # n2's output: an intermediate, freed with its block
     assert np.isnan(host).all()
+
+
+def test_checked_mode_gives_a_view_its_bytes_and_the_guard_after_them(
+    queue: cl.CommandQueue,
+) -> None:
+    """In checked mode a value that is a view inside a block sees a buffer of its bytes and its
+    guard after them (aligned): a kernel sized by the buffer writes into its own guard, never
+    past it into the next value's guard."""
+    sizes = [1024, 3000, 256, 1024, 5000, 64, 1024, 700]
+    seen: dict[str, int] = {}
+
+    def op(name: str) -> Callable[[list[Tensor], Tensor], None]:
+        def fn(inputs: list[Tensor], out: Tensor) -> None:
+            seen[name] = out.buffer.size
+
+        return fn
+
+    g = Graph()
+    ref: Any = Tensor.from_numpy(np.zeros(8, np.float32), queue)
+    for i, n in enumerate(sizes):
+        ref = g.add_op(f"n{i}", op(f"n{i}"), [ref], (n,), np.float32)
+    ex = GraphExecutor(BufferPool(queue, check_memory=True))
+    ex.pool.release(ex.run(g))
+    plan, unit = ex.plan(g), ex.alignment
+    views = [n for n, lt in plan.lifetimes.items() if plan.blocks[lt.block].owner != n]
+    assert views, plan.describe()
+    for name in views:
+        nbytes = 4 * sizes[int(name[1:])]
+        assert seen[name] == -(-(nbytes + guard_bytes(nbytes)) // unit) * unit, (name, seen)
