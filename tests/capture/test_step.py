@@ -254,16 +254,22 @@ def test_check_mode_catches_a_step_that_reads_a_changing_global(
     np.testing.assert_allclose(scaled(x).to_numpy(), 3 * np.arange(6))
 
 
-def test_check_mode_names_the_differing_output_of_a_tuple(k: K, queue: cl.CommandQueue) -> None:
-    factor = [1.0]
+def _two_outputs(k: K, queue: cl.CommandQueue, factor: list[float], **options: Any) -> Any:
+    """A checked step of two outputs: x, and x scaled by ``factor[0]`` (changed by the test)."""
 
-    @capture_step(check=True, warmup=0)
+    @capture_step(check=True, warmup=0, **options)
     def two(x: Tensor) -> tuple[Tensor, Tensor]:
         same, changing = Tensor.empty(x.shape, F32, queue), Tensor.empty(x.shape, F32, queue)
         k.scale(queue, (x.size,), None, same.buffer, x.buffer, 1.0)
         k.scale(queue, (x.size,), None, changing.buffer, x.buffer, factor[0])
         return same, changing
 
+    return two
+
+
+def test_check_mode_names_the_differing_output_of_a_tuple(k: K, queue: cl.CommandQueue) -> None:
+    factor = [1.0]
+    two = _two_outputs(k, queue, factor)
     x = Tensor.from_numpy(np.ones(4, F32), queue)
     two(x)
     factor[0] = 1.5
@@ -829,14 +835,7 @@ def test_a_checked_replay_counts_as_a_replay_and_a_failed_ones_span_names_the_ou
     replay, and the ``netcl.step.check`` span of a failed check carries the differing output's
     index and its max abs diff (a passing check's carries neither)."""
     factor = [1.0]
-
-    @capture_step(check=True, warmup=0, name="test-step-checked")
-    def two(x: Tensor) -> tuple[Tensor, Tensor]:
-        same, changing = Tensor.empty(x.shape, F32, queue), Tensor.empty(x.shape, F32, queue)
-        k.scale(queue, (x.size,), None, same.buffer, x.buffer, 1.0)
-        k.scale(queue, (x.size,), None, changing.buffer, x.buffer, factor[0])
-        return same, changing
-
+    two = _two_outputs(k, queue, factor, name="test-step-checked")
     x4 = Tensor.from_numpy(np.ones(4, F32), queue)
     for _ in range(3):  # recorded, the checked first replay (passes), a plain replay
         two(x4)
