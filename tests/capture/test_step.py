@@ -197,7 +197,10 @@ def test_bound_on_captures_holds_drops_the_least_recently_used_and_frees_its_buf
     assert call(4) is a  # A still replays
     call(8)  # B records again (dropping C, the least recently used now)
     assert step.stats.captures == 4 and step.num_captures == 2
-    assert step.last_reason is not None and "dropped" in step.last_reason
+    # compared with the capture used last (A, shape 4)
+    assert step.last_reason == (
+        "shape of x changed (4,) -> (8,) (recorded before, dropped to keep 2 captures)"
+    )
     del b_again
     # dropping a capture frees its buffers: A's capture goes with the fourth shape
     call(32)
@@ -277,6 +280,8 @@ def test_check_mode_names_the_differing_output_of_a_tuple(k: K, queue: cl.Comman
     with pytest.raises(StepCheckError, match=message) as info:
         two(x)
     assert info.value.output == 1
+    two(x)  # recorded again, and its reason says why
+    assert two.last_reason == "first capture (recorded before, dropped by a failed check)"
 
 
 def test_check_mode_passes_a_faithful_step_and_stops_checking(

@@ -47,7 +47,7 @@ _Array = cla.Array
 _TENSOR, _ARRAY = "Tensor", "Array"
 _FIELDS = {_TENSOR: ("shape", "dtype", "queue"),
            _ARRAY: ("shape", "dtype", "strides", "offset", "queue")}  # fmt: skip
-_DROPPED = sys.maxsize  # warm-up count of a key whose capture was dropped: record at once
+_DROPPED, _FAILED = sys.maxsize, sys.maxsize - 1  # warm-up counts of a dropped key: record at once
 
 # By step name; a counter never goes down, so a step's counts outlive the step.
 _RUNS, _CAPTURES, _REPLAYS, _EVICTIONS, _KEPT = (Counts(tm.STEP_NAME) for _ in range(5))
@@ -186,7 +186,7 @@ class CapturedStep(Generic[P, R]):
                 result = self._run(call)
                 self._remember(call.key, seen + 1)
                 return result
-            return self._record(call, seen == _DROPPED)
+            return self._record(call, seen)
 
     def _use(self, entry: _Capture) -> None:
         with contextlib.suppress(KeyError):  # dropped by another thread: replayed this once
@@ -213,12 +213,13 @@ class CapturedStep(Generic[P, R]):
         while len(self._warm) > max(16, 2 * self._max):
             self._warm.popitem(last=False)
 
-    def _record(self, call: _Call, dropped: bool) -> Any:
+    def _record(self, call: _Call, seen: int) -> Any:
         key = call.key
         labels = _labels(self._fn, len(call.args), key[1])
         reason = _change_reason(next(reversed(self._captures), None), key, labels)
-        if dropped and not reason.startswith("recorded again"):
-            reason += f" (recorded before, dropped to keep {self._max} captures)"
+        if seen >= _FAILED and not reason.startswith("recorded again"):
+            why = f"to keep {self._max} captures" if seen == _DROPPED else "by a failed check"
+            reason += f" (recorded before, dropped {why})"
         attributes = {tm.STEP_NAME: self.name, tm.STEP_REASON: reason}
         with tm.TEL.span(tm.STEP_CAPTURE_SPAN, attributes) as span:
             cap = KernelCapture()
@@ -267,7 +268,7 @@ class CapturedStep(Generic[P, R]):
             if found is not None:
                 index, diff = found
                 span.set_many({"netcl.step.output": index, "netcl.step.max_abs_diff": diff})
-                self._drop(entry.key)
+                self._drop(entry.key, _FAILED)
                 what = f"output {index}" if isinstance(replayed, (tuple, list)) else "the output"
                 raise StepCheckError(
                     f"captured step {self.name}: check failed on the first replay of a capture "
@@ -279,15 +280,15 @@ class CapturedStep(Generic[P, R]):
             entry.pending_check = False
         return _copies(replayed, event) if self._copy else replayed
 
-    def _drop(self, key: GuardKey) -> None:
-        """Drop a capture; its key records at its next call."""
+    def _drop(self, key: GuardKey, seen: int = _DROPPED) -> None:
+        """Drop a capture; its key records at its next call (``seen``: why it was dropped)."""
         entry = self._captures.pop(key)
         entry.capture.reset()  # its OpenCL references go now, whoever still holds the entry
         entry.scratch.clear()
         _KEPT.add(-1, self.name)
         if self._mru is entry:
             self._mru = None
-        self._remember(key, _DROPPED)
+        self._remember(key, seen)
 
     def reset(self) -> None:
         """Drop every capture (releasing the buffers each holds) and the warm-up counts."""
@@ -353,7 +354,7 @@ class LoadedStep(CapturedStep[..., Any]):
         super().__init__(_no_function, warmup=0, max_captures=1, name=name)
         self._saved_labels, self._signature = labels, signature
 
-    def _record(self, call: _Call, dropped: bool) -> Any:
+    def _record(self, call: _Call, seen: int) -> Any:
         saved = next(iter(self._captures))
         raise ValueError(
             f"loaded step {self.name}: {_change_reason(saved, call.key, self._saved_labels)}; "
