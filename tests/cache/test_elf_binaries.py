@@ -50,13 +50,16 @@ def test_an_elf_binary_is_checked_against_its_own_header(wide: bool, order: str)
     assert str(info.value).startswith("binary: cut inside a header (")
 
 
-@pytest.mark.parametrize("order", ["<", ">"])
-def test_offsets_past_the_signed_range_are_refused(order: str) -> None:
+@pytest.mark.parametrize(("wide", "order"), [(True, "<"), (True, ">"), (False, "<"),
+                                             (False, ">")])  # fmt: skip
+def test_offsets_past_the_signed_range_are_refused(wide: bool, order: str) -> None:
     # offsets are unsigned: a hostile 2**64 - 64 is far past the end, not 64 bytes before it
-    whole = _elf(True, order, [(1, 0, 16)])
-    section_offset = len(whole) - 64 + 24  # in the only section header: name, type, flags, addr
-    for at, what in ((32, "program headers"), (section_offset, "section 0")):
+    whole = _elf(wide, order, [(1, 0, 16)])
+    # in the only section header after its name, type, flags and address
+    section_offset = len(whole) - 64 + 24 if wide else len(whole) - 40 + 16
+    unit, bits = ("Q", 64) if wide else ("I", 32)
+    for at, what in ((32 if wide else 28, "program headers"), (section_offset, "section 0")):
         bad = bytearray(whole)
-        struct.pack_into(order + "Q", bad, at, 2**64 - 64)
+        struct.pack_into(order + unit, bad, at, 2**bits - 64)
         with pytest.raises(EntryError, match=f"binary: {what} ends at byte "):
             check_binary(bytes(bad))

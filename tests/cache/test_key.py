@@ -91,7 +91,8 @@ def test_key_recipe() -> None:
     assert k != _entry.compute_key(b"src ", "", "dev")
     # framing: moving bytes between parts changes the key
     assert _entry.compute_key(b"ab", "c", "d") != _entry.compute_key(b"a", "bc", "d")
-    assert _entry.include_dirs('-I a -Ib "-I" "c d" /I e -DX') == ["a", "b", "c d", "e"]
+    assert _entry.include_dirs('-I a -Ib "-I" "c d" /I e -DX /If -I=g') == [
+        "a", "b", "c d", "e", "f", "g"]  # fmt: skip
 
 
 def test_the_key_recipe_is_stable(tmp_path: Path) -> None:

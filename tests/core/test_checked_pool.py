@@ -126,3 +126,14 @@ def test_a_guard_names_one_side_only_when_only_it_was_written(
     with pytest.raises(MemoryCheckError) as info:
         guard.check(ooo, block, "op 'n0'", _WHAT)
     assert str(info.value) == f"op 'n0' wrote {said} {_TAIL}"
+
+
+def test_an_empty_tensor_is_all_guard(queue: cl.CommandQueue) -> None:
+    """A tensor of no elements has no byte of its own: one byte written at its start is caught."""
+    pool = BufferPool(queue, check_memory=True)
+    empty = pool.allocate((0,), np.float32)
+    cl.enqueue_copy(queue, empty.buffer, np.ones(1, np.uint8))
+    with pytest.raises(MemoryCheckError, match=r"a kernel wrote 1 bytes past the end of "
+                       r"Tensor\(shape=\(0,\), dtype=float32, nbytes=0\)"):  # fmt: skip
+        pool.release(empty)
+    assert pool.stats.bytes_in_use == 0

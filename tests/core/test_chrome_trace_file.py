@@ -6,6 +6,7 @@ the counts in ``otherData``)."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -191,3 +192,18 @@ def test_a_chain_of_spans_over_one_interval_nests_parents_first(tmp_path: Path) 
     doc = json.loads(exporter.write().read_text())
     assert [(e["name"], e["tid"]) for e in doc["traceEvents"] if e["ph"] == "X"] == [
         ("a", 1), ("b", 1), ("c", 1), ("d", 1)]  # fmt: skip
+
+
+def test_the_file_is_written_through_a_hidden_temporary_file_of_this_process(
+    tmp_path: Path,
+) -> None:
+    """Written through ``.<name>.<pid>.*.tmp`` beside it (hidden; a cleaner can tell whose it
+    is), removed when the rename fails: here the path is a folder."""
+    (tmp_path / "trace.json").mkdir()
+    exporter = ChromeTraceExporter(tmp_path / "trace.json")
+    exporter.export(_spans())
+    with pytest.raises(OSError) as info:
+        exporter.write()
+    assert Path(info.value.filename).name.startswith(f".trace.json.{os.getpid()}."), info.value
+    assert Path(info.value.filename).parent == tmp_path
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.json"]  # nothing left behind
