@@ -60,6 +60,7 @@ def test_totals_that_cannot_be_saved_are_kept_for_the_next_flush(
     c.flush_stats()  # never raises: statistics do not fail an exit
     (event,) = log_events("cache_stats_not_saved")
     assert (event.path, event.levelname) == (str(cache_dir), "INFO")  # type: ignore[attr-defined]
+    assert "Is a directory" in event.error  # type: ignore[attr-defined]  # what went wrong
     (cache_dir / "stats.json").rmdir()
     c.flush_stats()  # what the failed flush held comes now
     assert cli.main(["cache", "stats", "--json", "--dir", str(cache_dir)]) == 0
@@ -184,3 +185,16 @@ def test_totals_of_exactly_the_largest_size_read_are_shown(
     assert cli.main(["cache", "stats", "--json", "--dir", str(cache_dir)]) == 0
     st = json.loads(capsys.readouterr().out)
     assert (st["disk_hits"], st["misses"]) == (0, 0)
+
+
+def test_totals_that_are_not_an_object_or_not_counts_read_as_none(
+    cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stats.json another tool overwrote (a list, a number, counts that are not integers)
+    shows zeros, not an error."""
+    ProgramCache(cache_dir).entries()  # makes the folders
+    for body in ("[1, 2]", "7", '{"misses": "7", "disk_hits": 2.5}'):
+        (cache_dir / "stats.json").write_text(body)
+        assert cli.main(["cache", "stats", "--json", "--dir", str(cache_dir)]) == 0
+        st = json.loads(capsys.readouterr().out)
+        assert (st["disk_hits"], st["misses"]) == (0, 0), body
