@@ -170,6 +170,24 @@ def test_direct_enqueue_with_preset_arguments_is_recorded(
     np.testing.assert_allclose(host_read(y, N), 2 * x)
 
 
+def test_arguments_set_by_keyword_are_recorded(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
+) -> None:
+    """``set_arg(arg_index=..., arg=...)`` and ``set_arg(i, arg=...)`` inside a capture are
+    recorded as the positional call is: the replay uses those arguments, not later ones."""
+    x = np.arange(N, dtype=np.float32)
+    y, xb = buf(np.zeros(N)), buf(x)
+    k = cl.Kernel(kernels.program, "axpy")
+    with KernelCapture() as cap:
+        k.set_arg(arg_index=0, arg=y)
+        k.set_arg(1, arg=xb)
+        k.set_arg(2, arg=np.float32(2.0))
+        cl.enqueue_nd_range_kernel(queue, k, (N,), None)
+    k.set_arg(arg_index=2, arg=np.float32(50.0))  # after the capture: not replayed
+    cap.replay()
+    np.testing.assert_allclose(host_read(y, N), 4 * x)
+
+
 def test_g_times_l_is_replayed(
     queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
 ) -> None:

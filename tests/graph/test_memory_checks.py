@@ -158,9 +158,14 @@ def test_every_intermediate_ends_in_every_layout(
     pool.release_all(results)
 
 
-def test_failed_run_ends_its_intermediates(queue: cl.CommandQueue, inc_mod: Any) -> None:
+@pytest.mark.parametrize("sizes", [[256] * 3, [1024, 3000, 256], [8000, 4000, 2000]])
+def test_failed_run_ends_its_intermediates(
+    queue: cl.CommandQueue, inc_mod: Any, sizes: list[int]
+) -> None:
+    """A run that fails at its last op, which reads n1: n0 ended before, n1 and n2 are held
+    when it fails; each, a block's owner or a view in it, names itself when used."""
     kept: dict[str, Tensor] = {}
-    g = _chain(queue, inc_mod, [256] * 3, kept)
+    g = _chain(queue, inc_mod, sizes, kept)
 
     def boom(inputs: list[Tensor], out: Tensor) -> None:
         raise ZeroDivisionError("boom")
@@ -169,8 +174,9 @@ def test_failed_run_ends_its_intermediates(queue: cl.CommandQueue, inc_mod: Any)
     pool = BufferPool(queue)
     with pytest.raises(RuntimeError, match="op 'boom' raised ZeroDivisionError"):
         GraphExecutor(pool).run(g)
-    with pytest.raises(RuntimeError, match="intermediate 'n0'"):
-        kept["n0"].to_numpy()
+    for name in ("n0", "n1", "n2"):
+        with pytest.raises(RuntimeError, match=f"intermediate '{name}'"):
+            kept[name].to_numpy()
     assert pool.stats.bytes_in_use == 0
 
 
@@ -361,3 +367,36 @@ def test_checked_mode_gives_a_view_its_bytes_and_the_guard_after_them(
     for name in views:
         nbytes = 4 * sizes[int(name[1:])]
         assert seen[name] == -(-(nbytes + guard_bytes(nbytes)) // unit) * unit, (name, seen)
+
+
+def test_a_failed_run_ends_the_intermediates_that_own_their_blocks(
+    queue: cl.CommandQueue,
+) -> None:
+    """A block per tensor: n0 and n1 each own a block, both held when the last op (reading
+    them) fails; used afterwards, each names itself, as a view in a block would."""
+    kept: dict[str, Tensor] = {}
+
+    def keep(name: str) -> Callable[[list[Tensor], Tensor], None]:
+        def fn(inputs: list[Tensor], out: Tensor) -> None:
+            kept[name] = out
+
+        return fn
+
+    def boom(inputs: list[Tensor], out: Tensor) -> None:
+        raise ZeroDivisionError("boom")
+
+    g = Graph()
+    a = g.add_op("n0", keep("n0"), [], (1024,), np.float32)
+    b = g.add_op("n1", keep("n1"), [a], (1024,), np.float32)
+    g.add_op("boom", boom, [a, b], (2048,), np.float32)
+    pool = BufferPool(queue)
+    ex = GraphExecutor(pool)
+    plan = ex.plan(g)
+    if not plan.strategy.startswith("block_per_tensor"):
+        pytest.skip(f"{plan.strategy} on this device: the intermediates are views")
+    with pytest.raises(RuntimeError, match="op 'boom' raised ZeroDivisionError"):
+        ex.run(g)
+    for name in ("n0", "n1"):
+        with pytest.raises(RuntimeError, match=f"is intermediate '{name}' of Graph"):
+            kept[name].to_numpy()
+    assert pool.stats.bytes_in_use == 0
