@@ -132,6 +132,7 @@ def test_any_changed_byte_is_refused(pos: int, xor: int, signed: bool) -> None:
         ("redis://[::1]:6379/0", "redis://[::1]:6379/0"),
         ("redis://:p%40ss@[::1]:7000", "redis://***@[::1]:7000"),
         ("redis://cache:6379", "redis://cache:6379"),
+        ("redis://alice@cache:6379/0", "redis://***@cache:6379/0"),  # a user name alone
     ],
 )
 def test_redact(url: str, shown: str) -> None:
