@@ -374,3 +374,17 @@ def test_a_summary_replay_on_a_plain_queue_is_bracketed_around_its_work(
     assert envelope.start_time >= host.start_time - tol
     assert envelope.end_time <= step.end_time + tol
     assert not _named(finished, "netcl.device.kernel")  # no command has its own time here
+
+
+def test_a_capture_of_only_a_finish_replays_nothing_with_every_command_watched(
+    pq: cl.CommandQueue, summary: profiling.Collector
+) -> None:
+    """In commands mode a replay keeps every command's event: one of no commands (a capture of
+    only a finish, which an in-order queue orders anyway) returns no event and watches nothing."""
+    summary.mode = "commands"
+    cap = KernelCapture()
+    with cap:
+        pq.finish()
+    watched = summary.stats().watched
+    assert cap.replay() is None
+    assert summary.stats().watched == watched

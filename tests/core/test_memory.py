@@ -455,3 +455,14 @@ def test_the_peak_counts_reused_blocks_after_free_held(queue: cl.CommandQueue) -
     pool.release_all([a, b])
     s = pool.stats
     assert (s.peak_bytes, s.bytes_in_use) == (small + large, 0)
+
+
+def test_a_pool_remembers_at_most_4096_request_shapes(queue: cl.CommandQueue) -> None:
+    """Each new (dtype, shape) is remembered to make its next request cheap, up to 4096: a
+    program asking for ever new shapes does not grow its pool without bound. (Read from the
+    pool's private table: the bound is about memory, which no public figure shows.)"""
+    pool = BufferPool(queue)
+    for n in range(1, 4200):
+        pool.release(pool.allocate((n,), np.uint8))
+    assert sum(len(shapes) for shapes in pool._sizes.values()) == 4096
+    pool.release(pool.allocate((5000,), np.uint8))  # still served past the bound

@@ -143,6 +143,12 @@ def test_empty_graph_and_bad_outputs(pool: BufferPool) -> None:
     assert str(info.value) == "GraphExecutor: outputs must name at least one op"
     with pytest.raises(TypeError, match="pool must be a BufferPool"):
         GraphExecutor(object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError) as wrong:
+        ex.run([g])  # type: ignore[call-overload]
+    assert str(wrong.value) == f"GraphExecutor: graph must be a Graph, got {[g]!r}"
+    with pytest.raises(KeyError) as missing:
+        g.op("zz")
+    assert missing.value.args == ("Graph has no op 'zz'",)
     assert pool.stats.bytes_in_use == 0
 
 
