@@ -150,6 +150,8 @@ def test_bad_arguments(
     assert str(info.value) == "get_program: src_code must be a str of OpenCL C, got bytes"
     with pytest.raises(ValueError, match="src_code is empty"):
         c.get_program(ctx, "  \n", device)
+    with pytest.raises(UnicodeEncodeError, match="surrogates not allowed"):  # no text to build
+        c.get_program(ctx, "// caf\udce9\n" + add_src(), device)
     with pytest.raises(TypeError, match=r"device must be a pyopencl\.Device"):
         c.get_program(ctx, add_src(), "cpu")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="options must be a str or a sequence of str"):

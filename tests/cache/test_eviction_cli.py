@@ -194,3 +194,18 @@ def test_cli_refuses_untrusted_folder(
     out = capsys.readouterr()
     assert json.loads(out.out)["exit_code"] == 1 and "entries" not in json.loads(out.out)
     assert (cache_dir / "programs" / "keep.clprg").exists()
+
+
+def test_a_cap_equal_to_what_the_entries_take_keeps_them_all(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """The cap is "at most": entries taking exactly ``--max-bytes`` stay; a byte less evicts."""
+    c = ProgramCache(cache_dir)
+    for name in "ab":
+        c.get_program(ctx, add_src(0.0, f"cap-{name}"), device)
+    total = sum(f.size for f in c.entries())
+    for cap, left in ((total, 2), (total - 1, 1)):
+        assert cli.main(["cache", "prune", "--max-bytes", str(cap), "--dir", str(cache_dir)]) == 0
+        capsys.readouterr()
+        assert len(ProgramCache(cache_dir).entries()) == left, cap

@@ -172,6 +172,23 @@ def test_remote_hit_across_processes(
     assert _result(spans) == "disk" and b2.stats.remote_hits == 0
 
 
+def test_a_damaged_local_entry_replaced_from_the_remote_is_a_remote_hit(
+    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
+    add_src: Callable[..., str], check_add: Callable[..., None], spans: Any,
+) -> None:  # fmt: skip
+    """The local entry damaged, the remote's value good: the lookup's result is "remote" (what
+    served it), not "recovered" (a compile after damage), and the damage is counted."""
+    src = add_src(4.0, f"damaged-local-{time.time_ns()}")
+    _cache(tmp_path, server.url).get_program(ctx, src, device)  # compiled and published
+    local = tmp_path / "machine-b"
+    ProgramCache(local, remote=server.url, remote_key=SECRET).get_program(ctx, src, device)
+    ProgramCache(local).entries()[0].path.write_bytes(b"")  # damaged on machine B's disk
+    b = ProgramCache(local, remote=server.url, remote_key=SECRET)
+    check_add(b.get_program(ctx, src, device), 4.0)
+    assert _result(spans) == "remote"
+    assert (b.stats.remote_hits, b.stats.recoveries, b.stats.compiles) == (1, 1, 0)
+
+
 def test_remote_without_a_disk_tier(
     ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
     add_src: Callable[..., str], check_add: Callable[..., None], spans: Any,

@@ -1053,3 +1053,19 @@ def test_a_failed_command_is_named_in_the_warning(
            else f"command 1 failed: status {status}")  # fmt: skip
     said = [r.getMessage() for r in caplog.records if r.name == "netcl.core.profiling"]
     assert said == [f'device_time_not_collected error="_CommandFailedError(\'{why}\')"']
+
+
+def test_busy_intervals_are_dropped_a_second_after_the_window_leaves_them(
+    pq: cl.CommandQueue, kernels: Any
+) -> None:
+    """A command's interval is kept for ``busy_window`` plus one second, then dropped at the
+    next collection: without a metric reader nothing else would drop them."""
+    collector = profiling.Collector(mode="commands", busy_window=0.1)
+    unit = collector.watch(profiling.COMMANDS, [_busy(pq, kernels, 200)])
+    pq.finish()
+    assert collector.flush() == 0
+    assert unit.end_ns is not None
+    name, later = pq.device.name.strip(), unit.end_ns + 10
+    assert collector.busy(later)[name] > 0  # still held
+    time.sleep(1.3)  # past the window and its second
+    assert collector.busy(later) == {name: 0.0}  # dropped by busy()'s own collection
