@@ -215,6 +215,21 @@ def test_g_times_l_under_capture_disabled_runs_as_asked(
     np.testing.assert_allclose(host_read(out, N), 3.0)
 
 
+def test_a_capture_begun_under_capture_disabled_records_once_the_block_ends(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
+) -> None:
+    a, b, out = buf(np.ones(N)), buf(np.full(N, 2.0)), buf(np.zeros(N))
+    cap = KernelCapture()
+    with capture_disabled():
+        cap.begin()
+        kernels.add(queue, (N,), None, out, a, a)  # runs, not recorded: out = 2
+    kernels.add(queue, (N,), None, out, out, b)  # recorded: out += 2
+    assert cap.end() == 1
+    np.testing.assert_allclose(host_read(out, N), 4.0)
+    cap.replay()
+    np.testing.assert_allclose(host_read(out, N), 6.0)
+
+
 @pytest.mark.parametrize("out_of_order", [False, True], ids=["in_order", "out_of_order"])
 def test_an_empty_launch_allowed_in_the_call_replays_as_allowed(
     ctx: cl.Context, kernels: Any, buf: Any, host_read: Any, out_of_order: bool

@@ -30,6 +30,8 @@ def test_record_and_replay_spans_and_metrics(
     cap.begin()
     for _ in range(3):
         kernels.add(queue, (N,), None, out, a, a)
+        queue.finish()  # a host wait: no command
+    cl.enqueue_copy(queue, out, a)
     cap.end()
     cap.replay()
     cap.replay_with_new_buffers({a.int_ptr: buf(np.ones(N))})
@@ -39,6 +41,7 @@ def test_record_and_replay_spans_and_metrics(
     ]
     record, plain, rebound = finished
     assert record.attributes["netcl.capture.launches"] == 3
+    assert record.attributes["netcl.capture.commands"] == 4  # the launches and the copy
     assert plain.attributes["netcl.capture.launches"] == 3
     assert plain.attributes["netcl.capture.rebound"] == 0
     assert rebound.attributes["netcl.capture.rebound"] == 1
