@@ -313,3 +313,15 @@ def test_intermediates_inside_the_output_blocks_take_no_block_of_their_own(
     plan = _plan_of(BufferPool(queue), [4000, 1000, 5000], [[], [0], [1]], ["n1", "n2"])
     assert plan.strategy == "arena_in_output_blocks", plan.describe()
     assert sorted(b.owner for b in plan.blocks) == ["n1", "n2"], plan.describe()
+
+
+def test_best_fit_waits_for_a_block_to_be_released_before_asking_for_its_class(
+    queue: cl.CommandQueue,
+) -> None:
+    """n1 (8 kB) is read by n2 at step 2 and released after it; n3 (4 kB) comes at step 3 and
+    takes n1's block. n2 (1 kB), made while n1 is read, cannot: asking for n1's 8 kB class then
+    would cost a new 8 kB block. So best fit takes two 8 kB blocks and a 1 kB one."""
+    pool = BufferPool(queue)
+    plan = _plan_of(pool, [2048, 2048, 256, 1000], [[], [0], [1], [0, 2]], None)
+    expected = 2 * pool.block_bytes(8192) + pool.block_bytes(1024)
+    assert plan.candidates["block_per_tensor_best_fit"] == expected, plan.describe()
