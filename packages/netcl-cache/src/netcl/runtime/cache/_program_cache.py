@@ -312,7 +312,7 @@ class ProgramCache:
                 ident, name = self._registry.device(dev, self._device_identity)
                 # a failure leaving the block marks the span (status ERROR, error.type)
                 with tel.TEL.span(tel.SPAN_GET_PROGRAM, {tel.ATTR_DEVICE: name}) as span:
-                    raw = src_code.encode()  # not UTF-8 (a lone surrogate): the driver refuses too
+                    raw = src_code.encode()  # a lone surrogate: refused, pyopencl could not pass it
                     req = _Request(ctx, src_code, dev, opts, compute_key(raw, opts, ident), ident,
                                    len(raw), name)  # fmt: skip
                     span.set(tel.ATTR_KEY, req.key)
