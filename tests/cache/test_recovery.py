@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -146,3 +148,39 @@ def test_an_entry_written_for_another_device_identity_is_refused(
     assert c.stats.recoveries == 1 and c.stats.compiles == 1 and c.stats.disk_hits == 0
     (event,) = log_events("cache_entry_corrupt")
     assert event.reason == "identity: written for 'x|y|z'"  # type: ignore[attr-defined]
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from netcl.runtime.cache._store import DiskStore
+
+store = DiskStore(Path(sys.argv[1]))
+with store.lock(sys.argv[2], 30.0) as held:
+    print(held, flush=True)
+    time.sleep(1.0)  # the other process finds no entry and waits for this lock
+    store.path(sys.argv[2]).write_bytes(b"junk")  # a writer that left a damaged entry
+"""
+
+
+def test_an_entry_damaged_while_this_process_waited_for_the_lock_is_reported(
+    ctx: cl.Context, device: cl.Device, cache_dir: Path, tmp_path: Path,
+    add_src: Callable[..., str],
+) -> None:  # fmt: skip
+    """No entry at first; another process holds the key's lock and leaves a damaged entry: found
+    once the lock is ours, it is counted and logged as corrupt, and compiled again."""
+    src = add_src(0.0, "damaged-while-waiting")
+    probe = ProgramCache(tmp_path / "probe")
+    probe.get_program(ctx, src, device)
+    key = probe.entries()[0].key
+    ProgramCache(cache_dir).entries()  # makes the folders
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(cache_dir), key],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        c = ProgramCache(cache_dir)
+        c.get_program(ctx, src, device)
+    finally:
+        assert holder.wait(30) == 0
+    assert (c.stats.corrupt, c.stats.compiles) == (1, 1)
+    assert len(c.entries()) == 1 and c.entries()[0].size > 4  # written anew
