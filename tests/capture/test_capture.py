@@ -218,6 +218,8 @@ def test_g_times_l_under_capture_disabled_runs_as_asked(
 def test_a_capture_begun_under_capture_disabled_records_once_the_block_ends(
     queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
 ) -> None:
+    """``begin()`` inside ``capture_disabled()``: the block's launches run unrecorded, the
+    thread records from the block's end."""
     a, b, out = buf(np.ones(N)), buf(np.full(N, 2.0)), buf(np.zeros(N))
     cap = KernelCapture()
     with capture_disabled():
