@@ -168,7 +168,7 @@ def test_an_entry_damaged_while_this_process_waited_for_the_lock_is_reported(
     add_src: Callable[..., str],
 ) -> None:  # fmt: skip
     """No entry at first; another process holds the key's lock and leaves a damaged entry: found
-    once the lock is ours, it is counted and logged as corrupt, and compiled again."""
+    once the lock is ours, it is counted as corrupt and compiled again."""
     src = add_src(0.0, "damaged-while-waiting")
     probe = ProgramCache(tmp_path / "probe")
     probe.get_program(ctx, src, device)
