@@ -276,30 +276,26 @@ def test_output_takes_a_larger_freed_block(queue: cl.CommandQueue) -> None:
     assert plan.candidates["block_per_tensor"] >= 1.5 * plan.lower_bound
 
 
-def test_outputs_cut_from_the_mirrored_placement(queue: cl.CommandQueue) -> None:
-    """Outputs n2, n3, n7: a cut of the packed region at the outputs crosses a value, a cut of
-    its mirror image does not. Cut there, a block per output takes 1.01x the lower bound
-    (placing the rest again around the outputs took 1.23x)."""
-    pool = BufferPool(queue)
-    sizes = [64, 1024, 1024, 256, 256, 2048, 1000, 1000]
-    inputs = [[], [0, 0], [1], [1], [2], [2, 4], [3, 4], [6]]
-    plan = _plan_of(pool, sizes, inputs, ["n2", "n3", "n7"])
-    slack = 3 * queue.device.mem_base_addr_align // 8  # an alignment unit per output block
-    assert plan.strategy == "block_per_output", plan.describe()
-    assert plan.pool_device_bytes <= ROUNDING * plan.lower_bound + slack, plan.describe()
-
-
-def test_outputs_stay_where_they_are_when_no_cut_of_the_region_works(
-    queue: cl.CommandQueue,
+@pytest.mark.parametrize(
+    ("sizes", "inputs", "outputs"),
+    [
+        # a cut of the packed region at the outputs crosses a value, a cut of its mirror image
+        # does not: cut there (placing the rest again around the outputs took 1.23x)
+        ([64, 1024, 1024, 256, 256, 2048, 1000, 1000],
+         [[], [0, 0], [1], [1], [2], [2, 4], [3, 4], [6]], ["n2", "n3", "n7"]),
+        # a cut crosses a value in both: the outputs stay where they were and the rest is placed
+        # again around them, crossing no cut (every other layout 1.2x or more; placing all again,
+        # outputs included, lost the cut)
+        ([1024, 3000, 256, 1000, 1000], [[], [0], [0, 1], [2], [0, 3]], ["n2", "n4"]),
+    ],
+    ids=["mirrored", "outputs_kept"],
+)
+def test_a_block_per_output_cut_from_the_packed_region_is_near_the_lower_bound(
+    queue: cl.CommandQueue, sizes: list[int], inputs: list[list[int]], outputs: list[str]
 ) -> None:
-    """Outputs n2, n4: a cut of the packed region at the outputs crosses a value, and so does a
-    cut of its mirror image. Keeping the outputs where they were and placing the rest again
-    around them, crossing no cut, a block per output takes 1.01x the lower bound (every other
-    layout 1.2x or more; placing everything again, outputs included, lost the cut)."""
-    pool = BufferPool(queue)
-    plan = _plan_of(pool, [1024, 3000, 256, 1000, 1000], [[], [0], [0, 1], [2], [0, 3]],
-                    ["n2", "n4"])  # fmt: skip
-    slack = 2 * queue.device.mem_base_addr_align // 8  # an alignment unit per output block
+    """Cut at the outputs, a block per output takes 1.01x the lower bound."""
+    plan = _plan_of(BufferPool(queue), sizes, inputs, outputs)
+    slack = len(outputs) * queue.device.mem_base_addr_align // 8  # a unit per output block
     assert plan.strategy == "block_per_output", plan.describe()
     assert plan.pool_device_bytes <= ROUNDING * plan.lower_bound + slack, plan.describe()
 
