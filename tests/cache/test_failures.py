@@ -90,12 +90,16 @@ def test_folder_that_cannot_be_created(
     (tmp_path / "file").write_text("a regular file where a folder should be")
     c = ProgramCache(tmp_path / "file" / "cache")
     with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):
-        with pytest.warns(RuntimeWarning, match="cannot be used .*Not a directory"):
+        with pytest.warns(RuntimeWarning, match="cannot be used .*Not a directory") as warned:
             check_add(c.get_program(ctx, add_src(0.0, "nodir"), device), 0.0)
         check_add(c.get_program(ctx, add_src(1.0, "nodir"), device), 1.0)
     assert c.stats.compiles == 2
     (event,) = log_events("cache_dir_unusable")  # warned once, not per call
     assert "Not a directory" in event.error  # type: ignore[attr-defined]
+    # the warning says what it costs and what to do, in full
+    assert str(warned[0].message).endswith(
+        "; programs compiled now are not kept on disk. Set NETCL_CACHE_DIR to a folder of your "
+        "own that you can write (it is created, private to you, when missing).")
 
 
 def _inject(

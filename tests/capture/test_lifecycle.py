@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import threading
 from typing import Any
@@ -22,6 +23,10 @@ def test_misuse_raises_runtime_errors(queue: cl.CommandQueue, kernels: Any, buf:
         cap.end()
     with pytest.raises(RuntimeError, match="replay: nothing captured"):
         cap.replay()
+    with pytest.raises(RuntimeError) as info:
+        cap.save(os.devnull)
+    assert str(info.value) == (
+        "KernelCapture.save: nothing captured; record with begin() ... end() first")
     cap.begin()
     try:
         with pytest.raises(RuntimeError, match="begin: already recording"):

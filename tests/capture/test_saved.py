@@ -346,6 +346,27 @@ def test_a_step_saved_with_one_array_as_both_arguments_replays_on_one_array(
         loaded(y, cla.to_device(queue, np.zeros(8, np.float32)))  # not the saved aliasing
 
 
+def test_a_loaded_step_called_inside_a_recording_says_it_has_no_function(
+    queue: cl.CommandQueue, tmp_path: Path
+) -> None:
+    """Inside a recording a captured step runs its function (a replay would not be recorded);
+    a loaded step has none, and says so."""
+
+    @capture_step
+    def double(a: cla.Array) -> cla.Array:
+        return 2 * a
+
+    x = cla.to_device(queue, np.arange(8, dtype=np.float32))
+    double(x), double(x)
+    double.save(tmp_path / "double.ncl")
+    loaded = load_step(tmp_path / "double.ncl", queue)
+    with KernelCapture(), pytest.raises(RuntimeError) as info:
+        loaded(x)
+    assert str(info.value) == ("a loaded step has no function to run: it cannot be called inside "
+                               "a recording (a KernelCapture or another captured step)")
+    np.testing.assert_array_equal(loaded(x).get(), 2 * np.arange(8))  # outside: replayed
+
+
 def test_guards_as_for_a_captured_step(queue: cl.CommandQueue, kernels: Any,
                                        tmp_path: Path) -> None:  # fmt: skip
     @capture_step

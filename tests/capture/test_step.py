@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import weakref
 from typing import Any
 
@@ -282,6 +283,43 @@ def test_check_mode_names_the_differing_output_of_a_tuple(k: K, queue: cl.Comman
     assert info.value.output == 1
     two(x)  # recorded again, and its reason says why
     assert two.last_reason == "first capture (recorded before, dropped by a failed check)"
+
+
+def test_check_mode_counts_a_nan_against_a_number_as_an_infinite_difference(
+    k: K, queue: cl.CommandQueue
+) -> None:
+    """The replay gives numbers where the normal run gives NaN: the check fails with an
+    infinite max abs diff (NaN in both places would count as equal)."""
+    factor = [1.0]
+    two = _two_outputs(k, queue, factor)
+    x = Tensor.from_numpy(np.ones(4, F32), queue)
+    two(x)
+    factor[0] = float("nan")
+    with pytest.raises(StepCheckError, match=r"output 1 differs .*max abs diff inf") as info:
+        two(x)
+    assert (info.value.output, info.value.max_abs_diff) == (1, math.inf)
+
+
+def test_check_mode_names_the_first_output_the_normal_run_added(
+    k: K, queue: cl.CommandQueue
+) -> None:
+    """The normal run returns more outputs than the capture did: the check fails at the first
+    index one of them lacks, with an infinite difference."""
+    more = [False]
+
+    @capture_step(check=True, warmup=0)
+    def outputs(x: Tensor) -> list[Tensor]:
+        made = [Tensor.empty(x.shape, F32, queue) for _ in range(2 if more[0] else 1)]
+        for out in made:
+            k.scale(queue, (x.size,), None, out.buffer, x.buffer, 1.0)
+        return made
+
+    x = Tensor.from_numpy(np.ones(4, F32), queue)
+    outputs(x)
+    more[0] = True
+    with pytest.raises(StepCheckError, match=r"output 1 differs") as info:
+        outputs(x)
+    assert (info.value.output, info.value.max_abs_diff) == (1, math.inf)
 
 
 def test_check_mode_passes_a_faithful_step_and_stops_checking(

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import logging
@@ -7,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -99,6 +101,9 @@ def test_configure_logging_json_with_trace_ids(unconfigured: None) -> None:
     assert event["logger"] == "netcl.test.log"
     assert event["trace_id"] == format(s.context.trace_id, "032x")
     assert event["span_id"] == format(s.context.span_id, "016x")
+    # an ISO 8601 time in UTC, within the test
+    stamped = datetime.datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00"))
+    assert abs(stamped.timestamp() - time.time()) < 60, event["timestamp"]
 
 
 @pytest.mark.parametrize("name", ["__wrapped__", "__deepcopy__", "__len__"])
