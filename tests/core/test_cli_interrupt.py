@@ -46,7 +46,24 @@ def _wait_for(proc: subprocess.Popen[bytes], needle: bytes, seconds: float) -> b
     return seen
 
 
-def test_ctrl_c_in_netcl_is_one_line_and_130(tmp_path: Path) -> None:
+# `netcl` itself, and `main()` writing to a stream without isatty() (a logging shim): neither
+# is a terminal, so neither gets the fresh line a terminal's echoed ^C needs
+_NO_ISATTY = """
+import sys
+from netcl.core import cli
+
+class Shim:
+    def write(self, text): return sys.__stderr__.write(text)
+    def flush(self): sys.__stderr__.flush()
+
+sys.stderr = Shim()
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("how", [[NETCL], [sys.executable, "-c", _NO_ISATTY]],
+                         ids=["netcl", "stderr_without_isatty"])  # fmt: skip
+def test_ctrl_c_in_netcl_is_one_line_and_130(tmp_path: Path, how: list[str]) -> None:
     """`netcl cache stats` waiting on a remote that never answers, interrupted."""
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
@@ -55,7 +72,7 @@ def test_ctrl_c_in_netcl_is_one_line_and_130(tmp_path: Path) -> None:
            "NETCL_CACHE_REMOTE_KEY": "k", "NETCL_CACHE_REMOTE_TIMEOUT": "60"}  # fmt: skip
     pytest.importorskip("redis")
     with silent:
-        proc = subprocess.Popen([NETCL, "cache", "stats", "--dir", str(tmp_path)], env=env,
+        proc = subprocess.Popen([*how, "cache", "stats", "--dir", str(tmp_path)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
         held: list[socket.socket] = []  # kept open: the client waits on it for an answer
         deadline = time.monotonic() + 60
