@@ -84,9 +84,10 @@ def test_commands_after_a_host_wait_wait_for_the_waited_commands(
 
 @pytest.mark.parametrize("out_of_order", [False, True], ids=["in_order", "out_of_order"])
 def test_every_host_wait_orders_the_commands_after_it(ctx: cl.Context, out_of_order: bool) -> None:
-    """Two host waits, each for another queue's work, each followed by a command of q2: the
-    second waits for the second wait's work too, though q2 took an order from the first (q3
-    held in the replay: f must not run before e)."""
+    """Two host waits, each for another queue's work, each followed by commands of q2: the
+    second wait's commands wait for its work too, though q2 took an order from the first, and
+    on an out-of-order q2 each of them does (q3 held in the replay: f and g must not run before
+    e)."""
     q, q2 = _queues(ctx, out_of_order)
     q3 = cl.CommandQueue(ctx)
     a = cla.to_device(q, np.ones(N, np.float32))
@@ -97,12 +98,14 @@ def test_every_host_wait_orders_the_commands_after_it(ctx: cl.Context, out_of_or
         e = a.with_queue(q3) * 4  # on q3
         e.finish()
         f = e.with_queue(q2) + 1  # on q2, after the second wait
+        g = e.with_queue(q2) * 3  # and another, not after f on an out-of-order q2
     q2.finish()
     for value in (5.0, 7.0):
         a.set(np.full(N, value, np.float32))
         _replay_while_held(cap, q3, q2)
         np.testing.assert_allclose(c.get(), value * 2 + 1)
         np.testing.assert_allclose(f.get(), value * 4 + 1)
+        np.testing.assert_allclose(g.get(), value * 12)
 
 
 def test_a_host_wait_on_an_event_from_before_begin_adds_no_dependency(ctx: cl.Context) -> None:

@@ -230,6 +230,25 @@ def test_a_kernel_capture_and_its_buffers(queue: cl.CommandQueue, ctx: cl.Contex
         load_step(tmp_path / "cap.ncl", queue)
 
 
+def test_a_sub_buffer_of_constants_is_saved_with_its_parents_contents(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, tmp_path: Path
+) -> None:  # fmt: skip
+    """A kernel reads a region of a buffer of constants (a sub-buffer): the parent, which no
+    command names, is saved with its contents, so the loaded capture reads the same values."""
+    align = queue.device.mem_base_addr_align // 8
+    n = max(64, align // 4)  # the region's origin (n floats in) on the device's alignment
+    weights, y = buf(np.arange(2 * n)), buf(np.zeros(n))
+    upper = weights.get_sub_region(4 * n, 4 * n)  # the second half: n .. 2n - 1
+    with KernelCapture() as cap:
+        kernels.axpy(queue, (n,), None, y, upper, np.float32(1))
+    cap.save(tmp_path / "cap.ncl")
+    loaded = load_capture(tmp_path / "cap.ncl", queue)
+    fresh = buf(np.zeros(n))
+    y2 = loaded.launches[0].args[0]
+    loaded.replay_with_new_buffers({y2.int_ptr: fresh})
+    np.testing.assert_array_equal(host_read(fresh, n), np.arange(n, 2 * n, dtype=np.float32))
+
+
 def test_a_buffer_first_overwritten_whole_is_saved_without_contents_and_a_finish_replays(
     queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, tmp_path: Path
 ) -> None:  # fmt: skip

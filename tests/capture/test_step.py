@@ -803,6 +803,26 @@ def test_an_input_smaller_than_the_recorded_buffer_is_staged(k: K, queue: cl.Com
                                    .to_numpy(), 2 * i)
 
 
+def test_an_array_without_a_queue_is_staged_on_the_first_commands_queue(
+    queue: cl.CommandQueue,
+) -> None:
+    """An Array argument made on a context (no queue) and smaller than the recorded buffer: its
+    staging copy goes on the queue of the capture's first command."""
+
+    @capture_step(warmup=0)
+    def double(a: cla.Array) -> cla.Array:
+        return a.with_queue(queue) * 2
+
+    big = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 4096)  # e.g. a pool's size class
+    recorded = cla.Array(queue.context, (4,), F32, data=big)
+    recorded.set(np.ones(4, F32), queue=queue)
+    double(recorded)
+    for i in range(3):  # exact-size buffers: the replay needs the recorded size
+        x = cla.Array(queue.context, (4,), F32)
+        x.set(np.full(4, i, F32), queue=queue)
+        np.testing.assert_allclose(double(x).get(queue=queue), 2 * i)
+
+
 def test_nested_steps_and_methods(k: K, queue: cl.CommandQueue) -> None:
     class Model:
         def __init__(self, s: float) -> None:
