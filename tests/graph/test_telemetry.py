@@ -46,6 +46,9 @@ def test_run_and_node_spans(
     assert run.attributes["netcl.pool.peak_bytes"] == plan.pool_peak_bytes > 0
     assert run.attributes["netcl.graph.lower_bound_bytes"] == plan.lower_bound
     assert run.attributes["netcl.graph.strategy"] == plan.strategy
+    # the bytes of the blocks that hold intermediates only (0 when every value is in an output's)
+    arena = sum(b.size for b in plan.blocks if b.owner is None)
+    assert run.attributes["netcl.graph.arena_bytes"] == plan.arena_bytes == arena
     assert [n.attributes["netcl.node.name"] for n in nodes if n.attributes] == [
         "add", "relu", "relu2",
     ]
