@@ -400,7 +400,8 @@ def test_guards_as_for_a_captured_step(queue: cl.CommandQueue, kernels: Any,
     loaded = load_step(tmp_path / "s.ncl", queue)
     np.testing.assert_array_equal(loaded(x, 2.0).to_numpy(), np.arange(8) * 2 + 1)
     with pytest.raises(ValueError, match=r"loaded step .*step: shape of x changed \(8,\) -> "
-                       r"\(4,\).*saved with, \(x: Tensor\(8,\) float32, scale=2.0\)"):
+                       r"\(4,\).*saved with, \(x: Tensor\(8,\) float32, scale=2.0\): pass "
+                       r"arguments like those, or save a capture of these arguments$"):
         loaded(Tensor.from_numpy(np.zeros(4, np.float32), queue), 2.0)
     with pytest.raises(ValueError, match=r"value of scale changed 2\.0 -> 3\.0"):
         loaded(x, 3.0)
