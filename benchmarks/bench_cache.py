@@ -162,8 +162,9 @@ def test_netcl_disk_hit_fresh_instance(
     rare_floors = {
         "paired_default_build_s": lambda: cl.Program(ctx, SRC).build(),
         "paired_pyopencl_binary_s": lambda: create_built_program_from_source_cached(
-            ctx, SRC, b"", [device], cache_dir=pyopencl_dir),
-    }  # fmt: skip
+            ctx, SRC, b"", [device], cache_dir=pyopencl_dir
+        ),
+    }
 
     def fresh() -> tuple[tuple[ProgramCache], dict[str, Any]]:
         if len(floor_times) % 10 == 0:
@@ -215,9 +216,7 @@ def test_floor_memory_lookup(benchmark: Any, ctx: cl.Context, device: cl.Device)
 
 
 @pytest.mark.benchmark(group="cache-memory-hit")
-def test_netcl_memory_hit(
-    benchmark: Any, ctx: cl.Context, device: cl.Device, folder: Path
-) -> None:
+def test_netcl_memory_hit(benchmark: Any, ctx: cl.Context, device: cl.Device, folder: Path) -> None:
     """``_HITS`` in-process hits a round; the dict-lookup floor is timed before each round
     (paired rounds, see paired.py) for the gate: 3000 rounds, a window of about half a second,
     longer than a slow spell of a loaded 2-core runner (300 rounds once read 2.2 there)."""
@@ -230,8 +229,7 @@ def test_netcl_memory_hit(
             get(ctx, SRC, device)
 
     setup, floor = paired_floor(_lookup_loop(ctx, device))
-    benchmark.pedantic(hits, setup=setup, rounds=1 if benchmark.disabled else 3000,
-                       warmup_rounds=3)
+    benchmark.pedantic(hits, setup=setup, rounds=1 if benchmark.disabled else 3000, warmup_rounds=3)
     assert get(ctx, SRC, device) is first
     benchmark.extra_info["calls_per_round"] = _HITS
     record_floor(benchmark, floor)
@@ -260,8 +258,11 @@ def test_netcl_memory_hit_with_span(
     tracer = provider.get_tracer("netcl.runtime.cache")
     cache = ProgramCache(folder / "netcl")
     first = cache.get_program(ctx, SRC, device)
-    attrs = {"netcl.cache.result": "memory", "netcl.cache.key": "0" * 64,
-             "netcl.device.name": device.name}
+    attrs = {
+        "netcl.cache.result": "memory",
+        "netcl.cache.key": "0" * 64,
+        "netcl.device.name": device.name,
+    }
 
     def hit_with_span() -> cl.Program:
         prg = cache.get_program(ctx, SRC, device)
@@ -304,9 +305,7 @@ def test_floor_bare_compile(benchmark: Any, ctx: cl.Context, device: cl.Device) 
 
 
 @pytest.mark.benchmark(group="cache-miss")
-def test_floor_bare_compile_and_binary(
-    benchmark: Any, ctx: cl.Context, device: cl.Device
-) -> None:
+def test_floor_bare_compile_and_binary(benchmark: Any, ctx: cl.Context, device: cl.Device) -> None:
     """The floor of any binary cache's miss: compile, then fetch the binary (on PoCL the fetch
     generates machine code for every kernel, work the bare compile defers to the first launch)."""
 
@@ -377,9 +376,23 @@ def redis_url(folder: Path) -> Any:
         port = s.getsockname()[1]
     url = f"redis://:bench-pass@127.0.0.1:{port}/0"
     proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--requirepass", "bench-pass",
-         "--save", "", "--appendonly", "no", "--dir", str(folder)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--requirepass",
+            "bench-pass",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(folder),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         for _ in range(200):

@@ -40,9 +40,6 @@ def _rounds(benchmark: Any, full: int) -> int:
     return 3 if benchmark.disabled else full
 
 
-
-
-
 # -- 1. per-launch replay cost against the bare enqueue loop ------------------------------
 
 
@@ -66,7 +63,8 @@ def test_launch_replay(benchmark: Any, add_loop: AddLoop) -> None:
     """``KernelCapture.replay()`` of the same 200 launches; target ≤ 1.15x the bare loop."""
     times = interleaved_times(
         {"bare": add_loop.bare, "replay": add_loop.replay},
-        _rounds(benchmark, 300), setup=add_loop.queue.finish,
+        _rounds(benchmark, 300),
+        setup=add_loop.queue.finish,
     )
     med = {k: statistics.median(v) for k, v in times.items()}
     benchmark.extra_info.update(
@@ -79,8 +77,9 @@ def test_launch_replay(benchmark: Any, add_loop: AddLoop) -> None:
     )
     held = HeldQueues(add_loop.queue)
     setup, floor = paired_floor(add_loop.bare, between=held)  # the bare loop, same load
-    benchmark.pedantic(add_loop.replay, setup=setup, rounds=_rounds(benchmark, 500),
-                       warmup_rounds=2)
+    benchmark.pedantic(
+        add_loop.replay, setup=setup, rounds=_rounds(benchmark, 500), warmup_rounds=2
+    )
     record_floor(benchmark, floor)
     held.release()
     add_loop.check()
@@ -95,7 +94,8 @@ def test_record_cost(benchmark: Any, add_loop: AddLoop) -> None:
     held = HeldQueues(add_loop.queue)
     times = interleaved_times(
         {"plain": add_loop.calls, "record": add_loop.record},
-        _rounds(benchmark, 100), setup=held,
+        _rounds(benchmark, 100),
+        setup=held,
     )
     held.release()
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -107,8 +107,9 @@ def test_record_cost(benchmark: Any, add_loop: AddLoop) -> None:
         record_over_plain_min=min(times["record"]) / min(times["plain"]),
         target_record_over_plain=3.0,
     )
-    benchmark.pedantic(add_loop.record, setup=add_loop.queue.finish,
-                       rounds=_rounds(benchmark, 50), warmup_rounds=1)
+    benchmark.pedantic(
+        add_loop.record, setup=add_loop.queue.finish, rounds=_rounds(benchmark, 50), warmup_rounds=1
+    )
     add_loop.queue.finish()
     add_loop.check()
 
@@ -183,15 +184,15 @@ def test_step_replay(benchmark: Any, step: _Step) -> None:
     time, and over 100 rounds (one such spell) the figure read 2.4-3.0 there, over 1000 2.9-3.0
     (2026-12-04)."""
     rounds = _rounds(benchmark, 100)
-    times = interleaved_times({"normal": step.normal, "replay": step.replay}, rounds,
-                              setup=step.queue.finish)
+    times = interleaved_times(
+        {"normal": step.normal, "replay": step.replay}, rounds, setup=step.queue.finish
+    )
     host = {k: statistics.median(v) for k, v in times.items()}
 
     def finished(fn: Any) -> Any:
         return lambda: (fn(), step.queue.finish())
 
-    e2e = interleaved({"normal": finished(step.normal), "replay": finished(step.replay)},
-                      rounds)
+    e2e = interleaved({"normal": finished(step.normal), "replay": finished(step.replay)}, rounds)
     bare = AddLoop(step.queue)
     floor = interleaved({"bare": bare.bare}, rounds, setup=step.queue.finish)["bare"] / LAUNCHES
     benchmark.extra_info.update(
@@ -241,7 +242,10 @@ def test_replay_telemetry_overhead(benchmark: Any, add_loop: AddLoop) -> None:
     probe = Path(__file__).with_name("capture_otel_probe.py")
     res = subprocess.run(
         [sys.executable, str(probe), str(_rounds(benchmark, 300))],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert res.returncode == 0, res.stderr
     figures = json.loads(res.stdout.strip().splitlines()[-1])
@@ -257,5 +261,9 @@ def test_replay_telemetry_overhead(benchmark: Any, add_loop: AddLoop) -> None:
         launches_per_replay=figures["launches_per_replay"],
         target_sdk_over_none=1.05,
     )
-    benchmark.pedantic(add_loop.replay, setup=add_loop.queue.finish,
-                       rounds=_rounds(benchmark, 100), warmup_rounds=2)
+    benchmark.pedantic(
+        add_loop.replay,
+        setup=add_loop.queue.finish,
+        rounds=_rounds(benchmark, 100),
+        warmup_rounds=2,
+    )

@@ -72,13 +72,18 @@ def _train(queue: cl.CommandQueue, alloc: Any) -> tuple[Callable[[], Any], Any]:
     x = cla.to_device(queue, rng.standard_normal((rows, cols), np.float32), allocator=alloc)
     y = cla.to_device(queue, rng.standard_normal(rows, np.float32), allocator=alloc)
     w = cla.zeros(queue, cols, np.float32, allocator=alloc)
-    matvec = ElementwiseKernel(queue.context, "float *out, const float *x, const float *w, int k",
-                               "float a = 0; for (int j = 0; j < k; ++j) a += x[i * k + j] * w[j];"
-                               "out[i] = a", "bench_matvec")  # fmt: skip
+    matvec = ElementwiseKernel(
+        queue.context,
+        "float *out, const float *x, const float *w, int k",
+        "float a = 0; for (int j = 0; j < k; ++j) a += x[i * k + j] * w[j];out[i] = a",
+        "bench_matvec",
+    )
     tmatvec = ElementwiseKernel(
-        queue.context, "float *out, const float *x, const float *e, int m, int k",
+        queue.context,
+        "float *out, const float *x, const float *e, int m, int k",
         "float a = 0; for (int r = 0; r < m; ++r) a += x[r * k + i] * e[r]; out[i] = a",
-        "bench_tmatvec")  # fmt: skip
+        "bench_tmatvec",
+    )
 
     def step() -> Any:
         pred = cla.empty_like(y)
@@ -104,8 +109,9 @@ def _fft(queue: cl.CommandQueue, alloc: Any) -> tuple[Callable[[], Any], Any]:
     thread = Thread(queue)
     shape = (256, 1024)
     rng = np.random.default_rng(1)
-    x = cla.to_device(queue, (rng.standard_normal(shape) + 1j).astype(np.complex64),
-                      allocator=alloc)  # fmt: skip
+    x = cla.to_device(
+        queue, (rng.standard_normal(shape) + 1j).astype(np.complex64), allocator=alloc
+    )
     fft = fft_type(x).compile(thread)
 
     def step() -> Any:
@@ -141,12 +147,15 @@ def test_capture_memory(benchmark: Any, queue: cl.CommandQueue, workload: str) -
     cap.replay()
     assert np.array_equal(out.get(), want)
     setup, floor = paired_floor(lambda: (step(), queue.finish()))
-    benchmark.pedantic(lambda: (cap.replay(), queue.finish()), setup=setup, rounds=20,
-                       warmup_rounds=2)
+    benchmark.pedantic(
+        lambda: (cap.replay(), queue.finish()), setup=setup, rounds=20, warmup_rounds=2
+    )
     record_floor(benchmark, floor)
     benchmark.extra_info.update(
-        held_over_peak=held / normal_peak, normal_peak_bytes=normal_peak,
-        arena_bytes=mem.arena_bytes, external_bytes=mem.external_bytes,
+        held_over_peak=held / normal_peak,
+        normal_peak_bytes=normal_peak,
+        arena_bytes=mem.arena_bytes,
+        external_bytes=mem.external_bytes,
         recorded_internal_bytes=mem.internal_bytes,
         recorded_over_peak=(mem.internal_bytes + mem.external_bytes) / normal_peak,
     )

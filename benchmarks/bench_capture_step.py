@@ -40,9 +40,6 @@ from netcl.runtime.capture import KernelCapture, capture_step
 BATCH, WIDTH = 16, 64
 
 
-
-
-
 class _Workload:
     """A step function, its decorated form and its hand-written replay, and two inputs."""
 
@@ -51,8 +48,9 @@ class _Workload:
         self.kind = kind
         self.tensors = kind == "tensor"
         rng = np.random.default_rng(0)
-        self.w_host = [(rng.standard_normal((WIDTH, WIDTH)) / 8).astype(np.float32)
-                       for _ in range(layers)]
+        self.w_host = [
+            (rng.standard_normal((WIDTH, WIDTH)) / 8).astype(np.float32) for _ in range(layers)
+        ]
         self.b_host = [rng.standard_normal(WIDTH).astype(np.float32) for _ in range(layers)]
         # inputs 0 and 1 alternate in the timed calls; 2 and 3 are the recorded ones, so that
         # every timed call substitutes its input in both contenders
@@ -84,8 +82,10 @@ class _Workload:
         matmul, bias_relu = cl.Kernel(prg, "matmul"), cl.Kernel(prg, "bias_relu")
         matmul.set_scalar_arg_dtypes([None, None, None, np.int32, np.int32])
         bias_relu.set_scalar_arg_dtypes([None, None, None, np.int32])
-        weights = [(Tensor.from_numpy(w, queue), Tensor.from_numpy(b, queue))
-                   for w, b in zip(self.w_host, self.b_host, strict=True)]
+        weights = [
+            (Tensor.from_numpy(w, queue), Tensor.from_numpy(b, queue))
+            for w, b in zip(self.w_host, self.b_host, strict=True)
+        ]
 
         def step(x: Tensor) -> Tensor:
             h = x
@@ -101,12 +101,17 @@ class _Workload:
     def _array_step(self) -> Callable[[cla.Array], cla.Array]:
         queue = self.queue
         matmul = ElementwiseKernel(
-            queue.context, "float *out, const float *x, const float *w, int k, int m",
+            queue.context,
+            "float *out, const float *x, const float *w, int k, int m",
             "int row = i / m, col = i % m; float acc = 0.0f;"
             "for (int j = 0; j < k; ++j) acc += x[row * k + j] * w[j * m + col];"
-            "out[i] = acc", "bench_step_matmul")
-        weights = [(cla.to_device(queue, w), cla.to_device(queue, np.tile(b, (BATCH, 1))))
-                   for w, b in zip(self.w_host, self.b_host, strict=True)]
+            "out[i] = acc",
+            "bench_step_matmul",
+        )
+        weights = [
+            (cla.to_device(queue, w), cla.to_device(queue, np.tile(b, (BATCH, 1))))
+            for w, b in zip(self.w_host, self.b_host, strict=True)
+        ]
         zeros = cla.zeros(queue, (BATCH, WIDTH), np.float32)
 
         def step(x: cla.Array) -> cla.Array:
@@ -169,10 +174,14 @@ def test_step_decorated_vs_hand(benchmark: Any, workload: _Workload) -> None:
         def run() -> None:
             fn()
             workload.queue.finish()
+
         return run
 
-    e2e = interleaved_times({k: finished(f) for k, f in fns.items()}, _rounds(benchmark, 500),
-                            setup=workload.queue.finish)
+    e2e = interleaved_times(
+        {k: finished(f) for k, f in fns.items()},
+        _rounds(benchmark, 500),
+        setup=workload.queue.finish,
+    )
     med = {k: statistics.median(v) for k, v in host.items()}
     benchmark.extra_info.update(
         kind=workload.kind,
@@ -186,8 +195,7 @@ def test_step_decorated_vs_hand(benchmark: Any, workload: _Workload) -> None:
         target_decorated_over_hand=1.05,
     )
     setup, floor = paired_floor(workload.hand, between=held)
-    benchmark.pedantic(workload.step, setup=setup, rounds=_rounds(benchmark, 1000),
-                       warmup_rounds=5)
+    benchmark.pedantic(workload.step, setup=setup, rounds=_rounds(benchmark, 1000), warmup_rounds=5)
     record_floor(benchmark, floor)
     held.release()
     workload.check()

@@ -48,9 +48,10 @@ def _ratio(benchmark: Any, plain: Callable[[], None], checked: Callable[[], None
     times = interleaved_times({"plain": plain, "checked": checked}, _rounds(benchmark, 200))
     best = {name: min(ts) for name, ts in times.items()}
     benchmark.extra_info.update(
-        plain_us=round(best["plain"] * 1e6, 2), checked_us=round(best["checked"] * 1e6, 2),
+        plain_us=round(best["plain"] * 1e6, 2),
+        checked_us=round(best["checked"] * 1e6, 2),
         checked_over_plain=round(best["checked"] / best["plain"], 2),
-    )  # fmt: skip
+    )
     setup, floor = paired_floor(plain)
     benchmark.pedantic(checked, setup=setup, rounds=_rounds(benchmark, 200), warmup_rounds=2)
     record_floor(benchmark, floor)

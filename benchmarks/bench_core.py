@@ -49,8 +49,9 @@ def test_tracing_check(benchmark: BenchmarkFixture) -> None:
     right before each round (paired rounds, see paired.py): the gate's ratio."""
     benchmark.extra_info["calls_per_round"] = _N
     setup, floor = paired_floor(_loop_noop_span)
-    benchmark.pedantic(_loop_tracing, setup=setup, rounds=1 if benchmark.disabled else 200,
-                       warmup_rounds=2)
+    benchmark.pedantic(
+        _loop_tracing, setup=setup, rounds=1 if benchmark.disabled else 200, warmup_rounds=2
+    )
     record_floor(benchmark, floor)
 
 
@@ -99,22 +100,31 @@ def test_memorypool_allocate_release(benchmark: BenchmarkFixture, queue: cl.Comm
     benchmark(_memorypool_cycle, pool)
 
 
-_PACKAGES = ["netcl.core.memory", "netcl.runtime.cache", "netcl.runtime.graph",
-             "netcl.runtime.capture", "netcl.runtime.scheduler"]
+_PACKAGES = [
+    "netcl.core.memory",
+    "netcl.runtime.cache",
+    "netcl.runtime.graph",
+    "netcl.runtime.capture",
+    "netcl.runtime.scheduler",
+]
 # after pyopencl, the CPU time (all threads) of importing the module, printed by the child
-_TIMED = ("import time, pyopencl; t = time.process_time(); import {}; "
-          "print(time.process_time() - t)")
+_TIMED = "import time, pyopencl; t = time.process_time(); import {}; print(time.process_time() - t)"
 
 
-def _fresh_import(module: str, cpu: list[float], inside: list[float], env: dict[str, str]
-                  ) -> None:  # fmt: skip
+def _fresh_import(module: str, cpu: list[float], inside: list[float], env: dict[str, str]) -> None:
     """Import ``module`` (after pyopencl) in a fresh interpreter: its CPU time (user + system)
     goes to ``cpu`` (unlike wall time, barely moved by other processes on a loaded machine), and
     the CPU time of the ``import module`` statement alone to ``inside``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     code = _TIMED.format(module) if module != "pyopencl" else "import pyopencl"
-    out = subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env,
-                         capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+    ).stdout
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     if out.strip():
@@ -132,15 +142,23 @@ def test_import_vs_pyopencl(benchmark: BenchmarkFixture, module: str, tmp_path: 
     time) and ``import_cpu_ms`` (the import statement alone, in the child: the steadiest)."""
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} is not installed")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("OTEL_") and k != "PYTHONDONTWRITEBYTECODE"}  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("OTEL_") and k != "PYTHONDONTWRITEBYTECODE"
+    }
     env["PYTHONPYCACHEPREFIX"] = str(tmp_path / "pycache")
     cpu_floor: list[float] = []
     cpu: list[float] = []
     inside: list[float] = []
     setup, floor_times = paired_floor(lambda: _fresh_import("pyopencl", cpu_floor, [], env))
-    benchmark.pedantic(_fresh_import, args=(module, cpu, inside, env), setup=setup,
-                       rounds=1 if benchmark.disabled else 15, warmup_rounds=1)  # fmt: skip
+    benchmark.pedantic(
+        _fresh_import,
+        args=(module, cpu, inside, env),
+        setup=setup,
+        rounds=1 if benchmark.disabled else 15,
+        warmup_rounds=1,
+    )
     if benchmark.stats is not None:
         record_floor(benchmark, floor_times)
         floor = min(floor_times)

@@ -160,8 +160,14 @@ def _sustained(chain: _Chain, n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
-def _paired_rounds(variants: dict[str, tuple[_Chain, profiling.Mode]], top: str, bottom: str,
-                   n: int, rounds: int, times: dict[str, list[float]]) -> float:
+def _paired_rounds(
+    variants: dict[str, tuple[_Chain, profiling.Mode]],
+    top: str,
+    bottom: str,
+    n: int,
+    rounds: int,
+    times: dict[str, list[float]],
+) -> float:
     """``top`` over ``bottom`` (two of ``variants``, a chain replayed in a mode): the median of
     the ratios within ``rounds`` rounds, each timing ``n`` replays of both back to back, in
     turn first (ABBA), so that neither always follows the same work. Seconds per replay go to
@@ -187,25 +193,38 @@ def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, ...]) -> None:
     setup, floor = paired_floor(plain.replay, between=held)
     before = profiling.collector().stats().by_kind.get(profiling.REPLAY, (0, 0.0))[0]
     with _mode("commands"):
-        benchmark.pedantic(profiled.replay, setup=setup, rounds=_rounds(benchmark, 300),
-                           warmup_rounds=2)  # fmt: skip
+        benchmark.pedantic(
+            profiled.replay, setup=setup, rounds=_rounds(benchmark, 300), warmup_rounds=2
+        )
         held.release()
     replays = profiling.collector().stats().by_kind.get(profiling.REPLAY, (0, 0.0))[0] - before
     stats = benchmark.stats.stats if benchmark.stats is not None else None
     mine = list(stats.data) if stats is not None else []
     sampled = profiling.collector().stats().sampled
     variants: dict[str, tuple[_Chain, profiling.Mode]] = {
-        "plain": (plain, "commands"), "none": (unwatched, "none"),
-        "bracketed": (bracketed, "summary"), "summary": (profiled, "summary"),
-        "commands": (profiled, "commands"), "twin": (twin, "none")}  # fmt: skip
+        "plain": (plain, "commands"),
+        "none": (unwatched, "none"),
+        "bracketed": (bracketed, "summary"),
+        "summary": (profiled, "summary"),
+        "commands": (profiled, "commands"),
+        "twin": (twin, "none"),
+    }
     e2e: dict[str, list[float]] = {}
     n, rounds = (5, 3) if benchmark.disabled else (SUSTAINED, ROUNDS)
-    ratios = {f"{top}_over_{bottom}": _paired_rounds(variants, top, bottom, n, rounds, e2e)
-              for top, bottom in (("bracketed", "plain"), ("summary", "none"),
-                                  ("none", "plain"), ("commands", "none"),
-                                  ("commands", "plain"), ("twin", "none"))}  # fmt: skip
-    driver = interleaved_times({"plain": plain.bare, "profiled": profiled.bare},
-                               _rounds(benchmark, 300), setup=held)
+    ratios = {
+        f"{top}_over_{bottom}": _paired_rounds(variants, top, bottom, n, rounds, e2e)
+        for top, bottom in (
+            ("bracketed", "plain"),
+            ("summary", "none"),
+            ("none", "plain"),
+            ("commands", "none"),
+            ("commands", "plain"),
+            ("twin", "none"),
+        )
+    }
+    driver = interleaved_times(
+        {"plain": plain.bare, "profiled": profiled.bare}, _rounds(benchmark, 300), setup=held
+    )
     held.release()
     info: dict[str, Any] = {
         "kernels_per_replay": KERNELS,
@@ -284,6 +303,8 @@ def _matches_raw_events(benchmark: Any, chain: _Chain, by_hand: _Chain, mode: st
         "rounds": len(raw),
     }
     benchmark.extra_info.update(info)
-    print(f"\n{info['device']}, {mode}: netcl replay device duration {netcl_s * 1e3:.4f} ms, "
-          f"raw event sum by hand {raw_s * 1e3:.4f} ms, ratio {info['ratio']:.4f} (medians of "
-          f"{len(raw)} rounds; raw envelope {info['raw_envelope_s'] * 1e3:.4f} ms)")  # fmt: skip
+    print(
+        f"\n{info['device']}, {mode}: netcl replay device duration {netcl_s * 1e3:.4f} ms, "
+        f"raw event sum by hand {raw_s * 1e3:.4f} ms, ratio {info['ratio']:.4f} (medians of "
+        f"{len(raw)} rounds; raw envelope {info['raw_envelope_s'] * 1e3:.4f} ms)"
+    )

@@ -57,8 +57,15 @@ class _Kernels:
         a = inputs[0]
         b = inputs[-1]
         self.mix_k(
-            out.queue, (out.size,), None, a.buffer, np.uint32(a.size), b.buffer,
-            np.uint32(b.size), np.float32(0.5), out.buffer,
+            out.queue,
+            (out.size,),
+            None,
+            a.buffer,
+            np.uint32(a.size),
+            b.buffer,
+            np.uint32(b.size),
+            np.float32(0.5),
+            out.buffer,
         )
 
 
@@ -141,8 +148,12 @@ def test_graph_overhead_executor_run(
         pool.release(out)
     # paired rounds (see paired.py): the by-hand floor timed before each round, for the gate
     setup, floor = paired_floor(hand_run)
-    benchmark.pedantic(graph_run, setup=setup, warmup_rounds=3,
-                       rounds=1 if benchmark.disabled else (2000 if kind == "noop" else 300))
+    benchmark.pedantic(
+        graph_run,
+        setup=setup,
+        warmup_rounds=3,
+        rounds=1 if benchmark.disabled else (2000 if kind == "noop" else 300),
+    )
     record_floor(benchmark, floor)
     # the in-run ratio: interleave the two measurements so machine noise hits both alike
     rounds = 1 if benchmark.disabled else 3
@@ -355,9 +366,7 @@ def test_graph_memory_chain(benchmark: Any, queue: cl.CommandQueue, kern: _Kerne
 
 
 @pytest.mark.benchmark(group="graph-memory")
-def test_graph_memory_equal_chain(
-    benchmark: Any, queue: cl.CommandQueue, kern: _Kernels
-) -> None:
+def test_graph_memory_equal_chain(benchmark: Any, queue: cl.CommandQueue, kern: _Kernels) -> None:
     _memory_case(benchmark, queue, [_equal_chain_graph(queue, kern)])
 
 
@@ -367,9 +376,7 @@ def test_graph_memory_residual(benchmark: Any, queue: cl.CommandQueue, kern: _Ke
 
 
 @pytest.mark.benchmark(group="graph-memory")
-def test_graph_memory_random_dags(
-    benchmark: Any, queue: cl.CommandQueue, kern: _Kernels
-) -> None:
+def test_graph_memory_random_dags(benchmark: Any, queue: cl.CommandQueue, kern: _Kernels) -> None:
     _memory_case(benchmark, queue, [_random_graph(queue, kern, seed) for seed in range(20)])
 
 

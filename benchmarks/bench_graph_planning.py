@@ -69,7 +69,8 @@ def _by_hand(deps: dict[str, list[str]]) -> Callable[[], None]:
 @pytest.mark.benchmark(group="graph-planning")
 @pytest.mark.parametrize("shape", [_chain, _fan], ids=["chain", "fan"])
 def test_graph_planning(
-    benchmark: Any, queue: cl.CommandQueue,
+    benchmark: Any,
+    queue: cl.CommandQueue,
     shape: Callable[[int], tuple[Graph, dict[str, list[str]]]],
 ) -> None:
     """Planning 10,000 ops from scratch (a plan is made once per graph and reused by every run)."""

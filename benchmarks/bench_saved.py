@@ -31,8 +31,15 @@ def _child(tmp: Path, *args: str) -> dict[str, Any]:
     """One fresh process with empty program caches (netcl's, pyopencl's, the driver's)."""
     cache = tmp / f"cache-{len(list(tmp.glob('cache-*')))}"
     env = {**os.environ, "NETCL_CACHE_DIR": str(cache), **_NO_CACHES}
-    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
-                          cwd=HERE, timeout=600, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=HERE,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -47,9 +54,19 @@ def test_first_result_loaded_vs_normal_start(benchmark: Any, tmp_path: Path) -> 
 
     def one_round() -> None:  # the normal start saves the file the loaded start reads
         normal.append(_child(tmp_path, "saved_workload.py", "normal", str(path)))
-        done = subprocess.run([sys.executable, str(LOADER), str(path), str(tmp_path / "in.npz"),
-                               str(tmp_path / "out.npz")], capture_output=True, text=True,
-                              env={**os.environ, **_NO_CACHES}, check=False)  # fmt: skip
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(LOADER),
+                str(path),
+                str(tmp_path / "in.npz"),
+                str(tmp_path / "out.npz"),
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **_NO_CACHES},
+            check=False,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         found = np.load(tmp_path / "out.npz")
         loaded.append(float(found["first_result_s"]))
@@ -64,14 +81,21 @@ def test_first_result_loaded_vs_normal_start(benchmark: Any, tmp_path: Path) -> 
     ready = statistics.median(n["device_ready_s"] for n in normal)
     load_ready = statistics.median(loaded_ready)
     benchmark.extra_info.update(
-        normal_first_result_s=first, normal_first_replay_s=replay, loaded_first_result_s=load,
-        loaded_vs_normal_replay=load / replay, loaded_vs_normal_result=load / first,
-        normal_device_ready_s=ready, loaded_device_ready_s=load_ready,
-        after_device_ready=(load - load_ready) / (replay - ready))
-    print(f"\nfirst result: loaded {load * 1e3:.1f} ms; normal start {first * 1e3:.1f} ms "
-          f"(first replay {replay * 1e3:.1f} ms): {load / replay:.3f}x of the normal start; "
-          f"after the device's own start ({ready * 1e3:.0f} / {load_ready * 1e3:.0f} ms): "
-          f"{(load - load_ready) / (replay - ready):.3f}x")
+        normal_first_result_s=first,
+        normal_first_replay_s=replay,
+        loaded_first_result_s=load,
+        loaded_vs_normal_replay=load / replay,
+        loaded_vs_normal_result=load / first,
+        normal_device_ready_s=ready,
+        loaded_device_ready_s=load_ready,
+        after_device_ready=(load - load_ready) / (replay - ready),
+    )
+    print(
+        f"\nfirst result: loaded {load * 1e3:.1f} ms; normal start {first * 1e3:.1f} ms "
+        f"(first replay {replay * 1e3:.1f} ms): {load / replay:.3f}x of the normal start; "
+        f"after the device's own start ({ready * 1e3:.0f} / {load_ready * 1e3:.0f} ms): "
+        f"{(load - load_ready) / (replay - ready):.3f}x"
+    )
 
 
 def test_weights_load_rate_and_memory(benchmark: Any, tmp_path: Path) -> None:
@@ -91,13 +115,20 @@ def test_weights_load_rate_and_memory(benchmark: Any, tmp_path: Path) -> None:
     # on a CPU device the device buffers are host memory too: what loading adds beyond them
     peak = max(r["peak_above_bytes"] - (r["device_bytes"] if r["cpu"] else 0) for r in loads)
     benchmark.extra_info.update(
-        weight_bytes=nbytes, load_s=load, by_hand_s=hand, rate_vs_by_hand=hand / load,
-        save_s=saved["save_s"], save_peak_above_mib=saved["peak_above_bytes"] / 2**20,
-        load_peak_above_mib=peak / 2**20)
-    print(f"\n{nbytes / 2**30:.2f} GiB: load {load:.3f} s, by hand {hand:.3f} s (rate "
-          f"{hand / load:.2f}x by hand's); peak memory above the process's own: saving "
-          f"{saved['peak_above_bytes'] / 2**20:.0f} MiB, loading {peak / 2**20:.0f} MiB "
-          "(device buffers excluded on a CPU device)")
+        weight_bytes=nbytes,
+        load_s=load,
+        by_hand_s=hand,
+        rate_vs_by_hand=hand / load,
+        save_s=saved["save_s"],
+        save_peak_above_mib=saved["peak_above_bytes"] / 2**20,
+        load_peak_above_mib=peak / 2**20,
+    )
+    print(
+        f"\n{nbytes / 2**30:.2f} GiB: load {load:.3f} s, by hand {hand:.3f} s (rate "
+        f"{hand / load:.2f}x by hand's); peak memory above the process's own: saving "
+        f"{saved['peak_above_bytes'] / 2**20:.0f} MiB, loading {peak / 2**20:.0f} MiB "
+        "(device buffers excluded on a CPU device)"
+    )
     assert hand / load >= 0.5 and peak <= 128 << 20
 
 

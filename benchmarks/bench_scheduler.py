@@ -122,12 +122,12 @@ def _hand_bookkeeping() -> list[Any]:
     return events
 
 
-def _paired(benchmark: Any, fn: Callable[[], object], floor: Callable[[], object],
-            rounds: int = 200) -> None:
+def _paired(
+    benchmark: Any, fn: Callable[[], object], floor: Callable[[], object], rounds: int = 200
+) -> None:
     """``fn``'s rounds, each after one of ``floor`` (paired rounds: paired.py)."""
     setup, times = paired_floor(floor)
-    benchmark.pedantic(fn, setup=setup, rounds=1 if benchmark.disabled else rounds,
-                       warmup_rounds=2)
+    benchmark.pedantic(fn, setup=setup, rounds=1 if benchmark.disabled else rounds, warmup_rounds=2)
     record_floor(benchmark, times)
 
 

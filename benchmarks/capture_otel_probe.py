@@ -82,18 +82,22 @@ def main(rounds: int) -> None:
     sdk_on()
     tp.force_flush()
     loop.check()
-    print(json.dumps({
-        "none_s": host["none"],
-        "sdk_s": host["sdk"],
-        "sdk_over_none": host["sdk"] / host["none"],
-        "none_e2e_s": end_to_end["none"],
-        "sdk_e2e_s": end_to_end["sdk"],
-        "sdk_over_none_e2e": end_to_end["sdk"] / end_to_end["none"],
-        # fastest rounds: what the gate reads (load only adds time)
-        "sdk_over_none_e2e_min": min(e2e_times["sdk"]) / min(e2e_times["none"]),
-        "spans_exported": exporter.spans,
-        "launches_per_replay": loop.capture.num_launches,
-    }))
+    print(
+        json.dumps(
+            {
+                "none_s": host["none"],
+                "sdk_s": host["sdk"],
+                "sdk_over_none": host["sdk"] / host["none"],
+                "none_e2e_s": end_to_end["none"],
+                "sdk_e2e_s": end_to_end["sdk"],
+                "sdk_over_none_e2e": end_to_end["sdk"] / end_to_end["none"],
+                # fastest rounds: what the gate reads (load only adds time)
+                "sdk_over_none_e2e_min": min(e2e_times["sdk"]) / min(e2e_times["none"]),
+                "spans_exported": exporter.spans,
+                "launches_per_replay": loop.capture.num_launches,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

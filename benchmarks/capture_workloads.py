@@ -67,8 +67,11 @@ class AddLoop:
         queue.finish()
 
     def bare(self) -> None:
-        enqueue, queue, kernel, size = cl.enqueue_nd_range_kernel, self.queue, self.kernel, (
-            LAUNCH_SIZE,
+        enqueue, queue, kernel, size = (
+            cl.enqueue_nd_range_kernel,
+            self.queue,
+            self.kernel,
+            (LAUNCH_SIZE,),
         )
         for _ in range(LAUNCHES):
             enqueue(queue, kernel, size, None)

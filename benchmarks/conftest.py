@@ -30,10 +30,14 @@ _SLOWDOWN_TARGETS: dict[str, list[tuple[str, str, str]]] = {
     "capture_replay": [("netcl.runtime.capture", "KernelCapture", "replay")],
     "cache_hit": [("netcl.runtime.cache", "ProgramCache", "get_program")],
     "graph_executor": [("netcl.runtime.graph", "GraphExecutor", "run")],
-    "pool_allocation": [("netcl.core.memory", "BufferPool", "allocate"),
-                        ("netcl.core.memory", "BufferPool", "release")],
-    "scheduler": [("netcl.runtime.scheduler", "Scheduler", "submit"),
-                  ("netcl.runtime.scheduler", "Scheduler", "run")],
+    "pool_allocation": [
+        ("netcl.core.memory", "BufferPool", "allocate"),
+        ("netcl.core.memory", "BufferPool", "release"),
+    ],
+    "scheduler": [
+        ("netcl.runtime.scheduler", "Scheduler", "submit"),
+        ("netcl.runtime.scheduler", "Scheduler", "run"),
+    ],
 }
 
 
@@ -60,7 +64,8 @@ def _inject_slowdowns(spec: str) -> list[str]:
         if name not in _SLOWDOWN_TARGETS:
             raise pytest.UsageError(
                 f"NETCL_BENCH_SLOWDOWN: unknown target {name!r}; expected one of "
-                f"{', '.join(_SLOWDOWN_TARGETS)}")
+                f"{', '.join(_SLOWDOWN_TARGETS)}"
+            )
         for module, cls_name, attr in _SLOWDOWN_TARGETS[name]:
             cls = getattr(importlib.import_module(module), cls_name)
             setattr(cls, attr, _slowed(getattr(cls, attr), float(fraction or 0.2)))

@@ -58,7 +58,7 @@ def record_floor(benchmark: Any, floor: list[float]) -> None:
     stats = getattr(benchmark, "stats", None)
     rounds = list(getattr(getattr(stats, "stats", None), "data", None) or [])
     if rounds and len(floor) >= len(rounds):
-        ratios = [t / f for t, f in zip(rounds, floor[-len(rounds):], strict=True) if f > 0]
+        ratios = [t / f for t, f in zip(rounds, floor[-len(rounds) :], strict=True) if f > 0]
         if ratios:
             benchmark.extra_info["paired_ratio_median"] = statistics.median(ratios)
 

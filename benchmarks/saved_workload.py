@@ -61,8 +61,9 @@ def _reset_peak() -> int:
 
 
 def _x(queue: cl.CommandQueue, n: int, seed: int = 0) -> Tensor:
-    return Tensor.from_numpy(np.random.default_rng(seed).standard_normal(n).astype(
-        np.float32).reshape(-1), queue)  # fmt: skip
+    return Tensor.from_numpy(
+        np.random.default_rng(seed).standard_normal(n).astype(np.float32).reshape(-1), queue
+    )
 
 
 def normal(path: str, t0: float) -> dict[str, float]:
@@ -72,18 +73,30 @@ def normal(path: str, t0: float) -> dict[str, float]:
     prg = cacher.get_program(queue.context, MLP_SRC, queue.device)
     matmul, bias_relu = cl.Kernel(prg, "matmul"), cl.Kernel(prg, "bias_relu")
     rng = np.random.default_rng(1)
-    ws = [Tensor.from_numpy((rng.standard_normal((WIDTH, WIDTH)) / 16).astype(np.float32),
-                            queue) for _ in range(LAYERS)]  # fmt: skip
-    bs = [Tensor.from_numpy(rng.standard_normal(WIDTH).astype(np.float32), queue)
-          for _ in range(LAYERS)]  # fmt: skip
+    ws = [
+        Tensor.from_numpy((rng.standard_normal((WIDTH, WIDTH)) / 16).astype(np.float32), queue)
+        for _ in range(LAYERS)
+    ]
+    bs = [
+        Tensor.from_numpy(rng.standard_normal(WIDTH).astype(np.float32), queue)
+        for _ in range(LAYERS)
+    ]
 
     @capture_step
     def step(x: Tensor) -> Tensor:
         h = x
         for w, b in zip(ws, bs, strict=True):
             z = Tensor.empty((BATCH, WIDTH), np.float32, queue)
-            matmul(queue, (z.size,), None, z.buffer, h.buffer, w.buffer, np.int32(WIDTH),
-                   np.int32(WIDTH))  # fmt: skip
+            matmul(
+                queue,
+                (z.size,),
+                None,
+                z.buffer,
+                h.buffer,
+                w.buffer,
+                np.int32(WIDTH),
+                np.int32(WIDTH),
+            )
             h = Tensor.empty((BATCH, WIDTH), np.float32, queue)
             bias_relu(queue, (h.size,), None, h.buffer, z.buffer, b.buffer, np.int32(WIDTH))
         # pyopencl.array's own kernels, one program each, as framework code has them
@@ -125,8 +138,11 @@ def weights(path: str, nbytes: int) -> dict[str, float]:
     before = _reset_peak()
     t0 = time.perf_counter()
     step.save(path)
-    return {"save_s": time.perf_counter() - t0, "peak_above_bytes": _rss("VmHWM:") - before,
-            "stride": stride}
+    return {
+        "save_s": time.perf_counter() - t0,
+        "peak_above_bytes": _rss("VmHWM:") - before,
+        "stride": stride,
+    }
 
 
 def load(path: str) -> dict[str, float]:

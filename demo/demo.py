@@ -109,8 +109,7 @@ def build_graph(
 
         def matmul(inputs: list[Tensor], out: Tensor, k: int = k, n: int = n) -> None:
             a, wt = inputs
-            gemm(queue, (BATCH, n), None, a.buffer, wt.buffer, out.buffer, np.int32(k),
-                 np.int32(n))  # fmt: skip
+            gemm(queue, (BATCH, n), None, a.buffer, wt.buffer, out.buffer, np.int32(k), np.int32(n))
 
         def activate(inputs: list[Tensor], out: Tensor, n: int = n, act: cl.Kernel = act) -> None:
             z, bias = inputs
@@ -137,8 +136,9 @@ def build_model(queue: cl.CommandQueue, prg: cl.Program) -> Model:
     executor = GraphExecutor(pool)
     kernels = (prg.gemm, prg.bias_relu, prg.bias_softmax)  # fetched once (pyopencl warns on more)
     graph = build_graph(kernels, queue, x, weights)
-    return Model(queue, host_w, x, pool, executor, graph, executor.plan(graph), rng, kernels,
-                 weights)  # fmt: skip
+    return Model(
+        queue, host_w, x, pool, executor, graph, executor.plan(graph), rng, kernels, weights
+    )
 
 
 def graph_steps(model: Model, n: int) -> list[float]:
@@ -181,8 +181,14 @@ def capture(model: Model) -> Captured:
     model.pool.release(forward(model.x))  # warm-up: a normal run, its output is the caller's
     out = forward(model.x)  # recorded while it runs
     x2 = Tensor.empty(model.x.shape, model.x.dtype, queue)
-    return Captured(forward, forward.num_launches, out, x2, np.empty(out.shape, np.float32),
-                    Scheduler(async_mode=False))  # fmt: skip
+    return Captured(
+        forward,
+        forward.num_launches,
+        out,
+        x2,
+        np.empty(out.shape, np.float32),
+        Scheduler(async_mode=False),
+    )
 
 
 def saved_step(model: Model, c: Captured, n: int = 20) -> dict[str, float]:
@@ -194,16 +200,26 @@ def saved_step(model: Model, c: Captured, n: int = 20) -> dict[str, float]:
         size = c.step.save(path)
         batches = [model.batch() for _ in range(n)]
         np.savez(inputs, kind=np.array("tensor"), **{f"c{i}_0": x for i, x in enumerate(batches)})
-        subprocess.run([sys.executable, str(Path(__file__).with_name("load_saved.py")), str(path),
-                        str(inputs), str(outputs)], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("load_saved.py")),
+                str(path),
+                str(inputs),
+                str(outputs),
+            ],
+            check=True,
+        )
         found = np.load(outputs)
         for i, x in enumerate(batches):
             got = found[f"c{i}_0"]
             model.check(got, x, f"the loaded step's call {i}")
             normal = c.step.__wrapped__(Tensor.from_numpy(x, model.queue))  # the step's code
             if got.tobytes() != normal.to_numpy().tobytes():
-                raise SystemExit(f"demo: the loaded step's call {i} is not bit-identical to "
-                                 "the step run normally")  # fmt: skip
+                raise SystemExit(
+                    f"demo: the loaded step's call {i} is not bit-identical to "
+                    "the step run normally"
+                )
             model.pool.release(normal)
         return {"bytes": size, "first": float(found["first_result_s"]), "calls": n}
 
@@ -294,16 +310,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add = parser.add_argument
     add("--steps", type=_steps, default=100, help="replayed steps, >= 1 (default 100)")
     add("--prometheus-port", type=_port, metavar="PORT", help="serve metrics on 127.0.0.1:PORT")
-    add("--linger", type=_seconds, default=0.0, metavar="S",
-        help="seconds to keep serving metrics after the run, >= 0 (default 0)")
+    add(
+        "--linger",
+        type=_seconds,
+        default=0.0,
+        metavar="S",
+        help="seconds to keep serving metrics after the run, >= 0 (default 0)",
+    )
     add("--no-console", action="store_true", help="no span/metric lines on stderr")
     add("--console-spans", action="store_true", help="every span on stderr")
-    add("--profile", nargs="?", const="commands", choices=("commands", "summary"),
+    add(
+        "--profile",
+        nargs="?",
+        const="commands",
+        choices=("commands", "summary"),
         help="record device time on a profiling queue: commands (no value: every command's, a "
-             "span per kernel) or summary (one per replay, node and plan; kernels sampled)")
-    add("--soak", type=_soak, nargs="?", const=math.inf, metavar="S",
+        "span per kernel) or summary (one per replay, node and plan; kernels sampled)",
+    )
+    add(
+        "--soak",
+        type=_soak,
+        nargs="?",
+        const=math.inf,
+        metavar="S",
         help="after the checked run, keep a steady mix of work going for S seconds (no S: until "
-             "Ctrl-C); implies --profile summary. The way to watch the dashboards")  # fmt: skip
+        "Ctrl-C); implies --profile summary. The way to watch the dashboards",
+    )
     args = parser.parse_args(argv)
     if args.prometheus_port is not None:
         why = _port_in_use(args.prometheus_port)
@@ -334,8 +366,9 @@ def _configure(args: argparse.Namespace) -> dict[str, Any]:
 def _queue(profile: bool) -> cl.CommandQueue:
     if not profile:
         return device.default_queue()
-    return cl.CommandQueue(device.default_context(),
-                           properties=cl.command_queue_properties.PROFILING_ENABLE)  # fmt: skip
+    return cl.CommandQueue(
+        device.default_context(), properties=cl.command_queue_properties.PROFILING_ENABLE
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -396,31 +429,42 @@ def _main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _summary(model: Model, c: Captured, t: dict[str, float], normal: list[float],
-             replays: list[float], scheduled: list[float], steps: int,
-             saved: dict[str, float]) -> list[str]:  # fmt: skip
+def _summary(
+    model: Model,
+    c: Captured,
+    t: dict[str, float],
+    normal: list[float],
+    replays: list[float],
+    scheduled: list[float],
+    steps: int,
+    saved: dict[str, float],
+) -> list[str]:
     stats, plan = cacher.stats, model.plan
     med_normal, med_replay = statistics.median(normal), statistics.median(replays)
     ms = report.ms
-    return report.rows([
-        ("program cache: cold compile", ms(t["cold"])),
-        ("program cache: disk hit (new instance)", ms(t["disk"])),
-        ("program cache: in-process hit", f"{t['mem'] * 1e6:9.3f} µs"),
-        ("program cache: damaged entry recompiled", ms(t["rec"])),
-        ("global cacher this run",
-         f"{_table.plural(stats.hits, 'hit')}, {_table.plural(stats.compiles, 'compile')}"),
-        (f"graph: {len(plan.order)} nodes, normal step (median)", ms(med_normal)),
-        (f"capture: {c.launches} launches, replay step (median)", ms(med_replay)),
-        ("replay speed-up over normal step", f"{med_normal / med_replay:9.2f} x"),
-        ("scheduled step: copy in + replay + copy out", ms(statistics.median(scheduled))),
-        ("saved step: file size", f"{_table.human(saved['bytes']):>9}"),
-        ("saved step loaded elsewhere: first result", ms(saved["first"])),
-        ("pool peak (plan) / lower bound", f"{plan.peak_bytes} B / {plan.lower_bound} B"),
-        ("pool device bytes, layout", f"{plan.pool_device_bytes} B, {plan.strategy}"),
-        ("pool peak without reuse", f"{plan.no_reuse_bytes} B"),
-        ("steps checked against numpy", f"{steps + 1}"),
-        ("loaded step's calls checked against numpy", f"{saved['calls']:9d}"),
-    ])  # fmt: skip
+    return report.rows(
+        [
+            ("program cache: cold compile", ms(t["cold"])),
+            ("program cache: disk hit (new instance)", ms(t["disk"])),
+            ("program cache: in-process hit", f"{t['mem'] * 1e6:9.3f} µs"),
+            ("program cache: damaged entry recompiled", ms(t["rec"])),
+            (
+                "global cacher this run",
+                f"{_table.plural(stats.hits, 'hit')}, {_table.plural(stats.compiles, 'compile')}",
+            ),
+            (f"graph: {len(plan.order)} nodes, normal step (median)", ms(med_normal)),
+            (f"capture: {c.launches} launches, replay step (median)", ms(med_replay)),
+            ("replay speed-up over normal step", f"{med_normal / med_replay:9.2f} x"),
+            ("scheduled step: copy in + replay + copy out", ms(statistics.median(scheduled))),
+            ("saved step: file size", f"{_table.human(saved['bytes']):>9}"),
+            ("saved step loaded elsewhere: first result", ms(saved["first"])),
+            ("pool peak (plan) / lower bound", f"{plan.peak_bytes} B / {plan.lower_bound} B"),
+            ("pool device bytes, layout", f"{plan.pool_device_bytes} B, {plan.strategy}"),
+            ("pool peak without reuse", f"{plan.no_reuse_bytes} B"),
+            ("steps checked against numpy", f"{steps + 1}"),
+            ("loaded step's calls checked against numpy", f"{saved['calls']:9d}"),
+        ]
+    )
 
 
 if __name__ == "__main__":

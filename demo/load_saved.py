@@ -29,10 +29,15 @@ kind = str(data["kind"])
 calls = sorted({int(k.split("_")[0][1:]) for k in data.files if k.startswith("c")})
 found: dict[str, np.ndarray] = {}  # type: ignore[type-arg]
 for c in calls:
-    args = [data[k] for k in sorted((k for k in data.files if k.startswith(f"c{c}_")),
-                                    key=lambda k: int(k.split("_")[1]))]  # fmt: skip
-    on_device = [Tensor.from_numpy(a, queue) if kind == "tensor" else cla.to_device(queue, a)
-                 for a in args]  # fmt: skip
+    args = [
+        data[k]
+        for k in sorted(
+            (k for k in data.files if k.startswith(f"c{c}_")), key=lambda k: int(k.split("_")[1])
+        )
+    ]
+    on_device = [
+        Tensor.from_numpy(a, queue) if kind == "tensor" else cla.to_device(queue, a) for a in args
+    ]
     result = step(*on_device)
     items = result if isinstance(result, (tuple, list)) else (result,)
     for i, item in enumerate(items):

@@ -49,11 +49,15 @@ def device_time(top: int = 3) -> list[str]:
     """Device time the profiling collector saw: per kind of work and the top kernels (only
     what netcl or this demo watched)."""
     stats = profiling.collector().stats()
-    rows = [(name, count, ms(seconds).strip(), us(int(seconds / count * 1e9)))
-            for name, (count, seconds) in sorted(stats.by_kind.items())]  # fmt: skip
+    rows = [
+        (name, count, ms(seconds).strip(), us(int(seconds / count * 1e9)))
+        for name, (count, seconds) in sorted(stats.by_kind.items())
+    ]
     kernels = sorted(stats.by_kernel.items(), key=lambda kv: -kv[1][1])[:top]
-    rows += [("kernel " + name, count, ms(seconds).strip(), us(int(seconds / count * 1e9)))
-             for name, (count, seconds) in kernels]  # fmt: skip
+    rows += [
+        ("kernel " + name, count, ms(seconds).strip(), us(int(seconds / count * 1e9)))
+        for name, (count, seconds) in kernels
+    ]
     head = ("device time (profiled)", "count", "total", "mean")
     return _table.table(rows, head, right=(1, 2, 3))
 
@@ -65,10 +69,12 @@ def where(providers: dict[str, Any], prometheus_port: int | None) -> list[str]:
     exporters: dict[str, list[str]] = providers["exporters"]
     if not exporters:
         return ["telemetry: an OpenTelemetry SDK installed before the demo handles it"]
-    lines = [f"{signal + ':':<9}{', '.join(_places(names, prometheus_port)) or 'not exported'}"
-             if names or signal != "logs" else
-             f"{'logs:':<9}stdlib logging, not configured here (netcl.core.log.configure_logging)"
-             for signal, names in exporters.items()]  # fmt: skip
+    lines = [
+        f"{signal + ':':<9}{', '.join(_places(names, prometheus_port)) or 'not exported'}"
+        if names or signal != "logs"
+        else f"{'logs:':<9}stdlib logging, not configured here (netcl.core.log.configure_logging)"
+        for signal, names in exporters.items()
+    ]
     if not exporters["traces"]:
         lines.append("(--console-spans prints every span; the OTEL_* variables pick exporters)")
     lines += [f"export FAILED: {line}" for line in telemetry.export_failures()]

@@ -53,8 +53,11 @@ def run(model: Model, step: Step, seconds: float) -> list[str]:
     """Run the steady workload for ``seconds`` (inf: until Ctrl-C) with the demo's ``model``
     and its checked scheduled ``step``; returns report lines."""
     forever = seconds == float("inf")
-    print(f"soak: steady workload {'until Ctrl-C' if forever else f'for {seconds:g} s'}",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"soak: steady workload {'until Ctrl-C' if forever else f'for {seconds:g} s'}",
+        file=sys.stderr,
+        flush=True,
+    )
     # the first recovery comes once a scraper has had time to see the counters at zero (a
     # Prometheus started with the demo scrapes within a few seconds): a counter's increase over a
     # window needs a sample before the step, and the next recovery is RECOVER_EVERY_S later
@@ -115,8 +118,12 @@ def _occasional(model: Model, counts: _Counts, cache: ProgramCache, tmp: Path, n
         counts.captures += 1
     if now >= due["report"]:
         due["report"] += REPORT_EVERY_S
-        print(f"soak: {now:.0f} s, {counts.steps} steps, {counts.compiles} compiles, "
-              f"{counts.recoveries} recoveries", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"soak: {now:.0f} s, {counts.steps} steps, {counts.compiles} compiles, "
+            f"{counts.recoveries} recoveries",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _variant(n: int) -> str:

@@ -61,6 +61,7 @@ if os.environ.get("MUTANT_UNDER_TEST") == "stats" and sys.version_info < (3, 12)
         yield
         gc.collect()
 
+
 # In that pass mutmut links a function to the tests during which it ran. What runs on import, at
 # collection (the capture hooks made once, the instruments of each package), then goes to the
 # first test alone, and a mutant of it is run against that test only: link it to every test of
@@ -134,8 +135,14 @@ class _Contract(SpanProcessor, logging.Handler):
     _TICK = re.compile(r"`([\w.]+)`( \*or null\*)?(?: \(([\w ]+(?: / [\w ]+)+)\))?")
     # what a log record holds besides the event's fields (the trace and span ids are added to
     # every event while a span is current)
-    _RECORD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName",
-                                                          "event", "trace_id", "span_id"}
+    _RECORD = set(logging.makeLogRecord({}).__dict__) | {
+        "message",
+        "asctime",
+        "taskName",
+        "event",
+        "trace_id",
+        "span_id",
+    }
 
     def __init__(self) -> None:
         logging.Handler.__init__(self, logging.INFO)
@@ -147,9 +154,14 @@ class _Contract(SpanProcessor, logging.Handler):
             optional = {m[1] for m in self._TICK.finditer(also) if m[1].startswith("netcl.")}
             for name in self._TICK.finditer(names):
                 self.spans[name[1]] = (listed, optional | {"error.type"})
-        self.events = {event.strip("`"): (level.upper(), logger.strip("`"),
-                                          {m[1]: bool(m[2]) for m in self._TICK.finditer(fields)})
-                       for event, level, logger, fields in self._rows(doc, "## Logs")}  # fmt: skip
+        self.events = {
+            event.strip("`"): (
+                level.upper(),
+                logger.strip("`"),
+                {m[1]: bool(m[2]) for m in self._TICK.finditer(fields)},
+            )
+            for event, level, logger, fields in self._rows(doc, "## Logs")
+        }
 
     @staticmethod
     def _rows(doc: str, heading: str) -> list[list[str]]:
@@ -171,8 +183,10 @@ class _Contract(SpanProcessor, logging.Handler):
         listed, optional = self.spans[span.name]
         attrs = dict(span.attributes or {})
         failed = span.status.status_code is StatusCode.ERROR
-        for problem, names in (("lacks", set() if failed else set(listed) - set(attrs)),
-                               ("has undocumented", set(attrs) - set(listed) - optional)):
+        for problem, names in (
+            ("lacks", set() if failed else set(listed) - set(attrs)),
+            ("has undocumented", set(attrs) - set(listed) - optional),
+        ):
             if names:
                 self.broken.append(f"span {span.name!r} {problem} {sorted(names)}: {attrs}")
         for name, values in listed.items():
@@ -189,8 +203,10 @@ class _Contract(SpanProcessor, logging.Handler):
         level, logger, fields = self.events[event]
         found = {k: v for k, v in record.__dict__.items() if k not in self._RECORD}
         if (record.levelname, record.name) != (level, logger) or set(found) != set(fields):
-            self.broken.append(f"event {event!r} at {record.levelname} from {record.name} with "
-                               f"{sorted(found)}; documented: {level}, {logger}, {sorted(fields)}")
+            self.broken.append(
+                f"event {event!r} at {record.levelname} from {record.name} with "
+                f"{sorted(found)}; documented: {level}, {logger}, {sorted(fields)}"
+            )
         if nulls := [k for k, v in found.items() if v is None and not fields.get(k)]:
             self.broken.append(f"event {event!r}: {nulls} None")
 
@@ -198,10 +214,17 @@ class _Contract(SpanProcessor, logging.Handler):
 _CONTRACT = _Contract()
 _SPANS = InMemorySpanExporter()
 _METRICS = InMemoryMetricReader()
-_kinds = (Counter, UpDownCounter, Histogram, ObservableCounter, ObservableGauge,
-          ObservableUpDownCounter)  # fmt: skip
-_HOSTILE_READER = _ExplodingReader(preferred_aggregation=dict.fromkeys(_kinds,
-                                                                       _ExplodingAggregation()))
+_kinds = (
+    Counter,
+    UpDownCounter,
+    Histogram,
+    ObservableCounter,
+    ObservableGauge,
+    ObservableUpDownCounter,
+)
+_HOSTILE_READER = _ExplodingReader(
+    preferred_aggregation=dict.fromkeys(_kinds, _ExplodingAggregation())
+)
 _tp = TracerProvider()
 _tp.add_span_processor(_CONTRACT)
 _tp.add_span_processor(_ExplodingProcessor())

@@ -30,16 +30,21 @@ EXPECTED = {
     "capture_replay": ("capture replay vs bare enqueue loop", "test_launch_replay"),
     "cache_hit": ("cache in-process hit vs dict lookup", "test_netcl_memory_hit"),
     "graph_executor": ("graph run vs same fns by hand", "test_graph_overhead_executor_run[noop]"),
-    "pool_allocation": ("pool allocate+release vs pyopencl MemoryPool",
-                        "test_pool_allocate_release"),
-    "scheduler": ("scheduler run vs the same bookkeeping by hand",
-                  "test_scheduler_host_callables_plan_per_op"),
+    "pool_allocation": (
+        "pool allocate+release vs pyopencl MemoryPool",
+        "test_pool_allocate_release",
+    ),
+    "scheduler": (
+        "scheduler run vs the same bookkeeping by hand",
+        "test_scheduler_host_callables_plan_per_op",
+    ),
 }
 GATE = Path(__file__).with_name("gate.py")
 
 
-def _one_pass(out: Path, slowdown: str | None, only: str | None = None
-              ) -> tuple[int, float, list[str], str]:
+def _one_pass(
+    out: Path, slowdown: str | None, only: str | None = None
+) -> tuple[int, float, list[str], str]:
     env = dict(os.environ)
     env.pop("NETCL_BENCH_SLOWDOWN", None)
     if slowdown:
@@ -79,9 +84,13 @@ def main() -> int:
     parser.add_argument("--targets", default=",".join(EXPECTED))
     parser.add_argument("--no-busy", action="store_true", help="no busy process on a core")
     parser.add_argument("--out", type=Path, default=Path(".benchmarks/evidence"))
-    parser.add_argument("--injected-scope", choices=("full", "check"), default="full",
-                        help="injected passes: the whole short gate, or only the check that "
-                             "covers the slowed code (its benchmarks alone: faster)")
+    parser.add_argument(
+        "--injected-scope",
+        choices=("full", "check"),
+        default="full",
+        help="injected passes: the whole short gate, or only the check that "
+        "covers the slowed code (its benchmarks alone: faster)",
+    )
     args = parser.parse_args()
     targets = [t for t in args.targets.split(",") if t]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the busy process too
@@ -103,8 +112,11 @@ def main() -> int:
                 t = _fastest(out, bench)
                 if t is not None:
                     clean_fastest.setdefault(bench, []).append(t)
-            print(f"clean {i + 1:2}/{args.clean}: exit {rc} in {took:5.1f} s: {summary}"
-                  + (f"; named {named}" if named else ""), flush=True)
+            print(
+                f"clean {i + 1:2}/{args.clean}: exit {rc} in {took:5.1f} s: {summary}"
+                + (f"; named {named}" if named else ""),
+                flush=True,
+            )
         print(f"evidence: {alarms} false alarm(s) in {args.clean} clean passes", flush=True)
         ok &= alarms == 0
         for target in targets:
@@ -122,11 +134,17 @@ def main() -> int:
                 base = clean_fastest.get(bench)
                 if t is not None and base:
                     slow.append(t / statistics.median(base) - 1)
-                print(f"{target} {i + 1:2}/{args.injected}: exit {rc} in {took:5.1f} s, "
-                      f"{'caught' if hit else 'MISSED'}; named {named}", flush=True)
+                print(
+                    f"{target} {i + 1:2}/{args.injected}: exit {rc} in {took:5.1f} s, "
+                    f"{'caught' if hit else 'MISSED'}; named {named}",
+                    flush=True,
+                )
             eff = f"{statistics.median(slow):+.0%} (median)" if slow else "n/a"
-            print(f"evidence: {target} +{args.fraction:.0%} injected (effective on {bench}: "
-                  f"{eff}): caught {caught} of {args.injected}", flush=True)
+            print(
+                f"evidence: {target} +{args.fraction:.0%} injected (effective on {bench}: "
+                f"{eff}): caught {caught} of {args.injected}",
+                flush=True,
+            )
             ok &= caught == args.injected
     finally:
         if busy is not None:

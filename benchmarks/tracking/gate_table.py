@@ -118,21 +118,39 @@ def _figure(kind: str, of: tuple[str, ...], key: str, per: Any) -> Figure:
         return Figure(kind, of, lambda r: _min(r, a) / _min(r, b), True)
     floor = () if fallback else (key,)  # without a fallback every run needs its floor
     if kind == "paired":
-        return Figure(kind, of, lambda r: _min(r, a) / _floor(r, a, key, fallback), True,
-                      per_run=True, keys=floor)  # fmt: skip
+        return Figure(
+            kind,
+            of,
+            lambda r: _min(r, a) / _floor(r, a, key, fallback),
+            True,
+            per_run=True,
+            keys=floor,
+        )
     if kind == "paired_median":
-        return Figure(kind, of, lambda r: _paired_median(r, a, key, fallback), True,
-                      per_run=True, keys=floor)  # fmt: skip
+        return Figure(
+            kind, of, lambda r: _paired_median(r, a, key, fallback), True, per_run=True, keys=floor
+        )
     if kind == "paired_speedup":
-        return Figure(kind, of, lambda r: _floor(r, a, key, fallback) / _min(r, a), True,
-                      per_run=True, keys=floor)  # fmt: skip
+        return Figure(
+            kind,
+            of,
+            lambda r: _floor(r, a, key, fallback) / _min(r, a),
+            True,
+            per_run=True,
+            keys=floor,
+        )
     if kind == "paired_per_unit_us":
-        return Figure(kind, of, lambda r: (_min(r, a) - _floor(r, a, key, fallback))
-                      / _latest(r, a, str(per)) * 1e6, True, " µs", per_run=True,
-                      keys=(*floor, str(per)))
+        return Figure(
+            kind,
+            of,
+            lambda r: (_min(r, a) - _floor(r, a, key, fallback)) / _latest(r, a, str(per)) * 1e6,
+            True,
+            " µs",
+            per_run=True,
+            keys=(*floor, str(per)),
+        )
     if kind == "per_unit_us":
-        return Figure(kind, of, lambda r: (_min(r, a) - _min(r, b)) / float(per) * 1e6, True,
-                      " µs")
+        return Figure(kind, of, lambda r: (_min(r, a) - _min(r, b)) / float(per) * 1e6, True, " µs")
     if kind == "time_us":
         return Figure(kind, of, lambda r: _min(r, a) / _calls(r, a) * 1e6, True, " µs")
     if kind == "info":
@@ -141,8 +159,11 @@ def _figure(kind: str, of: tuple[str, ...], key: str, per: Any) -> Figure:
 
 
 def _paired_median(results: Results, name: str, key: str, fallback: str | None) -> float:
-    medians = [float(e["extra_info"]["paired_ratio_median"]) for e in results[name]
-               if "paired_ratio_median" in e.get("extra_info", {})]  # fmt: skip
+    medians = [
+        float(e["extra_info"]["paired_ratio_median"])
+        for e in results[name]
+        if "paired_ratio_median" in e.get("extra_info", {})
+    ]
     return min(medians) if medians else _min(results, name) / _floor(results, name, key, fallback)
 
 
@@ -158,8 +179,7 @@ KINDS: Mapping[str, tuple[tuple[int, ...], frozenset[str]]] = {
     "info": ((1,), frozenset({"key"})),
     "timed_info": ((1,), frozenset({"key"})),
 }
-_KEYS = {"name", "figure", "of", "key", "per", "better", "target", "note", "quick",
-         *DEVICE_CLASSES}
+_KEYS = {"name", "figure", "of", "key", "per", "better", "target", "note", "quick", *DEVICE_CLASSES}
 
 
 @dataclass(frozen=True)
@@ -206,8 +226,14 @@ def _check(entry: dict[str, Any], index: int) -> Check:
             raise _bad(where, f"{cls} = a number >= 0 (the limit)", bound)
         limits[cls] = Limit(float(bound), upper=better == "lower")
     figure = _figure(kind, tuple(of), str(entry.get("key", "paired_floor_s")), entry.get("per"))
-    return Check(str(entry["name"]), figure, limits, str(entry.get("target", "")),
-                 " ".join(str(entry.get("note", "")).split()), bool(entry.get("quick", True)))
+    return Check(
+        str(entry["name"]),
+        figure,
+        limits,
+        str(entry.get("target", "")),
+        " ".join(str(entry.get("note", "")).split()),
+        bool(entry.get("quick", True)),
+    )
 
 
 def load_checks(path: Path = TABLE) -> tuple[Check, ...]:

@@ -47,17 +47,25 @@ def _pair(storage: Path, ids: list[str]) -> tuple[list[Run], str]:
         return runs, ""
     before = machine_runs(saved_runs(storage), runs[0])[:-1]
     if not before:
-        raise fail(f"{runs[0].id} is the first saved run of {runs[0].machine}; nothing to "
-                    "compare it with (name two runs)")
-    note = (f"one run given: comparing {runs[0].id} with the run before it on the same "
-            f"machine, {before[-1].id}")
+        raise fail(
+            f"{runs[0].id} is the first saved run of {runs[0].machine}; nothing to "
+            "compare it with (name two runs)"
+        )
+    note = (
+        f"one run given: comparing {runs[0].id} with the run before it on the same "
+        f"machine, {before[-1].id}"
+    )
     return [before[-1], runs[0]], note
 
 
 def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--storage", type=Path, default=Path(".benchmarks"),
-                        help="pytest-benchmark's storage folder")
+    common.add_argument(
+        "--storage",
+        type=Path,
+        default=Path(".benchmarks"),
+        help="pytest-benchmark's storage folder",
+    )
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     cmp = sub.add_parser("compare", parents=[common], help="compare saved runs by id")
@@ -75,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(history_text.print_comparison(result, runs, note))
     runs = saved_runs(args.storage)
     if not runs:
-        print(f"report: no saved runs under {args.storage}; run `hatch run bench:run` first",
-              file=sys.stderr)
+        print(
+            f"report: no saved runs under {args.storage}; run `hatch run bench:run` first",
+            file=sys.stderr,
+        )
         return 2
     return int(history_report.write(runs, args.out))
 

@@ -24,9 +24,16 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = HERE.parent
-RUN = ["-p", "no:randomly", "--benchmark-only", "--benchmark-autosave",
-       "--benchmark-min-time=0.0001", "--benchmark-group-by=group", "--benchmark-name=short",
-       "--benchmark-columns=min,median,rounds,iterations"]
+RUN = [
+    "-p",
+    "no:randomly",
+    "--benchmark-only",
+    "--benchmark-autosave",
+    "--benchmark-min-time=0.0001",
+    "--benchmark-group-by=group",
+    "--benchmark-name=short",
+    "--benchmark-columns=min,median,rounds,iterations",
+]
 
 
 def _bench_run(storage: Path, slowdown: str | None, extra: list[str], gate: bool) -> None:
@@ -34,35 +41,78 @@ def _bench_run(storage: Path, slowdown: str | None, extra: list[str], gate: bool
     if slowdown:
         env["NETCL_BENCH_SLOWDOWN"] = slowdown
     before = set(storage.glob("*/*.json"))
-    subprocess.run([sys.executable, "-m", "pytest", str(BENCHMARKS), "-q", *RUN,
-                    f"--benchmark-storage={storage}", *extra], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(BENCHMARKS),
+            "-q",
+            *RUN,
+            f"--benchmark-storage={storage}",
+            *extra,
+        ],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     (saved,) = set(storage.glob("*/*.json")) - before
     verdict = "saved"
     if gate:  # the gate's own re-measurements run the benchmarks it needs, whatever -k chose
-        res = subprocess.run([sys.executable, str(HERE / "gate.py"), str(saved), "--retries",
-                              "2", "--record", "--out", str(storage / "gate")],
-                             env=env, capture_output=True, text=True, check=False)
+        res = subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "gate.py"),
+                str(saved),
+                "--retries",
+                "2",
+                "--record",
+                "--out",
+                str(storage / "gate"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         verdict = res.stdout.strip().splitlines()[-1]
-    print(f"evidence: {saved.name}{' with ' + slowdown if slowdown else ''}: {verdict}",
-          flush=True)
+    print(f"evidence: {saved.name}{' with ' + slowdown if slowdown else ''}: {verdict}", flush=True)
 
 
 def _compare(storage: Path, run_id: str) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, str(HERE / "history.py"), "compare", run_id, "--json",
-                          "--storage", str(storage)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "history.py"),
+            "compare",
+            run_id,
+            "--json",
+            "--storage",
+            str(storage),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     doc: dict[str, Any] = json.loads(out.stdout)
     return doc
 
 
 def _line(doc: dict[str, Any]) -> str:
-    regs = ", ".join(f"{c['name']} x{c['ratio']:.2f} (noise {c['noise_band'][0]:.2f}-"
-                     f"{c['noise_band'][1]:.2f}, began at "
-                     f"{c['began']['id'] if c['began'] else 'no step'})"
-                     for c in doc["regressions"]) or "none"
-    return (f"{doc['old']['id']} -> {doc['new']['id']}: regressions {regs}; improvements "
-            f"{len(doc['improvements'])}; unchanged {len(doc['unchanged'])}; history too short "
-            f"{len(doc['history_too_short'])}")
+    regs = (
+        ", ".join(
+            f"{c['name']} x{c['ratio']:.2f} (noise {c['noise_band'][0]:.2f}-"
+            f"{c['noise_band'][1]:.2f}, began at "
+            f"{c['began']['id'] if c['began'] else 'no step'})"
+            for c in doc["regressions"]
+        )
+        or "none"
+    )
+    return (
+        f"{doc['old']['id']} -> {doc['new']['id']}: regressions {regs}; improvements "
+        f"{len(doc['improvements'])}; unchanged {len(doc['unchanged'])}; history too short "
+        f"{len(doc['history_too_short'])}"
+    )
 
 
 def _runs(args: argparse.Namespace, extra: list[str]) -> None:
@@ -78,24 +128,28 @@ def _runs(args: argparse.Namespace, extra: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[:argv.index("--")] if "--" in argv else argv
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--clean", type=int, default=3)
     parser.add_argument("--slowdown", default="capture_replay=0.5")
-    parser.add_argument("--expect", default="test_launch_replay",
-                        help="the benchmark the injected run must flag")
+    parser.add_argument(
+        "--expect", default="test_launch_replay", help="the benchmark the injected run must flag"
+    )
     parser.add_argument("--others", type=int, default=1, help="other flags allowed there")
     parser.add_argument("--storage", type=Path, default=Path(".benchmarks/history-evidence"))
     parser.add_argument("--no-busy", action="store_true", help="no process keeping a core busy")
     parser.add_argument("--no-gate", action="store_true", help="runs without the gate")
-    parser.add_argument("--judge-only", action="store_true",
-                        help="no new runs: compare and report the runs in --storage")
+    parser.add_argument(
+        "--judge-only",
+        action="store_true",
+        help="no new runs: compare and report the runs in --storage",
+    )
     args = parser.parse_args(argv)
     if not args.judge_only:
         _runs(args, extra)
     ids = sorted(p.name[:4] for p in args.storage.glob("*/[0-9][0-9][0-9][0-9]_*.json"))
-    docs = [_compare(args.storage, i) for i in ids[-args.clean:]]
+    docs = [_compare(args.storage, i) for i in ids[-args.clean :]]
     ok = True
     for doc in docs:
         print("evidence:", _line(doc), flush=True)
@@ -107,8 +161,18 @@ def main(argv: list[str] | None = None) -> int:
         else:
             ok &= not flagged
     report = args.storage / "report.html"
-    subprocess.run([sys.executable, str(HERE / "history.py"), "report", "--storage",
-                    str(args.storage), "--out", str(report)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "history.py"),
+            "report",
+            "--storage",
+            str(args.storage),
+            "--out",
+            str(report),
+        ],
+        check=True,
+    )
     print(f"evidence: {'held' if ok else 'FAILED'}")
     return 0 if ok else 1
 

@@ -61,8 +61,13 @@ def nice_ticks(high: float) -> tuple[float, list[float]]:
     return top, [i * step for i in range(round(top / step) + 1)]
 
 
-def _plot(title: str, unit: str, points: list[Point], band: tuple[float, float] | None = None,
-          limit: float | None = None) -> Plot:
+def _plot(
+    title: str,
+    unit: str,
+    points: list[Point],
+    band: tuple[float, float] | None = None,
+    limit: float | None = None,
+) -> Plot:
     values = [p.value for p in points if p.value is not None]
     high = max([*values, *(band or ()), limit or 0.0, 0.0]) * 1.05
     top, ticks = nice_ticks(high)
@@ -74,8 +79,10 @@ def benchmark_plot(name: str, runs: list[Run], cmp: Comparison | None) -> Plot:
     median of the clean history, as the latest comparison judged it."""
     times = [r.fastest(name) for r in runs]
     unit, scale = unit_for([t for t in times if t is not None])
-    points = [Point(r.id, None if t is None else t / scale, bool(r.injected))
-              for r, t in zip(runs, times, strict=True)]
+    points = [
+        Point(r.id, None if t is None else t / scale, bool(r.injected))
+        for r, t in zip(runs, times, strict=True)
+    ]
     band = None
     change = next((c for c in cmp.changes if c.name == name), None) if cmp else None
     if cmp and change and change.noise.ratio_band:
@@ -86,14 +93,25 @@ def benchmark_plot(name: str, runs: list[Run], cmp: Comparison | None) -> Plot:
     return _plot(name, unit, points, band)
 
 
-def gated_plot(check: gate.Check, runs: list[Run], figs: list[dict[str, Any]],
-               device: str | None) -> Plot:
-    points = [Point(r.id, (f.get(check.name) or {}).get("value"), bool(r.injected),
-                    not (f.get(check.name) or {}).get("ok", True))
-              for r, f in zip(runs, figs, strict=True)]
+def gated_plot(
+    check: gate.Check, runs: list[Run], figs: list[dict[str, Any]], device: str | None
+) -> Plot:
+    points = [
+        Point(
+            r.id,
+            (f.get(check.name) or {}).get("value"),
+            bool(r.injected),
+            not (f.get(check.name) or {}).get("ok", True),
+        )
+        for r, f in zip(runs, figs, strict=True)
+    ]
     limit = check.limit(device or "pocl")
-    return _plot(check.name, check.figure.unit.strip() or "ratio", points,
-                 limit=limit.bound if limit else None)
+    return _plot(
+        check.name,
+        check.figure.unit.strip() or "ratio",
+        points,
+        limit=limit.bound if limit else None,
+    )
 
 
 def _machine(runs: list[Run], all_runs: list[Run]) -> dict[str, Any]:
@@ -104,15 +122,24 @@ def _machine(runs: list[Run], all_runs: list[Run]) -> dict[str, Any]:
     figs = [gated(r) for r in runs]
     lists = {}
     if cmp:
-        lists = {v: [change_doc(c, cmp.began.get(c.name)) for c in cmp.of(v)]
-                 for v in ("regression", "improvement", "unchanged", "history too short")}
+        lists = {
+            v: [change_doc(c, cmp.began.get(c.name)) for c in cmp.of(v)]
+            for v in ("regression", "improvement", "unchanged", "history too short")
+        }
     return {
-        "machine": latest.machine, "runs": runs, "latest": latest, "device": device,
-        "cmp": cmp, "lists": lists, "gated_latest": figs[-1],
+        "machine": latest.machine,
+        "runs": runs,
+        "latest": latest,
+        "device": device,
+        "cmp": cmp,
+        "lists": lists,
+        "gated_latest": figs[-1],
         "gated_previous": figs[-2] if len(figs) > 1 else {},
         "gated_plots": [gated_plot(c, runs, figs, device) for c in gate.CHECKS],
-        "bench_plots": [benchmark_plot(n, runs, cmp)
-                        for n in dict.fromkeys(n for r in runs for n in r.benchmarks)],
+        "bench_plots": [
+            benchmark_plot(n, runs, cmp)
+            for n in dict.fromkeys(n for r in runs for n in r.benchmarks)
+        ],
     }
 
 
@@ -120,8 +147,9 @@ def render(runs: list[Run]) -> str:
     """The report page for ``runs`` (every saved run, oldest first)."""
     machines = list(dict.fromkeys(r.machine for r in runs))
     sections = [_machine([r for r in runs if r.machine == m], runs) for m in machines]
-    lookup = TemplateLookup(directories=[str(TEMPLATES)], default_filters=["h"],
-                            strict_undefined=True)
+    lookup = TemplateLookup(
+        directories=[str(TEMPLATES)], default_filters=["h"], strict_undefined=True
+    )
     page = lookup.get_template("history_report.html.mako")
     return str(page.render(sections=sections, checks=gate.CHECKS, fmt=_fmt, fmt_time=fmt_time))
 
@@ -134,6 +162,8 @@ def write(runs: list[Run], out: Path) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(runs))
     machines = len({r.machine for r in runs})
-    print(f"report: {out} ({len(runs)} run(s), {machines} machine(s), "
-          f"{out.stat().st_size // 1024} kB)")
+    print(
+        f"report: {out} ({len(runs)} run(s), {machines} machine(s), "
+        f"{out.stat().st_size // 1024} kB)"
+    )
     return 0

@@ -72,8 +72,13 @@ class Run:
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
     def summary(self) -> dict[str, Any]:
-        return {"id": self.id, "commit": self.commit, "date": self.date, "path": str(self.path),
-                "injected": self.injected}
+        return {
+            "id": self.id,
+            "commit": self.commit,
+            "date": self.date,
+            "path": str(self.path),
+            "injected": self.injected,
+        }
 
 
 def _read(path: Path) -> Run:
@@ -168,27 +173,34 @@ def compare_runs(old: Run, new: Run, saved: list[Run]) -> Comparison:
     series = machine_runs(saved, new)
     history = [r for r in series[:-1] if not r.injected and r.path != new.path][-WINDOW:]
     names = [n for n in new.benchmarks if n in old.benchmarks]
-    histories = {n: [t for r in history if (t := _compared(r, n, new)) is not None]
-                 for n in names}
+    histories = {n: [t for r in history if (t := _compared(r, n, new)) is not None] for n in names}
     is_paired = {n: old.floor(n) is not None and new.floor(n) is not None for n in names}
     # the prior a short unpaired history borrows: the typical spread of the machine's other
     # unpaired benchmarks (a lone fastest round can move 2x where a paired ratio moves a few
     # percent); a paired benchmark borrows none, and its kind's typical spread is only reported
     machine, paired_machine = (
         hs.machine_spread({n: h for n, h in histories.items() if is_paired[n] == kind})
-        for kind in (False, True))
+        for kind in (False, True)
+    )
     changes, began = [], {}
     for n in names:
         paired = is_paired[n]
         # a paired floor saw the same load as the rounds, so the rounds' spread says nothing
         # about the ratio (measured: rounds' median 2x their fastest, ratio within 4% run to run)
-        u_old, u_new = (0.0, 0.0) if paired else (
-            hs.rounds_precision(old.benchmarks[n]["stats"]),
-            hs.rounds_precision(new.benchmarks[n]["stats"]))
-        noise = hs.noise(histories[n], None if paired else machine, u_old, u_new, len(names),
-                         own_only=paired)
-        change = hs.classify(n, float(_compared(old, n, new) or 0),
-                             float(_compared(new, n, new) or 0), noise, paired)
+        u_old, u_new = (
+            (0.0, 0.0)
+            if paired
+            else (
+                hs.rounds_precision(old.benchmarks[n]["stats"]),
+                hs.rounds_precision(new.benchmarks[n]["stats"]),
+            )
+        )
+        noise = hs.noise(
+            histories[n], None if paired else machine, u_old, u_new, len(names), own_only=paired
+        )
+        change = hs.classify(
+            n, float(_compared(old, n, new) or 0), float(_compared(new, n, new) or 0), noise, paired
+        )
         changes.append(change)
         if change.verdict in ("regression", "improvement") and noise.band is not None:
             began[n] = _began(series, n, old, noise.band, new)
@@ -205,39 +217,72 @@ def gated(run: Run) -> dict[str, dict[str, Any]]:
         return {name: {**v, "recorded": True} for name, v in record["checks"].items()}
     results = {name: [b] for name, b in run.benchmarks.items()}
     cls = gate.device_class(run.doc.get("machine_info", {})) or "pocl"
-    return {v.check.name: {"value": v.value, "first": None, "ok": v.ok, "recorded": False,
-                           "limit": str(v.limit) if v.limit else None,
-                           "unit": v.check.figure.unit.strip()}
-            for v in gate.judge(results, gate.CHECKS, cls)}
+    return {
+        v.check.name: {
+            "value": v.value,
+            "first": None,
+            "ok": v.ok,
+            "recorded": False,
+            "limit": str(v.limit) if v.limit else None,
+            "unit": v.check.figure.unit.strip(),
+        }
+        for v in gate.judge(results, gate.CHECKS, cls)
+    }
 
 
 def change_doc(c: hs.Change, began: Run | None) -> dict[str, Any]:
     band = c.noise.ratio_band
-    return {"name": c.name, "old_s": c.old, "new_s": c.new, "ratio": round(c.ratio, 4),
-            "against_paired_floor": c.paired,
-            "noise_band": [round(band[0], 4), round(band[1], 4)] if band else None,
-            "noise": {"history_runs": c.noise.history_runs,
-                      "history_spread": c.noise.history_spread,
-                      "machine_spread": c.noise.machine_spread, "rounds": c.noise.rounds},
-            "began": began.summary() if began else None}
+    return {
+        "name": c.name,
+        "old_s": c.old,
+        "new_s": c.new,
+        "ratio": round(c.ratio, 4),
+        "against_paired_floor": c.paired,
+        "noise_band": [round(band[0], 4), round(band[1], 4)] if band else None,
+        "noise": {
+            "history_runs": c.noise.history_runs,
+            "history_spread": c.noise.history_spread,
+            "machine_spread": c.noise.machine_spread,
+            "rounds": c.noise.rounds,
+        },
+        "began": began.summary() if began else None,
+    }
 
 
 def comparison_doc(cmp: Comparison, note: str = "") -> dict[str, Any]:
     """The comparison as one JSON document: the lists of regressions, improvements, unchanged
     and history-too-short benchmarks, and the gated figures of both runs."""
-    lists = {key: [change_doc(c, cmp.began.get(c.name)) for c in cmp.of(verdict)]
-             for key, verdict in (("regressions", "regression"),
-                                  ("improvements", "improvement"), ("unchanged", "unchanged"),
-                                  ("history_too_short", "history too short"))}
+    lists = {
+        key: [change_doc(c, cmp.began.get(c.name)) for c in cmp.of(verdict)]
+        for key, verdict in (
+            ("regressions", "regression"),
+            ("improvements", "improvement"),
+            ("unchanged", "unchanged"),
+            ("history_too_short", "history too short"),
+        )
+    }
     old_g, new_g = gated(cmp.old), gated(cmp.new)
     return {
-        "old": cmp.old.summary(), "new": cmp.new.summary(), "note": note,
-        "history": {"runs": [r.id for r in cmp.history], "min_runs": hs.MIN_HISTORY,
-                    "machine_spread": cmp.machine_spread,
-                    "paired_spread": cmp.paired_spread},
+        "old": cmp.old.summary(),
+        "new": cmp.new.summary(),
+        "note": note,
+        "history": {
+            "runs": [r.id for r in cmp.history],
+            "min_runs": hs.MIN_HISTORY,
+            "machine_spread": cmp.machine_spread,
+            "paired_spread": cmp.paired_spread,
+        },
         **lists,
         "only_in_one_run": cmp.only_in_one,
-        "gated": [{"name": name, "limit": fig["limit"], "old": old_g.get(name, {}).get("value"),
-                   "new": fig["value"], "ok": fig["ok"], "recorded": fig["recorded"]}
-                  for name, fig in new_g.items()],
+        "gated": [
+            {
+                "name": name,
+                "limit": fig["limit"],
+                "old": old_g.get(name, {}).get("value"),
+                "new": fig["value"],
+                "ok": fig["ok"],
+                "recorded": fig["recorded"],
+            }
+            for name, fig in new_g.items()
+        ],
     }

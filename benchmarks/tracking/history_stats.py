@@ -121,16 +121,25 @@ def z_quantile(compared: int, dof: float = math.inf) -> float:
     return float(stats.norm.isf(tail) if math.isinf(dof) else stats.t.isf(tail, dof))
 
 
-def noise(history: Sequence[float], machine: float | None, u_old: float, u_new: float,
-          compared: int, own_only: bool = False) -> Noise:
+def noise(
+    history: Sequence[float],
+    machine: float | None,
+    u_old: float,
+    u_new: float,
+    compared: int,
+    own_only: bool = False,
+) -> Noise:
     """A benchmark's noise band from its history (earlier clean runs' fastest rounds, oldest
     first), the machine's spread, and the two runs' own precision. ``own_only`` (a paired
     benchmark): the spread is the benchmark's own, from at least ``MIN_HISTORY + 1`` runs."""
     rounds = math.hypot(u_old, u_new)
     own = spread(history)
     prior = 0 if own_only else PRIOR_RUNS
-    if (len(history) < MIN_HISTORY + (1 if own_only else 0) or own is None
-            or (machine is None and not own_only)):
+    if (
+        len(history) < MIN_HISTORY + (1 if own_only else 0)
+        or own is None
+        or (machine is None and not own_only)
+    ):
         return Noise(None, len(history), own, machine, rounds)
     dof = len(history) - 1
     shrunk = math.sqrt((prior * (machine or 0.0) ** 2 + dof * own**2) / (prior + dof))
@@ -145,8 +154,9 @@ def classify(name: str, old: float, new: float, band: Noise, paired: bool = Fals
     if band.band is None:
         return Change(name, old, new, band, "history too short", paired)
     step = math.log(new / old)
-    verdict = ("regression" if step > band.band else
-               "improvement" if step < -band.band else "unchanged")
+    verdict = (
+        "regression" if step > band.band else "improvement" if step < -band.band else "unchanged"
+    )
     return Change(name, old, new, band, verdict, paired)
 
 

@@ -11,8 +11,12 @@ from history_runs import Comparison, Run, change_doc, gated
 
 NAME_W = 46
 WIDTH = 120
-MARK = {"regression": "REGRESSION", "improvement": "improved", "unchanged": "",
-        "history too short": "?"}
+MARK = {
+    "regression": "REGRESSION",
+    "improvement": "improved",
+    "unchanged": "",
+    "history too short": "?",
+}
 
 
 def fmt_time(seconds: float) -> str:
@@ -52,8 +56,10 @@ def _findings(cmp: Comparison) -> None:
     print(f"unchanged (within their noise): {len(cmp.of('unchanged'))}")
     short = cmp.of("history too short")
     if short:
-        _say(f"history too short to know the noise: {len(short)} (fewer than "
-             f"{hs.MIN_HISTORY} earlier clean runs of this machine; marked ? below)")
+        _say(
+            f"history too short to know the noise: {len(short)} (fewer than "
+            f"{hs.MIN_HISTORY} earlier clean runs of this machine; marked ? below)"
+        )
 
 
 def _say(text: str) -> None:
@@ -71,9 +77,11 @@ def print_comparison(cmp: Comparison, runs: list[Run], note: str) -> int:
     spread = f", machine spread {cmp.machine_spread:.1%} a run" if cmp.machine_spread else ""
     if cmp.paired_spread:
         spread += f" ({cmp.paired_spread:.1%} for paired benchmarks)"
-    _say(f"noise: {len(cmp.history)} earlier clean run(s) of this machine "
-         f"({', '.join(r.id for r in cmp.history) or 'none'}){spread}; changes of "
-         f"{cmp.new.id} against {cmp.old.id}")
+    _say(
+        f"noise: {len(cmp.history)} earlier clean run(s) of this machine "
+        f"({', '.join(r.id for r in cmp.history) or 'none'}){spread}; changes of "
+        f"{cmp.new.id} against {cmp.old.id}"
+    )
     print()
     _findings(cmp)
     _table(cmp, runs)
@@ -81,8 +89,11 @@ def print_comparison(cmp: Comparison, runs: list[Run], note: str) -> int:
 
 
 def _table(cmp: Comparison, runs: list[Run]) -> None:
-    head = f"\n{'benchmark (fastest round)':{NAME_W}} {'loops':>7}" + "".join(
-        f" {r.id:>11}" for r in runs) + f" {'change':>8}"
+    head = (
+        f"\n{'benchmark (fastest round)':{NAME_W}} {'loops':>7}"
+        + "".join(f" {r.id:>11}" for r in runs)
+        + f" {'change':>8}"
+    )
     print(head)
     by_name = {c.name: c for c in cmp.changes}
     for name in dict.fromkeys(n for r in runs for n in r.benchmarks):
@@ -93,15 +104,21 @@ def _table(cmp: Comparison, runs: list[Run]) -> None:
         cells = "".join(f" {fmt_time(t) if t is not None else '-':>11}" for t in times)
         mark = f" {MARK[c.verdict]}" if c and MARK[c.verdict] else ""
         print(f"{name[:NAME_W]:{NAME_W}} {loops(last):>7}{cells} {change:>8}{mark}")
-    print(f"\n{'gated figure (as the gate judged it)':{NAME_W}} {'limit':>7}"
-          + "".join(f" {r.id:>11}" for r in runs))
+    print(
+        f"\n{'gated figure (as the gate judged it)':{NAME_W}} {'limit':>7}"
+        + "".join(f" {r.id:>11}" for r in runs)
+    )
     figs = [gated(r) for r in runs]
     for check in gate.CHECKS:
         vals = [f.get(check.name) for f in figs]
         limit = next((v["limit"] for v in vals if v and v["limit"]), None) or ""
-        texts = ["-" if not v or v["value"] is None else
-                 f"{v['value']:.3f}{'' if v['ok'] else '!'}" for v in vals]
+        texts = [
+            "-" if not v or v["value"] is None else f"{v['value']:.3f}{'' if v['ok'] else '!'}"
+            for v in vals
+        ]
         print(f"{check.name[:NAME_W]:{NAME_W}} {limit:>7}" + "".join(f" {t:>11}" for t in texts))
     print()
-    _say("! marks a gated figure outside its limit; a benchmark is marked only when its change "
-         "is outside its noise band")
+    _say(
+        "! marks a gated figure outside its limit; a benchmark is marked only when its change "
+        "is outside its noise band"
+    )

@@ -52,8 +52,13 @@ MARKER = "<!-- mutation:sample adds each new sample below this line -->"
 # a crash of the test process (segfault, or SIGKILL after the CPU limit) is a detection too, and
 # so is pytest's "interrupted" status (a KeyboardInterrupt that escaped a test: the scheduler's
 # and capture's interrupt tests raise one on purpose and must catch it; nobody presses Ctrl-C).
-COLUMN = {"killed": "killed", "segfault": "killed", "check was interrupted by user": "killed",
-          "timeout": "timeout", "not checked": "not run"}  # fmt: skip
+COLUMN = {
+    "killed": "killed",
+    "segfault": "killed",
+    "check was interrupted by user": "killed",
+    "timeout": "timeout",
+    "not checked": "not run",
+}
 
 
 def package_of(mutant: str) -> str:
@@ -166,8 +171,11 @@ def diff(name: str) -> str:
         text = get_diff_for_mutant(name)
     except FileNotFoundError:  # its function was removed or has fewer mutants now
         return ""
-    return "\n".join(line for line in text.splitlines()
-                     if line.startswith(("-", "+")) and not line.startswith(("--- ", "+++ ")))
+    return "\n".join(
+        line
+        for line in text.splitlines()
+        if line.startswith(("-", "+")) and not line.startswith(("--- ", "+++ "))
+    )
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -288,8 +296,13 @@ def report(
         lines += [f"`{name}` ({state}):", "", "```diff", change, "```", ""]
     stale = [name for name, entry in judged.items() if entry.change not in diff(name)]
     if stale:  # the function was edited since: the mutant's number now means another change
-        lines += ["Stale entries of `mutation_equivalent.toml` (their `change` is not in the "
-                  "mutant's diff: judge again or remove):", "", *(f"- `{n}`" for n in stale), ""]
+        lines += [
+            "Stale entries of `mutation_equivalent.toml` (their `change` is not in the "
+            "mutant's diff: judge again or remove):",
+            "",
+            *(f"- `{n}`" for n in stale),
+            "",
+        ]
     if by_hand_lines:
         lines += ["Killed by hand (`mutation_equivalent.toml`):", "", *by_hand_lines, ""]
     if equivalent_lines:
@@ -401,8 +414,13 @@ def main() -> None:
     sample.add_argument("--seed", type=int, default=None, help="default: from the clock (printed)")
     sample.add_argument("--size", type=int, default=150, help="mutants per package (at least)")
     sample.add_argument("--report-only", action="store_true", help="record verdicts, run none")
-    sample.add_argument("--budget", type=float, default=None, metavar="MINUTES",
-                        help="stop mutmut after this long (the rest count as not run)")
+    sample.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="stop mutmut after this long (the rest count as not run)",
+    )
     changed = commands.add_parser("changed", help="the mutants of functions changed since BASE")
     changed.add_argument("base", nargs="?", help="a commit (default: the merge base with main)")
     args = parser.parse_args()
@@ -410,8 +428,9 @@ def main() -> None:
     if args.command == "sample":
         seed = random.SystemRandom().randrange(1_000_000) if args.seed is None else args.seed
         budget = None if args.budget is None else 60 * args.budget
-        sample_command(seed, args.size, args.max_children, run=not args.report_only,
-                       budget_s=budget)  # fmt: skip
+        sample_command(
+            seed, args.size, args.max_children, run=not args.report_only, budget_s=budget
+        )
     else:
         changed_command(args.base, args.max_children)
 

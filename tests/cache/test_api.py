@@ -118,9 +118,13 @@ def test_options_as_list_and_device_default(
 
 
 def test_options_naming_a_path_that_is_not_utf8(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, tmp_path: Path,
-    add_src: Callable[..., str], check_add: Callable[..., None],
-) -> None:  # fmt: skip
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    tmp_path: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+) -> None:
     """An -I folder whose name is not UTF-8 (os.fsdecode gives it as surrogates) reaches the
     compiler as its bytes: the program builds, and loads from the disk in another instance."""
     folder = os.fsencode(tmp_path) + b"/inc-\xff"
@@ -208,8 +212,11 @@ def test_disable_env(
 
 def _run_py(code: str, env: dict[str, str]) -> str:
     out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], env={**os.environ, **env},
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -245,5 +252,7 @@ def test_a_build_error_without_options_names_the_device_code_and_log() -> None:
     plain = ProgramBuildError(device_name="cpu-x", options="", log="1 error\n", code=-11)
     assert str(plain) == "OpenCL build failed on device 'cpu-x' (error -11); build log:\n1 error"
     opts = ProgramBuildError(device_name="cpu-x", options="-DN=4", log=" ", code=None)
-    assert str(opts) == ("OpenCL build failed on device 'cpu-x' with options '-DN=4' (error "
-                         "None); build log:\n(empty)")
+    assert str(opts) == (
+        "OpenCL build failed on device 'cpu-x' with options '-DN=4' (error "
+        "None); build log:\n(empty)"
+    )

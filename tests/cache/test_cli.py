@@ -24,7 +24,10 @@ COUNTERS = [f for f in CacheStats.__dataclass_fields__]
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [NETCL, *args], capture_output=True, text=True, timeout=120,
+        [NETCL, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, **(env or {})},
     )
 
@@ -54,9 +57,13 @@ def test_json_on_a_folder_not_created_yet(
 
 
 def test_list_names_each_entrys_kind_device_and_options(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     ProgramCache(cache_dir).get_program(ctx, add_src(0.0, "list-row"), device, options=["-DX=1"])
     assert cli.main(["cache", "list", "--json", "--dir", str(cache_dir)]) == 0
     (row,) = json.loads(capsys.readouterr().out)["entries"]
@@ -66,6 +73,7 @@ def test_list_names_each_entrys_kind_device_and_options(
     with pytest.raises(SystemExit):
         cli.main(["cache", "list", "--help"])
     assert "--dir DIR" in capsys.readouterr().out
+
 
 @pytest.mark.parametrize(
     "argv",
@@ -186,7 +194,9 @@ def test_closed_pipe_ends_quietly(
     # and as a user types it
     shell = subprocess.run(
         ["bash", "-c", f"set -o pipefail; {NETCL} cache list --dir {cache_dir} | head -1"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert "Traceback" not in shell.stderr and "BrokenPipe" not in shell.stderr
     assert len(shell.stdout.splitlines()) == 1
@@ -194,7 +204,11 @@ def test_closed_pipe_ends_quietly(
 
 @pytest.mark.parametrize("sub", ["locks", "programs", "."])
 def test_every_action_refuses_what_the_cache_refuses(
-    sub: str, ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    sub: str,
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
 ) -> None:
     """A folder the library would not use (here: writable by others) is refused by every
     action with exit 1 and one line naming it, and nothing in it is removed."""

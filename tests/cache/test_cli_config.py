@@ -22,8 +22,9 @@ SRC = "__kernel void f(__global int *a) { a[0] = 2; }"
 
 def _netcl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NETCL_")}
-    return subprocess.run([NETCL, *args], capture_output=True, text=True, timeout=120,
-                          env={**clean, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [NETCL, *args], capture_output=True, text=True, timeout=120, env={**clean, **(env or {})}
+    )
 
 
 def _settings(env: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
@@ -40,15 +41,23 @@ def test_every_netcl_variable_in_the_code_is_listed() -> None:
         assert not re.search(r"(environ\.get|getenv|environ\[)\(?\s*\"NETCL_", text), path
     listed = _settings()
     assert named - {"NETCL_CACHE"} <= set(listed), named - set(listed)
-    assert {"NETCL_POOL_LIMIT", "NETCL_PROFILE", "NETCL_CACHE_MAX_BYTES", "NETCL_CACHE_DIR",
-            "PYOPENCL_CTX"} <= set(listed)  # fmt: skip
+    assert {
+        "NETCL_POOL_LIMIT",
+        "NETCL_PROFILE",
+        "NETCL_CACHE_MAX_BYTES",
+        "NETCL_CACHE_DIR",
+        "PYOPENCL_CTX",
+    } <= set(listed)
     assert all(d["source"] == "default" for d in listed.values())
 
 
 def test_values_sources_and_invalid_values(tmp_path: Path) -> None:
-    env = {"NETCL_CACHE_DIR": str(tmp_path), "NETCL_POOL_LIMIT": "50%",
-           "NETCL_CACHE_REMOTE": "redis://user:pw@example.invalid:6379/0",
-           "NETCL_CACHE_REMOTE_KEY": "s3cret"}  # fmt: skip
+    env = {
+        "NETCL_CACHE_DIR": str(tmp_path),
+        "NETCL_POOL_LIMIT": "50%",
+        "NETCL_CACHE_REMOTE": "redis://user:pw@example.invalid:6379/0",
+        "NETCL_CACHE_REMOTE_KEY": "s3cret",
+    }
     got = _settings(env)
     assert got["NETCL_CACHE_DIR"]["value"] == str(tmp_path)
     assert got["NETCL_CACHE_DIR"]["source"] == "environment"
@@ -61,8 +70,10 @@ def test_values_sources_and_invalid_values(tmp_path: Path) -> None:
     bad = _netcl("config", env={"NETCL_CACHE_MAX_BYTES": "10X", "NETCL_PROFILE": "maybe"})
     assert bad.returncode == 1
     # the same message the code itself gives for these values
-    assert "NETCL_CACHE_MAX_BYTES: expected a byte count such as 1073741824, 500M or 2G, " \
-           "got '10X'" in bad.stderr  # fmt: skip
+    assert (
+        "NETCL_CACHE_MAX_BYTES: expected a byte count such as 1073741824, 500M or 2G, "
+        "got '10X'" in bad.stderr
+    )
     assert "NETCL_PROFILE='maybe': expected 1 to turn profiling on" in bad.stderr
     assert re.search(r"^NETCL_CACHE_MAX_BYTES\s+10X\s+environment \(INVALID\)", bad.stdout, re.M)
 
@@ -86,21 +97,27 @@ def test_a_remote_url_without_a_scheme_names_an_empty_scheme() -> None:
     """`netcl config` rejects NETCL_CACHE_REMOTE without "://" and says it has no scheme."""
     proc = _netcl("config", env={"NETCL_CACHE_REMOTE": " 127.0.0.1:6379 "})
     assert proc.returncode == 1
-    assert "NETCL_CACHE_REMOTE: expected a redis:// or rediss:// URL, got scheme ''\n" \
-           in proc.stderr  # fmt: skip
-    assert re.search(r"^NETCL_CACHE_REMOTE\s+127\.0\.0\.1:6379\s+environment \(INVALID\)",
-                     proc.stdout, re.M)  # fmt: skip
+    assert (
+        "NETCL_CACHE_REMOTE: expected a redis:// or rediss:// URL, got scheme ''\n" in proc.stderr
+    )
+    assert re.search(
+        r"^NETCL_CACHE_REMOTE\s+127\.0\.0\.1:6379\s+environment \(INVALID\)", proc.stdout, re.M
+    )
 
 
-@pytest.mark.parametrize(("url", "scheme"), [
-    ("REDIS://127.0.0.1:6379/0", None),  # the scheme is case-insensitive
-    ("  rediss://127.0.0.1:6379/0 ", None),
-    ("redis://127.0.0.1:6379/0?note=a://b", None),  # only the first "://" ends the scheme
-    ("http://127.0.0.1:6379/0", "http"),
-    ("HTTPS://redis://127.0.0.1", "https"),
-])  # fmt: skip
-def test_the_remote_url_scheme(monkeypatch: pytest.MonkeyPatch, url: str,
-                               scheme: str | None) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("url", "scheme"),
+    [
+        ("REDIS://127.0.0.1:6379/0", None),  # the scheme is case-insensitive
+        ("  rediss://127.0.0.1:6379/0 ", None),
+        ("redis://127.0.0.1:6379/0?note=a://b", None),  # only the first "://" ends the scheme
+        ("http://127.0.0.1:6379/0", "http"),
+        ("HTTPS://redis://127.0.0.1", "https"),
+    ],
+)
+def test_the_remote_url_scheme(
+    monkeypatch: pytest.MonkeyPatch, url: str, scheme: str | None
+) -> None:
     """NETCL_CACHE_REMOTE takes redis:// and rediss:// in any case; another scheme is named,
     lower-cased, in the error."""
     monkeypatch.setenv("NETCL_CACHE_REMOTE", url)
@@ -109,5 +126,6 @@ def test_the_remote_url_scheme(monkeypatch: pytest.MonkeyPatch, url: str,
     else:
         with pytest.raises(ValueError) as exc:
             _config.REMOTE.value()
-        assert str(exc.value) == ("NETCL_CACHE_REMOTE: expected a redis:// or rediss:// URL, "
-                                  f"got scheme {scheme!r}")  # fmt: skip
+        assert str(exc.value) == (
+            f"NETCL_CACHE_REMOTE: expected a redis:// or rediss:// URL, got scheme {scheme!r}"
+        )

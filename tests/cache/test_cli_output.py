@@ -176,8 +176,9 @@ def test_stats_notes_a_folder_turned_off_or_not_created_and_a_cap_of_zero(
     sizes = _stats_folder(root)
     monkeypatch.setenv("NETCL_CACHE_DISABLE", "1")
     doc = _json(capsys, "stats", "--dir", str(root))
-    assert doc == _stats_doc(root, **sizes, bytes=sizes["entry_bytes"] + sizes["temp_bytes"],
-                             enabled=False)  # fmt: skip
+    assert doc == _stats_doc(
+        root, **sizes, bytes=sizes["entry_bytes"] + sizes["temp_bytes"], enabled=False
+    )
     out, _ = _run(capsys, "stats", "--dir", str(root))
     doc["remote_line"] = "not configured (NETCL_CACHE_REMOTE)"
     assert out == _stats_text(doc, " (disabled by NETCL_CACHE_DISABLE)")
@@ -219,9 +220,13 @@ def test_stats_notes_a_folder_turned_off_or_not_created_and_a_cap_of_zero(
     ],
 )
 def test_stats_says_why_a_configured_remote_is_not_used(
-    url: str, line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch, unused_port: int,
-) -> None:  # fmt: skip
+    url: str,
+    line: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    unused_port: int,
+) -> None:
     """A remote whose URL redis-py refuses is "not used", one nobody listens on "unreachable"
     with the error of the PING; the password is never shown."""
     pytest.importorskip("redis", reason="redis-py missing: pip install 'netcl-cache[redis]'")
@@ -284,9 +289,15 @@ def test_list_prints_each_entry_and_temporary_file(
     rows = []
     for p in files:
         key = p.name.removesuffix(SUFFIX)
-        row = {"key": key, "kind": "fifo" if key == "0" * 64 else "file",
-               "bytes": _on_disk(p), "last_used": os.lstat(p).st_mtime,
-               "status": "ok", "device": device.name, "options": ""}  # fmt: skip
+        row = {
+            "key": key,
+            "kind": "fifo" if key == "0" * 64 else "file",
+            "bytes": _on_disk(p),
+            "last_used": os.lstat(p).st_mtime,
+            "status": "ok",
+            "device": device.name,
+            "options": "",
+        }
         if key == "0" * 64:
             row.update(status="damaged (special: a fifo)", device=None, options=None)
         elif key == "f" * 64:
@@ -299,26 +310,50 @@ def test_list_prints_each_entry_and_temporary_file(
         r["options"] = by_key[r["key"]]["options"]
     assert sorted(r["options"] for r in with_opts) == ["", "-DX=1"]
     live = programs / LIVE_TEMP
-    temp_files = [{"name": LIVE_TEMP, "bytes": _on_disk(live), "mtime": live.stat().st_mtime,
-                   "pid": os.getpid(), "writer_running": True},
-                  {"name": DEAD_TEMP, "bytes": _on_disk(programs / DEAD_TEMP), "mtime": 1.0,
-                   "pid": None, "writer_running": False}]  # fmt: skip
+    temp_files = [
+        {
+            "name": LIVE_TEMP,
+            "bytes": _on_disk(live),
+            "mtime": live.stat().st_mtime,
+            "pid": os.getpid(),
+            "writer_running": True,
+        },
+        {
+            "name": DEAD_TEMP,
+            "bytes": _on_disk(programs / DEAD_TEMP),
+            "mtime": 1.0,
+            "pid": None,
+            "writer_running": False,
+        },
+    ]
     assert sorted(doc["temp_files"], key=lambda t: t["name"]) == temp_files  # in folder order
-    assert doc == {"cache_dir": str(root), "exists": True, "entries": rows,
-                   "temp_files": doc["temp_files"]}  # fmt: skip
+    assert doc == {
+        "cache_dir": str(root),
+        "exists": True,
+        "entries": rows,
+        "temp_files": doc["temp_files"],
+    }
 
     out, err = _run(capsys, "list", "--dir", str(root))
-    entry_rows = [(r["key"][:16], human(r["bytes"]), _when(r["last_used"]),
-                   *((r["device"], r["options"] or "-") if r["status"] == "ok"
-                     else (r["status"], "")))
-                  for r in rows]  # fmt: skip
-    temp_rows = [(t["name"], human(t["bytes"]), t["pid"], "running" if t["writer_running"]
-                  else "gone") for t in doc["temp_files"]]  # fmt: skip
-    lines = [*_table.table(entry_rows, ["KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"],
-                           right=[1]), "",
-             *_table.table(temp_rows, ["TEMPORARY FILE", "SIZE", "WRITER", "STATE"],
-                           right=[1, 2]),
-             "4 entries, 2 temporary files"]  # fmt: skip
+    entry_rows = [
+        (
+            r["key"][:16],
+            human(r["bytes"]),
+            _when(r["last_used"]),
+            *((r["device"], r["options"] or "-") if r["status"] == "ok" else (r["status"], "")),
+        )
+        for r in rows
+    ]
+    temp_rows = [
+        (t["name"], human(t["bytes"]), t["pid"], "running" if t["writer_running"] else "gone")
+        for t in doc["temp_files"]
+    ]
+    lines = [
+        *_table.table(entry_rows, ["KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"], right=[1]),
+        "",
+        *_table.table(temp_rows, ["TEMPORARY FILE", "SIZE", "WRITER", "STATE"], right=[1, 2]),
+        "4 entries, 2 temporary files",
+    ]
     assert out == "\n".join(lines) + "\n" and err == ""
     # the columns as a reader sees them: sizes and pids right-aligned under their headers
     head, first = out.splitlines()[0], out.splitlines()[1]
@@ -367,29 +402,40 @@ def test_clear_zero_and_prune_say_what_they_did(
     (root / "stats.json").write_text(json.dumps(TOTALS))
     d = ["--dir", str(root)]
     # prune: the damaged entry and the FIFO, the dead writer's file; the cap of the environment
-    assert _json(capsys, "prune", *d) == {"cache_dir": str(root), "exists": True,
-                                          "max_bytes": CAP, "damaged": 2, "temp": 1,
-                                          "evicted": 0}  # fmt: skip
+    assert _json(capsys, "prune", *d) == {
+        "cache_dir": str(root),
+        "exists": True,
+        "max_bytes": CAP,
+        "damaged": 2,
+        "temp": 1,
+        "evicted": 0,
+    }
     (root / "programs" / DEAD_TEMP).write_bytes(b"g")
     os.utime(root / "programs" / DEAD_TEMP, (1, 1))
     out, _ = _run(capsys, "prune", "--max-bytes", "1", *d)
-    assert out == ("removed 0 damaged entries, 1 temporary file of writers that are gone, "
-                   "evicted 2 entries\n")  # fmt: skip
+    assert out == (
+        "removed 0 damaged entries, 1 temporary file of writers that are gone, evicted 2 entries\n"
+    )
     assert len(ProgramCache(root).entries()) == 0
 
     (root / "programs" / f"{'f' * 64}{SUFFIX}").write_bytes(b"junk")
     (root / "programs" / f"{'1' * 64}{SUFFIX}").write_bytes(b"junk")
     out, _ = _run(capsys, "prune", "--max-bytes", "1", *d)
-    assert out == ("removed 2 damaged entries, 0 temporary files of writers that are gone, "
-                   "evicted 0 entries\n")  # fmt: skip
+    assert out == (
+        "removed 2 damaged entries, 0 temporary files of writers that are gone, evicted 0 entries\n"
+    )
 
     # zero: the totals go, the entries stay
     for key in "ab":
         (root / "programs" / f"{key * 64}{SUFFIX}").write_bytes(b"x")
     out, _ = _run(capsys, "zero", *d)
     assert out == f"statistics zeroed in {root} (2 entries kept)\n"
-    assert _json(capsys, "zero", *d) == {"cache_dir": str(root), "exists": True,
-                                         "zeroed": False, "entries": 2}  # fmt: skip
+    assert _json(capsys, "zero", *d) == {
+        "cache_dir": str(root),
+        "exists": True,
+        "zeroed": False,
+        "entries": 2,
+    }
     (root / "stats.json").write_text(json.dumps(TOTALS))
     assert _json(capsys, "zero", *d)["zeroed"] is True
 
@@ -399,8 +445,12 @@ def test_clear_zero_and_prune_say_what_they_did(
     assert out == f"removed 2 files from {root} (kept 1 temporary file of running writers)\n"
     assert not (root / "stats.json").exists()
     (root / "programs" / f"{'a' * 64}{SUFFIX}").write_bytes(b"x")
-    assert _json(capsys, "clear", *d) == {"cache_dir": str(root), "exists": True, "removed": 1,
-                                          "kept_temp_files": 1}  # fmt: skip
+    assert _json(capsys, "clear", *d) == {
+        "cache_dir": str(root),
+        "exists": True,
+        "removed": 1,
+        "kept_temp_files": 1,
+    }
     (root / "programs" / LIVE_TEMP).unlink()
     out, _ = _run(capsys, "clear", *d)
     assert out == f"removed 0 files from {root}\n"
@@ -413,8 +463,9 @@ def test_clear_zero_and_prune_say_what_they_did(
         "entries": 0,
     }
     out, _ = _run(capsys, "prune", "--dir", str(missing))
-    assert out == ("removed 0 damaged entries, 0 temporary files of writers that are gone, "
-                   "evicted 0 entries\n")  # fmt: skip
+    assert out == (
+        "removed 0 damaged entries, 0 temporary files of writers that are gone, evicted 0 entries\n"
+    )
 
 
 def test_the_folder_defaults_to_netcl_cache_dir(
@@ -459,8 +510,9 @@ def test_a_bad_setting_is_a_usage_error_naming_it(
     """A bad NETCL_CACHE_MAX_BYTES or NETCL_CACHE_DISABLE: exit 2, the setting's own message."""
     root = str(tmp_path / "cache")
     monkeypatch.setenv("NETCL_CACHE_MAX_BYTES", "10X")
-    message = ("NETCL_CACHE_MAX_BYTES: expected a byte count such as 1073741824, 500M or 2G, "
-               "got '10X'")  # fmt: skip
+    message = (
+        "NETCL_CACHE_MAX_BYTES: expected a byte count such as 1073741824, 500M or 2G, got '10X'"
+    )
     for action in ("stats", "prune"):
         assert _run(capsys, action, "--dir", root, code=2) == (
             "",
@@ -496,9 +548,12 @@ def test_a_bad_max_bytes_option_names_the_option_once(
     [("clear", "programs"), ("clear", "stats.json"), ("zero", "stats.json"), ("prune", "programs")],
 )
 def test_a_change_the_file_system_refuses_is_one_line_naming_the_folder(
-    action: str, refused: str, list_folder: Path, capsys: pytest.CaptureFixture[str],
+    action: str,
+    refused: str,
+    list_folder: Path,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     """EROFS on a removal of an entry or of the totals (tests run as root, whom chmod does not
     stop): exit 1, "cannot change <folder>: Read-only file system", nothing on stdout."""
     root = list_folder
@@ -546,24 +601,27 @@ def test_the_help_names_every_action_and_option(
         "--dir DIR cache folder (default: NETCL_CACHE_DIR or ~/.cache/netcl) "
         "--json print exactly one JSON document on stdout (messages go to stderr)"
     )
-    assert text.startswith("usage: netcl cache [-h] [--dir DIR] [--json] ACTION ... "
-                           "Exit codes: 0 done, 1 refused or failed, 2 usage. ")  # fmt: skip
+    assert text.startswith(
+        "usage: netcl cache [-h] [--dir DIR] [--json] ACTION ... "
+        "Exit codes: 0 done, 1 refused or failed, 2 usage. "
+    )
     assert text.endswith(options)
     docs = {
         "stats": "size, entries, temporary files and hit/miss totals",
         "list": "one line per entry (least recently used first) and temporary file",
         "clear": "delete every entry and the hit/miss totals (a running writer's temporary "
-                 "file stays)",
+        "file stays)",
         "zero": "reset the hit/miss statistics to zero (entries stay)",
         "prune": "delete damaged entries and temporary files of writers that are gone, then "
-                 "evict least recently used entries down to the size cap",
-    }  # fmt: skip
+        "evict least recently used entries down to the size cap",
+    }
     assert "ACTION " + " ".join(f"{a} {d}" for a, d in docs.items()) + " options:" in text
     for action, doc in docs.items():
         sub = _help(capsys, "cache", action)
         extra = " [--max-bytes SIZE]" if action == "prune" else ""
-        assert sub.startswith(f"usage: netcl cache {action} [-h] [--dir DIR] [--json]{extra} "
-                              f"{doc} options:"), sub  # fmt: skip
+        assert sub.startswith(
+            f"usage: netcl cache {action} [-h] [--dir DIR] [--json]{extra} {doc} options:"
+        ), sub
         assert options in sub
     assert _help(capsys, "cache", "prune").endswith(
         "--max-bytes SIZE cap to prune to, e.g. 500M (default: the cache's cap)"
@@ -571,9 +629,13 @@ def test_the_help_names_every_action_and_option(
 
 
 def test_list_goes_on_past_an_entry_removed_meanwhile(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, add_src: Callable[..., str],
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    add_src: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """An entry another process removes between the folder's listing and the reading of its
     metadata is left out of `list`; the entries after it are still listed."""
     root = tmp_path / "cache"

@@ -19,8 +19,9 @@ SRC = "__kernel void f(__global int *a) { a[0] = 1; }"
 
 def _netcl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     run_env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    return subprocess.run([NETCL, *args], capture_output=True, text=True, timeout=120,
-                          env={**run_env, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [NETCL, *args], capture_output=True, text=True, timeout=120, env={**run_env, **(env or {})}
+    )
 
 
 def _one_entry(root: Path) -> None:

@@ -61,7 +61,9 @@ def test_processes_share_one_folder(cache_dir: Path) -> None:
     workers = [
         subprocess.Popen(
             [sys.executable, "-c", WORKER, str(cache_dir), str(i), "4", str(go)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for i in range(procs)
     ]
@@ -133,7 +135,9 @@ def test_processes_meet_a_fifo_entry(ctx: cl.Context, device: cl.Device, cache_d
     workers = [
         subprocess.Popen(
             [sys.executable, "-c", WORKER, str(cache_dir), str(i), "2", str(go)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for i in range(procs)
     ]

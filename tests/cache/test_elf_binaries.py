@@ -19,15 +19,30 @@ def _elf(wide: bool, order: str, sections: list[tuple[int, int, int]]) -> bytes:
     ph_off, sh_off = head_size, head_size + ph_size
     ident = b"\x7fELF" + bytes([2 if wide else 1, 1 if order == "<" else 2, 1]) + bytes(9)
     layout, entry = ("HHIQQQIHHHHHH", "IIQQQQIIQQ") if wide else ("HHIIIIIHHHHHH", "I" * 10)
-    head = ident + struct.pack(order + layout, 2, 62, 1, 0, ph_off, sh_off, 0, head_size,
-                               ph_size, 1, sh_size, len(sections), 0)  # fmt: skip
-    table = b"".join(struct.pack(order + entry, 0, kind, 0, 0, off, size, 0, 0, 0, 0)
-                     for kind, off, size in sections)  # fmt: skip
+    head = ident + struct.pack(
+        order + layout,
+        2,
+        62,
+        1,
+        0,
+        ph_off,
+        sh_off,
+        0,
+        head_size,
+        ph_size,
+        1,
+        sh_size,
+        len(sections),
+        0,
+    )
+    table = b"".join(
+        struct.pack(order + entry, 0, kind, 0, 0, off, size, 0, 0, 0, 0)
+        for kind, off, size in sections
+    )
     return head + bytes(ph_size) + table
 
 
-@pytest.mark.parametrize(("wide", "order"), [(True, "<"), (True, ">"), (False, "<"),
-                                             (False, ">")])  # fmt: skip
+@pytest.mark.parametrize(("wide", "order"), [(True, "<"), (True, ">"), (False, "<"), (False, ">")])
 def test_an_elf_binary_is_checked_against_its_own_header(wide: bool, order: str) -> None:
     whole = _elf(wide, order, [(1, 0, 16)])
     check_binary(whole)  # fine as it is
@@ -50,8 +65,7 @@ def test_an_elf_binary_is_checked_against_its_own_header(wide: bool, order: str)
     assert str(info.value).startswith("binary: cut inside a header (")
 
 
-@pytest.mark.parametrize(("wide", "order"), [(True, "<"), (True, ">"), (False, "<"),
-                                             (False, ">")])  # fmt: skip
+@pytest.mark.parametrize(("wide", "order"), [(True, "<"), (True, ">"), (False, "<"), (False, ">")])
 def test_offsets_past_the_signed_range_are_refused(wide: bool, order: str) -> None:
     # offsets are unsigned: a hostile 2**64 - 64 is far past the end, not 64 bytes before it
     whole = _elf(wide, order, [(1, 0, 16)])

@@ -30,9 +30,7 @@ BOUND = 1 << 20
 TAG_BYTES = tag_size(SECRET)
 
 
-def _reason(
-    data: bytes, secret: bytes | None = SECRET, key: str = KEY, bound: int = BOUND
-) -> str:
+def _reason(data: bytes, secret: bytes | None = SECRET, key: str = KEY, bound: int = BOUND) -> str:
     with pytest.raises(EntryError) as err:
         decode(data, key, secret=secret, max_bytes=bound)
     return err.value.reason
@@ -97,8 +95,15 @@ def _signed(meta: bytes, binary: bytes = b"") -> bytes:
         (b"{", "metadata"),
         (b'{"a":1} {}', "extra data"),  # the parser stops after the first value
     ],
-    ids=["30000-deep", "9-deep", "over-64KiB", "not-utf8", "not-an-object", "not-json",
-         "extra-data"],
+    ids=[
+        "30000-deep",
+        "9-deep",
+        "over-64KiB",
+        "not-utf8",
+        "not-an-object",
+        "not-json",
+        "extra-data",
+    ],
 )
 def test_any_metadata_parse_failure_is_a_refused_value(meta: bytes, why: str) -> None:
     """Signed by a key holder (or forged in unsigned mode), yet refused: a value, never an

@@ -94,8 +94,13 @@ def test_a_hit_touches_its_entry_at_a_granularity_of_a_minute(
     src = add_src(0.0, "touch")
     ProgramCache(cache_dir).get_program(ctx, src, device)
     (entry,) = ProgramCache(cache_dir).entries()
-    for offset, touched in ((-TOUCH_S / 2, False), (TOUCH_S / 2, False), (-TOUCH_S - 5, True),
-                            (TOUCH_S + 5, True), (-1e6, True)):  # fmt: skip
+    for offset, touched in (
+        (-TOUCH_S / 2, False),
+        (TOUCH_S / 2, False),
+        (-TOUCH_S - 5, True),
+        (TOUCH_S + 5, True),
+        (-1e6, True),
+    ):
         before = time.time()
         os.utime(entry.path, (before + offset, before + offset))
         c = ProgramCache(cache_dir)
@@ -175,16 +180,16 @@ def test_cli_entry_point_installed(cache_dir: Path) -> None:
     """`netcl cache` comes from this package's entry point (console script, new process)."""
     exe = Path(sys.executable).with_name("netcl")
     out = subprocess.run(
-        [str(exe), "cache", "--dir", str(cache_dir), "stats"], capture_output=True, text=True,
+        [str(exe), "cache", "--dir", str(cache_dir), "stats"],
+        capture_output=True,
+        text=True,
         timeout=60,
     )
     assert out.returncode == 0, out.stderr
     assert str(cache_dir) in out.stdout
 
 
-def test_cli_refuses_untrusted_folder(
-    cache_dir: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_refuses_untrusted_folder(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (cache_dir / "programs").mkdir(parents=True)
     (cache_dir / "programs" / "keep.clprg").write_bytes(b"x")
     os.chmod(cache_dir, 0o777)
@@ -197,9 +202,12 @@ def test_cli_refuses_untrusted_folder(
 
 
 def test_a_cap_equal_to_what_the_entries_take_keeps_them_all(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     """The cap is "at most": entries taking exactly ``--max-bytes`` stay; a byte less evicts."""
     c = ProgramCache(cache_dir)
     for name in "ab":

@@ -70,8 +70,10 @@ def test_untrusted_folder_is_not_used(
             pytest.skip("chown to another user needs root")  # CI runs as root
         os.chown(cache_dir, 12345, 12345)
     c = ProgramCache(cache_dir, registry=_Registry())  # as a new process: checked again
-    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"), \
-            pytest.warns(RuntimeWarning, match="is not used .* is not trusted"):
+    with (
+        caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"),
+        pytest.warns(RuntimeWarning, match="is not used .* is not trusted"),
+    ):
         check_add(c.get_program(ctx, add_src(1.0, "trust"), device), 1.0)
     assert c.stats.disk_hits == 0 and c.stats.compiles == 1  # the planted entry is not loaded
     (event,) = log_events("cache_dir_untrusted")
@@ -99,12 +101,11 @@ def test_folder_that_cannot_be_created(
     # the warning says what it costs and what to do, in full
     assert str(warned[0].message).endswith(
         "; programs compiled now are not kept on disk. Set NETCL_CACHE_DIR to a folder of your "
-        "own that you can write (it is created, private to you, when missing).")
+        "own that you can write (it is created, private to you, when missing)."
+    )
 
 
-def _inject(
-    monkeypatch: pytest.MonkeyPatch, folder: Path, code: int, *, on: str
-) -> list[str]:
+def _inject(monkeypatch: pytest.MonkeyPatch, folder: Path, code: int, *, on: str) -> list[str]:
     """Make ``os.write`` (on="write") or creating files (on="create") fail with ``code`` for
     files inside ``folder`` only: fault injection at the system-call wrappers."""
     hits: list[str] = []
@@ -147,8 +148,10 @@ def test_disk_full_on_write(
     c = ProgramCache(cache_dir)
     c.get_program(ctx, add_src(0.0, "enospc-old"), device)  # an intact older entry
     hits = _inject(monkeypatch, cache_dir, errno.ENOSPC, on="write")
-    with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"), \
-            pytest.warns(RuntimeWarning, match="cannot be written .No space left on device"):
+    with (
+        caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"),
+        pytest.warns(RuntimeWarning, match="cannot be written .No space left on device"),
+    ):
         check_add(c.get_program(ctx, add_src(2.0, "enospc"), device), 2.0)
     with caplog.at_level(logging.WARNING, logger="netcl.runtime.cache"):  # warned once already
         check_add(c.get_program(ctx, add_src(3.0, "enospc-2"), device), 3.0)
@@ -158,7 +161,8 @@ def test_disk_full_on_write(
     assert event.errno == errno.ENOSPC  # type: ignore[attr-defined]
     # the error as the system gave it, naming the file being written
     assert event.error == (  # type: ignore[attr-defined]
-        f"[Errno {errno.ENOSPC}] No space left on device: '{hits[0]}'")
+        f"[Errno {errno.ENOSPC}] No space left on device: '{hits[0]}'"
+    )
     # the entry that could not be written, not only its folder
     key = event.key  # type: ignore[attr-defined]
     assert event.path == str(cache_dir / "programs" / f"{key}.clprg")  # type: ignore[attr-defined]
@@ -253,14 +257,16 @@ def test_a_folder_removed_while_running_is_made_again(
     assert c.stats.write_errors == 1
     (locked,) = log_events("cache_lock_failed")
     assert locked.error == (  # type: ignore[attr-defined]
-        f"[Errno 2] the cache folder was removed: '{cache_dir / 'locks'}'")
+        f"[Errno 2] the cache folder was removed: '{cache_dir / 'locks'}'"
+    )
     (failed,) = log_events("cache_write_failed")
     key = failed.key  # type: ignore[attr-defined]
     assert failed.path == str(cache_dir / "programs" / f"{key}.clprg")  # type: ignore[attr-defined]
     assert failed.errno == errno.ENOENT  # type: ignore[attr-defined]
     # the error as the system gave it, naming the temporary file of the entry
     assert failed.error.startswith(  # type: ignore[attr-defined]
-        f"[Errno 2] No such file or directory: '{cache_dir / 'programs' / ('.' + key)}.")
+        f"[Errno 2] No such file or directory: '{cache_dir / 'programs' / ('.' + key)}."
+    )
     check_add(c.get_program(ctx, add_src(2.0, "gone-c"), device), 2.0)  # made again
     assert stat.S_IMODE(os.stat(cache_dir).st_mode) == 0o700
     assert c.stats.write_errors == 1 and len(c.entries()) == 1

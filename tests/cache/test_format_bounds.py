@@ -62,8 +62,12 @@ def test_header_and_tag_alone_are_long_enough_and_fail_on_the_metadata() -> None
 def test_pid_alive_edges() -> None:
     assert pid_alive(os.getpid()) and pid_alive(1)  # 1: init, always there
     assert not pid_alive(0) and not pid_alive(-1)  # never a single process
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert not pid_alive(int(done.stdout))  # exited and reaped
 
 

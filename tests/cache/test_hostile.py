@@ -228,7 +228,9 @@ WRITER = textwrap.dedent("""
 def _writer(cache_dir: Path, mode: str, flag: Path, src: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(cache_dir), mode, str(flag), src],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.time() + 90
     while not Path(str(flag) + ".ready").exists():
@@ -330,8 +332,10 @@ def test_bad_max_bytes_env_never_fails_get_program(
     (event,) = log_events("cache_config_invalid")  # once, not per call or per instance
     assert event.variable == "NETCL_CACHE_MAX_BYTES" and event.value == bad  # type: ignore[attr-defined]
     # why the value was refused, in the words `netcl config` uses, and what is used instead
-    assert event.error == ("NETCL_CACHE_MAX_BYTES: expected a byte count such as "  # type: ignore[attr-defined]
-                           f"1073741824, 500M or 2G, got {bad!r}")  # fmt: skip
+    assert event.error == (
+        "NETCL_CACHE_MAX_BYTES: expected a byte count such as "  # type: ignore[attr-defined]
+        f"1073741824, 500M or 2G, got {bad!r}"
+    )
     assert event.using == str(DEFAULT_MAX_BYTES)  # type: ignore[attr-defined]
     assert c.max_bytes == DEFAULT_MAX_BYTES and len(c.entries()) == 2
 
@@ -353,10 +357,14 @@ def test_bad_disable_env_warns_and_keeps_the_disk_tier(
         check_add(c.get_program(ctx, add_src(3.0, "baddisable"), device), 3.0)
     (event,) = log_events("cache_config_invalid")
     assert (event.variable, event.value, event.using) == (  # type: ignore[attr-defined]
-        "NETCL_CACHE_DISABLE", f"maybe-{cache_dir.parent.name}", "False")
+        "NETCL_CACHE_DISABLE",
+        f"maybe-{cache_dir.parent.name}",
+        "False",
+    )
     assert event.error == (  # type: ignore[attr-defined]
         f"NETCL_CACHE_DISABLE='maybe-{cache_dir.parent.name}': expected 1 to turn the disk tier "
-        "off or 0 for off (true/false, yes/no and on/off work too)")
+        "off or 0 for off (true/false, yes/no and on/off work too)"
+    )
     assert c.enabled and len(c.entries()) == 2
 
 
@@ -400,8 +408,9 @@ def test_memory_tier_is_bounded(
     assert one.stats.memory_hits == 1
 
 
-def test_header_lengths_are_bounded(cache_dir: Path, ctx: cl.Context, device: cl.Device,
-                                    add_src: Callable[..., str]) -> None:
+def test_header_lengths_are_bounded(
+    cache_dir: Path, ctx: cl.Context, device: cl.Device, add_src: Callable[..., str]
+) -> None:
     """The reader never reads past what the header declares, and refuses huge declarations."""
     from netcl.runtime.cache._entry import EntryError
 

@@ -92,7 +92,13 @@ def test_key_recipe() -> None:
     # framing: moving bytes between parts changes the key
     assert _entry.compute_key(b"ab", "c", "d") != _entry.compute_key(b"a", "bc", "d")
     assert _entry.include_dirs('-I a -Ib "-I" "c d" /I e -DX /If -I=g') == [
-        "a", "b", "c d", "e", "f", "g"]  # fmt: skip
+        "a",
+        "b",
+        "c d",
+        "e",
+        "f",
+        "g",
+    ]
 
 
 def test_the_key_recipe_is_stable(tmp_path: Path) -> None:
@@ -103,9 +109,16 @@ def test_the_key_recipe_is_stable(tmp_path: Path) -> None:
     src = b'#include "found.h"\n#include <absent.h>\n__kernel void k() {}\n'
     opts = f"-I {tmp_path}"
     h = hashlib.sha256()
-    parts = [(b"fmt", str(_entry.FORMAT_VERSION).encode()), (b"dev", b"dev"),
-             (b"opt", opts.encode()), (b"src", src), (b"inc", b"found.h"),
-             (b"dat", b"#define N 4\n"), (b"inc", b"absent.h"), (b"miss", b"")]  # fmt: skip
+    parts = [
+        (b"fmt", str(_entry.FORMAT_VERSION).encode()),
+        (b"dev", b"dev"),
+        (b"opt", opts.encode()),
+        (b"src", src),
+        (b"inc", b"found.h"),
+        (b"dat", b"#define N 4\n"),
+        (b"inc", b"absent.h"),
+        (b"miss", b""),
+    ]
     for tag, data in parts:
         h.update(tag + struct.pack("<Q", len(data)) + data)
     assert _entry.compute_key(src, opts, "dev") == h.hexdigest()

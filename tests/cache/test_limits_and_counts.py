@@ -41,8 +41,11 @@ def test_a_remote_timeout_that_is_not_a_number_is_refused(
     monkeypatch: pytest.MonkeyPatch, raw: str
 ) -> None:
     monkeypatch.setenv("NETCL_CACHE_REMOTE_TIMEOUT", raw)
-    with pytest.raises(ValueError, match=r"^NETCL_CACHE_REMOTE_TIMEOUT: expected a number of "
-                       rf"seconds > 0 such as 1 or 0\.5, got '{raw}'$"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"^NETCL_CACHE_REMOTE_TIMEOUT: expected a number of "
+        rf"seconds > 0 such as 1 or 0\.5, got '{raw}'$",
+    ):
         REMOTE_TIMEOUT.value()
     monkeypatch.setenv("NETCL_CACHE_REMOTE_TIMEOUT", "0.25")
     assert REMOTE_TIMEOUT.value() == 0.25

@@ -22,9 +22,12 @@ from netcl.runtime.cache._store import _TMP_NAME, SUFFIX
 
 
 def test_a_fifo_at_an_entry_name_is_listed_as_damaged_with_its_kind(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     ProgramCache(cache_dir).get_program(ctx, add_src(0.0, "list-fifo"), device)
     os.mkfifo(cache_dir / "programs" / f"{'f' * 64}{SUFFIX}")
     assert cli.main(["cache", "list", "--json", "--dir", str(cache_dir)]) == 0
@@ -34,9 +37,12 @@ def test_a_fifo_at_an_entry_name_is_listed_as_damaged_with_its_kind(
 
 
 def test_the_totals_of_two_flushes_add_up(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     c = ProgramCache(cache_dir)
     c.get_program(ctx, add_src(0.0, "totals-1"), device)  # a miss
     c.flush_stats()
@@ -51,9 +57,13 @@ def test_the_totals_of_two_flushes_add_up(
 
 
 def test_totals_that_cannot_be_saved_are_kept_for_the_next_flush(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
-    capsys: pytest.CaptureFixture[str], log_events: Callable[[str], list[logging.LogRecord]],
-) -> None:  # fmt: skip
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+    log_events: Callable[[str], list[logging.LogRecord]],
+) -> None:
     c = ProgramCache(cache_dir)
     c.get_program(ctx, add_src(0.0, "totals-blocked"), device)  # a miss
     (cache_dir / "stats.json").mkdir()  # where the totals go: a folder, so the write fails
@@ -68,9 +78,12 @@ def test_totals_that_cannot_be_saved_are_kept_for_the_next_flush(
 
 
 def test_the_totals_are_written_under_a_name_the_cache_knows_as_its_own_temporary_file(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     # a writer killed before its rename leaves that file: prune and clear remove it by its name
     c = ProgramCache(cache_dir)
     c.get_program(ctx, add_src(0.0, "totals-temp"), device)
@@ -81,10 +94,14 @@ def test_the_totals_are_written_under_a_name_the_cache_knows_as_its_own_temporar
     (name,) = renamed
     assert _TMP_NAME.match(name) and name.startswith(".stats."), name
 
+
 def test_a_quoted_include_is_found_beside_its_includer_first(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, tmp_path: Path,
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    tmp_path: Path,
     check_add: Callable[..., None],
-) -> None:  # fmt: skip
+) -> None:
     first, second = tmp_path / "first", tmp_path / "second"
     first.mkdir()
     second.mkdir()
@@ -105,9 +122,13 @@ def test_a_quoted_include_is_found_beside_its_includer_first(
 
 
 def test_stats_text_shows_the_share_of_the_cap_and_one_line_per_counter(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("NETCL_CACHE_MAX_BYTES", "100K")
     monkeypatch.setenv("COLUMNS", "200")
     c = ProgramCache(cache_dir)
@@ -128,18 +149,24 @@ def test_stats_text_shows_the_share_of_the_cap_and_one_line_per_counter(
 
 
 def test_clear_says_how_many_files_it_removed_and_where(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     ProgramCache(cache_dir).get_program(ctx, add_src(0.0, "clear-text"), device)
     assert cli.main(["cache", "clear", "--dir", str(cache_dir)]) == 0
     assert capsys.readouterr().out == f"removed 1 file from {cache_dir}\n"
 
 
 def test_zero_resets_the_totals_and_keeps_the_entries(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     d = ["--dir", str(cache_dir)]
     assert cli.main(["cache", "zero", *d]) == 0
     assert capsys.readouterr().out == f"nothing to zero: {cache_dir} (not created yet)\n"
@@ -156,9 +183,12 @@ def test_zero_resets_the_totals_and_keeps_the_entries(
 
 
 def test_a_hidden_file_with_the_entry_suffix_is_not_an_entry(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     # a name starting with a dot is never one the cache writes as an entry: not listed, not
     # counted, not removed by clear
     ProgramCache(cache_dir).get_program(ctx, add_src(0.0, "hidden-suffix"), device)

@@ -23,14 +23,15 @@ def _pocl(version: int, flags: int) -> bytes:
     roots = [_file(b"program.bc", b"BC\xc0\xde" * 4)]
     files = _file(b"k/kernel.so", b"\x7fELF-ish" * 3)
     info = b"arg-info"
-    kernels = [struct.pack("<QQI", 20 + len(info) + len(files), len(files), len(info)) + info
-               + files]  # fmt: skip
-    head = struct.pack("<8sQIIQI41s", b"poclbin\0", 7, version, len(kernels), flags, len(roots),
-                       b"a" * 40 + b"\0")  # fmt: skip
+    kernels = [
+        struct.pack("<QQI", 20 + len(info) + len(files), len(files), len(info)) + info + files
+    ]
+    head = struct.pack(
+        "<8sQIIQI41s", b"poclbin\0", 7, version, len(kernels), flags, len(roots), b"a" * 40 + b"\0"
+    )
     if version >= 10 and flags & 2:
         head += struct.pack("<Q", 12345)  # the u64 after the hash
-    return (head + b"".join(struct.pack("<Q", len(r)) + r for r in roots)
-            + b"".join(kernels))  # fmt: skip
+    return head + b"".join(struct.pack("<Q", len(r)) + r for r in roots) + b"".join(kernels)
 
 
 @pytest.mark.parametrize(("version", "flags"), [(9, 0), (9, 2), (10, 0), (10, 2), (11, 3)])
@@ -107,8 +108,11 @@ def test_a_binary_before_format_9_has_one_bitcode_file_then_its_kernels() -> Non
     head = struct.pack("<8sQIIQ41s", b"poclbin\0", 7, 8, 0, 0, b"a" * 40 + b"\0")
     check_binary(head + bitcode)
     root = _file(b"program.bc", b"BC\xc0\xde")  # format 9, no kernels: a root entry ends it
-    check_binary(struct.pack("<8sQIIQI41s", b"poclbin\0", 7, 9, 0, 0, 1, b"a" * 40 + b"\0")
-                 + struct.pack("<Q", len(root)) + root)  # fmt: skip
+    check_binary(
+        struct.pack("<8sQIIQI41s", b"poclbin\0", 7, 9, 0, 0, 1, b"a" * 40 + b"\0")
+        + struct.pack("<Q", len(root))
+        + root
+    )
     cut = head + bitcode[:-1]
     assert _message(cut) == (
         f"binary: a file record ends at byte {len(head + bitcode)}, the binary has {len(cut)}"

@@ -131,8 +131,12 @@ def test_entry_header_is_plain_data(
 
 
 def test_an_entry_written_for_another_device_identity_is_refused(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
-    check_add: Callable[..., None], caplog: pytest.LogCaptureFixture,
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    caplog: pytest.LogCaptureFixture,
     log_events: Callable[[str], list[logging.LogRecord]],
 ) -> None:
     """Right key and checksum, another driver's binary: never handed to this driver (the disk
@@ -164,9 +168,12 @@ with store.lock(sys.argv[2], 30.0) as held:
 
 
 def test_an_entry_damaged_while_this_process_waited_for_the_lock_is_reported(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, tmp_path: Path,
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    tmp_path: Path,
     add_src: Callable[..., str],
-) -> None:  # fmt: skip
+) -> None:
     """No entry at first; another process holds the key's lock and leaves a damaged entry: found
     once the lock is ours, it is counted as corrupt and compiled again."""
     src = add_src(0.0, "damaged-while-waiting")
@@ -174,8 +181,9 @@ def test_an_entry_damaged_while_this_process_waited_for_the_lock_is_reported(
     probe.get_program(ctx, src, device)
     key = probe.entries()[0].key
     ProgramCache(cache_dir).entries()  # makes the folders
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(cache_dir), key],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(cache_dir), key], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         c = ProgramCache(cache_dir)

@@ -81,15 +81,22 @@ def test_redis_not_imported_without_a_usable_remote(tmp_path: Path, env: dict[st
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NETCL_CACHE_REMOTE")}
     out = subprocess.run(
         [sys.executable, "-c", NO_IMPORT, str(tmp_path / "c")],
-        env={**clean, **env}, capture_output=True, text=True, timeout=120,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]
 
 
 def test_bad_configuration_warns_once_and_compiles(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, add_src: Callable[..., str],
-    check_add: Callable[..., None], log_events: Callable[[str], list[Any]],
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    log_events: Callable[[str], list[Any]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for url in ("http://127.0.0.1:1/0", "redis://127.0.0.1:1/0?socket_timeout=bad"):
@@ -145,14 +152,22 @@ PUBLISH = textwrap.dedent("""
 
 
 def test_remote_hit_across_processes(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
-    add_src: Callable[..., str], check_add: Callable[..., None], spans: Any,
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    spans: Any,
 ) -> None:
     src = add_src(3.0, f"across-{time.time_ns()}")
     env = {**os.environ, "NETCL_CACHE_REMOTE": server.url, "NETCL_CACHE_REMOTE_KEY": SECRET}
     out = subprocess.run(
         [sys.executable, "-c", PUBLISH, str(tmp_path / "machine-a"), src],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     a = json.loads(out.stdout)
@@ -173,9 +188,14 @@ def test_remote_hit_across_processes(
 
 
 def test_a_damaged_local_entry_replaced_from_the_remote_is_a_remote_hit(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
-    add_src: Callable[..., str], check_add: Callable[..., None], spans: Any,
-) -> None:  # fmt: skip
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    spans: Any,
+) -> None:
     """The local entry damaged, the remote's value good: the lookup's result is "remote" (what
     served it), not "recovered" (a compile after damage), and the damage is counted."""
     src = add_src(4.0, f"damaged-local-{time.time_ns()}")
@@ -190,8 +210,13 @@ def test_a_damaged_local_entry_replaced_from_the_remote_is_a_remote_hit(
 
 
 def test_remote_without_a_disk_tier(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
-    add_src: Callable[..., str], check_add: Callable[..., None], spans: Any,
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    spans: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("NETCL_CACHE_DISABLE", "1")
@@ -206,8 +231,13 @@ def test_remote_without_a_disk_tier(
 
 
 def test_a_build_another_machine_finished_while_this_one_waited_is_a_remote_hit(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
-    add_src: Callable[..., str], check_add: Callable[..., None], spans: Any,
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    spans: Any,
     metric_points: Callable[[str], list[Any]],
 ) -> None:
     """A lookup that waits for another machine's remote lock and then loads that machine's
@@ -223,14 +253,14 @@ def test_a_build_another_machine_finished_while_this_one_waited_is_a_remote_hit(
         (key,) = set(r.keys(PREFIX + "*")) - before
         value = r.get(key)
         # what A published names its device, options and source size
-        meta, _ = decode(value, key.decode()[len(PREFIX):], secret=SECRET.encode())
+        meta, _ = decode(value, key.decode()[len(PREFIX) :], secret=SECRET.encode())
         assert (meta["device"], meta["identity"]) == (device.name, device_identity(device))
         assert (meta["options"], meta["source_bytes"]) == ("", len(src.encode()))
         # machine A's build again: the value taken away, A's lock held (a fresh stamp) until
         # A publishes the value and releases the lock, 0.3 s later
         r.delete(key)
         secs, micros = r.time()
-        lock = PREFIX + "lock:" + key.decode()[len(PREFIX):]
+        lock = PREFIX + "lock:" + key.decode()[len(PREFIX) :]
         r.set(lock, f"machine-a:{secs * 1000 + micros // 1000}", px=5000)
 
         def finish(key: bytes = key, value: bytes = value, lock: str = lock) -> None:
@@ -238,8 +268,9 @@ def test_a_build_another_machine_finished_while_this_one_waited_is_a_remote_hit(
             r.set(key, value)
             r.delete(lock)
 
-        remote_before = _point_sum(metric_points("netcl.cache.lookups"),
-                                   **{"netcl.cache.result": "remote"})  # fmt: skip
+        remote_before = _point_sum(
+            metric_points("netcl.cache.lookups"), **{"netcl.cache.result": "remote"}
+        )
         a = threading.Thread(target=finish)
         a.start()
         try:
@@ -247,8 +278,10 @@ def test_a_build_another_machine_finished_while_this_one_waited_is_a_remote_hit(
         finally:
             a.join()
         assert _result(spans) == "remote"
-        assert _point_sum(metric_points("netcl.cache.lookups"),
-                          **{"netcl.cache.result": "remote"}) == remote_before + 1  # fmt: skip
+        assert (
+            _point_sum(metric_points("netcl.cache.lookups"), **{"netcl.cache.result": "remote"})
+            == remote_before + 1
+        )
         assert b.stats.remote_waits == n and b.stats.remote_hits == n
         assert b.stats.compiles == 0 and b.stats.misses == 0
         assert b.stats.remote_lock_timeouts == 0
@@ -256,8 +289,13 @@ def test_a_build_another_machine_finished_while_this_one_waited_is_a_remote_hit(
 
 
 def test_unsigned_opt_in(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
-    add_src: Callable[..., str], check_add: Callable[..., None], monkeypatch: pytest.MonkeyPatch,
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("NETCL_CACHE_REMOTE_UNSIGNED", "1")
     src = add_src(4.0, f"unsigned-{time.time_ns()}")
@@ -296,14 +334,26 @@ def _tamper(value: bytes, how: str, key: str) -> bytes:
 
 @pytest.mark.parametrize(
     ("how", "reason"),
-    [("tampered", "signature"), ("foreign-key", "signature"), ("truncated", "truncated"),
-     ("other-device", "identity"), ("pickle", "foreign")],
+    [
+        ("tampered", "signature"),
+        ("foreign-key", "signature"),
+        ("truncated", "truncated"),
+        ("other-device", "identity"),
+        ("pickle", "foreign"),
+    ],
 )
 def test_bad_values_are_refused_and_replaced(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
-    add_src: Callable[..., str], check_add: Callable[..., None], spans: Any,
-    log_events: Callable[[str], list[Any]], metric_points: Callable[[str], list[Any]],
-    how: str, reason: str,
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    spans: Any,
+    log_events: Callable[[str], list[Any]],
+    metric_points: Callable[[str], list[Any]],
+    how: str,
+    reason: str,
 ) -> None:
     src = add_src(5.0, f"bad-{how}-{time.time_ns()}")
     writer = _cache(tmp_path, server.url)
@@ -313,8 +363,9 @@ def test_bad_values_are_refused_and_replaced(
     name = PREFIX + key
     r = server.client()
     r.set(name, _tamper(r.get(name), how, key))
-    before = _point_sum(metric_points("netcl.cache.remote.rejected"), **{
-        "netcl.cache.reason": reason})
+    before = _point_sum(
+        metric_points("netcl.cache.remote.rejected"), **{"netcl.cache.reason": reason}
+    )
 
     reader = _cache(tmp_path, server.url)
     check_add(reader.get_program(ctx, src, device), 5.0)  # compiled, not loaded
@@ -323,8 +374,9 @@ def test_bad_values_are_refused_and_replaced(
     assert reader.stats.remote_hits == 0
     (event,) = log_events("cache_remote_rejected")
     assert event.levelname == "WARNING"
-    after = _point_sum(metric_points("netcl.cache.remote.rejected"), **{
-        "netcl.cache.reason": reason})
+    after = _point_sum(
+        metric_points("netcl.cache.remote.rejected"), **{"netcl.cache.reason": reason}
+    )
     assert after == before + 1
     # the recompiled program replaced the bad value: the next machine gets a remote hit
     third = _cache(tmp_path, server.url)
@@ -333,8 +385,12 @@ def test_bad_values_are_refused_and_replaced(
 
 
 def test_oversized_values_are_neither_read_nor_written(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
-    add_src: Callable[..., str], check_add: Callable[..., None],
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
 ) -> None:
     src = add_src(6.0, f"big-{time.time_ns()}")
     small = _cache(tmp_path, server.url)
@@ -357,9 +413,14 @@ def test_oversized_values_are_neither_read_nor_written(
 
 
 def test_redis_killed_in_the_middle_of_a_run(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, own_server: RedisServer,
-    add_src: Callable[..., str], check_add: Callable[..., None],
-    log_events: Callable[[str], list[Any]], metric_points: Callable[[str], list[Any]],
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    own_server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    log_events: Callable[[str], list[Any]],
+    metric_points: Callable[[str], list[Any]],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level("INFO", "netcl.runtime.cache")
@@ -402,8 +463,12 @@ def test_redis_killed_in_the_middle_of_a_run(
 
 
 def test_slow_redis_costs_one_timeout_per_lookup_until_the_breaker_opens(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, add_src: Callable[..., str],
-    check_add: Callable[..., None], metric_points: Callable[[str], list[Any]],
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    metric_points: Callable[[str], list[Any]],
 ) -> None:
     pytest.importorskip("redis", reason="redis-py missing: pip install 'netcl-cache[redis]'")
 
@@ -431,8 +496,12 @@ def test_slow_redis_costs_one_timeout_per_lookup_until_the_breaker_opens(
 
 
 def test_full_redis_and_wrong_password_never_fail_get_program(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, own_server: RedisServer,
-    add_src: Callable[..., str], check_add: Callable[..., None],
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    own_server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
     metric_points: Callable[[str], list[Any]],
 ) -> None:
     tag = time.time_ns()
@@ -452,8 +521,7 @@ def test_full_redis_and_wrong_password_never_fail_get_program(
     bad = own_server.url.replace(own_server.password, "wrong-password")
     denied = _cache(tmp_path, bad)
     for i in range(4):
-        check_add(denied.get_program(ctx, add_src(float(i), f"auth-{tag}-{i}"), device),
-                  float(i))
+        check_add(denied.get_program(ctx, add_src(float(i), f"auth-{tag}-{i}"), device), float(i))
     assert denied.stats.remote_errors == 3 and denied.stats.compiles == 4
     tier = denied.remote
     assert tier is not None and tier.breaker_open
@@ -462,15 +530,20 @@ def test_full_redis_and_wrong_password_never_fail_get_program(
 
 
 def test_the_lock_is_released_after_the_server_refused_the_write(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, own_server: RedisServer,
-    add_src: Callable[..., str], check_add: Callable[..., None],
-) -> None:  # fmt: skip
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    own_server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+) -> None:
     """A server that lets this user take the lock but refuses the value's write (NOPERM): the
     lookup compiles, counts one remote error and still releases its lock, so that other
     machines need not wait for it to expire."""
     admin = own_server.client()
-    admin.execute_command("ACL", "SETUSER", "locker", "on", ">locker-pw", "+@all", "%R~*",
-                          f"~{PREFIX}lock:*")  # fmt: skip
+    admin.execute_command(
+        "ACL", "SETUSER", "locker", "on", ">locker-pw", "+@all", "%R~*", f"~{PREFIX}lock:*"
+    )
     c = _cache(tmp_path, f"redis://locker:locker-pw@127.0.0.1:{own_server.port}/0")
     check_add(c.get_program(ctx, add_src(2.0, f"noperm-{time.time_ns()}"), device), 2.0)
     assert (c.stats.compiles, c.stats.remote_writes, c.stats.remote_errors) == (1, 0, 1)
@@ -511,16 +584,29 @@ def test_six_processes_compile_a_new_kernel_once(tmp_path: Path, server: RedisSe
         f"__kernel void k{j}(__global float *x) {{ x[get_global_id(0)] *= {j}.5f; }}\n"
         for j in range(40)
     )
-    src = (f"// race {time.time_ns()}\n" + body + "__kernel void inc(__global const float *a, "
-           "__global float *c) { int i = get_global_id(0); c[i] = a[i] + 7.0f; }\n")
+    src = (
+        f"// race {time.time_ns()}\n" + body + "__kernel void inc(__global const float *a, "
+        "__global float *c) { int i = get_global_id(0); c[i] = a[i] + 7.0f; }\n"
+    )
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     env = {**os.environ, "NETCL_CACHE_REMOTE": server.url, "NETCL_CACHE_REMOTE_KEY": SECRET}
     racers = [
         subprocess.Popen(
-            [sys.executable, "-c", RACER, str(tmp_path / f"machine-{i}"), src, str(barrier),
-             str(i), str(n)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-c",
+                RACER,
+                str(tmp_path / f"machine-{i}"),
+                src,
+                str(barrier),
+                str(i),
+                str(n),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for i in range(n)
     ]
@@ -540,22 +626,30 @@ def test_six_processes_compile_a_new_kernel_once(tmp_path: Path, server: RedisSe
 
 
 def test_cli_stats_shows_the_remote(
-    tmp_path: Path, own_server: RedisServer, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    own_server: RedisServer,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from netcl.core.cli import main
 
     def stats(json_out: bool) -> int:  # the `netcl cache stats` command, in this process
-        return main(["cache", "stats", "--dir", str(tmp_path / "local"),
-                     *(["--json"] if json_out else [])])  # fmt: skip
+        return main(
+            ["cache", "stats", "--dir", str(tmp_path / "local"), *(["--json"] if json_out else [])]
+        )
 
     (tmp_path / "local").mkdir(mode=0o700)
     monkeypatch.setenv("NETCL_CACHE_REMOTE", own_server.url)
     monkeypatch.setenv("NETCL_CACHE_REMOTE_KEY", SECRET)
     assert stats(True) == 0
     info = json.loads(capsys.readouterr().out)["remote"]
-    assert info == {"configured": True, "url": f"redis://***@127.0.0.1:{own_server.port}/0",
-                    "usable": True, "signed": True, "reachable": True}
+    assert info == {
+        "configured": True,
+        "url": f"redis://***@127.0.0.1:{own_server.port}/0",
+        "usable": True,
+        "signed": True,
+        "reachable": True,
+    }
     assert stats(False) == 0
     text = capsys.readouterr().out
     assert f"redis://***@127.0.0.1:{own_server.port}/0  reachable\n" in text
@@ -579,9 +673,13 @@ def test_cli_stats_shows_the_remote(
 
 
 def test_each_remote_call_is_timed_under_its_operation_name(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
-    add_src: Callable[..., str], metric_points: Callable[[str], list[Any]],
-) -> None:  # fmt: skip
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    add_src: Callable[..., str],
+    metric_points: Callable[[str], list[Any]],
+) -> None:
     """A miss that publishes its program makes one call of each kind, and the duration metric
     tells them apart by ``netcl.cache.remote.op``: get, lock, set, unlock."""
 
@@ -598,19 +696,26 @@ def test_each_remote_call_is_timed_under_its_operation_name(
     assert c.stats.remote_writes == 1
     after = counts()
     assert {op: after[op] - before.get(op, 0) for op in after} == {
-        "get": 1, "lock": 1, "set": 1, "unlock": 1}
+        "get": 1,
+        "lock": 1,
+        "set": 1,
+        "unlock": 1,
+    }
 
 
 def test_a_server_that_refuses_every_command_is_not_down(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, own_server: RedisServer,
-    add_src: Callable[..., str], check_add: Callable[..., None],
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    own_server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
     log_events: Callable[[str], list[Any]],
-) -> None:  # fmt: skip
+) -> None:
     """A user without permissions (NOPERM): every lookup's first call fails and is logged with
     the server's own words, but a server that answers is not down, so the breaker never opens
     and each lookup tries again."""
-    own_server.client().acl_setuser("nobody", enabled=True, passwords=["+nopw"],
-                                    commands=["+ping"])  # fmt: skip
+    own_server.client().acl_setuser("nobody", enabled=True, passwords=["+nopw"], commands=["+ping"])
     url = f"redis://nobody:nopw@127.0.0.1:{own_server.port}/0"
     c = _cache(tmp_path, url)
     tag = time.time_ns()

@@ -124,8 +124,12 @@ BAD_OPTIONS = {
 
 @pytest.mark.parametrize("query", sorted(BAD_OPTIONS))
 def test_an_option_redis_py_refuses_turns_the_remote_off_with_one_warning(
-    query: str, ctx: cl.Context, device: cl.Device, tmp_path: Path,
-    add_src: Callable[..., str], check_add: Callable[..., None],
+    query: str,
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
     log_events: Callable[[str], list[Any]],
 ) -> None:
     pytest.importorskip("redis", reason="redis-py missing: pip install 'netcl-cache[redis]'")
@@ -143,10 +147,18 @@ def test_an_option_redis_py_refuses_turns_the_remote_off_with_one_warning(
 @pytest.mark.parametrize("query", ["socket_timeout=-1", "bogus_option=1"])
 def test_cache_stats_json_with_a_refused_option(query: str, tmp_path: Path) -> None:
     pytest.importorskip("redis", reason="redis-py missing: pip install 'netcl-cache[redis]'")
-    env = {**os.environ, "NETCL_CACHE_REMOTE": f"redis://127.0.0.1:1/0?{query}",
-           "NETCL_CACHE_REMOTE_KEY": SECRET}  # fmt: skip
-    out = subprocess.run([NETCL, "cache", "stats", "--json", "--dir", str(tmp_path)],
-                         capture_output=True, text=True, timeout=120, env=env)
+    env = {
+        **os.environ,
+        "NETCL_CACHE_REMOTE": f"redis://127.0.0.1:1/0?{query}",
+        "NETCL_CACHE_REMOTE_KEY": SECRET,
+    }
+    out = subprocess.run(
+        [NETCL, "cache", "stats", "--json", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr
     remote = json.loads(out.stdout)["remote"]
@@ -179,8 +191,9 @@ def test_the_warning_about_a_refused_option_names_it_in_full(
     """The ``cache_remote_unusable`` warning's reason, as an operator reads it in the log: the
     option by its name alone, what it must be and what the URL gave."""
     pytest.importorskip("redis", reason="redis-py missing: pip install 'netcl-cache[redis]'")
-    c = ProgramCache(tmp_path / "local", remote=f"redis://:pw@127.0.0.1:1/0?{query}",
-                     remote_key=SECRET)  # fmt: skip
+    c = ProgramCache(
+        tmp_path / "local", remote=f"redis://:pw@127.0.0.1:1/0?{query}", remote_key=SECRET
+    )
     check_add(c.get_program(ctx, add_src(1.0, f"reason-{query}"), device), 1.0)
     (event,) = log_events("cache_remote_unusable")
     assert event.reason == REASONS[query]  # type: ignore[attr-defined]
@@ -197,8 +210,10 @@ def test_options_at_their_limits_are_used(
 ) -> None:
     """Every checked option at the edge of what it allows (a timeout under a second, integers at
     their least) is a usable remote: the program compiled here is published to Redis."""
-    query = ("socket_timeout=0.5&socket_connect_timeout=0.25&max_connections=1&db=0"
-             "&health_check_interval=0&socket_read_size=1")  # fmt: skip
+    query = (
+        "socket_timeout=0.5&socket_connect_timeout=0.25&max_connections=1&db=0"
+        "&health_check_interval=0&socket_read_size=1"
+    )
     src = add_src(1.0, f"limits-{time.time_ns()}")
     c = ProgramCache(tmp_path / "local", remote=f"{server.url}?{query}", remote_key=SECRET)
     check_add(c.get_program(ctx, src, device), 1.0)
@@ -215,10 +230,18 @@ def test_options_at_their_limits_are_used(
     [("256KiB/s", 16 << 10, 1 / 16, 8 << 20), ("trickle-1KiB/0.4s", 1 << 10, 0.4, 32 << 10)],
 )
 def test_a_slow_transfer_ends_at_the_deadline(
-    link: str, chunk: int, every: float, size: int,
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
-    proxy: Callable[[int, float], PacedProxy], add_src: Callable[..., str],
-    check_add: Callable[..., None], metric_points: Callable[[str], list[Any]],
+    link: str,
+    chunk: int,
+    every: float,
+    size: int,
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    proxy: Callable[[int, float], PacedProxy],
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    metric_points: Callable[[str], list[Any]],
 ) -> None:
     src = add_src(2.0, f"slow-{link}-{time.time_ns()}")
     key = _key(src, device)
@@ -237,14 +260,17 @@ def test_a_slow_transfer_ends_at_the_deadline(
     before = _remote_seconds(metric_points)
     check_add(c.get_program(ctx, src, device), 2.0)  # a miss, compiled here
     in_redis = _remote_seconds(metric_points) - before
-    print(f"\n{link}: tier.get {alone:.3f} s, get_program's remote calls {in_redis:.3f} s "
-          f"(deadline {DEADLINE_S} s)")
+    print(
+        f"\n{link}: tier.get {alone:.3f} s, get_program's remote calls {in_redis:.3f} s "
+        f"(deadline {DEADLINE_S} s)"
+    )
     assert alone < DEADLINE_S + 0.2 and in_redis < DEADLINE_S + 0.2
     assert c.stats.remote_errors == 1 and c.stats.compiles == 1 and c.stats.misses == 1
 
 
 def test_the_deadline_is_a_setting(
-    server: RedisServer, proxy: Callable[[int, float], PacedProxy],
+    server: RedisServer,
+    proxy: Callable[[int, float], PacedProxy],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     server.client().set(PREFIX + "ab" * 32, os.urandom(1 << 20))
@@ -295,8 +321,12 @@ def test_a_call_waiting_on_redis_runs_on_a_daemon_thread_named_for_the_cache(
 
 
 def test_deeply_nested_metadata_is_a_rejected_value(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
-    add_src: Callable[..., str], check_add: Callable[..., None],
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
     log_events: Callable[[str], list[Any]],
 ) -> None:
     src = add_src(3.0, f"nested-{time.time_ns()}")
@@ -327,9 +357,15 @@ STALE = {
 
 @pytest.mark.parametrize("how", sorted(STALE))
 def test_a_stale_lock_is_taken_over_at_once(
-    how: str, ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
-    proxy: Callable[[int, float], PacedProxy], add_src: Callable[..., str],
-    check_add: Callable[..., None], metric_points: Callable[[str], list[Any]],
+    how: str,
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    proxy: Callable[[int, float], PacedProxy],
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    metric_points: Callable[[str], list[Any]],
     log_events: Callable[[str], list[Any]],
 ) -> None:
     src = add_src(4.0, f"stale-{how}-{time.time_ns()}")
@@ -350,12 +386,15 @@ def test_a_stale_lock_is_taken_over_at_once(
     assert r.get(PREFIX + "lock:" + key) is None  # taken over, then released
 
 
-
 def test_a_live_lock_is_waited_for_until_the_lock_timeout_then_the_program_compiled(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
-    add_src: Callable[..., str], check_add: Callable[..., None],
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
     log_events: Callable[[str], list[Any]],
-) -> None:  # fmt: skip
+) -> None:
     src = add_src(4.0, f"live-lock-{time.time_ns()}")
     key = _key(src, device)
     r = server.client()
@@ -372,9 +411,13 @@ def test_a_live_lock_is_waited_for_until_the_lock_timeout_then_the_program_compi
 
 
 def test_a_lock_released_while_waiting_is_taken_and_the_entry_expires_in_thirty_days(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
-    add_src: Callable[..., str], check_add: Callable[..., None],
-) -> None:  # fmt: skip
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+) -> None:
     src = add_src(4.0, f"released-lock-{time.time_ns()}")
     key = _key(src, device)
     r = server.client()
@@ -384,6 +427,7 @@ def test_a_lock_released_while_waiting_is_taken_and_the_entry_expires_in_thirty_
     check_add(c.get_program(ctx, src, device), 4.0)
     assert (c.stats.remote_waits, c.stats.remote_lock_timeouts, c.stats.remote_writes) == (1, 0, 1)
     assert 0 < r.ttl(PREFIX + key) <= _remote.TTL_S  # written with its expiry
+
 
 # 5. a signed (or checksummed) binary that was cut ---------------------------------------------
 
@@ -409,8 +453,13 @@ LOAD_CUT = textwrap.dedent("""
 @pytest.mark.parametrize("tier", ["disk", "remote"])
 @pytest.mark.parametrize("keep", [0.3, 0.5])
 def test_a_cut_binary_never_reaches_the_driver(
-    tier: str, keep: float, ctx: cl.Context, device: cl.Device, tmp_path: Path,
-    server: RedisServer, add_src: Callable[..., str],
+    tier: str,
+    keep: float,
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    add_src: Callable[..., str],
 ) -> None:
     """A PoCL binary cut short but stored with matching lengths and a valid checksum (disk) or
     signature (remote): PoCL would read past its end and crash the process."""
@@ -431,8 +480,12 @@ def test_a_cut_binary_never_reaches_the_driver(
     else:
         server.client().set(PREFIX + entry.key, encode(entry.key, cut, meta, SECRET.encode()))
         remote = server.url
-    out = subprocess.run([sys.executable, "-c", LOAD_CUT, str(folder), src, remote],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", LOAD_CUT, str(folder), src, remote],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, f"exit {out.returncode}: {out.stderr[-2000:]}"  # -11: SIGSEGV
     stats = json.loads(out.stdout)
     assert stats["compiles"] == 1
@@ -458,10 +511,14 @@ def test_the_cut_is_named(ctx: cl.Context) -> None:
 
 
 def test_a_bad_value_seen_again_after_waiting_for_the_lock_is_reported_once(
-    ctx: cl.Context, device: cl.Device, tmp_path: Path, server: RedisServer,
-    add_src: Callable[..., str], check_add: Callable[..., None],
+    ctx: cl.Context,
+    device: cl.Device,
+    tmp_path: Path,
+    server: RedisServer,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
     log_events: Callable[[str], list[Any]],
-) -> None:  # fmt: skip
+) -> None:
     """A value that is not ours, and another machine compiling the program: the lookup refuses
     the value, waits for the lock, reads the same value again when the holder gives up, and
     counts and logs it once; then it compiles and replaces the value."""

@@ -21,8 +21,7 @@ from netcl.runtime.cache import ProgramBuildError, ProgramCache
 
 def _lookups(metric_points: Callable[[str], list[Any]]) -> dict[str, int]:
     return {
-        p.attributes["netcl.cache.result"]: p.value
-        for p in metric_points("netcl.cache.lookups")
+        p.attributes["netcl.cache.result"]: p.value for p in metric_points("netcl.cache.lookups")
     }
 
 
@@ -74,8 +73,11 @@ def test_the_compile_duration_is_the_time_the_build_took(
     metric_points: Callable[[str], list[Any]],
 ) -> None:
     def recorded() -> tuple[int, float]:  # (builds, seconds) of this device's successful builds
-        points = [p for p in metric_points("netcl.cache.compile.duration")
-                  if dict(p.attributes) == {"netcl.device.name": device.name}]  # fmt: skip
+        points = [
+            p
+            for p in metric_points("netcl.cache.compile.duration")
+            if dict(p.attributes) == {"netcl.device.name": device.name}
+        ]
         return sum(p.count for p in points), sum(p.sum for p in points)
 
     count, seconds = recorded()
@@ -179,7 +181,10 @@ def test_memory_hit_without_sdk_is_cheap(tmp_path: Path) -> None:
 
 
 def test_memory_hits_of_a_cache_that_is_gone_still_count(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
     metric_points: Callable[[str], list[Any]],
 ) -> None:
     """An in-process hit bumps only its cache's counter; the lookups metric gets it when a reader
@@ -205,7 +210,10 @@ def test_memory_hits_of_a_cache_that_is_gone_still_count(
 
 
 def test_a_cache_collected_during_a_collection_does_not_deadlock(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
     metric_points: Callable[[str], list[Any]],
 ) -> None:
     """A cache's finalizer runs inside whatever allocation starts the garbage collector, also

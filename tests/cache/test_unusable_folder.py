@@ -38,8 +38,9 @@ USE = textwrap.dedent("""
 def _python(code: str, folder: Path | str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NETCL_")}
     env["NETCL_CACHE_DIR"] = str(folder)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 def _netcl(*args: str, folder: Path | str) -> subprocess.CompletedProcess[str]:
@@ -56,8 +57,10 @@ def _untrusted(tmp_path: Path) -> Path:
 
 
 FOLDERS: dict[str, tuple[Callable[[Path], Path], str]] = {
-    "cannot-be-created": (lambda _: Path("/proc/netcl"),
-                          "/proc/netcl cannot be used ([Errno 2] No such file or directory"),
+    "cannot-be-created": (
+        lambda _: Path("/proc/netcl"),
+        "/proc/netcl cannot be used ([Errno 2] No such file or directory",
+    ),
     "not-trusted": (_untrusted, "is not used ("),
 }
 
@@ -92,8 +95,12 @@ def test_netcl_cache_says_unusable_and_exits_1(kind: str, tmp_path: Path) -> Non
 
 
 def test_a_folder_that_cannot_be_written(
-    ctx: cl.Context, device: cl.Device, cache_dir: Path, add_src: Callable[..., str],
-    check_add: Callable[..., None], monkeypatch: pytest.MonkeyPatch,
+    ctx: cl.Context,
+    device: cl.Device,
+    cache_dir: Path,
+    add_src: Callable[..., str],
+    check_add: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Read-only (EROFS on every file or folder made inside it; tests run as root, whom chmod
@@ -113,8 +120,9 @@ def test_a_folder_that_cannot_be_written(
     monkeypatch.setattr(tempfile, "mkstemp", refuse(real_mkstemp))
     assert cli.main(["cache", "stats", "--dir", str(cache_dir)]) == 1
     err = capsys.readouterr().err
-    assert err == f"netcl cache stats: unusable: {cache_dir} is not writable " \
-                  "(Read-only file system)\n"
+    assert (
+        err == f"netcl cache stats: unusable: {cache_dir} is not writable (Read-only file system)\n"
+    )
     assert cli.main(["cache", "list", "--dir", str(cache_dir)]) == 0  # reading still works
     capsys.readouterr()
     c = ProgramCache(cache_dir)

@@ -56,11 +56,11 @@ def test_copies_and_fills_are_recorded_with_static_host_arrays(
     dev_out = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * N)
     cap = KernelCapture()
     cap.begin()
-    cl.enqueue_copy(queue, dev_in, host_in)                           # host -> device
-    cl.enqueue_fill_buffer(queue, acc, np.float32(1.0), 0, 4 * N)     # fill
-    kernels.axpy(queue, (N,), None, acc, dev_in, 3.0)                 # acc = 1 + 3 x
-    cl.enqueue_copy(queue, dev_out, acc)                              # device -> device
-    cl.enqueue_copy(queue, host_out, dev_out)                         # device -> host (blocking)
+    cl.enqueue_copy(queue, dev_in, host_in)  # host -> device
+    cl.enqueue_fill_buffer(queue, acc, np.float32(1.0), 0, 4 * N)  # fill
+    kernels.axpy(queue, (N,), None, acc, dev_in, 3.0)  # acc = 1 + 3 x
+    cl.enqueue_copy(queue, dev_out, acc)  # device -> device
+    cl.enqueue_copy(queue, host_out, dev_out)  # device -> host (blocking)
     assert cap.end() == 1
     ops = [c.operation if hasattr(c, "operation") else c.kernel_name for c in cap.commands]
     assert ops == ["write_buffer", "fill_buffer", "axpy", "copy_buffer", "read_buffer"]

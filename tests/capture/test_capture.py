@@ -81,8 +81,14 @@ def test_launch_records_show_the_arguments_the_replay_sets(
     assert direct == (y, x, x)
     assert array == (v.base_data, 0, 2.0, N)  # an Array is its buffer and offset
     assert partial == ()
-    by_value = cl.Kernel(cl.Program(ctx, """__kernel void fill4(__global float4 *o, float4 v)
-        { o[get_global_id(0)] = v; }""").build(), "fill4")
+    by_value = cl.Kernel(
+        cl.Program(
+            ctx,
+            """__kernel void fill4(__global float4 *o, float4 v)
+        { o[get_global_id(0)] = v; }""",
+        ).build(),
+        "fill4",
+    )
     value = np.arange(4, dtype=np.float32)
     with KernelCapture() as cap:
         by_value.set_args(y, value)
@@ -321,9 +327,7 @@ def test_get_capture_is_a_singleton(queue: cl.CommandQueue, kernels: Any, buf: A
     assert get_capture().num_launches == 0
 
 
-def test_begin_again_replaces_the_recording(
-    queue: cl.CommandQueue, kernels: Any, buf: Any
-) -> None:
+def test_begin_again_replaces_the_recording(queue: cl.CommandQueue, kernels: Any, buf: Any) -> None:
     a, out = buf(np.ones(N)), buf(np.zeros(N))
     cap = KernelCapture()
     with cap:
@@ -353,11 +357,13 @@ def test_repr_tells_the_state_launches_and_replays(
     seen.append(repr(cap))
     cap.reset()
     seen.append(repr(cap))
-    assert seen == ["KernelCapture(empty, launches=0, replays=0)",
-                    "KernelCapture(recording, launches=1, replays=0)",
-                    "KernelCapture(ready, launches=2, replays=0)",
-                    "KernelCapture(ready, launches=2, replays=1)",
-                    "KernelCapture(empty, launches=0, replays=0)"]  # fmt: skip
+    assert seen == [
+        "KernelCapture(empty, launches=0, replays=0)",
+        "KernelCapture(recording, launches=1, replays=0)",
+        "KernelCapture(ready, launches=2, replays=0)",
+        "KernelCapture(ready, launches=2, replays=1)",
+        "KernelCapture(empty, launches=0, replays=0)",
+    ]
 
 
 def _no_clone(self: cl.Kernel) -> cl.Kernel:
@@ -365,7 +371,10 @@ def _no_clone(self: cl.Kernel) -> cl.Kernel:
 
 
 def test_without_clone_arguments_set_in_the_capture_are_reapplied(
-    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any,
+    queue: cl.CommandQueue,
+    kernels: Any,
+    buf: Any,
+    host_read: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(cl.Kernel, "clone", _no_clone)
@@ -405,9 +414,13 @@ def test_without_clone_preset_arguments_cannot_be_recorded(
 
 
 def test_two_kernels_with_preset_arguments_and_one_size_object_replay_apart(
-    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, tmp_path: Path,
+    queue: cl.CommandQueue,
+    kernels: Any,
+    buf: Any,
+    host_read: Any,
+    tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     """Launches through ``enqueue_nd_range_kernel`` with arguments set before begin() share
     an empty argument table; with the same size tuple they still replay their own kernels
     (the replay once took the second for the first)."""
@@ -421,15 +434,17 @@ def test_two_kernels_with_preset_arguments_and_one_size_object_replay_apart(
         cl.enqueue_nd_range_kernel(queue, k1, size, None)
         cl.enqueue_nd_range_kernel(queue, k2, size, None)
     # they replay as set, but cannot be rebound or saved: end() says so, and so does save()
-    (warning,) = [r for r in caplog.records
-                  if getattr(r, "event", "") == "capture_preset_arguments"]  # fmt: skip
+    (warning,) = [
+        r for r in caplog.records if getattr(r, "event", "") == "capture_preset_arguments"
+    ]
     assert warning.kernels == ["add", "scale_shift"]  # type: ignore[attr-defined]
     with pytest.raises(CaptureFileError) as refused:
         cap.save(tmp_path / "preset.ncap")
     assert str(refused.value) == (
         f"save({str(tmp_path / 'preset.ncap')!r}): kernels ['add', 'scale_shift'] were launched "
         "with arguments set before begin(), which the capture does not know: pass the "
-        "arguments in the call")
+        "arguments in the call"
+    )
     for out in (out1, out2):
         cl._cl._enqueue_fill_buffer(queue, out, np.float32(-1), 0, 4 * N)
     cap.replay()
@@ -471,8 +486,10 @@ def test_an_equal_scalar_with_other_bits_is_replayed_as_passed(
                 put.set_arg(1, value)
                 cl.enqueue_nd_range_kernel(queue, put, (1,), None)
             cl.enqueue_copy(queue, seen, y, byte_count=4, dst_offset=4 * k)
-    expected = np.array([np.float32(v).view(np.uint32) if way == "typed" else v.view(np.uint32)
-                         for v in values], np.uint32)
+    expected = np.array(
+        [np.float32(v).view(np.uint32) if way == "typed" else v.view(np.uint32) for v in values],
+        np.uint32,
+    )
     cl.enqueue_fill_buffer(queue, seen, np.uint32(7), 0, 4 * len(values))
     cap.replay()
     out = np.empty(len(values), np.uint32)

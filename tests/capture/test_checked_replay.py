@@ -55,8 +55,13 @@ SCRIPT = """
 
 @pytest.mark.timeout(90)
 def test_replay_names_the_recorded_command_that_overran() -> None:
-    child = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT)], capture_output=True,
-                           text=True, timeout=60, env=dict(os.environ))  # fmt: skip
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
     assert child.returncode == 0, child.stderr
     lines = child.stdout.splitlines()
     assert lines[0] == "clean replays: 6.0", child.stdout
@@ -71,8 +76,10 @@ def test_replay_names_the_recorded_command_that_overran() -> None:
 def test_the_same_in_this_process(queue: cl.CommandQueue, spans: Any) -> None:
     # The overrun stays inside the guard bytes (4096 of 8192), which the pool allocated with
     # the block: safe here, and the mutation run sees only tests in its own process.
-    src = ("__kernel void inc(__global const float *a, __global float *o) "
-           "{ int i = get_global_id(0); o[i] = a[i] + 1; }")  # fmt: skip
+    src = (
+        "__kernel void inc(__global const float *a, __global float *o) "
+        "{ int i = get_global_id(0); o[i] = a[i] + 1; }"
+    )
     inc = cl.Kernel(cl.Program(queue.context, src).build(), "inc")
     pool = BufferPool(queue, check_memory=True)
     x, y, z = (pool.allocate((1024,), np.float32) for _ in range(3))
@@ -90,8 +97,10 @@ def test_the_same_in_this_process(queue: cl.CommandQueue, spans: Any) -> None:
         inc(queue, (1024,), None, y.buffer, z.buffer)
         inc(queue, (2048,), None, z.buffer, x.buffer)
         inc(queue, (1024,), None, x.buffer, y.buffer)
-    expected = ("KernelCapture.replay: recorded command 2 (kernel 'inc') wrote 4096 bytes past "
-                "the end of Tensor(shape=(1024,), dtype=float32, nbytes=4096)")  # fmt: skip
+    expected = (
+        "KernelCapture.replay: recorded command 2 (kernel 'inc') wrote 4096 bytes past "
+        "the end of Tensor(shape=(1024,), dtype=float32, nbytes=4096)"
+    )
     for replay in (cap.replay, lambda: cap.replay_with_new_buffers({y.buffer.int_ptr: z})):
         with pytest.raises(MemoryCheckError) as info:
             replay()
@@ -113,8 +122,10 @@ def test_an_overrun_on_an_out_of_order_queue_names_its_command(
         ooo = cl.CommandQueue(ctx, properties=props)
     except cl.Error as exc:  # pragma: no cover - device without out-of-order queues
         pytest.skip(f"the device has no out-of-order queues: {exc}")
-    src = ("__kernel void inc(__global const float *a, __global float *o) "
-           "{ int i = get_global_id(0); o[i] = a[i] + 1; }")  # fmt: skip
+    src = (
+        "__kernel void inc(__global const float *a, __global float *o) "
+        "{ int i = get_global_id(0); o[i] = a[i] + 1; }"
+    )
     inc = cl.Kernel(cl.Program(ctx, src).build(), "inc")
     pool = BufferPool(queue, check_memory=True)
     x, y = (pool.allocate((1024,), np.float32) for _ in range(2))
@@ -128,7 +139,8 @@ def test_an_overrun_on_an_out_of_order_queue_names_its_command(
         cap.replay()
     assert str(info.value).startswith(
         "KernelCapture.replay: recorded command 1 (kernel 'inc') wrote 4096 bytes past the end "
-        "of Tensor(shape=(1024,), dtype=float32, nbytes=4096)")
+        "of Tensor(shape=(1024,), dtype=float32, nbytes=4096)"
+    )
     with pytest.raises(MemoryCheckError, match="found as it went back to BufferPool"):
         pool.release(x)  # its guard is still damaged
     pool.release(y)

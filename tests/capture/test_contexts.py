@@ -54,8 +54,11 @@ def test_data_passed_across_contexts_through_the_host_replays_in_order(
         w = y * 10  # context 1 again
     plan = cap._program.plan  # type: ignore[union-attr]
     assert plan is not None
-    write = next(i for i, op in enumerate(cap._program.ops)  # type: ignore[union-attr]
-                 if getattr(op, "entry", None) and op.entry.operation == "write_buffer")
+    write = next(
+        i
+        for i, op in enumerate(cap._program.ops)  # type: ignore[union-attr]
+        if getattr(op, "entry", None) and op.entry.operation == "write_buffer"
+    )
     assert plan.issues[write].host == ((write - 1,),)  # after the read, waited on the host
     for scale in (3.0, -5.0, 7.5):
         new = np.arange(N, dtype=np.float32) * scale

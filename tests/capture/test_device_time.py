@@ -86,16 +86,20 @@ def _replays() -> tuple[int, float]:
 
 
 def test_a_profiled_replay_yields_a_device_span_per_command(
-    pq: cl.CommandQueue, kernels: Kernels, spans: InMemorySpanExporter,
+    pq: cl.CommandQueue,
+    kernels: Kernels,
+    spans: InMemorySpanExporter,
     metric_points: Callable[[str], list[Any]],
-) -> None:  # fmt: skip
+) -> None:
     chain = _Chain(pq, kernels)
     profiling.flush(5.0)
     spans.clear()
 
     def kernel_counts() -> dict[str, int]:
-        return {p.attributes["netcl.kernel.name"]: p.count
-                for p in metric_points("netcl.kernel.duration")}  # fmt: skip
+        return {
+            p.attributes["netcl.kernel.name"]: p.count
+            for p in metric_points("netcl.kernel.duration")
+        }
 
     def replay_count() -> int:
         return sum(p.count for p in metric_points("netcl.capture.replay.device_duration"))
@@ -221,9 +225,12 @@ def summary() -> Iterator[profiling.Collector]:
 
 
 def test_a_replay_in_summary_mode_records_its_device_time_and_samples_its_kernels(
-    pq: cl.CommandQueue, kernels: Kernels, spans: InMemorySpanExporter,
-    metric_points: Callable[[str], list[Any]], summary: profiling.Collector,
-) -> None:  # fmt: skip
+    pq: cl.CommandQueue,
+    kernels: Kernels,
+    spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+    summary: profiling.Collector,
+) -> None:
     """Summary mode: a replay's device span and histogram point as in per-command mode, but no
     span per command and no kernel points; a replay drawn for detail has both, so that
     ``netcl.kernel.duration`` keeps filling in."""
@@ -232,8 +239,10 @@ def test_a_replay_in_summary_mode_records_its_device_time_and_samples_its_kernel
     spans.clear()
 
     def kernel_counts() -> dict[str, int]:
-        return {p.attributes["netcl.kernel.name"]: p.count
-                for p in metric_points("netcl.kernel.duration")}  # fmt: skip
+        return {
+            p.attributes["netcl.kernel.name"]: p.count
+            for p in metric_points("netcl.kernel.duration")
+        }
 
     def replay_points() -> tuple[int, float]:
         points = metric_points("netcl.capture.replay.device_duration")

@@ -217,8 +217,9 @@ def test_an_interrupt_between_a_host_wait_and_its_record_discards_the_recording(
     np.testing.assert_allclose(c.get(), 6.0)
 
 
-@pytest.mark.parametrize("enqueue", [cl.enqueue_marker, cl.enqueue_barrier],
-                         ids=["marker", "barrier"])  # fmt: skip
+@pytest.mark.parametrize(
+    "enqueue", [cl.enqueue_marker, cl.enqueue_barrier], ids=["marker", "barrier"]
+)
 def test_a_marker_or_barrier_on_another_queue_keeps_its_wait_list(
     ctx: cl.Context, enqueue: Callable[..., cl.Event]
 ) -> None:
@@ -245,9 +246,14 @@ def test_a_direct_launch_on_another_queue_keeps_its_wait_list(ctx: cl.Context) -
     """``cl.enqueue_nd_range_kernel(q2, ..., wait_for=[event])`` with the arguments set in the
     capture: in the replay too, the launch on q2 waits for q's command."""
     q, q2 = _queues(ctx, False)
-    inc = cl.Kernel(cl.Program(ctx, "__kernel void inc(__global float *o, __global const float "
-                                    "*a) { int i = get_global_id(0); o[i] = a[i] + 1.0f; }"
-                               ).build(), "inc")  # fmt: skip
+    inc = cl.Kernel(
+        cl.Program(
+            ctx,
+            "__kernel void inc(__global float *o, __global const float "
+            "*a) { int i = get_global_id(0); o[i] = a[i] + 1.0f; }",
+        ).build(),
+        "inc",
+    )
     a = cla.to_device(q, np.ones(N, np.float32))
     c = cla.empty(q2, N, np.float32)
     with KernelCapture() as cap:

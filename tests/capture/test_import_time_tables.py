@@ -39,8 +39,9 @@ def test_stand_ins_made_again_record_what_they_are_given(
     queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
 ) -> None:
     # the installed stand-ins were made at import; these are made now, by the same code
-    made = {(e.owner, e.name, e.kind): _intercept._hook_for(e, orig)
-            for e, _, orig in _intercept.BOUND}  # fmt: skip
+    made = {
+        (e.owner, e.name, e.kind): _intercept._hook_for(e, orig) for e, _, orig in _intercept.BOUND
+    }
     launch = made[("pyopencl._cl", "enqueue_nd_range_kernel", "launch")]
     x, y = buf(np.arange(16)), buf(np.zeros(16))
     kernels.add.set_args(y, x, x)
@@ -54,8 +55,11 @@ def test_stand_ins_made_again_record_what_they_are_given(
     native, handle = made[("pyopencl.CommandQueue", "from_int_ptr", "wrap")], queue.int_ptr
     cap.begin()
     native(handle)  # noted as native access, which end() refuses by name
-    with pytest.raises(RuntimeError, match=r"test_stand_ins_made_again_record_what_they_are_giv"
-                       r"en \(CommandQueue\.from_int_ptr\)\. Work a native library"):  # fmt: skip
+    with pytest.raises(
+        RuntimeError,
+        match=r"test_stand_ins_made_again_record_what_they_are_giv"
+        r"en \(CommandQueue\.from_int_ptr\)\. Work a native library",
+    ):
         cap.end()
 
 
@@ -65,8 +69,10 @@ def test_generic_stand_ins_made_again_record_copies_and_read_handles(
     """A copy through a stand-in made now is recorded and replayed, also after one that failed
     (end() does not take the recording for interrupted); a raw-handle stand-in still reads the
     handle and names the function it stands for."""
-    made = {(e.owner, e.name, e.kind): (_intercept._hook_for(e, orig), orig)
-            for e, _, orig in _intercept.BOUND}  # fmt: skip
+    made = {
+        (e.owner, e.name, e.kind): (_intercept._hook_for(e, orig), orig)
+        for e, _, orig in _intercept.BOUND
+    }
     copy, copy_orig = made[("pyopencl._cl", "_enqueue_copy_buffer", "transfer")]
     assert copy.__wrapped__ is copy_orig and copy.__name__ == copy_orig.__name__
     x, y = buf(np.arange(16)), buf(np.zeros(16))

@@ -58,9 +58,11 @@ def _expected_text(doc: dict[str, Any], holds: str, launches: str) -> str:
         "programs:",
         f"{'#':>{wi}}  {'binary':>{wb}}  source  {'kernels':<{wk}}".rstrip(),
     ]
-    lines += [f"{i:>{wi}}  {size:>{wb}}  {'yes' if p['source'] else 'no ':<6}  "
-              f"{', '.join(p['kernels'])}".rstrip()
-              for i, (p, size) in enumerate(zip(programs, sizes, strict=True))]  # fmt: skip
+    lines += [
+        f"{i:>{wi}}  {size:>{wb}}  {'yes' if p['source'] else 'no ':<6}  "
+        f"{', '.join(p['kernels'])}".rstrip()
+        for i, (p, size) in enumerate(zip(programs, sizes, strict=True))
+    ]
     roles = sorted(doc["buffers"].items())
     wr = max(len("role"), *(len(r) for r, _ in roles))
     wc = max(len("count"), *(len(str(b["count"])) for _, b in roles))
@@ -71,21 +73,36 @@ def _expected_text(doc: dict[str, Any], holds: str, launches: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def eleven_programs(ctx: cl.Context, queue: cl.CommandQueue,
-                    tmp_path_factory: pytest.TempPathFactory) -> Path:  # fmt: skip
+def eleven_programs(
+    ctx: cl.Context, queue: cl.CommandQueue, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """A saved capture: a launch of each of ten programs built from source (the last with a
     second kernel, launched too), one of a program built from the first one's binary, on two
     buffers (x and z, read: constants), and a copy of x to y (scratch): thirteen commands,
     twelve launches."""
-    programs = [cl.Program(ctx, f"__kernel void k{i}(__global float *x) "
-                           f"{{ x[get_global_id(0)] += {i}.0f; }}"
-                           + ("__kernel void more(__global float *x) { x[0] = 1.0f; }"
-                              if i == PROGRAMS - 1 else "")).build()
-                for i in range(PROGRAMS)]  # fmt: skip
+    programs = [
+        cl.Program(
+            ctx,
+            f"__kernel void k{i}(__global float *x) "
+            f"{{ x[get_global_id(0)] += {i}.0f; }}"
+            + (
+                "__kernel void more(__global float *x) { x[0] = 1.0f; }"
+                if i == PROGRAMS - 1
+                else ""
+            ),
+        ).build()
+        for i in range(PROGRAMS)
+    ]
     (binary,) = programs[0].get_info(cl.program_info.BINARIES)
     programs.append(cl.Program(ctx, ctx.devices, [binary]).build())
-    x, z = (cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
-                      hostbuf=np.zeros(N, np.float32)) for _ in range(2))  # fmt: skip
+    x, z = (
+        cl.Buffer(
+            ctx,
+            cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+            hostbuf=np.zeros(N, np.float32),
+        )
+        for _ in range(2)
+    )
     y = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * N)
     with KernelCapture() as cap:
         for i, prg in enumerate(programs):
@@ -99,9 +116,11 @@ def eleven_programs(ctx: cl.Context, queue: cl.CommandQueue,
 
 
 def test_inspect_prints_every_field_and_both_tables_aligned(
-    eleven_programs: Path, queue: cl.CommandQueue, capsys: pytest.CaptureFixture[str],
+    eleven_programs: Path,
+    queue: cl.CommandQueue,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     """The text for a capture of eleven programs: the fields, the programs by index (two
     digits, right-aligned under "#") with their binary's size, whether they have a source and
     their kernels, and the buffers by role."""
@@ -111,12 +130,13 @@ def test_inspect_prints_every_field_and_both_tables_aligned(
     doc = _saved.inspect(eleven_programs)
     kernels = [sorted(p["kernels"]) for p in doc["programs"]]
     assert kernels == [[f"k{i}"] for i in range(PROGRAMS - 1)] + [["k9", "more"], ["k0"]]
-    assert doc["buffers"] == {"constant": {"count": 2, "bytes": 8 * N},
-                              "scratch": {"count": 1, "bytes": 4 * N}}  # fmt: skip
+    assert doc["buffers"] == {
+        "constant": {"count": 2, "bytes": 8 * N},
+        "scratch": {"count": 1, "bytes": 4 * N},
+    }
     assert [p["source"] for p in doc["programs"]] == [True] * PROGRAMS + [False]
     assert all(p["binary_bytes"] > 0 for p in doc["programs"])
-    assert (doc["kind"], doc["name"], doc["commands"], doc["launches"]) == ("capture", None,
-                                                                            13, 12)  # fmt: skip
+    assert (doc["kind"], doc["name"], doc["commands"], doc["launches"]) == ("capture", None, 13, 12)
     assert doc["device"] == queue.device.name and doc["file"] == str(eleven_programs)
     assert text == _expected_text(doc, "a KernelCapture", "12 launches")
     lines = text.splitlines()
@@ -133,22 +153,42 @@ def test_inspect_json_is_the_whole_document(
     assert (code, err) == (0, "")
     doc = _saved.inspect(eleven_programs)
     assert out == json.dumps(doc, indent=2, sort_keys=True) + "\n"
-    assert sorted(doc) == ["buffers", "bytes", "commands", "device", "device_identity", "file",
-                           "format_version", "kind", "launches", "name", "programs",
-                           "sections"]  # fmt: skip
+    assert sorted(doc) == [
+        "buffers",
+        "bytes",
+        "commands",
+        "device",
+        "device_identity",
+        "file",
+        "format_version",
+        "kind",
+        "launches",
+        "name",
+        "programs",
+        "sections",
+    ]
     assert doc["bytes"] == eleven_programs.stat().st_size
 
 
 def test_inspect_a_step_of_one_launch(
-    ctx: cl.Context, queue: cl.CommandQueue, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    ctx: cl.Context,
+    queue: cl.CommandQueue,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     """A saved step holds "a step (its name)", and one launch is "1 launch"; its buffers are an
     input and an output."""
     monkeypatch.delenv("COLUMNS", raising=False)
-    kernel = cl.Kernel(cl.Program(ctx, "__kernel void twice(__global float *y, __global "
-                                  "const float *x) { int i = get_global_id(0); y[i] = 2.0f * "
-                                  "x[i]; }").build(), "twice")  # fmt: skip
+    kernel = cl.Kernel(
+        cl.Program(
+            ctx,
+            "__kernel void twice(__global float *y, __global "
+            "const float *x) { int i = get_global_id(0); y[i] = 2.0f * "
+            "x[i]; }",
+        ).build(),
+        "twice",
+    )
 
     @capture_step(name="twice-step")
     def twice(x: Tensor) -> Tensor:
@@ -162,27 +202,35 @@ def test_inspect_a_step_of_one_launch(
     twice.save(path)
     code, text, _ = _netcl(capsys, str(path))
     doc = _saved.inspect(path)
-    assert (doc["kind"], doc["name"], doc["commands"], doc["launches"]) == ("step",
-                                                                            "twice-step", 1, 1)
-    assert doc["buffers"] == {"input": {"count": 1, "bytes": 4 * N},
-                              "output": {"count": 1, "bytes": 4 * N}}  # fmt: skip
+    assert (doc["kind"], doc["name"], doc["commands"], doc["launches"]) == (
+        "step",
+        "twice-step",
+        1,
+        1,
+    )
+    assert doc["buffers"] == {
+        "input": {"count": 1, "bytes": 4 * N},
+        "output": {"count": 1, "bytes": 4 * N},
+    }
     assert code == 0 and text == _expected_text(doc, "a step (twice-step)", "1 launch")
 
 
 def _without_binary(data: bytes) -> bytes:
     """``data`` with its first program's binary left out of the manifest (source only)."""
     _, _, _, offset, length, _ = _format.HEADER.unpack(data[: _format.HEADER.size])
-    manifest = json.loads(data[offset:offset + length])
+    manifest = json.loads(data[offset : offset + length])
     manifest["programs"][0]["binary"] = None
     text = json.dumps(manifest).encode()
     head = _format.HEADER.pack(b"NETCLCAP", 2, 0, offset, len(text), zlib.crc32(text))
-    return head + data[len(head):offset] + text
+    return head + data[len(head) : offset] + text
 
 
 def test_a_program_saved_without_a_binary_shows_0_bytes(
-    eleven_programs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    eleven_programs: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     """A program with a source and no binary (a device that gave none) is 0 bytes of binary."""
     monkeypatch.delenv("COLUMNS", raising=False)
     path = tmp_path / "source-only.ncap"

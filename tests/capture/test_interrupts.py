@@ -89,8 +89,13 @@ def test_random_keyboard_interrupts_never_corrupt_pyopencl(
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert interrupted > 20, (cycles, interrupted)
-    expected = ("missed a command", "already recording", "not recording", "nothing captured",
-                "still recording")
+    expected = (
+        "missed a command",
+        "already recording",
+        "not recording",
+        "nothing captured",
+        "still recording",
+    )
     assert all(any(e in a for e in expected) for a in answers), set(answers)
     # recover with the public API only
     for cap in caps:

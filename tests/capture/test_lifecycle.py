@@ -26,7 +26,8 @@ def test_misuse_raises_runtime_errors(queue: cl.CommandQueue, kernels: Any, buf:
     with pytest.raises(RuntimeError) as info:
         cap.save(os.devnull)
     assert str(info.value) == (
-        "KernelCapture.save: nothing captured; record with begin() ... end() first")
+        "KernelCapture.save: nothing captured; record with begin() ... end() first"
+    )
     cap.begin()
     try:
         with pytest.raises(RuntimeError, match="begin: already recording"):
@@ -40,7 +41,8 @@ def test_misuse_raises_runtime_errors(queue: cl.CommandQueue, kernels: Any, buf:
             other.begin()
         assert str(info.value) == (
             "KernelCapture.begin: this thread is already recording into another KernelCapture; "
-            "end() that one first (captures of one thread do not nest)")  # fmt: skip
+            "end() that one first (captures of one thread do not nest)"
+        )
         assert not other.is_recording
     finally:
         cap.end()

@@ -57,11 +57,14 @@ def test_dropped_temporaries_share_an_arena_and_replays_stay_exact(queue: cl.Com
 
 def _twice_inc(queue: cl.CommandQueue) -> tuple[cl.Kernel, cl.Kernel]:
     """Kernels ``twice`` (o = 2a) and ``inc`` (o = a + 1)."""
-    prg = cl.Program(queue.context, """
+    prg = cl.Program(
+        queue.context,
+        """
         __kernel void twice(__global float *o, __global const float *a) {
             int i = get_global_id(0); o[i] = 2.0f * a[i]; }
         __kernel void inc(__global float *o, __global const float *a) {
-            int i = get_global_id(0); o[i] = a[i] + 1.0f; }""").build()
+            int i = get_global_id(0); o[i] = a[i] + 1.0f; }""",
+    ).build()
     return cl.Kernel(prg, "twice"), cl.Kernel(prg, "inc")
 
 
@@ -133,16 +136,20 @@ def test_temporaries_of_one_launch_on_an_out_of_order_queue_get_regions_of_their
     queue) are alive together: the arena gives each its own bytes, and the replay adds them."""
     try:
         ooo = cl.CommandQueue(
-            ctx, properties=cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
+            ctx, properties=cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+        )
     except cl.Error as exc:  # pragma: no cover - device without out-of-order queues
         pytest.skip(f"the device has no out-of-order queues: {exc}")
-    prg = cl.Program(ctx, """__kernel void two(__global float *out, __global float *a,
+    prg = cl.Program(
+        ctx,
+        """__kernel void two(__global float *out, __global float *a,
                                                __global float *b) {
         int i = get_global_id(0);
         a[i] = 1.0f; b[i] = 2.0f;
         barrier(CLK_GLOBAL_MEM_FENCE);
         out[i] = a[i] + b[i];
-    }""").build()
+    }""",
+    ).build()
     n = 64
     out = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * n)
     cap = KernelCapture()
@@ -212,7 +219,7 @@ def test_a_temporary_set_with_set_arg_moves_into_the_arena(queue: cl.CommandQueu
 
 def test_a_temporary_passed_to_transfers_by_keyword_moves_with_them(
     queue: cl.CommandQueue, kernels: Any
-) -> None:  # fmt: skip
+) -> None:
     """A dropped temporary that code passes to pyopencl's transfer primitives by keyword (as
     pyopencl names their parameters: ``_enqueue_copy_buffer(queue, src=x, dst=t, ...)``, then
     ``_enqueue_fill_buffer(queue, mem=t, ...)``) moves into the arena with the kernel that
@@ -229,10 +236,12 @@ def test_a_temporary_passed_to_transfers_by_keyword_moves_with_them(
         kernels.scale_shift(queue, (N,), None, t1, x, 3.0, 0)  # t1 = 3x, its region's first use
         kernels.add(queue, (N,), None, out, t1, x)
         del t1
-        cl._cl._enqueue_copy_buffer(queue, src=x, dst=t2, byte_count=NBYTES, src_offset=0,
-                                    dst_offset=0)  # fmt: skip
-        cl._cl._enqueue_fill_buffer(queue, mem=t2, pattern=np.float32(7), offset=0,
-                                    size=NBYTES // 2)  # fmt: skip
+        cl._cl._enqueue_copy_buffer(
+            queue, src=x, dst=t2, byte_count=NBYTES, src_offset=0, dst_offset=0
+        )
+        cl._cl._enqueue_fill_buffer(
+            queue, mem=t2, pattern=np.float32(7), offset=0, size=NBYTES // 2
+        )
         kernels.add(queue, (N,), None, out, t2, x)  # out = x + 7, then 2x
         del t2
     assert cap.memory is not None and cap.memory.internal == 2
@@ -364,9 +373,10 @@ def test_a_saved_capture_keeps_no_arena_contents(queue: cl.CommandQueue, tmp_pat
 
 
 def test_where_regions_may_not_partly_overlap_buffers_of_one_size_share_slots(
-    queue: cl.CommandQueue, monkeypatch: pytest.MonkeyPatch,
+    queue: cl.CommandQueue,
+    monkeypatch: pytest.MonkeyPatch,
     metric_points: Callable[[str], list[Any]],
-) -> None:  # fmt: skip
+) -> None:
     """NVIDIA's driver crashes releasing partly overlapping sub-buffers that kernels used: there
     the buffers of one size whose lifetimes follow each other share one buffer (a slot), and a
     step's keys share slots by size (forced here on PoCL)."""
@@ -399,7 +409,8 @@ def test_where_regions_may_not_partly_overlap_buffers_of_one_size_share_slots(
     for ops, out in zip((20, 5, 10, 15), outs, strict=True):
         assert np.array_equal(out.get(), chain(x, ops).get())
     assert sum(p.value for p in metric_points("netcl.capture.arena_bytes")) - before == (
-        2 * NBYTES)  # two slots for all four keys
+        2 * NBYTES
+    )  # two slots for all four keys
     del step, outs
 
 
@@ -417,15 +428,43 @@ def test_buffers_a_rectangle_or_image_copy_uses_stay_where_they_are(
         src = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 300 * 200)
         dst = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 300 * 400)
         plain = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 300 * 200)
-        cl.enqueue_copy(queue, src, host, buffer_origin=(3, 7), host_origin=(13, 20),
-                        region=(96, 128), buffer_pitches=(200,), host_pitches=(128,))
+        cl.enqueue_copy(
+            queue,
+            src,
+            host,
+            buffer_origin=(3, 7),
+            host_origin=(13, 20),
+            region=(96, 128),
+            buffer_pitches=(200,),
+            host_pitches=(128,),
+        )
         cl.enqueue_copy(queue, plain, src)
-        cl.enqueue_copy(queue, dst, plain, src_origin=(3, 7), dst_origin=(17, 31),
-                        region=(96, 128), src_pitches=(200,), dst_pitches=(400,))
-        cl.enqueue_copy(queue, out, dst, buffer_origin=(17, 31), host_origin=(19, 11),
-                        region=(96, 128), buffer_pitches=(400,), host_pitches=(256,))
-        image = cl.create_image(ctx, cl.mem_flags.READ_ONLY, cl.ImageFormat(
-            cl.channel_order.RGBA, cl.channel_type.FLOAT), shape=(16, 16))
+        cl.enqueue_copy(
+            queue,
+            dst,
+            plain,
+            src_origin=(3, 7),
+            dst_origin=(17, 31),
+            region=(96, 128),
+            src_pitches=(200,),
+            dst_pitches=(400,),
+        )
+        cl.enqueue_copy(
+            queue,
+            out,
+            dst,
+            buffer_origin=(17, 31),
+            host_origin=(19, 11),
+            region=(96, 128),
+            buffer_pitches=(400,),
+            host_pitches=(256,),
+        )
+        image = cl.create_image(
+            ctx,
+            cl.mem_flags.READ_ONLY,
+            cl.ImageFormat(cl.channel_order.RGBA, cl.channel_type.FLOAT),
+            shape=(16, 16),
+        )
         from_image = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 16 * 16 * 16)
         cl.enqueue_copy(queue, from_image, image, offset=0, origin=(0, 0), region=(16, 16))
         del src, dst, plain, from_image
@@ -441,14 +480,18 @@ def test_buffers_a_rectangle_or_image_copy_uses_stay_where_they_are(
 def test_a_buffer_made_from_host_data_keeps_its_contents(queue: cl.CommandQueue) -> None:
     """A temporary created with COPY_HOST_PTR inside the capture holds data no recorded command
     wrote: moved, a replay would read whatever its region held."""
-    prg = cl.Program(queue.context, """
+    prg = cl.Program(
+        queue.context,
+        """
         __kernel void inc(__global float *o, __global const float *a) {
-            int i = get_global_id(0); o[i] = a[i] + 1.0f; }""").build()  # fmt: skip
+            int i = get_global_id(0); o[i] = a[i] + 1.0f; }""",
+    ).build()
     out = cla.empty(queue, N, np.float32)
     cap = KernelCapture()
     with cap:
-        table = cl.Buffer(queue.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
-                          hostbuf=_host(1.0))
+        table = cl.Buffer(
+            queue.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=_host(1.0)
+        )
         prg.inc(queue, (N,), None, out.data, table)
         del table
         scratch = cla.empty(queue, N, np.float32)  # a temporary that does move, over the table

@@ -28,9 +28,16 @@ def opencl(opencl_loader: ctypes.CDLL) -> ctypes.CDLL:
     lib = opencl_loader
     size_p = ctypes.POINTER(ctypes.c_size_t)
     lib.clEnqueueNDRangeKernel.argtypes = [
-        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, size_p, size_p, size_p, ctypes.c_uint,
-        ctypes.c_void_p, ctypes.c_void_p,
-    ]  # fmt: skip
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_uint,
+        size_p,
+        size_p,
+        size_p,
+        ctypes.c_uint,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+    ]
     lib.clEnqueueNDRangeKernel.restype = ctypes.c_int
     return lib
 
@@ -43,8 +50,9 @@ def twice(queue: cl.CommandQueue) -> cl.Kernel:
 def native_double(lib: ctypes.CDLL, queue: cl.CommandQueue, kernel: cl.Kernel, n: int) -> None:
     """A stand-in for a native library: enqueues a launch from C on the caller's queue."""
     size = (ctypes.c_size_t * 1)(n)
-    err = lib.clEnqueueNDRangeKernel(queue.int_ptr, kernel.int_ptr, 1, None, size, None, 0,
-                                     None, None)  # fmt: skip
+    err = lib.clEnqueueNDRangeKernel(
+        queue.int_ptr, kernel.int_ptr, 1, None, size, None, 0, None, None
+    )
     assert err == 0, err
 
 
@@ -62,8 +70,11 @@ def test_end_refuses_a_capture_with_a_native_enqueue(
     cap = KernelCapture()
     cap.begin()
     z = _step(opencl, queue, twice, x)
-    with pytest.raises(RuntimeError, match=rf"{__name__}\.native_double \(CommandQueue\.int_ptr\)"
-                       r".*allow_native=True") as info:
+    with pytest.raises(
+        RuntimeError,
+        match=rf"{__name__}\.native_double \(CommandQueue\.int_ptr\)"
+        r".*allow_native=True",
+    ) as info:
         cap.end()
     assert "invisible to the capture" in str(info.value)
     # the native launch ran (the code ran normally), and the capture is gone
@@ -113,10 +124,15 @@ def test_from_int_ptr_and_buffer_handles_are_noticed(queue: cl.CommandQueue) -> 
     with pytest.raises(RuntimeError) as info:
         cap.end()
     message = str(info.value)
-    for reached in ("MemoryObjectHolder.int_ptr", "MemoryObject.from_int_ptr",
-                    "CommandQueue.from_int_ptr", "CommandQueue.int_ptr"):  # fmt: skip
-        assert f"{__name__}.test_from_int_ptr_and_buffer_handles_are_noticed ({reached})" \
-            in message, message
+    for reached in (
+        "MemoryObjectHolder.int_ptr",
+        "MemoryObject.from_int_ptr",
+        "CommandQueue.from_int_ptr",
+        "CommandQueue.int_ptr",
+    ):
+        assert (
+            f"{__name__}.test_from_int_ptr_and_buffer_handles_are_noticed ({reached})" in message
+        ), message
 
 
 def test_handles_read_by_other_threads_or_by_pyopencl_are_not_native(
@@ -162,8 +178,11 @@ def test_raw_handles_read_by_pyopencl_or_netcl_are_not_native_work(
     assert cap.end() == 1
     cap.begin()
     _function_in("pyvkfft.opencl")(queue, y.base_data)
-    with pytest.raises(RuntimeError, match=r"pyvkfft\.opencl\.reach \(CommandQueue\.int_ptr\); "
-                       r"pyvkfft\.opencl\.reach \(MemoryObjectHolder\.int_ptr\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"pyvkfft\.opencl\.reach \(CommandQueue\.int_ptr\); "
+        r"pyvkfft\.opencl\.reach \(MemoryObjectHolder\.int_ptr\)",
+    ):
         cap.end()
 
 
@@ -188,8 +207,9 @@ def test_end_refusal_message_names_five_accesses_and_counts_the_rest(
         _queue_reader(f"vendorlib{i}")(queue)
     with pytest.raises(RuntimeError) as info:
         cap.end()
-    reached = "; ".join(f"vendorlib{i}.reach (CommandQueue.int_ptr)"
-                        for i in range(min(accesses, 5)))  # fmt: skip
+    reached = "; ".join(
+        f"vendorlib{i}.reach (CommandQueue.int_ptr)" for i in range(min(accesses, 5))
+    )
     more = f" and {accesses - 5} more" if accesses > 5 else ""
     assert str(info.value) == (
         "KernelCapture.end: while recording, code outside pyopencl and netcl reached a queue or "
@@ -230,8 +250,10 @@ def test_allow_native_logs_every_caller_it_accepted(
     _function_in("vendorlib")(queue, y.base_data)
     with caplog.at_level(logging.INFO, logger="netcl.runtime.capture"):
         assert cap.end(allow_native=True) == 1
-    (event,) = [r for r in caplog.records
-                if getattr(r, "event", None) == "capture_native_access_accepted"]  # fmt: skip
+    (event,) = [
+        r for r in caplog.records if getattr(r, "event", None) == "capture_native_access_accepted"
+    ]
     assert event.callers == [  # type: ignore[attr-defined]
-        "vendorlib.reach (CommandQueue.int_ptr)", "vendorlib.reach (MemoryObjectHolder.int_ptr)"
+        "vendorlib.reach (CommandQueue.int_ptr)",
+        "vendorlib.reach (MemoryObjectHolder.int_ptr)",
     ]

@@ -31,14 +31,36 @@ TESTS = [
 def test_pyopencl_test_replays_under_capture(test: str) -> None:
     suite = Path(SUITE)
     assert (suite / test.split("::")[0]).is_file(), f"{suite} holds no {test}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
     # one process per test: pyopencl's registry of struct types is process-wide, and two of
     # these tests register one name differently
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-         "-p", "pyopencl_under_capture", "-o", "addopts=", test],
-        cwd=suite, env=env, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "-p",
+            "pyopencl_under_capture",
+            "-o",
+            "addopts=",
+            test,
+        ],
+        cwd=suite,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert " passed" in res.stdout and "failed" not in res.stdout, res.stdout[-2000:]

@@ -43,15 +43,16 @@ def test_rebinding_an_input_everywhere(chain: Any, buf: Any, host_read: Any) -> 
     assert cap.replay_count == 2
 
 
-def test_rebinding_an_output_and_a_larger_replacement(
-    chain: Any, buf: Any, host_read: Any
-) -> None:
+def test_rebinding_an_output_and_a_larger_replacement(chain: Any, buf: Any, host_read: Any) -> None:
     cap, _, b, _, _, out2 = chain
     bigger = buf(np.zeros(2 * N))
     before = host_read(out2, N)
-    cap.replay_with_new_buffers({out2.int_ptr: bigger, b.int_ptr: Tensor(buf(np.full(N, 3.0)),
-                                                                          N, np.float32,
-                                                                          cap.launches[0].queue)})
+    cap.replay_with_new_buffers(
+        {
+            out2.int_ptr: bigger,
+            b.int_ptr: Tensor(buf(np.full(N, 3.0)), N, np.float32, cap.launches[0].queue),
+        }
+    )
     a0 = np.arange(N, dtype=np.float32)
     expect_out = (a0 + 3) * 2 + 1
     np.testing.assert_allclose(host_read(bigger, N), a0 + expect_out)
@@ -70,8 +71,9 @@ def test_the_same_buffer_in_several_arguments(
     np.testing.assert_allclose(host_read(out, N), 10.0)
 
 
-def _assert_nothing_enqueued(cap: KernelCapture, out: cl.Buffer, host_read: Any,
-                             before: np.ndarray) -> None:  # type: ignore[type-arg]
+def _assert_nothing_enqueued(
+    cap: KernelCapture, out: cl.Buffer, host_read: Any, before: np.ndarray
+) -> None:  # type: ignore[type-arg]
     assert cap.replay_count == 0
     np.testing.assert_array_equal(host_read(out, N), before)
 
@@ -86,9 +88,7 @@ def test_unknown_key_raises_before_enqueue(chain: Any, buf: Any, host_read: Any)
     _assert_nothing_enqueued(cap, out2, host_read, before)
 
 
-def test_too_small_replacement_raises_before_enqueue(
-    chain: Any, buf: Any, host_read: Any
-) -> None:
+def test_too_small_replacement_raises_before_enqueue(chain: Any, buf: Any, host_read: Any) -> None:
     cap, a, _, _, _, out2 = chain
     before = host_read(out2, N)
     with pytest.raises(ValueError, match=rf"holds {4 * (N - 1)} bytes.*holds {4 * N}"):
@@ -137,8 +137,12 @@ OFF = 4 * 16  # bytes: a recorded transfer at an offset into its buffer
 def _offset_capture(queue: cl.CommandQueue, kernels: Any, buf: Any, kind: str) -> Any:
     """A launch (the canary: it must not run when the rebinding is refused), then one transfer
     of ``kind`` touching bytes [OFF, OFF + 4 * N) of ``dev``. Returns (capture, dev, canary)."""
-    dev, other, canary, ones = buf(np.zeros(N + 16)), buf(np.zeros(N + 16)), buf(np.zeros(N)), \
-        buf(np.ones(N))
+    dev, other, canary, ones = (
+        buf(np.zeros(N + 16)),
+        buf(np.zeros(N + 16)),
+        buf(np.zeros(N)),
+        buf(np.ones(N)),
+    )
     host = np.arange(N, dtype=np.float32)
     cap = KernelCapture()
     with cap:
@@ -164,8 +168,11 @@ def test_a_replacement_must_hold_a_transfers_offset_plus_its_bytes(
     cl._cl._enqueue_fill_buffer(queue, canary, np.float32(-1), 0, 4 * N)
     # large enough for the bytes moved, not for offset + bytes
     small = buf(np.zeros(N))
-    with pytest.raises(ValueError, match=rf"holds {4 * N} bytes, but recorded command 1 "
-                       rf"\(\w+\) uses {OFF + 4 * N} bytes"):
+    with pytest.raises(
+        ValueError,
+        match=rf"holds {4 * N} bytes, but recorded command 1 "
+        rf"\(\w+\) uses {OFF + 4 * N} bytes",
+    ):
         cap.replay_with_new_buffers({dev.int_ptr: small})
     _assert_nothing_enqueued(cap, canary, host_read, np.full(N, -1, np.float32))
     exact = buf(np.zeros(N + 16))  # offset + bytes: accepted, and the replay runs whole
@@ -196,8 +203,11 @@ def test_two_keys_onto_one_buffer_under_one_copy_are_refused_naming_both(
     cap, src, dst, out = copy_chain
     before = host_read(out, N)
     shared = buf(np.ones(N))
-    with pytest.raises(ValueError, match=rf"key {src.int_ptr:#x} and key {dst.int_ptr:#x} would "
-                       rf"both be buffer {shared.int_ptr:#x}.*command 1 \(copy_buffer\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"key {src.int_ptr:#x} and key {dst.int_ptr:#x} would "
+        rf"both be buffer {shared.int_ptr:#x}.*command 1 \(copy_buffer\)",
+    ):
         cap.replay_with_new_buffers({src.int_ptr: shared, dst.int_ptr: shared})
     _assert_nothing_enqueued(cap, out, host_read, before)
 
@@ -207,8 +217,11 @@ def test_a_key_onto_the_other_end_of_a_recorded_copy_is_refused(
 ) -> None:
     cap, src, dst, out = copy_chain
     before = host_read(out, N)
-    with pytest.raises(ValueError, match=rf"key {src.int_ptr:#x} and the recorded buffer "
-                       rf"{dst.int_ptr:#x} would both be buffer {dst.int_ptr:#x}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"key {src.int_ptr:#x} and the recorded buffer "
+        rf"{dst.int_ptr:#x} would both be buffer {dst.int_ptr:#x}",
+    ):
         cap.replay_with_new_buffers({src.int_ptr: dst})
     _assert_nothing_enqueued(cap, out, host_read, before)
 
@@ -287,31 +300,38 @@ def test_every_refusal_message_in_full(
 ) -> None:
     cap, a, b, tmp, out, out2 = chain
     assert _message(cap, {a: a}, TypeError) == (
-        f"{WHO}: keys must be cl.Buffer.int_ptr values (int), got Buffer {a!r}")
+        f"{WHO}: keys must be cl.Buffer.int_ptr values (int), got Buffer {a!r}"
+    )
     assert _message(cap, {True: a}, TypeError) == (
-        f"{WHO}: keys must be cl.Buffer.int_ptr values (int), got bool True")
-    recorded = ", ".join(hex(p) for p in (tmp.int_ptr, a.int_ptr, b.int_ptr, out.int_ptr,
-                                          out2.int_ptr))
+        f"{WHO}: keys must be cl.Buffer.int_ptr values (int), got bool True"
+    )
+    recorded = ", ".join(
+        hex(p) for p in (tmp.int_ptr, a.int_ptr, b.int_ptr, out.int_ptr, out2.int_ptr)
+    )
     stranger = buf(np.zeros(N))
     assert _message(cap, {stranger.int_ptr: stranger}, ValueError) == (
         f"{WHO}: key {stranger.int_ptr:#x} matches no buffer of the recorded arguments "
-        f"(recorded buffers: {recorded})")
+        f"(recorded buffers: {recorded})"
+    )
     assert _message(cap, {a.int_ptr: np.zeros(N)}, TypeError) == (
-        f"{WHO}: the replacement for {a.int_ptr:#x} must be a cl.Buffer (or Tensor), got "
-        "ndarray")
+        f"{WHO}: the replacement for {a.int_ptr:#x} must be a cl.Buffer (or Tensor), got ndarray"
+    )
     image = cl.image_from_array(ctx, np.zeros((4, 4), np.float32), 1)
     assert _message(cap, {a.int_ptr: image}, TypeError) == (
-        f"{WHO}: the replacement for {a.int_ptr:#x} is a Image, the recorded object a Buffer")
+        f"{WHO}: the replacement for {a.int_ptr:#x} is a Image, the recorded object a Buffer"
+    )
     foreign = cl.Buffer(cl.Context([queue.device]), cl.mem_flags.READ_WRITE, 4 * N)
     assert _message(cap, {a.int_ptr: foreign}, ValueError) == (
         f"{WHO}: the replacement for {a.int_ptr:#x} belongs to another OpenCL context than "
-        "the recorded buffer")
+        "the recorded buffer"
+    )
     copy_cap, src, dst, _ = copy_chain
     assert _message(copy_cap, {src.int_ptr: dst}, ValueError) == (
         f"{WHO}: key {src.int_ptr:#x} and the recorded buffer {dst.int_ptr:#x} would both be "
         f"buffer {dst.int_ptr:#x}, and recorded command 1 (copy_buffer) copies from one to the "
         "other: its source and destination would overlap (OpenCL refuses such a copy); map "
-        "the keys to different buffers")
+        "the keys to different buffers"
+    )
 
 
 def test_the_unknown_key_message_lists_at_most_eight_buffers(

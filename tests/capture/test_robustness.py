@@ -82,8 +82,9 @@ def test_released_buffers_and_dropped_kernels_stay_alive(
     assert ptr in cap._program.index.uses  # type: ignore[union-attr]
 
 
-def test_reset_drops_the_recordings_references(queue: cl.CommandQueue, kernels: Any,
-                                                buf: Any) -> None:
+def test_reset_drops_the_recordings_references(
+    queue: cl.CommandQueue, kernels: Any, buf: Any
+) -> None:
     a, out = buf(np.ones(N)), buf(np.zeros(N))
     before = a.reference_count
     cap = KernelCapture()
@@ -178,8 +179,9 @@ def test_a_dead_threads_capture_records_no_other_thread(
     queue.finish()
 
 
-def test_larger_substitute_for_a_recorded_copy(queue: cl.CommandQueue, kernels: Any,
-                                               buf: Any, host_read: Any) -> None:
+def test_larger_substitute_for_a_recorded_copy(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any
+) -> None:
     x = np.arange(N, dtype=np.float32)
     src, dst, out = buf(x), buf(np.zeros(N)), buf(np.zeros(N))
     with KernelCapture() as cap:

@@ -49,13 +49,24 @@ def _load_in_child(path: Path, calls: list[Arrays], kind: str, tmp: Path) -> lis
     """Every call's outputs from a fresh process that loads ``path`` and calls it."""
     inputs = {f"c{c}_{i}": a for c, args in enumerate(calls) for i, a in enumerate(args)}
     np.savez(tmp / "in.npz", kind=np.array(kind), **inputs)
-    done = subprocess.run([sys.executable, str(CHILD), str(path), str(tmp / "in.npz"),
-                           str(tmp / "out.npz")], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(CHILD), str(path), str(tmp / "in.npz"), str(tmp / "out.npz")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     found = np.load(tmp / "out.npz")
-    return [[found[k] for k in sorted((k for k in found.files if k.startswith(f"c{c}_")),
-                                      key=lambda k: int(k.split("_")[1]))]
-            for c in range(len(calls))]  # fmt: skip
+    return [
+        [
+            found[k]
+            for k in sorted(
+                (k for k in found.files if k.startswith(f"c{c}_")),
+                key=lambda k: int(k.split("_")[1]),
+            )
+        ]
+        for c in range(len(calls))
+    ]
 
 
 def _host(result: Any) -> Arrays:
@@ -63,8 +74,13 @@ def _host(result: Any) -> Arrays:
     return [i.to_numpy() if isinstance(i, Tensor) else i.get() for i in items]
 
 
-def _check_round_trip(step: Any, make_args: Callable[[int], Arrays], to_device: Callable[
-        [np.ndarray], Any], kind: str, tmp: Path) -> None:  # type: ignore[type-arg]  # fmt: skip
+def _check_round_trip(
+    step: Any,
+    make_args: Callable[[int], Arrays],
+    to_device: Callable[[np.ndarray], Any],
+    kind: str,
+    tmp: Path,
+) -> None:  # type: ignore[type-arg]
     """Warm up, record, save; the saved file loaded elsewhere gives, for CALLS new inputs,
     exactly what the step's function gives when run normally."""
     for c in range(2):  # the warm-up, then the recording call
@@ -92,10 +108,14 @@ class _MLP:
         self.matmul.set_scalar_arg_dtypes([None, None, None, np.int32, np.int32])
         self.bias_relu.set_scalar_arg_dtypes([None, None, None, np.int32])
         rng = np.random.default_rng(7)
-        self.w = [Tensor.from_numpy((rng.standard_normal((WIDTH, WIDTH)) / 8).astype(
-            np.float32), queue) for _ in range(LAYERS)]  # fmt: skip
-        self.b = [Tensor.from_numpy(rng.standard_normal(WIDTH).astype(np.float32), queue)
-                  for _ in range(LAYERS)]  # fmt: skip
+        self.w = [
+            Tensor.from_numpy((rng.standard_normal((WIDTH, WIDTH)) / 8).astype(np.float32), queue)
+            for _ in range(LAYERS)
+        ]
+        self.b = [
+            Tensor.from_numpy(rng.standard_normal(WIDTH).astype(np.float32), queue)
+            for _ in range(LAYERS)
+        ]
 
     def step(self, x: Tensor) -> Tensor:
         h = x
@@ -123,8 +143,9 @@ def _rand(shape: tuple[int, ...], dtype: Any = np.float32) -> Callable[[int], Ar
 def test_an_8_layer_mlp(queue: cl.CommandQueue, tmp_path: Path) -> None:
     mlp = _MLP(queue)
     step = capture_step(mlp.step)
-    _check_round_trip(step, _rand((BATCH, WIDTH)), lambda a: Tensor.from_numpy(a, queue),
-                      "tensor", tmp_path)  # fmt: skip
+    _check_round_trip(
+        step, _rand((BATCH, WIDTH)), lambda a: Tensor.from_numpy(a, queue), "tensor", tmp_path
+    )
     info = _saved.inspect(tmp_path / "step.ncl")
     assert info["launches"] == 2 * LAYERS
     assert info["buffers"]["input"]["count"] == 1
@@ -160,21 +181,25 @@ def test_a_reikna_fft(queue: cl.CommandQueue, tmp_path: Path) -> None:
         fft(out, x)
         return out
 
-    _check_round_trip(step, _rand(x0.shape, np.complex64), lambda a: thread.to_device(a),
-                      "array", tmp_path)  # fmt: skip
+    _check_round_trip(
+        step, _rand(x0.shape, np.complex64), lambda a: thread.to_device(a), "array", tmp_path
+    )
 
 
 def test_256_mb_of_weights(queue: cl.CommandQueue, tmp_path: Path) -> None:
     """A loaded step with 256 MiB of weights answers with them, not with stale or missing
     data (a loaded JIT returning the capturing run's outputs; one that does not run)."""
     rows, cols = 1024, 65536  # float32: 256 MiB
-    prg = cl.Program(queue.context, """
+    prg = cl.Program(
+        queue.context,
+        """
     __kernel void matvec(__global float *y, __global const float *w, __global const float *x,
                          const int cols) {
         int r = get_global_id(0); float acc = 0.0f;
         for (int c = 0; c < cols; ++c) acc += w[r * cols + c] * x[c];
         y[r] = acc;
-    }""").build()  # fmt: skip
+    }""",
+    ).build()
     kernel = cl.Kernel(prg, "matvec")
     kernel.set_scalar_arg_dtypes([None, None, None, np.int32])
     w = Tensor.empty((rows, cols), np.float32, queue)
@@ -200,11 +225,12 @@ def test_256_mb_of_weights(queue: cl.CommandQueue, tmp_path: Path) -> None:
     for r0 in range(0, rows, 128):
         part = np.random.default_rng(r0).integers(-2, 3, (128, cols)).astype(np.float64)
         for (x,), (g,) in zip(calls, got, strict=True):
-            np.testing.assert_array_equal(g[r0:r0 + 128], part @ x)
+            np.testing.assert_array_equal(g[r0 : r0 + 128], part @ x)
 
 
-def test_a_kernel_capture_and_its_buffers(queue: cl.CommandQueue, ctx: cl.Context,
-                                          kernels: Any, buf: Any, tmp_path: Path) -> None:
+def test_a_kernel_capture_and_its_buffers(
+    queue: cl.CommandQueue, ctx: cl.Context, kernels: Any, buf: Any, tmp_path: Path
+) -> None:
     """KernelCapture.save: every buffer it uses; the loaded capture's buffers in the saved
     order, replayable and rebindable."""
     x, y = buf(np.arange(64)), buf(np.ones(64))
@@ -232,7 +258,7 @@ def test_a_kernel_capture_and_its_buffers(queue: cl.CommandQueue, ctx: cl.Contex
 
 def test_a_sub_buffer_of_constants_is_saved_with_its_parents_contents(
     queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, tmp_path: Path
-) -> None:  # fmt: skip
+) -> None:
     """A kernel reads a region of a buffer of constants (a sub-buffer): the parent, which no
     command names, is saved with its contents, so the loaded capture reads the same values."""
     align = queue.device.mem_base_addr_align // 8
@@ -251,7 +277,7 @@ def test_a_sub_buffer_of_constants_is_saved_with_its_parents_contents(
 
 def test_a_buffer_first_overwritten_whole_is_saved_without_contents_and_a_finish_replays(
     queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, tmp_path: Path
-) -> None:  # fmt: skip
+) -> None:
     """y's first use writes all of it (its contents then are not saved: scratch), x is read (a
     constant); a queue.finish() between the commands is saved and replayed."""
     x, y = buf(np.arange(64)), buf(np.zeros(64))
@@ -262,8 +288,10 @@ def test_a_buffer_first_overwritten_whole_is_saved_without_contents_and_a_finish
         kernels.axpy(queue, (64,), None, y, x, np.float32(2))
     cap.save(tmp_path / "cap.ncl")
     roles = _saved.inspect(tmp_path / "cap.ncl")["buffers"]
-    assert roles == {"constant": {"count": 1, "bytes": 256},
-                     "scratch": {"count": 1, "bytes": 256}}, roles  # fmt: skip
+    assert roles == {
+        "constant": {"count": 1, "bytes": 256},
+        "scratch": {"count": 1, "bytes": 256},
+    }, roles
     loaded = load_capture(tmp_path / "cap.ncl", queue)
     loaded.replay()
     queue.finish()
@@ -273,7 +301,7 @@ def test_a_buffer_first_overwritten_whole_is_saved_without_contents_and_a_finish
 
 def test_saved_steps_returning_none_and_their_argument(
     queue: cl.CommandQueue, kernels: Any, tmp_path: Path
-) -> None:  # fmt: skip
+) -> None:
     @capture_step
     def shift(x: Tensor) -> None:
         kernels.scale_shift(queue, x.shape, None, x.buffer, x.buffer, 1.0, 1)
@@ -319,14 +347,28 @@ def test_outputs_viewing_an_argument_are_saved_by_its_position(
     position (``slot``), with the view's own shape, offset and strides, and no file buffer."""
     _views_step(queue, tmp_path / "views.ncl")
     manifest, _ = _manifest((tmp_path / "views.ncl").read_bytes())
-    outputs = [{k: o.get(k) for k in ("type", "shape", "strides", "offset", "slot", "buffer")}
-               for o in manifest["step"]["outputs"]]  # fmt: skip
+    outputs = [
+        {k: o.get(k) for k in ("type", "shape", "strides", "offset", "slot", "buffer")}
+        for o in manifest["step"]["outputs"]
+    ]
     assert outputs == [
-        {"type": "Array", "shape": [2, 4], "strides": [16, 4], "offset": 16, "slot": 1,
-         "buffer": None},
-        {"type": "Array", "shape": [4, 3], "strides": [4, 16], "offset": 0, "slot": 1,
-         "buffer": None},
-    ]  # fmt: skip
+        {
+            "type": "Array",
+            "shape": [2, 4],
+            "strides": [16, 4],
+            "offset": 16,
+            "slot": 1,
+            "buffer": None,
+        },
+        {
+            "type": "Array",
+            "shape": [4, 3],
+            "strides": [4, 16],
+            "offset": 0,
+            "slot": 1,
+            "buffer": None,
+        },
+    ]
 
 
 def test_a_loaded_step_returns_views_of_the_new_argument(
@@ -381,13 +423,16 @@ def test_a_loaded_step_called_inside_a_recording_says_it_has_no_function(
     loaded = load_step(tmp_path / "double.ncl", queue)
     with KernelCapture(), pytest.raises(RuntimeError) as info:
         loaded(x)
-    assert str(info.value) == ("a loaded step has no function to run: it cannot be called inside "
-                               "a recording (a KernelCapture or another captured step)")
+    assert str(info.value) == (
+        "a loaded step has no function to run: it cannot be called inside "
+        "a recording (a KernelCapture or another captured step)"
+    )
     np.testing.assert_array_equal(loaded(x).get(), 2 * np.arange(8))  # outside: replayed
 
 
-def test_guards_as_for_a_captured_step(queue: cl.CommandQueue, kernels: Any,
-                                       tmp_path: Path) -> None:  # fmt: skip
+def test_guards_as_for_a_captured_step(
+    queue: cl.CommandQueue, kernels: Any, tmp_path: Path
+) -> None:
     @capture_step
     def step(x: Tensor, scale: float) -> Tensor:
         out = Tensor.empty(x.shape, x.dtype, queue)
@@ -399,9 +444,12 @@ def test_guards_as_for_a_captured_step(queue: cl.CommandQueue, kernels: Any,
     step.save(tmp_path / "s.ncl")
     loaded = load_step(tmp_path / "s.ncl", queue)
     np.testing.assert_array_equal(loaded(x, 2.0).to_numpy(), np.arange(8) * 2 + 1)
-    with pytest.raises(ValueError, match=r"loaded step .*step: shape of x changed \(8,\) -> "
-                       r"\(4,\).*saved with, \(x: Tensor\(8,\) float32, scale=2.0\): pass "
-                       r"arguments like those, or save a capture of these arguments$"):
+    with pytest.raises(
+        ValueError,
+        match=r"loaded step .*step: shape of x changed \(8,\) -> "
+        r"\(4,\).*saved with, \(x: Tensor\(8,\) float32, scale=2.0\): pass "
+        r"arguments like those, or save a capture of these arguments$",
+    ):
         loaded(Tensor.from_numpy(np.zeros(4, np.float32), queue), 2.0)
     with pytest.raises(ValueError, match=r"value of scale changed 2\.0 -> 3\.0"):
         loaded(x, 3.0)
@@ -409,8 +457,9 @@ def test_guards_as_for_a_captured_step(queue: cl.CommandQueue, kernels: Any,
     assert loaded.max_captures == loaded.num_captures == 1  # the saved call's, no other
 
 
-def test_save_before_a_capture_and_unsaveable_arguments(queue: cl.CommandQueue, kernels: Any,
-                                                        tmp_path: Path) -> None:  # fmt: skip
+def test_save_before_a_capture_and_unsaveable_arguments(
+    queue: cl.CommandQueue, kernels: Any, tmp_path: Path
+) -> None:
     @capture_step
     def step(x: Tensor, opts: object) -> Tensor:
         kernels.scale_shift(queue, x.shape, None, x.buffer, x.buffer, 1.0, 1)
@@ -427,15 +476,17 @@ def test_save_before_a_capture_and_unsaveable_arguments(queue: cl.CommandQueue, 
 
 def test_captures_that_cannot_be_saved_are_refused_by_name(
     queue: cl.CommandQueue, ctx: cl.Context, kernels: Any, buf: Any, tmp_path: Path
-) -> None:  # fmt: skip
+) -> None:
     """save() refuses a capture on two queues, one on an out-of-order queue, an empty one and one
     holding a rectangle copy, each with its own message naming the file, and leaves no file
     behind."""
     x, y = buf(np.arange(8)), buf(np.ones(8))
     path = tmp_path / "cap.ncl"
     where = f"save({str(path)!r}): "
-    one_queue = ("the capture uses {} queues (or an out-of-order queue); only a capture on one "
-                 "in-order queue can be saved")  # fmt: skip
+    one_queue = (
+        "the capture uses {} queues (or an out-of-order queue); only a capture on one "
+        "in-order queue can be saved"
+    )
     other = cl.CommandQueue(ctx)
     ooo = cl.CommandQueue(ctx, properties=cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
     with KernelCapture() as two:
@@ -446,12 +497,26 @@ def test_captures_that_cannot_be_saved_are_refused_by_name(
     with KernelCapture() as empty:
         pass
     with KernelCapture() as rect:
-        cl.enqueue_copy(queue, y, x, src_origin=(0, 0), dst_origin=(4, 0), region=(16, 1),
-                        src_pitches=(16,), dst_pitches=(16,))  # fmt: skip
-    rect_message = ("the capture holds a copy_buffer_rect, which a file cannot hold yet (buffer "
-                    "reads, writes, copies and fills can)")  # fmt: skip
-    for cap, message in ((two, one_queue.format(2)), (unordered, one_queue.format(1)),
-                         (empty, "the capture is empty"), (rect, rect_message)):  # fmt: skip
+        cl.enqueue_copy(
+            queue,
+            y,
+            x,
+            src_origin=(0, 0),
+            dst_origin=(4, 0),
+            region=(16, 1),
+            src_pitches=(16,),
+            dst_pitches=(16,),
+        )
+    rect_message = (
+        "the capture holds a copy_buffer_rect, which a file cannot hold yet (buffer "
+        "reads, writes, copies and fills can)"
+    )
+    for cap, message in (
+        (two, one_queue.format(2)),
+        (unordered, one_queue.format(1)),
+        (empty, "the capture is empty"),
+        (rect, rect_message),
+    ):
         with pytest.raises(CaptureFileError) as refused:
             cap.save(path)
         assert str(refused.value) == where + message
@@ -459,9 +524,13 @@ def test_captures_that_cannot_be_saved_are_refused_by_name(
 
 
 def test_a_save_replaces_the_file_and_reports_its_size(
-    queue: cl.CommandQueue, kernels: Any, buf: Any, tmp_path: Path, spans: Any,
+    queue: cl.CommandQueue,
+    kernels: Any,
+    buf: Any,
+    tmp_path: Path,
+    spans: Any,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     """save() writes the whole file in place of an older one (no partial file left) and
     returns its size; its span and its ``capture_saved`` event tell the file, the bytes and
     the launches."""
@@ -476,9 +545,12 @@ def test_a_save_replaces_the_file_and_reports_its_size(
     assert size == path.stat().st_size > 100 and list(tmp_path.iterdir()) == [path]
     (span,) = [s for s in spans.get_finished_spans() if s.name == "netcl.capture.save"]
     sections = _saved.inspect(path)["sections"]
-    assert dict(span.attributes) == {"netcl.capture.file": str(path), "netcl.capture.bytes": size,
-                                     "netcl.capture.sections": sections,
-                                     "netcl.capture.launches": 2}  # fmt: skip
+    assert dict(span.attributes) == {
+        "netcl.capture.file": str(path),
+        "netcl.capture.bytes": size,
+        "netcl.capture.sections": sections,
+        "netcl.capture.launches": 2,
+    }
     (event,) = [r for r in caplog.records if getattr(r, "event", None) == "capture_saved"]
     assert (event.file, event.bytes, event.launches) == (str(path), size, 2)  # type: ignore[attr-defined]
     loaded = load_capture(path, queue)
@@ -487,9 +559,13 @@ def test_a_save_replaces_the_file_and_reports_its_size(
 
 @pytest.mark.parametrize("shape", [(), (1,)], ids=["0-d", "one-element"])
 def test_a_buffer_first_copied_from_keeps_its_contents_and_a_repeated_launch_is_one_shape(
-    queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, tmp_path: Path,
+    queue: cl.CommandQueue,
+    kernels: Any,
+    buf: Any,
+    host_read: Any,
+    tmp_path: Path,
     shape: tuple[int, ...],
-) -> None:  # fmt: skip
+) -> None:
     """x is first the source of a copy (read whole: a constant, saved with its contents), y
     its destination (overwritten whole: scratch); a scalar set as a numpy array of one number
     (0-d, or 1-d of one element: pyopencl passes its bytes) is saved as that number; the same
@@ -503,8 +579,10 @@ def test_a_buffer_first_copied_from_keeps_its_contents_and_a_repeated_launch_is_
             cl.enqueue_nd_range_kernel(queue, axpy, (64,), None)
     path = tmp_path / "cap.ncl"
     cap.save(path)
-    assert _saved.inspect(path)["buffers"] == {"constant": {"count": 1, "bytes": 256},
-                                               "scratch": {"count": 1, "bytes": 256}}  # fmt: skip
+    assert _saved.inspect(path)["buffers"] == {
+        "constant": {"count": 1, "bytes": 256},
+        "scratch": {"count": 1, "bytes": 256},
+    }
     manifest, _ = _manifest(path.read_bytes())
     assert len(manifest["launches"]) == 1 and len(manifest["commands"]) == 5
     loaded = load_capture(path, queue)
@@ -530,7 +608,7 @@ __kernel void add_real(__global float *y, const float2 z) {
 
 def test_arguments_set_one_at_a_time_and_null_pointers_are_saved(
     ctx: cl.Context, queue: cl.CommandQueue, buf: Any, host_read: Any, tmp_path: Path
-) -> None:  # fmt: skip
+) -> None:
     """Arguments set with ``Kernel.set_arg`` (a buffer, a one-number scalar, None for a NULL
     pointer) or a NULL pointer set with ``_set_arg_null`` are saved as set: the loaded
     capture's launches show them and its replay computes what the recorded launches did."""
@@ -547,21 +625,23 @@ def test_arguments_set_one_at_a_time_and_null_pointers_are_saved(
         knl._set_arg_null(1)
         knl.set_arg(2, np.float32(0.5))
         cl.enqueue_nd_range_kernel(queue, knl, (8,), None)  # y += 0.5
-    assert [launch.args for launch in cap.launches] == [(y, x, 2), (y, None, 2),
-                                                        (y, None, 0.5)]  # fmt: skip
+    assert [launch.args for launch in cap.launches] == [(y, x, 2), (y, None, 2), (y, None, 0.5)]
     path = tmp_path / "cap.ncl"
     cap.save(path)
     loaded = load_capture(path, queue)
     y2, x2 = loaded.buffers
-    assert [launch.args for launch in loaded.launches] == [(y2, x2, 2), (y2, None, 2),
-                                                           (y2, None, 0.5)]  # fmt: skip
+    assert [launch.args for launch in loaded.launches] == [
+        (y2, x2, 2),
+        (y2, None, 2),
+        (y2, None, 0.5),
+    ]
     loaded.replay()  # y held 2 x + 2.5 when saved
     np.testing.assert_array_equal(host_read(y2, 8), 4 * np.arange(8, dtype=np.float32) + 5)
 
 
 def test_an_argument_a_file_cannot_hold_is_refused_by_name(
     ctx: cl.Context, queue: cl.CommandQueue, buf: Any, tmp_path: Path
-) -> None:  # fmt: skip
+) -> None:
     """save() refuses a kernel argument that is neither a buffer, a scalar of one number, local
     memory nor None, naming its index, its type and its value (cut to 60 characters): a
     by-value vector set as a numpy array of several numbers, a complex scalar that pyopencl
@@ -588,7 +668,7 @@ def test_an_argument_a_file_cannot_hold_is_refused_by_name(
 
 def test_a_scalar_set_again_to_an_equal_value_keeps_one_launch_of_the_file(
     queue: cl.CommandQueue, kernels: Any, buf: Any, tmp_path: Path
-) -> None:  # fmt: skip
+) -> None:
     """A launch repeated with a scalar equal to the last one (a new object of the same type) is
     one launch of the saved file; an equal value of another type is recorded as passed (the
     capture's launch records show its type) and starts a launch of its own."""
@@ -608,7 +688,7 @@ def test_a_scalar_set_again_to_an_equal_value_keeps_one_launch_of_the_file(
 
 def test_a_buffer_first_read_whole_keeps_its_contents(
     queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, tmp_path: Path
-) -> None:  # fmt: skip
+) -> None:
     """A buffer whose first use reads all of it to the host (a read overwrites the host array,
     not the buffer) is a constant: saved with its contents, which the loaded replay uses."""
     x, y = buf(np.arange(64)), buf(np.zeros(64))
@@ -629,7 +709,7 @@ def test_a_buffer_first_read_whole_keeps_its_contents(
 
 def test_sections_start_at_64_byte_aligned_offsets(
     queue: cl.CommandQueue, kernels: Any, buf: Any, tmp_path: Path
-) -> None:  # fmt: skip
+) -> None:
     """The layout the format declares: every section (program binary and source, a
     constant's contents, a write's host array of 12 bytes: not a multiple of 64) starts at
     a multiple of 64, and the manifest follows the last section."""
@@ -660,7 +740,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory, queue: cl.CommandQueue) -> b
 
 def _manifest(data: bytes) -> tuple[dict[str, Any], int]:
     _, _, _, offset, length, _ = _format.HEADER.unpack(data[: _format.HEADER.size])
-    return json.loads(data[offset:offset + length]), offset
+    return json.loads(data[offset : offset + length]), offset
 
 
 def _with_manifest(data: bytes, manifest: dict[str, Any]) -> bytes:
@@ -668,7 +748,7 @@ def _with_manifest(data: bytes, manifest: dict[str, Any]) -> bytes:
     _, offset = _manifest(data)
     text = json.dumps(manifest).encode()
     head = _format.HEADER.pack(b"NETCLCAP", 2, 0, offset, len(text), zlib.crc32(text))
-    return head + data[len(head):offset] + text
+    return head + data[len(head) : offset] + text
 
 
 def _refused(tmp: Path, data: bytes, queue: cl.CommandQueue, match: str) -> None:
@@ -679,8 +759,9 @@ def _refused(tmp: Path, data: bytes, queue: cl.CommandQueue, match: str) -> None
     assert str(path) in str(info.value)
 
 
-def test_hostile_files_each_give_their_error(saved: bytes, queue: cl.CommandQueue,
-                                             tmp_path: Path) -> None:  # fmt: skip
+def test_hostile_files_each_give_their_error(
+    saved: bytes, queue: cl.CommandQueue, tmp_path: Path
+) -> None:
     manifest, offset = _manifest(saved)
     binary = list(manifest["sections"][manifest["programs"][0]["binary"]].values())
     flipped = bytearray(saved)
@@ -694,19 +775,36 @@ def test_hostile_files_each_give_their_error(saved: bytes, queue: cl.CommandQueu
         "truncated in the data": (saved[: binary[0] + 100], "truncated"),
         "truncated in the header": (saved[:20], "shorter than the header"),
         "empty": (b"", "shorter than the header"),
-        "a bit of a binary": (bytes(flipped), rf"section {manifest['programs'][0]['binary']} "
-                              "is damaged"),
+        "a bit of a binary": (
+            bytes(flipped),
+            rf"section {manifest['programs'][0]['binary']} "
+            "is damaged",
+        ),
         "a bit of the weights": (bytes(weight), rf"section {weights} is damaged"),
         "a bit of the manifest": (bytes(manifest_bit), "manifest: its checksum does not match"),
         "another format": (b"PK\x03\x04" + saved[4:], "not a saved capture"),
         "a later version": (saved[:8] + struct.pack("<I", 3) + saved[12:], "format version 3"),
-        "an oversized header": (saved[:24] + struct.pack("<Q", 1 << 40) + saved[32:],
-                                "more than the 67108864 a saved capture can have"),
-        "sections beyond the data": (_with_manifest(saved, {**manifest, "sections": [
-            {**manifest["sections"][0], "size": 1 << 30}, *manifest["sections"][1:]]}),
-            r"sections\[0\]: bytes .* lie outside the data"),
-        "a malformed manifest": (_with_manifest(saved, {**manifest, "launches": "?"}),
-                                 r'launches: "\?", expected a list'),
+        "an oversized header": (
+            saved[:24] + struct.pack("<Q", 1 << 40) + saved[32:],
+            "more than the 67108864 a saved capture can have",
+        ),
+        "sections beyond the data": (
+            _with_manifest(
+                saved,
+                {
+                    **manifest,
+                    "sections": [
+                        {**manifest["sections"][0], "size": 1 << 30},
+                        *manifest["sections"][1:],
+                    ],
+                },
+            ),
+            r"sections\[0\]: bytes .* lie outside the data",
+        ),
+        "a malformed manifest": (
+            _with_manifest(saved, {**manifest, "launches": "?"}),
+            r'launches: "\?", expected a list',
+        ),
     }
     for name, (data, match) in cases.items():
         try:
@@ -722,8 +820,9 @@ def test_a_file_whose_buffers_exceed_the_devices_memory_is_refused_with_both_siz
     allocated, by a message giving the bytes it needs, the device's name and its memory."""
     manifest, _ = _manifest(saved)
     dev = queue.device
-    spare = next(b for b in manifest["buffers"] if b.get("data") is None
-                 and b.get("parent") is None)  # fmt: skip
+    spare = next(
+        b for b in manifest["buffers"] if b.get("data") is None and b.get("parent") is None
+    )
     buffers = [*manifest["buffers"], {**spare, "size": dev.global_mem_size}]
     need = sum(b["size"] for b in buffers if b.get("parent") is None)
     path = tmp_path / "huge.ncl"
@@ -731,8 +830,8 @@ def test_a_file_whose_buffers_exceed_the_devices_memory_is_refused_with_both_siz
     with pytest.raises(CaptureFileError) as info:
         load_step(path, queue)
     assert str(info.value).endswith(
-        f"its buffers need {need} bytes, more than {dev.name.strip()!r} has "
-        f"({dev.global_mem_size})")  # fmt: skip
+        f"its buffers need {need} bytes, more than {dev.name.strip()!r} has ({dev.global_mem_size})"
+    )
     assert str(path) in str(info.value)
 
 
@@ -740,12 +839,12 @@ def _header(data: bytes, **fields: int) -> bytes:
     """``data`` with header fields (version, flags, offset, length, crc) replaced."""
     magic, *values = _format.HEADER.unpack(data[: _format.HEADER.size])
     now = dict(zip(("version", "flags", "offset", "length", "crc"), values, strict=True))
-    return _format.HEADER.pack(magic, *(now | fields).values()) + data[_format.HEADER.size:]
+    return _format.HEADER.pack(magic, *(now | fields).values()) + data[_format.HEADER.size :]
 
 
 def test_a_damaged_header_or_manifest_gives_its_whole_message(
     saved: bytes, queue: cl.CommandQueue, tmp_path: Path
-) -> None:  # fmt: skip
+) -> None:
     """The whole message of each refusal of a damaged header or manifest: the file, then what
     is wrong, with the header's own numbers (a manifest's byte range, a version, flags)."""
     _, _, _, offset, length, _ = _format.HEADER.unpack(saved[: _format.HEADER.size])
@@ -754,27 +853,47 @@ def test_a_damaged_header_or_manifest_gives_its_whole_message(
     manifest_bit = bytearray(saved)
     manifest_bit[offset + 10] ^= 0x02
     cases = {
-        "cut in the manifest": (saved[: offset + 10], f"truncated: the manifest lies at bytes "
-                                f"{offset}..{offset + length} of a {offset + 10}-byte file"),
-        "a manifest of the most bytes": (_header(saved, length=most), f"truncated: the manifest"
-                                         f" lies at bytes {offset}..{offset + most} of a "
-                                         f"{size}-byte file"),
-        "one byte more": (_header(saved, length=most + 1), f"its manifest claims {most + 1} "
-                          f"bytes, more than the {most} a saved capture can have: the header "
-                          "is damaged"),
-        "a manifest inside the header": (_header(saved, offset=10), f"truncated: the manifest "
-                                         f"lies at bytes 10..{10 + length} of a {size}-byte "
-                                         "file"),
-        "a manifest right after the header": (_header(saved, offset=64), "manifest: its "
-                                              "checksum does not match: the file is damaged"),
-        "a bit of the manifest": (bytes(manifest_bit), "manifest: its checksum does not match: "
-                                  "the file is damaged"),
-        "version 0": (_header(saved, version=0), "format version 0 (flags 0); this netcl-"
-                      f"capture reads versions 1 to 2: {later}"),
-        "flags": (_header(saved, flags=1), "format version 2 (flags 1); this netcl-capture "
-                  f"reads versions 1 to 2: {later}"),
-        "another format": (b"PK\x03\x04" + saved[4:], "not a saved capture: it starts with "
-                           "b'PK\\x03\\x04LCAP', expected b'NETCLCAP'"),
+        "cut in the manifest": (
+            saved[: offset + 10],
+            f"truncated: the manifest lies at bytes "
+            f"{offset}..{offset + length} of a {offset + 10}-byte file",
+        ),
+        "a manifest of the most bytes": (
+            _header(saved, length=most),
+            f"truncated: the manifest"
+            f" lies at bytes {offset}..{offset + most} of a "
+            f"{size}-byte file",
+        ),
+        "one byte more": (
+            _header(saved, length=most + 1),
+            f"its manifest claims {most + 1} "
+            f"bytes, more than the {most} a saved capture can have: the header "
+            "is damaged",
+        ),
+        "a manifest inside the header": (
+            _header(saved, offset=10),
+            f"truncated: the manifest lies at bytes 10..{10 + length} of a {size}-byte file",
+        ),
+        "a manifest right after the header": (
+            _header(saved, offset=64),
+            "manifest: its checksum does not match: the file is damaged",
+        ),
+        "a bit of the manifest": (
+            bytes(manifest_bit),
+            "manifest: its checksum does not match: the file is damaged",
+        ),
+        "version 0": (
+            _header(saved, version=0),
+            f"format version 0 (flags 0); this netcl-capture reads versions 1 to 2: {later}",
+        ),
+        "flags": (
+            _header(saved, flags=1),
+            f"format version 2 (flags 1); this netcl-capture reads versions 1 to 2: {later}",
+        ),
+        "another format": (
+            b"PK\x03\x04" + saved[4:],
+            "not a saved capture: it starts with b'PK\\x03\\x04LCAP', expected b'NETCLCAP'",
+        ),
         "20 bytes": (saved[:20], "20 bytes, shorter than the header"),
         "empty": (b"", "not a saved capture: 0 bytes, shorter than the header"),
     }
@@ -787,9 +906,12 @@ def test_a_damaged_header_or_manifest_gives_its_whole_message(
 
 
 def test_another_device_rebuilds_from_source_or_is_refused_by_name(
-    saved: bytes, queue: cl.CommandQueue, tmp_path: Path, spans: Any,
+    saved: bytes,
+    queue: cl.CommandQueue,
+    tmp_path: Path,
+    spans: Any,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     manifest, _ = _manifest(saved)
     other = {**manifest, "device": {"identity": "Another GPU | 1.0", "name": "Another GPU"}}
     path = tmp_path / "other.ncl"
@@ -802,15 +924,24 @@ def test_another_device_rebuilds_from_source_or_is_refused_by_name(
     assert load.attributes["netcl.capture.rebuilt_programs"] == 1
     assert any(getattr(r, "event", None) == "capture_program_rebuilt" for r in caplog.records)
     no_source = {**other, "programs": [{**p, "source": None} for p in other["programs"]]}
-    _refused(tmp_path, _with_manifest(saved, no_source), queue,
-             r"saved for device 'Another GPU \| 1.0'; this queue's device is '.*', and program 0 "
-             r"\(kernels matmul, bias_relu\) was saved without its source \(it was built from a "
-             r"binary\), so it cannot be rebuilt here: save the capture on this device, or from a "
-             r"process that built the program from source$")  # fmt: skip
+    _refused(
+        tmp_path,
+        _with_manifest(saved, no_source),
+        queue,
+        r"saved for device 'Another GPU \| 1.0'; this queue's device is '.*', and program 0 "
+        r"\(kernels matmul, bias_relu\) was saved without its source \(it was built from a "
+        r"binary\), so it cannot be rebuilt here: save the capture on this device, or from a "
+        r"process that built the program from source$",
+    )
 
 
-def test_spans_and_inspect(saved: bytes, queue: cl.CommandQueue, tmp_path: Path, spans: Any,
-                           capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_spans_and_inspect(
+    saved: bytes,
+    queue: cl.CommandQueue,
+    tmp_path: Path,
+    spans: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     path = tmp_path / "mlp.ncl"
     path.write_bytes(saved)
     load_step(path, queue)
@@ -847,16 +978,28 @@ def test_spans_and_inspect(saved: bytes, queue: cl.CommandQueue, tmp_path: Path,
     with pytest.raises(SystemExit):
         netcl("--help")
     assert "print exactly one JSON document on stdout (messages go to stderr)" in " ".join(
-        capsys.readouterr().out.split())
+        capsys.readouterr().out.split()
+    )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-          HealthCheck.function_scoped_fixture])  # fmt: skip
-@given(st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), min_size=1,
-                max_size=8), st.integers(0, 1 << 20), st.booleans())  # fmt: skip
-def test_random_mutations_never_crash(saved: bytes, queue: cl.CommandQueue, tmp_path: Path,
-                                      flips: list[tuple[int, int]], cut: int,
-                                      truncate: bool) -> None:  # fmt: skip
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), min_size=1, max_size=8),
+    st.integers(0, 1 << 20),
+    st.booleans(),
+)
+def test_random_mutations_never_crash(
+    saved: bytes,
+    queue: cl.CommandQueue,
+    tmp_path: Path,
+    flips: list[tuple[int, int]],
+    cut: int,
+    truncate: bool,
+) -> None:
     data = bytearray(saved)
     for at, value in flips:
         data[at % len(data)] = value

@@ -25,7 +25,9 @@ from netcl.runtime.capture import (
 
 from .conftest import MLP_SOURCE
 
-SOURCE = MLP_SOURCE + """
+SOURCE = (
+    MLP_SOURCE
+    + """
 __kernel void scale(__global float *out, __global const float *x, const float s) {
     int i = get_global_id(0);
     out[i] = x[i] * s;
@@ -39,6 +41,7 @@ __kernel void axpy(__global float *y, __global const float *x, const float a) {
     y[i] += a * x[i];
 }
 """
+)
 
 F32 = np.float32
 Host = np.ndarray[Any, Any]
@@ -89,8 +92,10 @@ class MLP:
     def __init__(self, k: K, queue: cl.CommandQueue, rng: np.random.Generator) -> None:
         self.w = [_host(rng, 8, 16) / 4, _host(rng, 16, 4) / 4]
         self.b = [_host(rng, 16), _host(rng, 4)]
-        self.dev = [(Tensor.from_numpy(w, queue), Tensor.from_numpy(b, queue))
-                    for w, b in zip(self.w, self.b, strict=True)]
+        self.dev = [
+            (Tensor.from_numpy(w, queue), Tensor.from_numpy(b, queue))
+            for w, b in zip(self.w, self.b, strict=True)
+        ]
         self.k, self.queue = k, queue
 
     def step(self, x: Tensor) -> Tensor:
@@ -118,8 +123,9 @@ def test_mlp_step_gives_numpys_answer_on_every_call(k: K, queue: cl.CommandQueue
     for i in range(8):
         x = _host(rng, 5, 8)
         out = step(Tensor.from_numpy(x, queue))  # a new input tensor every call
-        np.testing.assert_allclose(out.to_numpy(), mlp.reference(x), rtol=1e-5, atol=1e-5,
-                                   err_msg=f"call {i}")
+        np.testing.assert_allclose(
+            out.to_numpy(), mlp.reference(x), rtol=1e-5, atol=1e-5, err_msg=f"call {i}"
+        )
         outs.append(out)
     assert step.stats == StepStats(runs=1, captures=1, replays=6, evictions=0)
     assert step.num_captures == 1 and step.last_reason == "first capture"
@@ -151,8 +157,9 @@ def test_pyopencl_array_step_gives_numpys_answer(queue: cl.CommandQueue, check: 
             assert relu.events[0] not in recorded_events and diff.events[0] is relu.events[0]
             # (a checked replay's comparison reads the outputs: pyopencl adds those reads)
             assert len(relu.events) == 1 or (check and i == 2)
-        np.testing.assert_allclose(relu.get(), np.maximum(a * w + b, 0), rtol=1e-6,
-                                   err_msg=f"call {i}")
+        np.testing.assert_allclose(
+            relu.get(), np.maximum(a * w + b, 0), rtol=1e-6, err_msg=f"call {i}"
+        )
         np.testing.assert_allclose(diff.get(), (a - b) * 2, rtol=1e-6, err_msg=f"call {i}")
     assert step.stats.replays == 4 and step.stats.captures == 1
 
@@ -167,8 +174,9 @@ def test_shape_change_records_again_and_both_shapes_keep_replaying(
         x = _host(rng, rows, 8)
         got = step(Tensor.from_numpy(x, queue)).to_numpy()
         assert got.shape == (rows, 4)
-        np.testing.assert_allclose(got, mlp.reference(x), rtol=1e-5, atol=1e-5,
-                                   err_msg=f"call {i}, {rows} rows")
+        np.testing.assert_allclose(
+            got, mlp.reference(x), rtol=1e-5, atol=1e-5, err_msg=f"call {i}, {rows} rows"
+        )
     assert step.num_captures == 2
     assert step.stats == StepStats(runs=2, captures=2, replays=6, evictions=0)
     assert step.last_reason == "shape of x changed (4, 8) -> (9, 8)"
@@ -322,9 +330,7 @@ def test_check_mode_names_the_first_output_the_normal_run_added(
     assert (info.value.output, info.value.max_abs_diff) == (1, math.inf)
 
 
-def test_check_mode_passes_a_faithful_step_and_stops_checking(
-    k: K, queue: cl.CommandQueue
-) -> None:
+def test_check_mode_passes_a_faithful_step_and_stops_checking(k: K, queue: cl.CommandQueue) -> None:
     rng = np.random.default_rng(4)
     mlp = MLP(k, queue, rng)
     runs = [0]
@@ -336,8 +342,9 @@ def test_check_mode_passes_a_faithful_step_and_stops_checking(
     step = capture_step(counted, check=True)
     for _ in range(5):
         x = _host(rng, 3, 8)
-        np.testing.assert_allclose(step(Tensor.from_numpy(x, queue)).to_numpy(),
-                                   mlp.reference(x), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            step(Tensor.from_numpy(x, queue)).to_numpy(), mlp.reference(x), rtol=1e-5, atol=1e-5
+        )
     assert runs[0] == 3  # warm-up, recording, and the checked first replay; then replays only
     assert step.stats.replays == 3
 
@@ -430,8 +437,9 @@ def test_a_copied_output_waits_for_the_commands_launched_on_another_queue(
         return result[0] if as_tuple else result  # type: ignore[no-any-return]
 
     for i in range(1, 4):  # the recording call, then two replays
-        assert scale.stats == StepStats(runs=0, captures=min(1, i - 1), replays=max(0, i - 2),
-                                         evictions=0)  # fmt: skip
+        assert scale.stats == StepStats(
+            runs=0, captures=min(1, i - 1), replays=max(0, i - 2), evictions=0
+        )
         x = Tensor.from_numpy(np.full(4, i, F32), queue)
         queue.finish()
         gate = cl.UserEvent(ctx)
@@ -516,8 +524,10 @@ def test_warmup_is_the_number_of_normal_calls_before_the_recording(
         x = np.full(4, i, F32)
         np.testing.assert_allclose(step(Tensor.from_numpy(x, queue), 2.0).to_numpy(), 2 * x)
         seen.append(tuple(step.stats))
-    assert seen == ([(i + 1, 0, 0, 0) for i in range(warmup)]
-                    + [(warmup, 1, 0, 0), (warmup, 1, 1, 0), (warmup, 1, 2, 0)])  # fmt: skip
+    assert seen == (
+        [(i + 1, 0, 0, 0) for i in range(warmup)]
+        + [(warmup, 1, 0, 0), (warmup, 1, 1, 0), (warmup, 1, 2, 0)]
+    )
 
 
 def test_copy_outputs_of_none_an_array_and_keyword_arguments(queue: cl.CommandQueue) -> None:
@@ -619,7 +629,7 @@ def test_a_list_result_is_a_new_list_on_every_replay(k: K, queue: cl.CommandQueu
 @pytest.mark.parametrize("copy", [False, True])
 def test_a_call_waiting_while_another_thread_records_replays_that_capture(
     k: K, queue: cl.CommandQueue, copy: bool
-) -> None:  # fmt: skip
+) -> None:
     """A call with the key another thread is recording waits for that recording, then
     replays it (it neither records again nor runs the step) and gets its outputs: the
     recorded output, its own argument, a view of its argument; with ``copy_outputs``, copies
@@ -707,7 +717,8 @@ def test_an_unhashable_argument_is_a_type_error_naming_it(k: K, queue: cl.Comman
         "captured step _scale_step.<locals>.scale: argument s is an unhashable list; a captured "
         "step keys its captures on the values of its non-Tensor arguments, so they must be "
         "hashable: pass a tuple instead of a list, a Tensor instead of a numpy array, or read "
-        "the value from outside the step")
+        "the value from outside the step"
+    )
     assert step.stats == StepStats(0, 0, 0, 0)  # nothing ran
     np.testing.assert_allclose(step(x, 2.0).to_numpy(), 2)
 
@@ -732,9 +743,11 @@ def test_a_step_returning_a_host_value_is_refused_at_its_first_call(
         value = float(cla.sum(a).get())
         return (a, value) if pair else value
 
-    rule = ("; a captured step must return None, a Tensor, a pyopencl Array, or a tuple or list "
-            "of them (a host value computed inside the step would not be recomputed by a "
-            "replay)")  # fmt: skip
+    rule = (
+        "; a captured step must return None, a Tensor, a pyopencl Array, or a tuple or list "
+        "of them (a host value computed inside the step would not be recomputed by a "
+        "replay)"
+    )
     a = cla.to_device(queue, np.ones(4, F32))
     with pytest.raises(TypeError) as caught:
         total(a, False)
@@ -799,8 +812,9 @@ def test_an_input_smaller_than_the_recorded_buffer_is_staged(k: K, queue: cl.Com
     recorded.write(np.ones(4, F32))
     step(recorded, 2.0)
     for i in range(3):  # exact-size buffers: the replay needs the recorded size
-        np.testing.assert_allclose(step(Tensor.from_numpy(np.full(4, i, F32), queue), 2.0)
-                                   .to_numpy(), 2 * i)
+        np.testing.assert_allclose(
+            step(Tensor.from_numpy(np.full(4, i, F32), queue), 2.0).to_numpy(), 2 * i
+        )
 
 
 def test_an_array_without_a_queue_is_staged_on_the_first_commands_queue(
@@ -848,9 +862,7 @@ def test_nested_steps_and_methods(k: K, queue: cl.CommandQueue) -> None:
     assert Model.inner.stats.replays >= 2  # type: ignore[attr-defined]
 
 
-def test_a_step_inside_a_users_recording_runs_as_plain_code(
-    k: K, queue: cl.CommandQueue
-) -> None:
+def test_a_step_inside_a_users_recording_runs_as_plain_code(k: K, queue: cl.CommandQueue) -> None:
     step = _scale_step(k, queue, warmup=0)
     x = Tensor.from_numpy(np.ones(4, F32), queue)
     cap = KernelCapture()
@@ -869,15 +881,15 @@ def _points(metric_points: Any, name: str, step: str) -> float:
     return sum(p.value for p in metric_points(name) if p.attributes.get("netcl.step.name") == step)
 
 
-def test_spans_and_metrics(
-    k: K, queue: cl.CommandQueue, spans: Any, metric_points: Any
-) -> None:
+def test_spans_and_metrics(k: K, queue: cl.CommandQueue, spans: Any, metric_points: Any) -> None:
     step = _scale_step(k, queue, name="test-step-telemetry", max_captures=1)
     for n in (4, 4, 4, 4, 8, 8, 8):
         step(Tensor.from_numpy(np.ones(n, F32), queue), 2.0)
     captures = [s for s in spans.get_finished_spans() if s.name == "netcl.step.capture"]
     assert [s.attributes["netcl.step.reason"] for s in captures] == [
-        "first capture", "shape of x changed (4,) -> (8,)"]
+        "first capture",
+        "shape of x changed (4,) -> (8,)",
+    ]
     assert all(s.attributes["netcl.step.name"] == "test-step-telemetry" for s in captures)
     assert captures[1].attributes["netcl.step.evicted"] == 1
     assert captures[1].attributes["netcl.capture.launches"] == 1
@@ -981,12 +993,24 @@ def test_the_first_eviction_of_each_step_logs_one_warning(
             for n in (4, 8, 16):
                 step(Tensor.from_numpy(np.ones(n, F32), queue), 2.0)
             assert step.stats.evictions == 2
-    fields = [(r.step, r.max_captures, r.reason, r.detail)  # type: ignore[attr-defined]
-              for r in evicted()]  # fmt: skip
+    fields = [
+        (r.step, r.max_captures, r.reason, r.detail)  # type: ignore[attr-defined]
+        for r in evicted()
+    ]
     # each names the key whose recording evicted a capture, and tells the likely cause
-    assert fields == [("test-step-evicted", 1, "shape of x changed (4,) -> (8,)",
-                       "more distinct guard keys than max_captures; a non-Tensor argument that "
-                       "changes on every call (a step counter) makes every call a new key")] * 2
+    assert (
+        fields
+        == [
+            (
+                "test-step-evicted",
+                1,
+                "shape of x changed (4,) -> (8,)",
+                "more distinct guard keys than max_captures; a non-Tensor argument that "
+                "changes on every call (a step counter) makes every call a new key",
+            )
+        ]
+        * 2
+    )
 
 
 def test_thread_records_is_true_while_this_thread_records(queue: cl.CommandQueue) -> None:

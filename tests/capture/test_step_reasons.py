@@ -41,9 +41,13 @@ def test_last_reason_names_the_kinds_and_cuts_long_values(
 
     ones = np.ones(4, F32)
     long_a, long_b = "a" * 100, "b" * 100
-    calls = [(Tensor.from_numpy(ones, queue), 1.0), (cla.to_device(queue, ones), 1.0),
-             (cla.to_device(queue, ones), 1), (cla.to_device(queue, ones), long_a),
-             (cla.to_device(queue, ones), long_b)]  # fmt: skip
+    calls = [
+        (Tensor.from_numpy(ones, queue), 1.0),
+        (cla.to_device(queue, ones), 1.0),
+        (cla.to_device(queue, ones), 1),
+        (cla.to_device(queue, ones), long_a),
+        (cla.to_device(queue, ones), long_b),
+    ]
     reasons = []
     for x, tag in calls:
         for _ in range(3):  # warm-up, recording, replay
@@ -142,10 +146,13 @@ def test_a_key_recorded_again_after_its_capture_was_dropped_says_so(
 
     reasons = []
     for n in (4, 8, 4):
-        np.testing.assert_array_equal(step(Tensor.from_numpy(np.ones(n, F32), queue)).to_numpy(),
-                                      np.full(n, 2, F32))  # fmt: skip
+        np.testing.assert_array_equal(
+            step(Tensor.from_numpy(np.ones(n, F32), queue)).to_numpy(), np.full(n, 2, F32)
+        )
         reasons.append(step.last_reason)
-    assert reasons == ["first capture", "shape of x changed (4,) -> (8,)",
-                       "shape of x changed (8,) -> (4,) (recorded before, dropped to keep 1 "
-                       "captures)"]  # fmt: skip
+    assert reasons == [
+        "first capture",
+        "shape of x changed (4,) -> (8,)",
+        "shape of x changed (8,) -> (4,) (recorded before, dropped to keep 1 captures)",
+    ]
     assert step.stats == (0, 3, 0, 2)

@@ -37,7 +37,9 @@ def test_record_and_replay_spans_and_metrics(
     cap.replay_with_new_buffers({a.int_ptr: buf(np.ones(N))})
     finished = spans.get_finished_spans()
     assert [s.name for s in finished] == [
-        "netcl.capture.record", "netcl.capture.replay", "netcl.capture.replay"
+        "netcl.capture.record",
+        "netcl.capture.replay",
+        "netcl.capture.replay",
     ]
     record, plain, rebound = finished
     assert record.attributes["netcl.capture.launches"] == 3
@@ -79,9 +81,7 @@ def test_no_sdk_replay_works_and_skips_telemetry() -> None:
         print("ok", cap.replay_count)
         """
     )
-    res = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "ok 4"
 

@@ -30,11 +30,22 @@ def arithmetic(q: cl.CommandQueue, rng: np.random.Generator) -> Workload:
     a, b = cla.to_device(q, _rand(rng)), cla.to_device(q, _rand(rng))
     return (
         {"a": a, "b": b},
-        lambda: {"lin": (a * 2 + b) / 3, "sq": a * a - b, "mx": cla.maximum(a, b),
-                 "abs": abs(a), "sin": clmath.sin(b), "where": cla.if_positive(a, a, b)},
-        lambda h: {"lin": (h["a"] * 2 + h["b"]) / 3, "sq": h["a"] * h["a"] - h["b"],
-                   "mx": np.maximum(h["a"], h["b"]), "abs": np.abs(h["a"]),
-                   "sin": np.sin(h["b"]), "where": np.where(h["a"] > 0, h["a"], h["b"])},
+        lambda: {
+            "lin": (a * 2 + b) / 3,
+            "sq": a * a - b,
+            "mx": cla.maximum(a, b),
+            "abs": abs(a),
+            "sin": clmath.sin(b),
+            "where": cla.if_positive(a, a, b),
+        },
+        lambda h: {
+            "lin": (h["a"] * 2 + h["b"]) / 3,
+            "sq": h["a"] * h["a"] - h["b"],
+            "mx": np.maximum(h["a"], h["b"]),
+            "abs": np.abs(h["a"]),
+            "sin": np.sin(h["b"]),
+            "where": np.where(h["a"] > 0, h["a"], h["b"]),
+        },
     )
 
 
@@ -44,8 +55,12 @@ def zero_size(q: cl.CommandQueue, rng: np.random.Generator) -> Workload:
     return (
         {"a": a, "e": e},
         lambda: {"inc": e + 1, "prod": e * e, "sum": cla.sum(e), "a2": a * 2},
-        lambda h: {"inc": h["e"] + 1, "prod": h["e"] * h["e"], "sum": np.float32(0),
-                   "a2": h["a"] * 2},
+        lambda h: {
+            "inc": h["e"] + 1,
+            "prod": h["e"] * h["e"],
+            "sum": np.float32(0),
+            "a2": h["a"] * 2,
+        },
     )
 
 
@@ -54,8 +69,12 @@ def reductions(q: cl.CommandQueue, rng: np.random.Generator) -> Workload:
     return (
         {"a": a, "b": b},
         lambda: {"sum": cla.sum(a), "max": cla.max(a), "min": cla.min(b), "dot": cla.dot(a, b)},
-        lambda h: {"sum": h["a"].sum(), "max": h["a"].max(), "min": h["b"].min(),
-                   "dot": np.dot(h["a"], h["b"])},
+        lambda h: {
+            "sum": h["a"].sum(),
+            "max": h["a"].max(),
+            "min": h["b"].min(),
+            "dot": np.dot(h["a"], h["b"]),
+        },
     )
 
 
@@ -73,7 +92,8 @@ def scans(q: cl.CommandQueue, rng: np.random.Generator) -> Workload:
         return {"inc": i, "exc": e}
 
     return (
-        {"a": a}, step,
+        {"a": a},
+        step,
         lambda h: {"inc": np.cumsum(h["a"]), "exc": np.cumsum(h["a"]) - h["a"]},
     )
 
@@ -99,8 +119,9 @@ def struct_dtype(q: cl.CommandQueue, rng: np.random.Generator) -> Workload:
     pair = np.dtype([("x", np.float32), ("y", np.float32)])
     pair, decl = match_dtype_to_c_struct(q.device, "pair_t", pair)
     pair = get_or_register_dtype("pair_t", pair)
-    knl = ElementwiseKernel(q.context, "pair_t *p, float *out", "out[i] = p[i].x * p[i].y",
-                            preamble=decl)
+    knl = ElementwiseKernel(
+        q.context, "pair_t *p, float *out", "out[i] = p[i].x * p[i].y", preamble=decl
+    )
     host = np.empty(N, pair)
     host["x"], host["y"] = _rand(rng), _rand(rng)
     p = cla.to_device(q, host)
@@ -161,14 +182,26 @@ def out_of_order(q: cl.CommandQueue, rng: np.random.Generator) -> Workload:
         return {"e": e, "s": cla.sum(e)}
 
     return (
-        {"a": a, "b": b}, step,
-        lambda h: {"e": (h["a"] + h["b"]) ** 2 - h["a"],
-                   "s": ((h["a"] + h["b"]) ** 2 - h["a"]).sum()},
+        {"a": a, "b": b},
+        step,
+        lambda h: {
+            "e": (h["a"] + h["b"]) ** 2 - h["a"],
+            "s": ((h["a"] + h["b"]) ** 2 - h["a"]).sum(),
+        },
     )
 
 
-WORKLOADS = [arithmetic, zero_size, reductions, scans, sorts, struct_dtype, copies_and_fills,
-             several_queues, out_of_order]
+WORKLOADS = [
+    arithmetic,
+    zero_size,
+    reductions,
+    scans,
+    sorts,
+    struct_dtype,
+    copies_and_fills,
+    several_queues,
+    out_of_order,
+]
 
 
 def _check(outs: Arrays, expected: Arrays) -> None:

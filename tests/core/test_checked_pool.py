@@ -20,9 +20,12 @@ def test_pool_names_an_overrun_at_release(queue: cl.CommandQueue) -> None:
     x = pool.allocate((2048,), np.float32)
     y = pool.allocate((1000,), np.float32)
     inc(queue, (1500,), None, x.buffer, y.buffer)  # 500 floats past y's end: in its guard
-    with pytest.raises(MemoryCheckError, match=r"a kernel wrote 2000 bytes past the end of "
-                       r"Tensor\(shape=\(1000,\), dtype=float32, nbytes=4000\) \(found as it "
-                       r"went back to BufferPool"):  # fmt: skip
+    with pytest.raises(
+        MemoryCheckError,
+        match=r"a kernel wrote 2000 bytes past the end of "
+        r"Tensor\(shape=\(1000,\), dtype=float32, nbytes=4000\) \(found as it "
+        r"went back to BufferPool",
+    ):
         pool.release(y)
     pool.release(x)  # the release was done: nothing in use
     assert pool.stats.bytes_in_use == 0 and pool.stats.live_tensors == 0
@@ -46,8 +49,9 @@ def test_the_setting(monkeypatch: pytest.MonkeyPatch, queue: cl.CommandQueue) ->
     assert BufferPool(queue).check_memory
     assert not BufferPool(queue, check_memory=False).check_memory
     monkeypatch.setenv("NETCL_CHECK_MEMORY", "sometimes")
-    with pytest.raises(ValueError, match="NETCL_CHECK_MEMORY='sometimes': expected 1 to turn "
-                       "checked mode on"):  # fmt: skip
+    with pytest.raises(
+        ValueError, match="NETCL_CHECK_MEMORY='sometimes': expected 1 to turn checked mode on"
+    ):
         BufferPool(queue)
     monkeypatch.delenv("NETCL_CHECK_MEMORY")
     assert not BufferPool(queue).check_memory
@@ -93,9 +97,11 @@ def _put(queue: cl.CommandQueue, put: cl.Kernel, block: cl.Buffer, start: int, n
 
 
 _WHAT = "its intermediate 'n0'"
-_TAIL = ("of its intermediate 'n0' (checked mode's guards: 128 bytes after it, 64 before it): a "
-         "kernel's global size or indexing is wrong; fix it, or give the tensor the size the "
-         "kernel writes")  # fmt: skip
+_TAIL = (
+    "of its intermediate 'n0' (checked mode's guards: 128 bytes after it, 64 before it): a "
+    "kernel's global size or indexing is wrong; fix it, or give the tensor the size the "
+    "kernel writes"
+)
 
 
 def test_a_guard_says_how_far_past_each_side_a_kernel_wrote(queue: cl.CommandQueue) -> None:
@@ -108,13 +114,19 @@ def test_a_guard_says_how_far_past_each_side_a_kernel_wrote(queue: cl.CommandQue
     with pytest.raises(MemoryCheckError) as info:
         guard.check(queue, block, "op 'n0'", _WHAT)
     assert str(info.value) == (
-        f"op 'n0' wrote 8 bytes past the end and 16 bytes before the start {_TAIL}")
+        f"op 'n0' wrote 8 bytes past the end and 16 bytes before the start {_TAIL}"
+    )
 
 
-@pytest.mark.parametrize(("start", "n", "said"), [(64 + 256, 5, "5 bytes past the end"),
-                                                  (64 + 256 + 127, 1, "128 bytes past the end"),
-                                                  (0, 3, "64 bytes before the start"),
-                                                  (63, 1, "1 bytes before the start")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("start", "n", "said"),
+    [
+        (64 + 256, 5, "5 bytes past the end"),
+        (64 + 256 + 127, 1, "128 bytes past the end"),
+        (0, 3, "64 bytes before the start"),
+        (63, 1, "1 bytes before the start"),
+    ],
+)
 def test_a_guard_names_one_side_only_when_only_it_was_written(
     start: int, n: int, said: str, ctx: cl.Context
 ) -> None:
@@ -133,7 +145,10 @@ def test_an_empty_tensor_is_all_guard(queue: cl.CommandQueue) -> None:
     pool = BufferPool(queue, check_memory=True)
     empty = pool.allocate((0,), np.float32)
     cl.enqueue_copy(queue, empty.buffer, np.ones(1, np.uint8))
-    with pytest.raises(MemoryCheckError, match=r"a kernel wrote 1 bytes past the end of "
-                       r"Tensor\(shape=\(0,\), dtype=float32, nbytes=0\)"):  # fmt: skip
+    with pytest.raises(
+        MemoryCheckError,
+        match=r"a kernel wrote 1 bytes past the end of "
+        r"Tensor\(shape=\(0,\), dtype=float32, nbytes=0\)",
+    ):
         pool.release(empty)
     assert pool.stats.bytes_in_use == 0

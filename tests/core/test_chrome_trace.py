@@ -28,8 +28,11 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def _tracks(doc: dict[str, Any]) -> dict[int, str]:
-    return {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
-            if e["ph"] == "M" and e["name"] == "process_name"}  # fmt: skip
+    return {
+        e["pid"]: e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "process_name"
+    }
 
 
 def _check_nesting(slices: list[dict[str, Any]]) -> None:
@@ -78,8 +81,9 @@ def test_host_and_device_spans_on_their_own_tracks(
     on = {pid: [s for s in slices if s["pid"] == pid] for pid in (host_pid, device_pid)}
     assert {s["name"] for s in on[host_pid]} == {"netcl.test.step"}
     names = sorted(s["name"] for s in on[device_pid])
-    assert names == sorted(["netcl.device.replay"] * 2 + ["twice"] * 6
-                           + ["netcl.device.transfer"] * 2)  # fmt: skip
+    assert names == sorted(
+        ["netcl.device.replay"] * 2 + ["twice"] * 6 + ["netcl.device.transfer"] * 2
+    )
     assert all(s["dur"] >= 0 and s["ts"] >= 0 for s in slices)
     _check_nesting(slices)
     flows = [e for e in doc["traceEvents"] if e["ph"] in ("s", "f")]
@@ -87,8 +91,11 @@ def test_host_and_device_spans_on_their_own_tracks(
     assert doc["otherData"]["spans"] == len(slices)
     # what the viewers read: times in ms, host tracks first, a category per slice
     assert doc["displayTimeUnit"] == "ms"
-    order = {e["pid"]: e["args"]["sort_index"] for e in doc["traceEvents"]
-             if e["ph"] == "M" and e["name"] == "process_sort_index"}  # fmt: skip
+    order = {
+        e["pid"]: e["args"]["sort_index"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "process_sort_index"
+    }
     assert order[host_pid] < order[device_pid]
     assert {s["cat"] for s in on[host_pid]} == {"host"}
     assert {s["cat"] for s in on[device_pid]} == {"device"}
@@ -116,10 +123,12 @@ def test_chosen_by_the_standard_variable(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     path = tmp_path / "timeline.json"
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-        timeout=300, env={**env, "OTEL_TRACES_EXPORTER": "chrome_trace",
-                          "NETCL_TRACE_FILE": str(path)},
-    )  # fmt: skip
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "OTEL_TRACES_EXPORTER": "chrome_trace", "NETCL_TRACE_FILE": str(path)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = _load(path)
     assert sorted(_tracks(doc).values())[-1] == "host: timeline-test"

@@ -22,16 +22,28 @@ TRACE = 0xABC
 SERVICE = Resource({"service.name": "svc"})
 
 
-def _span(name: str, span_id: int, start: int, end: int | None, *, parent: int = 0,
-          attributes: dict[str, Any] | None = None, resource: Resource = SERVICE,
-          status: Status | None = None) -> ReadableSpan:  # fmt: skip
+def _span(
+    name: str,
+    span_id: int,
+    start: int,
+    end: int | None,
+    *,
+    parent: int = 0,
+    attributes: dict[str, Any] | None = None,
+    resource: Resource = SERVICE,
+    status: Status | None = None,
+) -> ReadableSpan:
     """A finished span as the SDK hands it to an exporter (times in ns)."""
     return ReadableSpan(
-        name=name, context=SpanContext(TRACE, span_id, is_remote=False),
+        name=name,
+        context=SpanContext(TRACE, span_id, is_remote=False),
         parent=SpanContext(TRACE, parent, is_remote=False) if parent else None,
-        resource=resource, attributes=attributes or {}, start_time=start, end_time=end,
+        resource=resource,
+        attributes=attributes or {},
+        start_time=start,
+        end_time=end,
         status=status or Status(StatusCode.UNSET),
-    )  # fmt: skip
+    )
 
 
 def _spans() -> list[ReadableSpan]:
@@ -42,27 +54,56 @@ def _spans() -> list[ReadableSpan]:
         _span("step", 1, 1_000, 9_000, attributes={"netcl.n": 3, "netcl.dims": (4, 2)}),
         _span("a.later", 3, 4_000, 5_000, parent=1),
         _span("b.earlier", 2, 2_000, 3_000, parent=1),
-        _span("netcl.device.replay", 4, 2_500, 6_000, parent=1,
-              attributes={"netcl.device.name": "pocl-cpu"}),
-        _span("netcl.device.kernel", 5, 2_500, 6_000, parent=4,
-              attributes={"netcl.kernel.name": "twice", "netcl.device.name": "pocl-cpu"}),
+        _span(
+            "netcl.device.replay",
+            4,
+            2_500,
+            6_000,
+            parent=1,
+            attributes={"netcl.device.name": "pocl-cpu"},
+        ),
+        _span(
+            "netcl.device.kernel",
+            5,
+            2_500,
+            6_000,
+            parent=4,
+            attributes={"netcl.kernel.name": "twice", "netcl.device.name": "pocl-cpu"},
+        ),
         _span("netcl.device.copy", 6, 7_000, 7_500, parent=1),
-        _span("failed", 7, 8_000, 12_000, resource=Resource({}),
-              status=Status(StatusCode.ERROR, "boom")),
+        _span(
+            "failed",
+            7,
+            8_000,
+            12_000,
+            resource=Resource({}),
+            status=Status(StatusCode.ERROR, "boom"),
+        ),
         _span("open", 8, 1_500, None),
         _span("overlap", 9, 8_500, 10_000),
-    ]  # fmt: skip
+    ]
 
 
-def _x(name: str, cat: str, pid: int, tid: int, ts: float, dur: float,
-       args: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
-    return {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
-            "args": {**args, "trace_id": format(TRACE, "032x")}}  # fmt: skip
+def _x(
+    name: str, cat: str, pid: int, tid: int, ts: float, dur: float, args: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "ph": "X",
+        "name": name,
+        "cat": cat,
+        "pid": pid,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {**args, "trace_id": format(TRACE, "032x")},
+    }
 
 
 def _meta(pid: int, track: str) -> list[dict[str, Any]]:
-    return [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": track}},
-            {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}}]
+    return [
+        {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": track}},
+        {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}},
+    ]
 
 
 EXPECTED_EVENTS = [
@@ -75,19 +116,53 @@ EXPECTED_EVENTS = [
     *_meta(2, "host: unknown"),
     _x("failed", "host", 2, 1, 7.0, 4.0, {"span": "failed", "status": "ERROR: boom"}),
     *_meta(3, "device: pocl-cpu"),
-    _x("netcl.device.replay", "device", 3, 1, 1.5, 3.5,
-       {"netcl.device.name": "pocl-cpu", "span": "netcl.device.replay"}),
-    _x("twice", "device", 3, 1, 1.5, 3.5, {"netcl.kernel.name": "twice",
-       "netcl.device.name": "pocl-cpu", "span": "netcl.device.kernel"}),
+    _x(
+        "netcl.device.replay",
+        "device",
+        3,
+        1,
+        1.5,
+        3.5,
+        {"netcl.device.name": "pocl-cpu", "span": "netcl.device.replay"},
+    ),
+    _x(
+        "twice",
+        "device",
+        3,
+        1,
+        1.5,
+        3.5,
+        {
+            "netcl.kernel.name": "twice",
+            "netcl.device.name": "pocl-cpu",
+            "span": "netcl.device.kernel",
+        },
+    ),
     *_meta(4, "device: unknown"),
     _x("netcl.device.copy", "device", 4, 1, 6.0, 0.5, {"span": "netcl.device.copy"}),
     {"name": "device work", "cat": "flow", "id": 4, "ph": "s", "pid": 1, "tid": 1, "ts": 0.0},
-    {"name": "device work", "cat": "flow", "id": 4, "ph": "f", "bp": "e", "pid": 3, "tid": 1,
-     "ts": 1.5},
+    {
+        "name": "device work",
+        "cat": "flow",
+        "id": 4,
+        "ph": "f",
+        "bp": "e",
+        "pid": 3,
+        "tid": 1,
+        "ts": 1.5,
+    },
     {"name": "device work", "cat": "flow", "id": 6, "ph": "s", "pid": 1, "tid": 1, "ts": 0.0},
-    {"name": "device work", "cat": "flow", "id": 6, "ph": "f", "bp": "e", "pid": 4, "tid": 1,
-     "ts": 6.0},
-]  # fmt: skip
+    {
+        "name": "device work",
+        "cat": "flow",
+        "id": 6,
+        "ph": "f",
+        "bp": "e",
+        "pid": 4,
+        "tid": 1,
+        "ts": 6.0,
+    },
+]
 
 
 def test_the_whole_document_of_known_spans(tmp_path: Path) -> None:
@@ -114,7 +189,10 @@ def test_spans_past_the_limit_are_counted_not_kept(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "trace.json").read_text())
     assert doc["otherData"] == {"epoch_ns": 1_000, "spans": 3, "spans_left_out": 2}
     assert [e["name"] for e in doc["traceEvents"] if e["ph"] == "X"] == [
-        "step", "b.earlier", "a.later"]  # fmt: skip
+        "step",
+        "b.earlier",
+        "a.later",
+    ]
     (tmp_path / "trace.json").write_text("kept")
     exporter.shutdown()
     assert (tmp_path / "trace.json").read_text() == "kept"
@@ -142,19 +220,34 @@ def test_a_span_without_times_sits_at_the_host_clocks_zero(tmp_path: Path) -> No
     doc = json.loads(exporter.write().read_text())
     assert doc["otherData"] == {"epoch_ns": 0, "spans": 1, "spans_left_out": 0}
     assert [e for e in doc["traceEvents"] if e["ph"] == "X"] == [
-        _x("untimed", "host", 1, 1, 0.0, 0.0, {"span": "untimed"})]  # fmt: skip
+        _x("untimed", "host", 1, 1, 0.0, 0.0, {"span": "untimed"})
+    ]
 
 
 def test_a_span_without_a_context_has_an_empty_trace_id(tmp_path: Path) -> None:
     """A span handed over without a span context (under a parent from elsewhere) still gets its
     slice, with trace id ``""``."""
     exporter = ChromeTraceExporter(tmp_path / "trace.json")
-    exporter.export([ReadableSpan(name="bare", context=None, resource=SERVICE, start_time=5,
-                                  end_time=2_005, parent=SpanContext(TRACE, 7, is_remote=True))])
+    exporter.export(
+        [
+            ReadableSpan(
+                name="bare",
+                context=None,
+                resource=SERVICE,
+                start_time=5,
+                end_time=2_005,
+                parent=SpanContext(TRACE, 7, is_remote=True),
+            )
+        ]
+    )
     doc = json.loads(exporter.write().read_text())
     (bare,) = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert (bare["name"], bare["ts"], bare["dur"], bare["args"]) == (
-        "bare", 0.0, 2.0, {"span": "bare", "trace_id": ""})  # fmt: skip
+        "bare",
+        0.0,
+        2.0,
+        {"span": "bare", "trace_id": ""},
+    )
 
 
 def test_spans_without_a_context_or_parent_are_written(tmp_path: Path) -> None:
@@ -162,8 +255,14 @@ def test_spans_without_a_context_or_parent_are_written(tmp_path: Path) -> None:
     its own parent) are written, in start order: the exporter once looked for their depth
     forever, and ``write`` (and so ``shutdown``) hung."""
     exporter = ChromeTraceExporter(tmp_path / "trace.json")
-    exporter.export([ReadableSpan(name=name, context=None, resource=SERVICE, start_time=start,
-                                  end_time=start + 1_000) for name, start in (("b", 9), ("a", 5))])
+    exporter.export(
+        [
+            ReadableSpan(
+                name=name, context=None, resource=SERVICE, start_time=start, end_time=start + 1_000
+            )
+            for name, start in (("b", 9), ("a", 5))
+        ]
+    )
     done = threading.Thread(target=exporter.write, daemon=True)
     done.start()
     done.join(10)
@@ -179,7 +278,9 @@ def test_spans_starting_together_nest_longest_first(tmp_path: Path) -> None:
     exporter.export([_span("short", 1, 1_000, 2_000), _span("long", 2, 1_000, 5_000)])
     doc = json.loads(exporter.write().read_text())
     assert [(e["name"], e["tid"]) for e in doc["traceEvents"] if e["ph"] == "X"] == [
-        ("long", 1), ("short", 1)]  # fmt: skip
+        ("long", 1),
+        ("short", 1),
+    ]
 
 
 def test_a_chain_of_spans_over_one_interval_nests_parents_first(tmp_path: Path) -> None:
@@ -191,7 +292,11 @@ def test_a_chain_of_spans_over_one_interval_nests_parents_first(tmp_path: Path) 
     exporter.export(chain[::-1])
     doc = json.loads(exporter.write().read_text())
     assert [(e["name"], e["tid"]) for e in doc["traceEvents"] if e["ph"] == "X"] == [
-        ("a", 1), ("b", 1), ("c", 1), ("d", 1)]  # fmt: skip
+        ("a", 1),
+        ("b", 1),
+        ("c", 1),
+        ("d", 1),
+    ]
 
 
 def test_the_file_is_written_through_a_hidden_temporary_file_of_this_process(

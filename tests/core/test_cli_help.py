@@ -14,8 +14,15 @@ from netcl.core import cli
 
 KEPT = Path(__file__).with_name("data") / "cli_help.txt"
 CACHE_ACTIONS = ("stats", "list", "clear", "zero", "prune")
-COMMANDS = [[], ["info"], ["config"], ["cache"], *(["cache", a] for a in CACHE_ACTIONS),
-            ["capture"], ["capture", "inspect"]]  # fmt: skip
+COMMANDS = [
+    [],
+    ["info"],
+    ["config"],
+    ["cache"],
+    *(["cache", a] for a in CACHE_ACTIONS),
+    ["capture"],
+    ["capture", "inspect"],
+]
 
 
 def _help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

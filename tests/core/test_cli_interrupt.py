@@ -20,14 +20,16 @@ DEMO = Path(__file__).resolve().parents[2] / "demo" / "demo.py"
 
 @pytest.mark.parametrize(
     ("argv", "prog"),
-    [(["cache", "stats", "-v"], "netcl cache stats"), (["cache", "-v", "list"], "netcl cache list"),
-     (["info", "--bogus"], "netcl info")],
-)  # fmt: skip
+    [
+        (["cache", "stats", "-v"], "netcl cache stats"),
+        (["cache", "-v", "list"], "netcl cache list"),
+        (["info", "--bogus"], "netcl info"),
+    ],
+)
 def test_unknown_option_is_reported_by_its_subcommand(
     argv: list[str], prog: str, tmp_path: Path
 ) -> None:
-    proc = subprocess.run([NETCL, *argv], capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path)  # fmt: skip
+    proc = subprocess.run([NETCL, *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"{prog}: error: unrecognized arguments: "), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -61,19 +63,28 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("how", [[NETCL], [sys.executable, "-c", _NO_ISATTY]],
-                         ids=["netcl", "stderr_without_isatty"])  # fmt: skip
+@pytest.mark.parametrize(
+    "how", [[NETCL], [sys.executable, "-c", _NO_ISATTY]], ids=["netcl", "stderr_without_isatty"]
+)
 def test_ctrl_c_in_netcl_is_one_line_and_130(tmp_path: Path, how: list[str]) -> None:
     """`netcl cache stats` waiting on a remote that never answers, interrupted."""
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)  # connections complete in the backlog; nothing ever replies
-    env = {**os.environ, "NETCL_CACHE_REMOTE": f"redis://127.0.0.1:{silent.getsockname()[1]}/0",
-           "NETCL_CACHE_REMOTE_KEY": "k", "NETCL_CACHE_REMOTE_TIMEOUT": "60"}  # fmt: skip
+    env = {
+        **os.environ,
+        "NETCL_CACHE_REMOTE": f"redis://127.0.0.1:{silent.getsockname()[1]}/0",
+        "NETCL_CACHE_REMOTE_KEY": "k",
+        "NETCL_CACHE_REMOTE_TIMEOUT": "60",
+    }
     pytest.importorskip("redis")
     with silent:
-        proc = subprocess.Popen([*how, "cache", "stats", "--dir", str(tmp_path)], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        proc = subprocess.Popen(
+            [*how, "cache", "stats", "--dir", str(tmp_path)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         held: list[socket.socket] = []  # kept open: the client waits on it for an answer
         deadline = time.monotonic() + 60
         while not _accept(silent, held) and time.monotonic() < deadline:
@@ -99,7 +110,9 @@ def test_demo_ctrl_c_and_progress_in_a_log(tmp_path: Path) -> None:
     line, no traceback."""
     proc = subprocess.Popen(
         [sys.executable, str(DEMO), "--steps", "3000", "--no-console", "--linger", "120"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
     )
     try:
         seen = _wait_for(proc, b" s more\n", 400)

@@ -36,14 +36,27 @@ def test_config_lists_every_package_and_flags_an_invalid_value(
     assert docs["NETCL_PROFILE"]["error"] == PROFILE_ERROR
     cap = docs["NETCL_CACHE_MAX_BYTES"]
     assert (cap["package"], cap["value"], cap["source"], cap["error"]) == (
-        "netcl-cache", "2G", "environment", None)  # fmt: skip
+        "netcl-cache",
+        "2G",
+        "environment",
+        None,
+    )
     assert cli.main(["config"]) == 1
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()}
     assert rows["SETTING"] == ["SETTING", "VALUE", "SOURCE", "PACKAGE"]
-    assert rows["NETCL_PROFILE"] == ["NETCL_PROFILE", "sometimes", "environment", "(INVALID)",
-                                     "netcl-core"]  # fmt: skip
-    assert rows["NETCL_CACHE_MAX_BYTES"] == ["NETCL_CACHE_MAX_BYTES", "2G", "environment",
-                                             "netcl-cache"]  # fmt: skip
+    assert rows["NETCL_PROFILE"] == [
+        "NETCL_PROFILE",
+        "sometimes",
+        "environment",
+        "(INVALID)",
+        "netcl-core",
+    ]
+    assert rows["NETCL_CACHE_MAX_BYTES"] == [
+        "NETCL_CACHE_MAX_BYTES",
+        "2G",
+        "environment",
+        "netcl-cache",
+    ]
 
 
 @pytest.mark.parametrize("value", ["commands", " Commands ", "summary", "SUMMARY"])
@@ -90,10 +103,10 @@ def test_help_names_the_exit_codes_and_every_command(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLUMNS", "300")  # one line per paragraph
-    for argv, said in ((["config", "--help"], "Exit codes: 0 all valid, 1 a set value is invalid, "
-                        "2 usage."),
-                       (["--help"], "the OpenCL program cache: stats, list, clear, zero, prune")
-                       ):  # fmt: skip
+    for argv, said in (
+        (["config", "--help"], "Exit codes: 0 all valid, 1 a set value is invalid, 2 usage."),
+        (["--help"], "the OpenCL program cache: stats, list, clear, zero, prune"),
+    ):
         with pytest.raises(SystemExit) as info:
             cli.main(argv)
         assert info.value.code == 0
@@ -142,8 +155,9 @@ def test_a_reader_that_went_away_ends_the_command_quietly(
     assert err.text == ""
 
 
-@pytest.mark.parametrize(("tty", "said"), [(False, "netcl: interrupted\n"),
-                                            (True, "\nnetcl: interrupted\n")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("tty", "said"), [(False, "netcl: interrupted\n"), (True, "\nnetcl: interrupted\n")]
+)
 def test_ctrl_c_is_one_line_and_exit_code_130(
     monkeypatch: pytest.MonkeyPatch, tty: bool, said: str
 ) -> None:
@@ -195,10 +209,14 @@ def _all_valid(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 _TRACE_FILE_DOC = {
-    "package": "netcl-core", "name": "NETCL_TRACE_FILE",
+    "package": "netcl-core",
+    "name": "NETCL_TRACE_FILE",
     "description": "file the chrome_trace span exporter writes (a Chrome/Perfetto timeline)",
-    "default": "netcl-trace.json", "error": None, "value": "netcl-trace.json", "source": "default",
-}  # fmt: skip
+    "default": "netcl-trace.json",
+    "error": None,
+    "value": "netcl-trace.json",
+    "source": "default",
+}
 
 
 def test_config_with_every_value_valid_exits_0_with_the_whole_json_document(
@@ -216,7 +234,11 @@ def test_config_with_every_value_valid_exits_0_with_the_whole_json_document(
     assert list(docs)[:6] == [s.name for s in _settings.SETTINGS]  # core's first, in order
     assert docs["NETCL_TRACE_FILE"] == _TRACE_FILE_DOC
     assert {k: docs["NETCL_POOL_LIMIT"][k] for k in ("value", "source", "default", "error")} == {
-        "value": "50%", "source": "environment", "default": "0 (no limit)", "error": None}
+        "value": "50%",
+        "source": "environment",
+        "default": "0 (no limit)",
+        "error": None,
+    }
     assert docs["NETCL_CACHE_DIR"]["value"] == "/tmp/netcl-config-test"
     assert docs["NETCL_CACHE_MAX_BYTES"]["package"] == "netcl-cache"
 
@@ -251,7 +273,9 @@ def test_config_never_shows_a_secret_value(
     out = capsys.readouterr().out
     docs = {d["name"]: d for d in json.loads(out)["settings"]}
     assert (docs["NETCL_CACHE_REMOTE_KEY"]["value"], docs["NETCL_CACHE_REMOTE_KEY"]["source"]) == (
-        "<hidden>", "environment")  # fmt: skip
+        "<hidden>",
+        "environment",
+    )
     assert cli.main(["config"]) == 0
     out += capsys.readouterr().out
     assert "s3cr3t" not in out
@@ -272,21 +296,38 @@ def test_describe_gives_value_source_default_and_error_of_each_state(
     monkeypatch.setenv("NETCL_TEST_FLAG", "  ")
     assert _settings.describe(plain) == {**base, "error": None, "value": "0", "source": "default"}
     monkeypatch.setenv("NETCL_TEST_FLAG", "yes")
-    assert _settings.describe(plain) == {**base, "error": None, "value": "yes",
-                                         "source": "environment"}  # fmt: skip
+    assert _settings.describe(plain) == {
+        **base,
+        "error": None,
+        "value": "yes",
+        "source": "environment",
+    }
     monkeypatch.setenv("NETCL_TEST_FLAG", "maybe")
     assert _settings.describe(plain) == {
-        **base, "value": "maybe", "source": "environment",
+        **base,
+        "value": "maybe",
+        "source": "environment",
         "error": "NETCL_TEST_FLAG='maybe': expected 1 to test or 0 for off (true/false, yes/no "
-        "and on/off work too)"}  # fmt: skip
+        "and on/off work too)",
+    }
     computed = _settings.Setting("NETCL_TEST_FLAG", lambda: "computed", "a test flag")
     monkeypatch.delenv("NETCL_TEST_FLAG")
-    assert _settings.describe(computed) == {**base, "default": "computed", "error": None,
-                                            "value": "computed", "source": "default"}  # fmt: skip
+    assert _settings.describe(computed) == {
+        **base,
+        "default": "computed",
+        "error": None,
+        "value": "computed",
+        "source": "default",
+    }
     secret = _settings.Setting("NETCL_TEST_FLAG", "(none)", "a test flag", secret=True)
     monkeypatch.setenv("NETCL_TEST_FLAG", "hunter2")
-    assert _settings.describe(secret) == {**base, "default": "(none)", "error": None,
-                                          "value": "<hidden>", "source": "environment"}  # fmt: skip
+    assert _settings.describe(secret) == {
+        **base,
+        "default": "(none)",
+        "error": None,
+        "value": "<hidden>",
+        "source": "environment",
+    }
     shown = _settings.Setting("NETCL_TEST_FLAG", "0", "a test flag", shown=lambda raw: raw[:2])
     assert _settings.describe(shown)["value"] == "hu"
 
@@ -381,7 +422,7 @@ def test_a_plugin_cannot_replace_a_built_in_command(
     assert "netcl: the" not in capsys.readouterr().err
 
 
-_PLUGIN = '''
+_PLUGIN = """
 from netcl.core._settings import Setting
 
 SETTINGS = (Setting("NETCL_TEST_PLUGIN_LEVEL", "3", "how loud the test plugin is"),)
@@ -389,7 +430,7 @@ SETTINGS = (Setting("NETCL_TEST_PLUGIN_LEVEL", "3", "how loud the test plugin is
 
 def register(sub):
     sub.add_parser("test-plugin", help="a plugin installed as a bare module")
-'''
+"""
 
 
 def test_config_lists_every_plugin_after_one_that_fails_to_load_in_name_order(
@@ -421,6 +462,12 @@ def test_config_lists_every_plugin_after_one_that_fails_to_load_in_name_order(
     assert packages[0] == "netcl-core" and "netcl-cache" in packages
     assert packages[-1] == "zzz-plugin" and len(packages) == len({*packages})
     assert [d["package"] for d in docs] == sorted((d["package"] for d in docs), key=packages.index)
-    assert docs[-1] == {"package": "zzz-plugin", "name": "NETCL_TEST_PLUGIN_LEVEL",
-                        "description": "how loud the test plugin is", "default": "3",
-                        "error": None, "value": "3", "source": "default"}  # fmt: skip
+    assert docs[-1] == {
+        "package": "zzz-plugin",
+        "name": "NETCL_TEST_PLUGIN_LEVEL",
+        "description": "how loud the test plugin is",
+        "default": "3",
+        "error": None,
+        "value": "3",
+        "source": "default",
+    }

@@ -56,20 +56,32 @@ def test_transfer_primitives_keep_wait_for_where_capture_expects_it() -> None:
 
 def test_transfer_argument_names_used_by_capture() -> None:
     assert _params(_cl._enqueue_copy_buffer)[:6] == [
-        "queue", "src", "dst", "byte_count", "src_offset", "dst_offset"]
+        "queue",
+        "src",
+        "dst",
+        "byte_count",
+        "src_offset",
+        "dst_offset",
+    ]
     assert _params(_cl._enqueue_fill_buffer)[:5] == ["queue", "mem", "pattern", "offset", "size"]
     assert _params(_cl._enqueue_read_buffer)[:4] == ["queue", "mem", "hostbuf", "src_offset"]
     assert _params(_cl._enqueue_write_buffer)[:4] == ["queue", "mem", "hostbuf", "dst_offset"]
     copy = next(e for e in _contract.ENTRY_POINTS if e.name == "_enqueue_copy_buffer")
-    assert copy.params == (
-        "queue", "src", "dst", "byte_count", "src_offset", "dst_offset")
+    assert copy.params == ("queue", "src", "dst", "byte_count", "src_offset", "dst_offset")
 
 
 def test_enqueue_nd_range_kernel_signature() -> None:
     assert cl.enqueue_nd_range_kernel is _cl.enqueue_nd_range_kernel
     assert _params(_cl.enqueue_nd_range_kernel) == [
-        "queue", "kernel", "global_work_size", "local_work_size", "global_work_offset",
-        "wait_for", "g_times_l", "allow_empty_ndrange"]
+        "queue",
+        "kernel",
+        "global_work_size",
+        "local_work_size",
+        "global_work_offset",
+        "wait_for",
+        "g_times_l",
+        "allow_empty_ndrange",
+    ]
     launch = next(e for e in _contract.ENTRY_POINTS if e.kind == "launch")
     assert list(launch.params) == _params(_cl.enqueue_nd_range_kernel)
     assert launch.params.index("wait_for") == launch.wait_for
@@ -78,11 +90,16 @@ def test_enqueue_nd_range_kernel_signature() -> None:
     assert hook is _intercept.HOOKS[(cl, "enqueue_nd_range_kernel")]
     sig = inspect.signature(hook, follow_wrapped=False)
     assert list(sig.parameters) == list(launch.params)
-    defaults = {k: p.default for k, p in sig.parameters.items()
-                if p.default is not inspect.Parameter.empty}
+    defaults = {
+        k: p.default for k, p in sig.parameters.items() if p.default is not inspect.Parameter.empty
+    }
     first = (_cl.enqueue_nd_range_kernel.__doc__ or "").splitlines()[0]
-    assert defaults == {"global_work_offset": None, "wait_for": None, "g_times_l": False,
-                        "allow_empty_ndrange": False}
+    assert defaults == {
+        "global_work_offset": None,
+        "wait_for": None,
+        "g_times_l": False,
+        "allow_empty_ndrange": False,
+    }
     for name, value in defaults.items():
         assert f"{name}: " in first and f"= {value}" in first.split(f"{name}:")[1].split(",")[0]
 
@@ -125,8 +142,14 @@ def test_generated_invoker_layout() -> None:
     assert "self._set_arg{arg_kind}_multi(" in source
     assert "_cl.enqueue_nd_range_kernel(queue, self," in source
     assert list(inspect.signature(invoker.generate_enqueue_and_set_args).parameters) == [
-        "function_name", "num_passed_args", "num_cl_args", "arg_types",
-        "work_around_arg_count_bug", "warn_about_arg_count_bug", "devs"]
+        "function_name",
+        "num_passed_args",
+        "num_cl_args",
+        "arg_types",
+        "work_around_arg_count_bug",
+        "warn_about_arg_count_bug",
+        "devs",
+    ]
 
 
 def test_installed_pyopencl_is_in_the_supported_range() -> None:
@@ -134,8 +157,7 @@ def test_installed_pyopencl_is_in_the_supported_range() -> None:
 
     from packaging.requirements import Requirement
 
-    req = next(Requirement(r) for r in requires("netcl-capture") or []
-               if r.startswith("pyopencl"))
+    req = next(Requirement(r) for r in requires("netcl-capture") or [] if r.startswith("pyopencl"))
     assert req.specifier.contains(version("pyopencl")), (str(req), version("pyopencl"))
     assert any(s.operator == "<" for s in req.specifier)  # an upper bound
 
@@ -154,16 +176,20 @@ def _import_capture_after(patch: str) -> subprocess.CompletedProcess[str]:
             print("imported")
         """
     )
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
 
 
-@pytest.mark.parametrize(("owner", "name"), [
-    ("pyopencl._cl", "_enqueue_copy_buffer"),
-    ("pyopencl.invoker", "generate_enqueue_and_set_args"),
-    ("pyopencl", "wait_for_events"),
-    ("pyopencl._cl._Program", "_build"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("owner", "name"),
+    [
+        ("pyopencl._cl", "_enqueue_copy_buffer"),
+        ("pyopencl.invoker", "generate_enqueue_and_set_args"),
+        ("pyopencl", "wait_for_events"),
+        ("pyopencl._cl._Program", "_build"),
+    ],
+)
 def test_a_missing_entry_point_fails_the_import_naming_it(owner: str, name: str) -> None:
     res = _import_capture_after(f"del {owner}.{name}")
     assert res.returncode == 0, res.stderr
@@ -199,8 +225,11 @@ def test_the_supported_range_is_the_package_pin(distribution: str) -> None:
 
     from packaging.requirements import Requirement
 
-    pin = next(Requirement(r) for r in requires(distribution) or []
-               if r.startswith("pyopencl") and "extra ==" not in r)  # fmt: skip
+    pin = next(
+        Requirement(r)
+        for r in requires(distribution) or []
+        if r.startswith("pyopencl") and "extra ==" not in r
+    )
     assert pin.specifier == Requirement(_contract.SUPPORTED).specifier, (pin, _contract.SUPPORTED)
 
 

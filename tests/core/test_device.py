@@ -35,8 +35,11 @@ def _netcl(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=120, env=_env(**env),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(**env),
+    )
 
 
 def _only_pocl() -> bool:
@@ -136,8 +139,9 @@ def test_default_queue_with_profiling(ctx: cl.Context, queue: cl.CommandQueue) -
     assert device.default_queue(ctx, profiling=True) is prof  # one per context and setting
     assert device.default_queue(ctx, profiling=False) is queue is device.default_queue(ctx)
     assert not prof.properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
-    prg = cl.Program(ctx, "__kernel void twice(__global float *x) "
-                          "{ int i = get_global_id(0); x[i] = 2 * x[i]; }").build()  # fmt: skip
+    prg = cl.Program(
+        ctx, "__kernel void twice(__global float *x) { int i = get_global_id(0); x[i] = 2 * x[i]; }"
+    ).build()
     host = np.arange(4096, dtype=np.float32)
     buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
     event = prg.twice(prof, host.shape, None, buf)

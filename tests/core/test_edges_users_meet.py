@@ -58,9 +58,7 @@ def test_free_held_outlives_the_owner_of_a_hook(queue: cl.CommandQueue) -> None:
 
 
 def test_a_checked_pool_on_an_out_of_order_queue_guards_its_blocks(ctx: cl.Context) -> None:
-    ooo = cl.CommandQueue(
-        ctx, properties=cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
-    )
+    ooo = cl.CommandQueue(ctx, properties=cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE)
     pool = BufferPool(ooo, check_memory=True)
     t = pool.allocate((256,), np.float32)
     t.write(np.ones(256, np.float32))
@@ -92,8 +90,11 @@ def test_checking_every_block_names_who_overran_which_tensor(queue: cl.CommandQu
     inc(queue, (1500,), None, x.buffer, y.buffer)  # 500 floats past y's end: in its guard
     checker = device.checker()
     assert checker is not None
-    with pytest.raises(MemoryCheckError, match=r"^the step 'train' wrote 2000 bytes past the end "
-                       r"of Tensor\(shape=\(1000,\), dtype=float32, nbytes=4000\)"):  # fmt: skip
+    with pytest.raises(
+        MemoryCheckError,
+        match=r"^the step 'train' wrote 2000 bytes past the end "
+        r"of Tensor\(shape=\(1000,\), dtype=float32, nbytes=4000\)",
+    ):
         checker.check_all("the step 'train'")
     for t in (y, x):  # reported once: the release that follows passes
         pool.release(t)

@@ -13,8 +13,14 @@ import textwrap
 
 import pytest
 
-_LAZY = ("structlog", "rich", "opentelemetry.trace", "opentelemetry.metrics",
-         "opentelemetry.context", "netcl.core.profiling")
+_LAZY = (
+    "structlog",
+    "rich",
+    "opentelemetry.trace",
+    "opentelemetry.metrics",
+    "opentelemetry.context",
+    "netcl.core.profiling",
+)
 _MODULES = [
     "netcl.core.memory",
     "netcl.core.device",
@@ -32,9 +38,11 @@ def _loaded_after(code: str) -> list[str]:
     check = f"\nimport sys\nprint(' '.join(m for m in {_LAZY!r} if m in sys.modules))"
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code) + check],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split()
 
@@ -88,12 +96,19 @@ def test_device_time_the_pool_and_the_planner_load_with_their_first_use() -> Non
         replay(cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE))
         print(loaded())
         """
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     plan = "'netcl.runtime.graph._plan'"
     assert proc.stdout.splitlines() == [
-        "[]", "['netcl.core.memory']", f"['netcl.core.memory', {plan}]",
+        "[]",
+        "['netcl.core.memory']",
+        f"['netcl.core.memory', {plan}]",
         f"['netcl.core.profiling', 'netcl.core.memory', {plan}]",
     ], proc.stdout
 
@@ -108,8 +123,13 @@ def test_importing_capture_loads_no_step_machinery() -> None:
         from netcl.runtime.capture import capture_step, CapturedStep
         print(isinstance(capture_step(lambda: None), CapturedStep), 'capture_step' in vars(c))
         """
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["", "True True"], proc.stdout
 
@@ -140,8 +160,9 @@ def test_structlog_loads_for_an_event_that_passes_and_for_configure_logging() ->
         get_logger("netcl.runtime.cache").warning("cache_dir_unusable", path="/proc/x")
         """
     assert "structlog" in _loaded_after(warn)
-    assert "structlog" in _loaded_after("from netcl.core.log import configure_logging\n"
-                                        "configure_logging()")  # fmt: skip
+    assert "structlog" in _loaded_after(
+        "from netcl.core.log import configure_logging\nconfigure_logging()"
+    )
 
 
 def test_a_bound_logger_keeps_its_fields(caplog: pytest.LogCaptureFixture) -> None:
@@ -197,9 +218,14 @@ def test_an_sdk_installed_after_import_gets_the_spans_and_instruments() -> None:
         print(points["netcl.graph.nodes_executed"][0].value, 1 <= runs <= 1025,
               points["netcl.graph.run.duration"][0].count >= 1)
         """
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=120, check=False,
-                          env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")})
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["1026", "True", "True"], proc.stdout
 

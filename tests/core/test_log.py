@@ -18,9 +18,12 @@ from netcl.core import log, telemetry
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-        timeout=120, env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
-    )  # fmt: skip
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+    )
 
 
 @pytest.fixture

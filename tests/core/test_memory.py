@@ -98,9 +98,7 @@ def test_release_all_reports_first_error_after_releasing_the_rest(queue: cl.Comm
     assert pool.stats.live_tensors == 0
 
 
-def _hammer(
-    pool: BufferPool, threads: int = 8, rounds: int = 60, free_every: int = 0
-) -> list[str]:
+def _hammer(pool: BufferPool, threads: int = 8, rounds: int = 60, free_every: int = 0) -> list[str]:
     """Threads that start together, each keeping several tensors alive at once and writing its
     own marker into each: returns every block that was handed out while another tensor held it
     (seen as a live int_ptr taken twice, or as a marker overwritten by another tensor).
@@ -232,8 +230,11 @@ def test_pool_gauges_per_pool(
     assert value("netcl.pool.used", "test-gauges") == 0
     assert value("netcl.pool.held", "test-gauges") == pool.block_bytes(16384) * 2
     del pool, again  # a dropped pool's gauges go with it
-    assert not [p for p in metric_points("netcl.pool.used")
-                if p.attributes["netcl.pool.id"] == "test-gauges"]  # fmt: skip
+    assert not [
+        p
+        for p in metric_points("netcl.pool.used")
+        if p.attributes["netcl.pool.id"] == "test-gauges"
+    ]
 
 
 def test_released_tensor_cannot_be_used(queue: cl.CommandQueue) -> None:
@@ -293,8 +294,11 @@ def test_limit_frees_held_blocks_then_fails(queue: cl.CommandQueue) -> None:
     c = pool.allocate((2048,), "float32")
     s = pool.stats
     assert s.bytes_held == 0 and s.bytes_in_use == block + big
-    with pytest.raises(MemoryError, match=rf"pool limit is {limit} bytes; pool: "
-                       rf"{block + big} bytes in use, 0 held, limit {limit}"):
+    with pytest.raises(
+        MemoryError,
+        match=rf"pool limit is {limit} bytes; pool: "
+        rf"{block + big} bytes in use, 0 held, limit {limit}",
+    ):
         pool.allocate((256,), "float32")
     s2 = pool.stats
     assert (s2.bytes_in_use, s2.bytes_held, s2.live_tensors) == (block + big, 0, 2)
@@ -345,8 +349,11 @@ def test_out_of_device_memory_retries_after_freeing_held_blocks(
     t = pool.allocate((100,), "float32")
     assert fail == [0] and pool.stats.bytes_held == 0 and pool.stats.live_tensors == 1
     fail[0] = 2
-    with pytest.raises(MemoryError, match=r"cannot allocate 400 bytes.*out of device memory.*"
-                       r"bytes in use, 0 held; device"):
+    with pytest.raises(
+        MemoryError,
+        match=r"cannot allocate 400 bytes.*out of device memory.*"
+        r"bytes in use, 0 held; device",
+    ):
         pool.allocate((100,), "float32")
     pool.release(t)
 

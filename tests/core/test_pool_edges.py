@@ -89,6 +89,7 @@ def test_a_held_block_of_the_device_maximum_serves_any_shape_of_its_size(
     pool.release(again)
     pool.free_held()
 
+
 def test_statistics_stay_true_after_an_allocation_the_limit_refuses(
     queue: cl.CommandQueue,
 ) -> None:

@@ -43,5 +43,8 @@ def test_size_classes_are_at_most_one_64th_larger_and_no_finer(queue: cl.Command
         size = pool.block_bytes(n)
         assert n <= size <= n + n // 64, (n, size)
     assert [pool.block_bytes(n) for n in (2**20 + 1, 1000, 4097, 100_000)] == [
-        1064959, 1007, 4159, 100351,
+        1064959,
+        1007,
+        4159,
+        100351,
     ]

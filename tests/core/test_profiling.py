@@ -112,12 +112,16 @@ def test_profiled_kernels_are_device_spans_inside_the_host_span(
 
 
 def test_kernel_histogram_carries_kernel_names(
-    pq: cl.CommandQueue, kernels: Any, collector: profiling.Collector,
+    pq: cl.CommandQueue,
+    kernels: Any,
+    collector: profiling.Collector,
     metric_points: Callable[[str], list[Any]],
-) -> None:  # fmt: skip
+) -> None:
     def counts() -> dict[str, int]:
-        return {p.attributes["netcl.kernel.name"]: p.count
-                for p in metric_points("netcl.kernel.duration")}  # fmt: skip
+        return {
+            p.attributes["netcl.kernel.name"]: p.count
+            for p in metric_points("netcl.kernel.duration")
+        }
 
     before = counts()
     events = [_busy(pq, kernels, 10), _scale(pq, kernels), _scale(pq, kernels)]
@@ -136,15 +140,23 @@ def test_kernel_histogram_carries_kernel_names(
     ("kind", "metric", "attribute"),
     [
         (profiling.GRAPH_NODE, "netcl.graph.node.device_duration", "netcl.node.name"),
-        (profiling.SCHEDULER_PLAN, "netcl.scheduler.plan.device_duration",
-         "netcl.plan.description"),
+        (
+            profiling.SCHEDULER_PLAN,
+            "netcl.scheduler.plan.device_duration",
+            "netcl.plan.description",
+        ),
         (profiling.REPLAY, "netcl.capture.replay.device_duration", "netcl.capture.name"),
     ],
-)  # fmt: skip
+)
 def test_each_kind_has_its_histogram(
-    pq: cl.CommandQueue, kernels: Any, collector: profiling.Collector,
-    metric_points: Callable[[str], list[Any]], kind: str, metric: str, attribute: str,
-) -> None:  # fmt: skip
+    pq: cl.CommandQueue,
+    kernels: Any,
+    collector: profiling.Collector,
+    metric_points: Callable[[str], list[Any]],
+    kind: str,
+    metric: str,
+    attribute: str,
+) -> None:
     name = f"unit-{kind}"
     unit = collector.watch(kind, [_scale(pq, kernels)], name=name)
     pq.finish()
@@ -189,9 +201,12 @@ def test_hand_off_never_waits_for_the_device(
 
 
 def test_without_profiling_nothing_is_paid(
-    queue: cl.CommandQueue, pq: cl.CommandQueue, kernels: Any, collector: profiling.Collector,
+    queue: cl.CommandQueue,
+    pq: cl.CommandQueue,
+    kernels: Any,
+    collector: profiling.Collector,
     spans: InMemorySpanExporter,
-) -> None:  # fmt: skip
+) -> None:
     assert not profiling.enabled(queue) and profiling.enabled(pq)
     n = 20_000
     per_check = min(timeit.repeat(lambda: profiling.enabled(queue), number=n, repeat=5)) / n
@@ -206,9 +221,11 @@ def test_without_profiling_nothing_is_paid(
 
 
 def test_busy_is_the_share_of_the_window_with_commands(
-    pq: cl.CommandQueue, kernels: Any, collector: profiling.Collector,
+    pq: cl.CommandQueue,
+    kernels: Any,
+    collector: profiling.Collector,
     metric_points: Callable[[str], list[Any]],
-) -> None:  # fmt: skip
+) -> None:
     t0 = time.time_ns()
     units = [collector.watch(profiling.COMMANDS, [_busy(pq, kernels, 2000)]) for _ in range(5)]
     pq.finish()
@@ -285,8 +302,9 @@ def test_a_clock_that_jumps_during_calibration_maps_by_one_round(
     monkeypatch.undo()
     assert 1 <= jumped.tolerance_ns < 100_000_000  # one round's width, not the jump's
     slack = steady.tolerance_ns + jumped.tolerance_ns + 50_000_000
-    assert min(abs(jumped.offset_ns - steady.offset_ns - jump)
-               for jump in (0, 1_000_000_000)) <= slack, (steady, jumped)  # fmt: skip
+    assert (
+        min(abs(jumped.offset_ns - steady.offset_ns - jump) for jump in (0, 1_000_000_000)) <= slack
+    ), (steady, jumped)
 
 
 def test_bad_input_is_refused(pq: cl.CommandQueue, collector: profiling.Collector) -> None:
@@ -314,12 +332,16 @@ def fresh_failure_log() -> Iterator[None]:
 
 
 def test_a_failing_sdk_changes_nothing(
-    pq: cl.CommandQueue, kernels: Any, collector: profiling.Collector,
-    fresh_failure_log: None, hostile_sdk: Callable[[], None],
-) -> None:  # fmt: skip
+    pq: cl.CommandQueue,
+    kernels: Any,
+    collector: profiling.Collector,
+    fresh_failure_log: None,
+    hostile_sdk: Callable[[], None],
+) -> None:
     with T.span("netcl.test.hostile") as host:
-        unit = collector.watch(profiling.REPLAY, [_scale(pq, kernels)], labels=["scale"],
-                               parent=host)  # fmt: skip
+        unit = collector.watch(
+            profiling.REPLAY, [_scale(pq, kernels)], labels=["scale"], parent=host
+        )
         pq.finish()
     assert collector.flush() == 0
     hostile_sdk()
@@ -327,16 +349,21 @@ def test_a_failing_sdk_changes_nothing(
 
 
 def test_span_budget_keeps_metrics_and_drops_only_command_spans(
-    pq: cl.CommandQueue, kernels: Any, spans: InMemorySpanExporter,
+    pq: cl.CommandQueue,
+    kernels: Any,
+    spans: InMemorySpanExporter,
     metric_points: Callable[[str], list[Any]],
-) -> None:  # fmt: skip
+) -> None:
     """Past its CPU budget the collector still records every unit's envelope span and every
     metric point, but no per-command spans (a budget of 0: none at all)."""
     collector = profiling.Collector(span_budget=0.0)
 
     def scale_points() -> int:
-        return sum(p.count for p in metric_points("netcl.kernel.duration")
-                   if p.attributes["netcl.kernel.name"] == "scale")  # fmt: skip
+        return sum(
+            p.count
+            for p in metric_points("netcl.kernel.duration")
+            if p.attributes["netcl.kernel.name"] == "scale"
+        )
 
     before = scale_points()
     for _ in range(3):
@@ -353,26 +380,35 @@ def test_span_budget_keeps_metrics_and_drops_only_command_spans(
 
 # -- summary mode ------------------------------------------------------------------------------
 def _kernel_points(metric_points: Callable[[str], list[Any]], name: str) -> int:
-    return sum(p.count for p in metric_points("netcl.kernel.duration")
-               if p.attributes["netcl.kernel.name"] == name)  # fmt: skip
+    return sum(
+        p.count
+        for p in metric_points("netcl.kernel.duration")
+        if p.attributes["netcl.kernel.name"] == name
+    )
 
 
 def _replay_points(metric_points: Callable[[str], list[Any]], name: str) -> list[Any]:
-    return [p for p in metric_points("netcl.capture.replay.device_duration")
-            if p.attributes.get("netcl.capture.name") == name]  # fmt: skip
+    return [
+        p
+        for p in metric_points("netcl.capture.replay.device_duration")
+        if p.attributes.get("netcl.capture.name") == name
+    ]
 
 
 def test_summary_mode_records_one_envelope_per_unit_and_no_command_detail(
-    pq: cl.CommandQueue, kernels: Any, spans: InMemorySpanExporter,
+    pq: cl.CommandQueue,
+    kernels: Any,
+    spans: InMemorySpanExporter,
     metric_points: Callable[[str], list[Any]],
-) -> None:  # fmt: skip
+) -> None:
     collector = profiling.Collector(mode="summary", sample_budget=0.0)
     before = _kernel_points(metric_points, "busy")
     n = 8
     with T.span("netcl.test.summary") as host:
         events = [_busy(pq, kernels, 400) for _ in range(n)]
-        unit = collector.watch(profiling.REPLAY, events, labels=["busy"] * n, name="summary-unit",
-                               parent=host)  # fmt: skip
+        unit = collector.watch(
+            profiling.REPLAY, events, labels=["busy"] * n, name="summary-unit", parent=host
+        )
         pq.finish()
     assert collector.flush(10.0) == 0
     # the device time from the first command's start to the last one's end, on the host clock
@@ -417,8 +453,10 @@ def test_a_unit_says_whether_it_is_pending_or_its_duration(
     assert collector.flush(5.0) == 0 and unit.duration is not None
     assert repr(unit) == f"DeviceTime('replay', 'step', {unit.duration * 1e3:.3f} ms)"
 
-def test_a_failed_command_drops_its_unit(pq: cl.CommandQueue, kernels: Any,
-                                         caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+
+def test_a_failed_command_drops_its_unit(
+    pq: cl.CommandQueue, kernels: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     """A unit whose command failed has no duration: it is dropped, with a warning."""
     collector = profiling.Collector(mode="summary", sample_budget=0.0, interval=3600.0)
     gate = cl.UserEvent(pq.context)
@@ -437,16 +475,22 @@ def test_a_failed_command_drops_its_unit(pq: cl.CommandQueue, kernels: Any,
 
 
 def test_summary_mode_samples_units_in_per_command_detail(
-    pq: cl.CommandQueue, kernels: Any, spans: InMemorySpanExporter,
+    pq: cl.CommandQueue,
+    kernels: Any,
+    spans: InMemorySpanExporter,
     metric_points: Callable[[str], list[Any]],
-) -> None:  # fmt: skip
+) -> None:
     """A drawn unit is recorded as in per-command mode (its kernels' points, a span each) and its
     device span says it was sampled; with credit for every unit, every unit is drawn."""
     collector = profiling.Collector(mode="summary", sample_budget=1.0)
     time.sleep(0.06)  # credit fills up to 0.05 s of collection: far more than 3 units cost
     before = _kernel_points(metric_points, "scale")
-    units = [collector.watch(profiling.REPLAY, [_scale(pq, kernels), _scale(pq, kernels)],
-                             labels=["scale", "scale"]) for _ in range(3)]  # fmt: skip
+    units = [
+        collector.watch(
+            profiling.REPLAY, [_scale(pq, kernels), _scale(pq, kernels)], labels=["scale", "scale"]
+        )
+        for _ in range(3)
+    ]
     pq.finish()
     assert collector.flush(10.0) == 0
     assert all(u.sampled and len(u.commands) == 2 for u in units)
@@ -461,8 +505,10 @@ def test_summary_mode_samples_units_in_per_command_detail(
 
 @pytest.mark.usefixtures("slow_sdk")
 def test_a_blocking_exporter_does_not_stop_the_draws(
-    pq: cl.CommandQueue, kernels: Any, spans: InMemorySpanExporter,
-) -> None:  # fmt: skip
+    pq: cl.CommandQueue,
+    kernels: Any,
+    spans: InMemorySpanExporter,
+) -> None:
     """A drawn unit is charged what collecting it cost in CPU time: an SDK that blocks in a
     span's end (a synchronous exporter, a slow network) or waits for the GIL on a loaded machine
     must not inflate the cost per command, or the next draws all but stop (a dashboard's kernel
@@ -528,9 +574,7 @@ def test_a_unit_dearer_than_the_full_credit_is_still_drawn() -> None:
     assert not collector.detail(2000)  # the credit is spent: about 1 s to refill
 
 
-def test_summary_mode_keeps_markers_and_single_commands(
-    pq: cl.CommandQueue, kernels: Any
-) -> None:
+def test_summary_mode_keeps_markers_and_single_commands(pq: cl.CommandQueue, kernels: Any) -> None:
     collector = profiling.Collector(mode="summary", sample_budget=0.0)
     before = cl.enqueue_marker(pq)
     kernel = _busy(pq, kernels, 400)
@@ -556,8 +600,9 @@ def test_mode_none_watches_nothing(
 ) -> None:
     collector = profiling.Collector(mode="none")
     unit = collector.watch(profiling.REPLAY, [_scale(pq, kernels)], labels=["scale"])
-    marked = collector.watch_markers(profiling.GRAPH_NODE, cl.enqueue_marker(pq),
-                                     cl.enqueue_marker(pq))  # fmt: skip
+    marked = collector.watch_markers(
+        profiling.GRAPH_NODE, cl.enqueue_marker(pq), cl.enqueue_marker(pq)
+    )
     pq.finish()
     assert unit.done and marked.done and unit.poll() is None and marked.duration is None
     assert collector.stats().watched == 0 and collector.flush() == 0
@@ -593,17 +638,27 @@ def test_the_kernel_metric_says_it_is_sampled(
     collector.watch(profiling.COMMANDS, [_scale(pq, kernels)], labels=["scale"])
     assert collector.flush(10.0) == 0
     data = metric_reader.get_metrics_data()
-    described = {m.name: m.description for rm in data.resource_metrics
-                 for sm in rm.scope_metrics for m in sm.metrics}  # fmt: skip
+    described = {
+        m.name: m.description
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
     text = described["netcl.kernel.duration"]
     assert "summary mode" in text and "sampled" in text and "0.1% of a core" in text, text
 
 
 @pytest.mark.parametrize(
     ("value", "mode", "profiled"),
-    [("", "commands", False), ("0", "commands", False), ("1", "commands", True),
-     ("commands", "commands", True), ("Summary", "summary", True), ("maybe", "commands", None)],
-)  # fmt: skip
+    [
+        ("", "commands", False),
+        ("0", "commands", False),
+        ("1", "commands", True),
+        ("commands", "commands", True),
+        ("Summary", "summary", True),
+        ("maybe", "commands", None),
+    ],
+)
 def test_netcl_profile_sets_the_default_queue_and_the_mode(
     value: str, mode: str, profiled: bool | None
 ) -> None:
@@ -619,8 +674,14 @@ def test_netcl_profile_sets_the_default_queue_and_the_mode(
         "    print(exc)\n"
     )
     env = {**os.environ, "NETCL_PROFILE": value}
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, timeout=120, check=True).stdout.splitlines()  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.splitlines()
     assert out[0] == mode
     if profiled is None:
         assert out[1].startswith("NETCL_PROFILE='maybe': expected 1 to turn profiling on"), out
@@ -673,8 +734,9 @@ def test_a_plain_queue_bracket_covers_its_work_and_only_its_work(
         _busy(plain, kernels, 20000)  # queued ahead of the unit: not its work
         begin = process.begin(plain)
         assert begin is not None and process.begin(pq) is None  # a profiling queue: no stamp
-        unit = process.watch(profiling.REPLAY, [_busy(plain, kernels, 2000)], queue=plain,
-                             begin=begin)  # fmt: skip
+        unit = process.watch(
+            profiling.REPLAY, [_busy(plain, kernels, 2000)], queue=plain, begin=begin
+        )
         plain.finish()
         assert process.flush(10.0) == 0
     finally:
@@ -787,18 +849,26 @@ def test_a_markers_unit_goes_under_the_parent_given_with_its_attributes(
     with T.span("netcl.test.step") as step:
         pass
     with T.span("netcl.test.other") as other:
-        given = collector.watch_markers(profiling.COMMANDS, cl.enqueue_marker(pq),
-                                        cl.enqueue_marker(pq), parent=step, queue=pq,
-                                        attributes={"netcl.device.label": "given"})  # fmt: skip
-        current = collector.watch_markers(profiling.COMMANDS, cl.enqueue_marker(pq),
-                                          cl.enqueue_marker(pq), name="current")  # fmt: skip
+        given = collector.watch_markers(
+            profiling.COMMANDS,
+            cl.enqueue_marker(pq),
+            cl.enqueue_marker(pq),
+            parent=step,
+            queue=pq,
+            attributes={"netcl.device.label": "given"},
+        )
+        current = collector.watch_markers(
+            profiling.COMMANDS, cl.enqueue_marker(pq), cl.enqueue_marker(pq), name="current"
+        )
     pq.finish()
     assert given.poll() is not None  # collected in this thread
     assert collector.flush() == 0
     assert given.attributes == {"netcl.device.label": "given"} and current.attributes is None
     assert not given.sampled and collector.stats().sampled == 0
-    by_label = {(s.attributes or {})["netcl.device.label"]: s
-                for s in _by_name(list(spans.get_finished_spans()), "netcl.device.commands")}
+    by_label = {
+        (s.attributes or {})["netcl.device.label"]: s
+        for s in _by_name(list(spans.get_finished_spans()), "netcl.device.commands")
+    }
     assert set(by_label) == {"given", "current"}
     assert step.context is not None and other.context is not None
     for label, parent in (("given", step.context), ("current", other.context)):
@@ -812,15 +882,25 @@ def test_a_markers_unit_in_mode_none_keeps_what_its_caller_gave(pq: cl.CommandQu
     name, parent and attributes."""
     collector = profiling.Collector(mode="none")
     with T.span("netcl.test.step") as step:
-        unit = collector.watch_markers(profiling.GRAPH_NODE, cl.enqueue_marker(pq),
-                                       cl.enqueue_marker(pq), name="fc0", parent=step,
-                                       attributes={"netcl.test": 1})  # fmt: skip
-        current = collector.watch_markers(profiling.GRAPH_NODE, cl.enqueue_marker(pq),
-                                          cl.enqueue_marker(pq))  # fmt: skip
+        unit = collector.watch_markers(
+            profiling.GRAPH_NODE,
+            cl.enqueue_marker(pq),
+            cl.enqueue_marker(pq),
+            name="fc0",
+            parent=step,
+            attributes={"netcl.test": 1},
+        )
+        current = collector.watch_markers(
+            profiling.GRAPH_NODE, cl.enqueue_marker(pq), cl.enqueue_marker(pq)
+        )
     pq.finish()
     assert unit.done and unit.duration is None and unit.poll() is None
     assert (unit.kind, unit.name, unit.attributes, unit.labels) == (
-        profiling.GRAPH_NODE, "fc0", {"netcl.test": 1}, ())  # fmt: skip
+        profiling.GRAPH_NODE,
+        "fc0",
+        {"netcl.test": 1},
+        (),
+    )
     assert unit.parent is step
     assert current.parent.context == step.context
     assert collector.stats().watched == 0
@@ -1022,17 +1102,21 @@ def test_a_failing_collection_is_logged_once_per_error_and_collection_goes_on(
         thread.start()
         assert failing.parked.wait(10.0)
     assert failing.calls == 4
-    said = [(r.levelname, r.getMessage()) for r in caplog.records
-            if r.name == "netcl.core.profiling"]  # fmt: skip
+    said = [
+        (r.levelname, r.getMessage()) for r in caplog.records if r.name == "netcl.core.profiling"
+    ]
     assert said == [
-        ("WARNING", 'device_time_not_collected error="_DriverGoneError(\'driver went away\')"'),
-        ("WARNING", 'device_time_not_collected error="_QueueFreedError(\'queue freed\')"'),
+        ("WARNING", "device_time_not_collected error=\"_DriverGoneError('driver went away')\""),
+        ("WARNING", "device_time_not_collected error=\"_QueueFreedError('queue freed')\""),
     ]
 
 
 @pytest.mark.parametrize("mode", ["summary", "commands"])
 def test_a_failed_command_is_named_in_the_warning(
-    mode: profiling.Mode, pq: cl.CommandQueue, kernels: Any, fresh_failure_log: None,
+    mode: profiling.Mode,
+    pq: cl.CommandQueue,
+    kernels: Any,
+    fresh_failure_log: None,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The warning for a unit dropped because a command failed says which: in summary mode
@@ -1049,10 +1133,13 @@ def test_a_failed_command_is_named_in_the_warning(
         unit = collector.watch(profiling.REPLAY, [first, failed])
         assert collector.flush(5.0) == 0
     assert unit.done and unit.duration is None
-    why = ("the first or last command failed" if mode == "summary"
-           else f"command 1 failed: status {status}")  # fmt: skip
+    why = (
+        "the first or last command failed"
+        if mode == "summary"
+        else f"command 1 failed: status {status}"
+    )
     said = [r.getMessage() for r in caplog.records if r.name == "netcl.core.profiling"]
-    assert said == [f'device_time_not_collected error="_CommandFailedError(\'{why}\')"']
+    assert said == [f"device_time_not_collected error=\"_CommandFailedError('{why}')\""]
 
 
 def test_busy_intervals_are_dropped_a_second_after_the_window_leaves_them(

@@ -51,14 +51,20 @@ def test_configure_refuses_unknown_exporters_and_a_ratio_out_of_range(
     monkeypatch.setattr(_sdk, "_configured", {})
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console,zipkin9")
     listed = r"a comma-separated list of otlp, .*console.*, none"
-    with pytest.raises(_sdk.ConfigError, match=rf"^OTEL_TRACES_EXPORTER='console,zipkin9' is not "
-                       rf"valid: expected {listed}"):  # fmt: skip
+    with pytest.raises(
+        _sdk.ConfigError,
+        match=rf"^OTEL_TRACES_EXPORTER='console,zipkin9' is not "
+        rf"valid: expected {listed}",
+    ):
         _sdk.configure()
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
     monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "2")
-    with pytest.raises(_sdk.ConfigError, match=r"^OTEL_TRACES_SAMPLER_ARG='2' is not valid: "
-                       r"expected a ratio from 0 to 1$"):  # fmt: skip
+    with pytest.raises(
+        _sdk.ConfigError,
+        match=r"^OTEL_TRACES_SAMPLER_ARG='2' is not valid: "
+        r"expected a ratio from 0 to 1$",
+    ):
         _sdk.configure()
 
 
@@ -86,8 +92,9 @@ def test_a_flush_past_its_deadline_is_reported(monkeypatch: pytest.MonkeyPatch) 
         ]
     finally:
         stuck.release.set()  # its thread ends
-    monkeypatch.setattr(_sdk, "_configured", {"tracer_provider": TracerProvider(),
-                                              "meter_provider": quick})  # fmt: skip
+    monkeypatch.setattr(
+        _sdk, "_configured", {"tracer_provider": TracerProvider(), "meter_provider": quick}
+    )
     assert _sdk.flush(1.0) is True
 
 
@@ -181,9 +188,14 @@ def test_configure_installs_the_exporters_the_variables_name_with_netcls_additio
 
     for signal in ("TRACES", "METRICS", "LOGS"):
         monkeypatch.setenv(f"OTEL_{signal}_EXPORTER", "none")
-    for variable in (*_sdk._BOUNDED, "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
-                     "OTEL_EXPORTER_PROMETHEUS_PORT", "OTEL_EXPORTER_PROMETHEUS_HOST"):
-        monkeypatch.delenv(variable, raising=False)  # fmt: skip
+    for variable in (
+        *_sdk._BOUNDED,
+        "OTEL_SERVICE_NAME",
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "OTEL_EXPORTER_PROMETHEUS_PORT",
+        "OTEL_EXPORTER_PROMETHEUS_HOST",
+    ):
+        monkeypatch.delenv(variable, raising=False)
     out = io.StringIO()
     done = _sdk.configure(service_name="netcl-test", console=True, console_out=out)
     assert done is empty_slots and _sdk.configure() is done  # once per process
@@ -253,12 +265,15 @@ def test_configure_with_an_sdk_installed_warns_that_the_port_is_ignored(
     assert (done["exporters"], done["disabled"]) == ({}, False)
     (record,) = [r for r in caplog.records if r.getMessage().startswith("telemetry_prom")]
     assert record.prometheus_port == 9  # type: ignore[attr-defined]
-    reason = ("an OpenTelemetry SDK is already installed: set OTEL_METRICS_EXPORTER=prometheus "
-              "and OTEL_EXPORTER_PROMETHEUS_PORT instead")  # fmt: skip
+    reason = (
+        "an OpenTelemetry SDK is already installed: set OTEL_METRICS_EXPORTER=prometheus "
+        "and OTEL_EXPORTER_PROMETHEUS_PORT instead"
+    )
     assert record.reason == reason  # type: ignore[attr-defined]
     assert record.levelno == logging.WARNING and record.name == "netcl.core.telemetry"
     assert record.getMessage() == (
-        f'telemetry_prometheus_port_ignored prometheus_port=9 reason="{reason}"')
+        f'telemetry_prometheus_port_ignored prometheus_port=9 reason="{reason}"'
+    )
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="netcl.core.telemetry"):
         assert _sdk.configure() is done  # without a port: nothing to say
@@ -268,9 +283,13 @@ def test_configure_with_an_sdk_installed_warns_that_the_port_is_ignored(
 def test_an_otlp_endpoint_alone_chooses_otlp_for_traces_and_metrics(
     empty_slots: dict[str, Any], monkeypatch: pytest.MonkeyPatch, closed_port: int
 ) -> None:
-    for variable in ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
-                     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"):
-        monkeypatch.delenv(variable, raising=False)  # fmt: skip
+    for variable in (
+        "OTEL_TRACES_EXPORTER",
+        "OTEL_METRICS_EXPORTER",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    ):
+        monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("OTEL_LOGS_EXPORTER", "none")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", f"http://127.0.0.1:{closed_port}")
     # HTTP, not gRPC: gRPC's threads do not survive the fork of a later subprocess in this
@@ -302,8 +321,10 @@ def test_a_provider_that_raises_is_logged_never_raised(
         assert _sdk.flush(1.0) is True  # it ended (by raising) within the deadline
         assert _sdk.shutdown(1.0) is True
     said = [(r.call, r.error) for r in caplog.records]  # type: ignore[attr-defined]
-    assert said == [("force_flush", "RuntimeError('flush exploded')"),
-                    ("shutdown", "RuntimeError('shutdown exploded')")]  # fmt: skip
+    assert said == [
+        ("force_flush", "RuntimeError('flush exploded')"),
+        ("shutdown", "RuntimeError('shutdown exploded')"),
+    ]
 
 
 class _Slow:
@@ -328,8 +349,10 @@ def test_a_flush_within_its_deadline_is_done_on_a_named_thread(
     monkeypatch.setattr(_sdk, "_configured", {"tracer_provider": slow, "meter_provider": slow})
     monkeypatch.setattr(_sdk, "_unfinished", [])
     assert _sdk.flush(5.0) is True  # 0.2 s each, side by side: well within 5 s
-    assert sorted(slow.threads) == ["netcl-otel-force_flush-metrics",
-                                    "netcl-otel-force_flush-traces"]  # fmt: skip
+    assert sorted(slow.threads) == [
+        "netcl-otel-force_flush-metrics",
+        "netcl-otel-force_flush-traces",
+    ]
     assert slow.daemons == [True, True]  # a stuck exporter never holds the process at exit
     assert _sdk._unfinished == []
 
@@ -359,27 +382,66 @@ _INTEGER_VARIABLES = {
 _ENVIRONMENT_CASES: list[tuple[str, str, str | None]] = [
     *[("OTEL_SDK_DISABLED", v, _OK) for v in ("true", "false", "TRUE", " False ", "  ")],
     *[("OTEL_SDK_DISABLED", v, "true or false") for v in ("yes", "1", "truee")],
-    *[(f"OTEL_EXPORTER_OTLP{s}_PROTOCOL", v, expected)
-      for s in ("", "_TRACES", "_METRICS", "_LOGS")
-      for v, expected in (("grpc", _OK), ("http/protobuf", _OK), (" grpc ", _OK),
-                          ("udp", "grpc or http/protobuf"), ("GRPC", "grpc or http/protobuf"))],
-    *[(f"OTEL_{signal.upper()}_EXPORTER", v, expected)
-      for signal in ("traces", "metrics", "logs")
-      for v, expected in (("none", _OK), ("None", _OK), ("otlp", _OK), ("console", _OK),
-                          ("console, otlp", _OK), ("console,zipkin9", signal),
-                          ("zipkin9", signal), ("none,console", signal))],
-    *[(variable, v, expected)
-      for variable, accepts in _NUMBER_VARIABLES.items()
-      for v, expected in (("1", _OK), ("0.5", _OK), ("2.5e3", _OK), ("  ", _OK), ("0", accepts),
-                          ("-1", accepts), ("inf", accepts), ("nan", accepts), ("10s", accepts))],
-    *[(variable, v, expected)
-      for variable, accepts in _INTEGER_VARIABLES.items()
-      for v, expected in (("1", _OK), ("512", _OK), (" 7 ", _OK), ("0", accepts),
-                          ("-3", accepts), ("1.5", accepts), ("inf", accepts), ("x", accepts))],
-    *[("OTEL_TRACES_SAMPLER", v, _OK)
-      for v in ("always_on", "always_off", "traceidratio", "parentbased_traceidratio")],
+    *[
+        (f"OTEL_EXPORTER_OTLP{s}_PROTOCOL", v, expected)
+        for s in ("", "_TRACES", "_METRICS", "_LOGS")
+        for v, expected in (
+            ("grpc", _OK),
+            ("http/protobuf", _OK),
+            (" grpc ", _OK),
+            ("udp", "grpc or http/protobuf"),
+            ("GRPC", "grpc or http/protobuf"),
+        )
+    ],
+    *[
+        (f"OTEL_{signal.upper()}_EXPORTER", v, expected)
+        for signal in ("traces", "metrics", "logs")
+        for v, expected in (
+            ("none", _OK),
+            ("None", _OK),
+            ("otlp", _OK),
+            ("console", _OK),
+            ("console, otlp", _OK),
+            ("console,zipkin9", signal),
+            ("zipkin9", signal),
+            ("none,console", signal),
+        )
+    ],
+    *[
+        (variable, v, expected)
+        for variable, accepts in _NUMBER_VARIABLES.items()
+        for v, expected in (
+            ("1", _OK),
+            ("0.5", _OK),
+            ("2.5e3", _OK),
+            ("  ", _OK),
+            ("0", accepts),
+            ("-1", accepts),
+            ("inf", accepts),
+            ("nan", accepts),
+            ("10s", accepts),
+        )
+    ],
+    *[
+        (variable, v, expected)
+        for variable, accepts in _INTEGER_VARIABLES.items()
+        for v, expected in (
+            ("1", _OK),
+            ("512", _OK),
+            (" 7 ", _OK),
+            ("0", accepts),
+            ("-3", accepts),
+            ("1.5", accepts),
+            ("inf", accepts),
+            ("x", accepts),
+        )
+    ],
+    *[
+        ("OTEL_TRACES_SAMPLER", v, _OK)
+        for v in ("always_on", "always_off", "traceidratio", "parentbased_traceidratio")
+    ],
     ("OTEL_TRACES_SAMPLER", "always_of", "samplers"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("variable", "value", "expected"), _ENVIRONMENT_CASES)
@@ -401,7 +463,10 @@ def test_every_checked_variable_accepts_its_good_values_and_names_a_bad_one(
         _sdk._check_environment()
     assert str(info.value) == f"{variable}={value!r} is not valid: expected {expected}"
     assert (info.value.variable, info.value.value, info.value.accepts) == (
-        variable, value, expected)  # fmt: skip
+        variable,
+        value,
+        expected,
+    )
 
 
 @pytest.mark.parametrize(
@@ -450,9 +515,11 @@ def test_without_the_otlp_exporters_the_message_says_which_extra_installs_them(
     monkeypatch.setattr(_sdk, "_names", lambda group: ["console"])
     with pytest.raises(_sdk.ConfigError) as info:
         _sdk._check_environment()
-    assert str(info.value) == ("OTEL_METRICS_EXPORTER='zipkin9' is not valid: expected a "
-                               "comma-separated list of otlp, console, none; OTLP needs "
-                               "netcl-core[otel]")  # fmt: skip
+    assert str(info.value) == (
+        "OTEL_METRICS_EXPORTER='zipkin9' is not valid: expected a "
+        "comma-separated list of otlp, console, none; OTLP needs "
+        "netcl-core[otel]"
+    )
 
 
 def test_the_console_lines_of_metrics() -> None:
@@ -495,8 +562,9 @@ def test_shutdown_collects_pending_device_time_first(monkeypatch: pytest.MonkeyP
     provider = _Stopping()
     monkeypatch.setattr(_sdk, "_configured", {"tracer_provider": provider})
     monkeypatch.setattr(_sdk, "_unfinished", [])
-    queue = cl.CommandQueue(device.default_context(),
-                            properties=cl.command_queue_properties.PROFILING_ENABLE)  # fmt: skip
+    queue = cl.CommandQueue(
+        device.default_context(), properties=cl.command_queue_properties.PROFILING_ENABLE
+    )
     unit = profiling.collector().watch("commands", [cl.enqueue_marker(queue)], queue=queue)
     assert _sdk.shutdown(0.1) is False  # the provider takes 0.3 s
     assert unit.done and unit.duration is not None and unit.duration >= 0
@@ -509,10 +577,14 @@ def test_an_otlp_traces_endpoint_alone_chooses_otlp_for_traces_with_its_own_time
 ) -> None:
     """A traces endpoint alone sends spans over OTLP; a per-signal timeout the user set counts
     as set, so netcl's own default (OTEL_EXPORTER_OTLP_TIMEOUT=2) is not added for the rest."""
-    for variable in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
-                     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-                     *_sdk._BOUNDED):
-        monkeypatch.delenv(variable, raising=False)  # fmt: skip
+    for variable in (
+        "OTEL_TRACES_EXPORTER",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        *_sdk._BOUNDED,
+    ):
+        monkeypatch.delenv(variable, raising=False)
     for signal in ("METRICS", "LOGS"):
         monkeypatch.setenv(f"OTEL_{signal}_EXPORTER", "none")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{closed_port}")
@@ -540,9 +612,15 @@ def test_the_console_line_of_a_failed_span_and_of_one_without_times() -> None:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.trace import SpanContext, Status, StatusCode
 
-    failed = TracerProvider().get_tracer("netcl.test").start_span(
-        "netcl.test.failed", start_time=1_000,
-        attributes={"netcl.test.n": 2, "netcl.test.s": "a b"})  # fmt: skip
+    failed = (
+        TracerProvider()
+        .get_tracer("netcl.test")
+        .start_span(
+            "netcl.test.failed",
+            start_time=1_000,
+            attributes={"netcl.test.n": 2, "netcl.test.s": "a b"},
+        )
+    )
     failed.set_status(Status(StatusCode.ERROR, "kernel failed"))
     failed.end(end_time=1_501_000)
     ctx = failed.get_span_context()
@@ -551,8 +629,11 @@ def test_the_console_line_of_a_failed_span_and_of_one_without_times() -> None:
         f"span_id={ctx.span_id:016x} parent_id=- status=ERROR "
         'status.description="kernel failed" netcl.test.n=2 netcl.test.s="a b"\n'
     )
-    timeless = ReadableSpan(name="netcl.test.timeless", context=SpanContext(0xA, 0xB, False),
-                            parent=SpanContext(0xA, 0xC, False))  # fmt: skip
+    timeless = ReadableSpan(
+        name="netcl.test.timeless",
+        context=SpanContext(0xA, 0xB, False),
+        parent=SpanContext(0xA, 0xC, False),
+    )
     assert _sdk._span_line(timeless) == (
         f"span netcl.test.timeless 0.000 ms trace_id={0xA:032x} span_id={0xB:016x} "
         f"parent_id={0xC:016x} status=UNSET\n"
@@ -560,7 +641,8 @@ def test_the_console_line_of_a_failed_span_and_of_one_without_times() -> None:
 
 
 def test_configure_defaults_name_the_service_netcl_and_print_nothing(
-    empty_slots: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+    empty_slots: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """configure() with no arguments names the service ``netcl``, adds no console exporter and
@@ -581,7 +663,8 @@ def test_configure_defaults_name_the_service_netcl_and_print_nothing(
 
 
 def test_configure_with_console_prints_to_stderr_by_default(
-    empty_slots: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+    empty_slots: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """``configure(console=True)`` without ``console_out`` prints each span on stderr."""

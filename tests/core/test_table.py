@@ -37,28 +37,41 @@ def test_plural() -> None:
 
 def test_human_sizes_step_up_by_1024() -> None:
     assert [_table.human(n) for n in (512, 1536, 5 << 20, 3 << 30, -2048)] == [
-        "512 B", "1.5 KiB", "5.0 MiB", "3.0 GiB", "-2.0 KiB"]  # fmt: skip
+        "512 B",
+        "1.5 KiB",
+        "5.0 MiB",
+        "3.0 GiB",
+        "-2.0 KiB",
+    ]
 
 
 @pytest.mark.parametrize(
     ("columns", "rows", "headers", "right", "expected"),
     [
         # the widest column narrows first (the last of equals), down to 4 characters
-        ("20", [("key", "a very long value here", "x")], None, (),
-         ["key  a very long…  x"]),
-        ("12", [("alpha-beta-gamma", 123456)], ("NAME", "SIZE"), (1,),
-         ["NAME    SIZE", "alp…  123456"]),
+        ("20", [("key", "a very long value here", "x")], None, (), ["key  a very long…  x"]),
+        (
+            "12",
+            [("alpha-beta-gamma", 123456)],
+            ("NAME", "SIZE"),
+            (1,),
+            ["NAME    SIZE", "alp…  123456"],
+        ),
         # every column at 4 and still too wide: the line itself is cut
         ("10", [("abcdef", "ghijkl", "mnopqr")], None, (), ["abc…  ghi…"]),
         ("3", [("abcdef", "gh")], ("A", "B"), (), ["A …", "ab…"]),
         # a table that fits is left whole
         ("13", [("abcdef", "ghijk")], None, (), ["abcdef  ghijk"]),
     ],
-)  # fmt: skip
+)
 def test_a_table_too_wide_for_the_terminal_is_narrowed_then_cut(
-    columns: str, rows: list[tuple[object, ...]], headers: tuple[str, ...] | None,
-    right: tuple[int, ...], expected: list[str], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    columns: str,
+    rows: list[tuple[object, ...]],
+    headers: tuple[str, ...] | None,
+    right: tuple[int, ...],
+    expected: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """With ``COLUMNS`` set, a too-wide table loses characters from its widest columns first
     (the last of equal ones), none below 4, each cut cell ending in ``…``; a line still too
     long is cut at the terminal's width."""

@@ -25,8 +25,11 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=120, env={**clean, **env},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, **env},
+    )
 
 
 # An application: configure(), one parent and one failing child span, a counter, shutdown.
@@ -286,8 +289,13 @@ def test_otlp_grpc_by_protocol_variable(grpc_receiver: tuple[int, _Traces]) -> N
     assert proc.returncode == 0, proc.stderr
     assert "service.name=from-attributes" in proc.stdout
     assert "exporters={'traces': ['otlp_proto_grpc'], 'metrics': [], 'logs': []}" in proc.stdout
-    names = {s.name for r in traces.requests for rs in r.resource_spans
-             for ss in rs.scope_spans for s in ss.spans}  # fmt: skip
+    names = {
+        s.name
+        for r in traces.requests
+        for rs in r.resource_spans
+        for ss in rs.scope_spans
+        for s in ss.spans
+    }
     assert names == {"netcl.test.outer", "netcl.test.inner"}, proc.stderr
     attrs = _resource_attrs(traces.requests[0])
     assert attrs["service.name"] == "from-attributes"

@@ -11,8 +11,12 @@ from netcl.core.log import get_logger
 
 def test_a_span_unlike_its_row_is_caught(telemetry_contract: list[str]) -> None:
     scope = telemetry.Scope("netcl.runtime.scheduler", "0")
-    attributes = {"netcl.plan.index": 0, "netcl.plan.ops": 1, "netcl.plan.ordering": "sideways",
-                  "netcl.plan.colour": "red"}  # fmt: skip
+    attributes = {
+        "netcl.plan.index": 0,
+        "netcl.plan.ops": 1,
+        "netcl.plan.ordering": "sideways",
+        "netcl.plan.colour": "red",
+    }
     with scope.span("netcl.scheduler.plan", attributes):
         pass
     with scope.span("netcl.scheduler.made_up"):

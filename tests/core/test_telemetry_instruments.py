@@ -16,10 +16,15 @@ def test_observable_instruments_report_values_with_their_attributes(
     metric_points: Callable[[str], list[Any]],
 ) -> None:
     scope = telemetry.Scope("netcl.test", "0")
-    scope.observable_counter("netcl.test.observed_total", lambda: [(3, {"netcl.test.k": "a"}),
-                             (5, {"netcl.test.k": "b"})], "1", "a test counter")  # fmt: skip
-    scope.observable_gauge("netcl.test.observed_level", lambda: [(7, {"netcl.test.k": "c"})],
-                           "By", "a test gauge")  # fmt: skip
+    scope.observable_counter(
+        "netcl.test.observed_total",
+        lambda: [(3, {"netcl.test.k": "a"}), (5, {"netcl.test.k": "b"})],
+        "1",
+        "a test counter",
+    )
+    scope.observable_gauge(
+        "netcl.test.observed_level", lambda: [(7, {"netcl.test.k": "c"})], "By", "a test gauge"
+    )
     points = metric_points("netcl.test.observed_total")
     counted = {p.attributes["netcl.test.k"]: p.value for p in points}
     assert counted == {"a": 3, "b": 5}
@@ -28,9 +33,10 @@ def test_observable_instruments_report_values_with_their_attributes(
 
 
 def test_a_failing_histogram_is_logged_once_by_its_name(
-    hostile_sdk: Callable[[], None], caplog: pytest.LogCaptureFixture,
+    hostile_sdk: Callable[[], None],
+    caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     monkeypatch.setattr(log, "_warned", set())  # as in a fresh process: nothing reported yet
     histogram = telemetry.Scope("netcl.test", "0").histogram("netcl.test.failing", "s", "a test")
     with caplog.at_level("WARNING", logger="netcl.core.telemetry"):
@@ -82,8 +88,9 @@ def test_a_histogram_reports_under_its_name_unit_description_and_buckets(
     """A package's histogram is on the dashboards under its name, with its unit, description
     and bucket boundaries (or the SDK's default boundaries when given none)."""
     name = f"netcl.test.histogram_{len(buckets) if buckets is not None else 'none'}"
-    histogram = telemetry.Scope("netcl.test", "0").histogram(name, "By", "a test histogram",
-                                                             buckets)  # fmt: skip
+    histogram = telemetry.Scope("netcl.test", "0").histogram(
+        name, "By", "a test histogram", buckets
+    )
     histogram.record(1.0, {"netcl.test.k": "a"})
     histogram.record(3.0, {"netcl.test.k": "a"})
     metric = _metric(metric_reader, name)
@@ -188,5 +195,8 @@ def test_attributes_set_on_a_span_are_recorded(spans: Any) -> None:
         span.set_many({"netcl.test.k": 1, "netcl.test.j": "x"})
         span.set("netcl.test.i", 2.5)
     (finished,) = [s for s in spans.get_finished_spans() if s.name == "netcl.test.step"]
-    assert dict(finished.attributes or {}) == {"netcl.test.k": 1, "netcl.test.j": "x",
-                                               "netcl.test.i": 2.5}  # fmt: skip
+    assert dict(finished.attributes or {}) == {
+        "netcl.test.k": 1,
+        "netcl.test.j": "x",
+        "netcl.test.i": 2.5,
+    }

@@ -76,14 +76,29 @@ class Kernels:
             first = inputs[0]
             second = inputs[1] if len(inputs) > 1 else inputs[0]
             evt = self.mix_k(
-                q, n, None, first.buffer, np.uint32(first.size), second.buffer,
-                np.uint32(second.size), np.float32(k), out.buffer,
+                q,
+                n,
+                None,
+                first.buffer,
+                np.uint32(first.size),
+                second.buffer,
+                np.uint32(second.size),
+                np.float32(k),
+                out.buffer,
             )
             for extra in inputs[2:]:
                 # the op orders its own launches (out-of-order queues); the executor orders ops
                 evt = self.mix_k(
-                    q, n, None, out.buffer, np.uint32(out.size), extra.buffer,
-                    np.uint32(extra.size), np.float32(k), out.buffer, wait_for=[evt],
+                    q,
+                    n,
+                    None,
+                    out.buffer,
+                    np.uint32(out.size),
+                    extra.buffer,
+                    np.uint32(extra.size),
+                    np.float32(k),
+                    out.buffer,
+                    wait_for=[evt],
                 )
 
         return fn
@@ -93,8 +108,15 @@ class Kernels:
         m, k = a.shape
         n = w.shape[1]
         self.gemm_k(
-            out.queue, (m, n), None, a.buffer, w.buffer, bias.buffer, np.uint32(k),
-            np.uint32(n), out.buffer,
+            out.queue,
+            (m, n),
+            None,
+            a.buffer,
+            w.buffer,
+            bias.buffer,
+            np.uint32(k),
+            np.uint32(n),
+            out.buffer,
         )
 
     @staticmethod
@@ -128,7 +150,6 @@ def kernels(ctx: cl.Context) -> Kernels:
 @pytest.fixture
 def pool(queue: cl.CommandQueue) -> BufferPool:
     return BufferPool(queue)
-
 
 
 @pytest.fixture(autouse=True)

@@ -55,9 +55,11 @@ def _node_points(metric_points: Callable[[str], list[Any]]) -> dict[str, int]:
 
 @pytest.mark.parametrize("props", [_PROFILING, _PROFILING | _OOO], ids=["in_order", "ooo"])
 def test_a_profiled_run_records_one_device_time_per_node(
-    ctx: cl.Context, props: int, spans: InMemorySpanExporter,
+    ctx: cl.Context,
+    props: int,
+    spans: InMemorySpanExporter,
     metric_points: Callable[[str], list[Any]],
-) -> None:  # fmt: skip
+) -> None:
     try:
         queue = cl.CommandQueue(ctx, properties=props)
     except cl.Error:
@@ -110,8 +112,11 @@ def test_a_plain_queue_in_summary_mode_stamps_each_node_on_a_side_queue(
     device = [s for s in finished if s.name == "netcl.device.node"]
     assert sorted(s.attributes["netcl.node.name"] for s in device) == ["relu", "sum", "sum2"]
     for d in device:  # under its node's span, one after the other
-        assert d.parent is not None and nodes[d.parent.span_id].attributes[
-            "netcl.node.name"] == d.attributes["netcl.node.name"]  # fmt: skip
+        assert (
+            d.parent is not None
+            and nodes[d.parent.span_id].attributes["netcl.node.name"]
+            == d.attributes["netcl.node.name"]
+        )
     ends = sorted((d.start_time, d.end_time) for d in device)
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(ends))
 

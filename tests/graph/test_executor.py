@@ -50,9 +50,11 @@ def _mlp(
         w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
         b = rng.standard_normal(n).astype(np.float32)
         lin = g.add_op(
-            f"fc{i}", kernels.gemm_bias,
+            f"fc{i}",
+            kernels.gemm_bias,
             [cur, Tensor.from_numpy(w, queue), Tensor.from_numpy(b, queue)],
-            (batch, n), np.float32,
+            (batch, n),
+            np.float32,
         )
         ref = ref @ w + b
         names.append(lin.name)
@@ -106,7 +108,9 @@ def test_several_outputs_are_kept_and_owned(
     plan = ex.plan(g, ["relu0", "fc1", "softmax"])
     assert plan.lifetimes["relu0"].last_use == len(plan.order) - 1
     assert [lt.name for lt in plan.lifetimes.values() if lt.is_output] == [
-        "relu0", "fc1", "softmax",
+        "relu0",
+        "fc1",
+        "softmax",
     ]
     # only the outputs stay in use; each is released on its own
     assert pool.stats.bytes_in_use == plan.output_block_bytes

@@ -39,8 +39,9 @@ def inc_mod(ctx: cl.Context) -> cl.Kernel:
     return cl.Kernel(cl.Program(ctx, INC_MOD).build(), "inc_mod")
 
 
-def _chain(queue: cl.CommandQueue, inc: cl.Kernel, sizes: list[int],
-           kept: dict[str, Tensor]) -> Graph:  # fmt: skip
+def _chain(
+    queue: cl.CommandQueue, inc: cl.Kernel, sizes: list[int], kept: dict[str, Tensor]
+) -> Graph:
     """A chain of increments n0 -> n1 -> ... whose fns keep their ``out`` in ``kept``."""
 
     def op(name: str) -> Callable[[list[Tensor], Tensor], None]:
@@ -81,9 +82,12 @@ def test_kept_intermediate_raises_after_the_run(queue: cl.CommandQueue, inc_kern
         out = ex.run(g)
         assert (out.to_numpy() == 3).all()  # the output asked for is unaffected
         for use in (lambda t: t.to_numpy(), lambda t: t.buffer, lambda t: t.as_array()):
-            with pytest.raises(RuntimeError, match=r"is intermediate 'a' of Graph\(3 ops: a, b, "
-                               r"c\): its run ended .* request it as an output \(run\(graph, "
-                               r"outputs=\[\.\.\., 'a'\]\)\) or copy it inside the op"):
+            with pytest.raises(
+                RuntimeError,
+                match=r"is intermediate 'a' of Graph\(3 ops: a, b, "
+                r"c\): its run ended .* request it as an output \(run\(graph, "
+                r"outputs=\[\.\.\., 'a'\]\)\) or copy it inside the op",
+            ):
                 use(kept["a"])
         with pytest.raises(ValueError, match="is intermediate 'a'"):
             pool.release(kept["a"])
@@ -126,16 +130,24 @@ def test_values_of_a_failed_run_raise_when_used(queue: cl.CommandQueue, inc_kern
     assert str(used.value).endswith(
         "is intermediate 'a' of Graph(3 ops: a, b, c): its run ended and its memory now holds "
         "other values; request it as an output (run(graph, outputs=[..., 'a'])) or copy it "
-        "inside the op")
+        "inside the op"
+    )
     with pytest.raises(RuntimeError) as used:
         kept["b"].to_numpy()
     assert str(used.value).endswith(
-        " was released to its BufferPool; a released tensor cannot be used")
+        " was released to its BufferPool; a released tensor cannot be used"
+    )
 
 
 @pytest.mark.parametrize("outputs", [None, ["n7", "n2"], ["n0", "n5"]])
-@pytest.mark.parametrize("sizes", [[256] * 8, [1024, 3000, 256, 1024, 5000, 64, 1024, 700],
-                                   [8000, 4000, 2000, 1000, 500, 250, 125, 64]])
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        [256] * 8,
+        [1024, 3000, 256, 1024, 5000, 64, 1024, 700],
+        [8000, 4000, 2000, 1000, 500, 250, 125, 64],
+    ],
+)
 def test_every_intermediate_ends_in_every_layout(
     queue: cl.CommandQueue, inc_mod: Any, sizes: list[int], outputs: list[str] | None
 ) -> None:
@@ -183,9 +195,12 @@ def test_failed_run_ends_its_intermediates(
 def _run_child(src: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run ``src`` in a fresh interpreter: a guard that failed could crash or hang the device."""
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(src)], capture_output=True, text=True,
-        timeout=60, env={**os.environ, **env},
-    )  # fmt: skip
+        [sys.executable, "-c", textwrap.dedent(src)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
 
 
 OVERRUN = f"""
@@ -304,8 +319,7 @@ def test_checked_mode_names_a_write_before_a_view_in_process(
     assert pool.stats.bytes_in_use == 0
 
 
-def test_checked_mode_runs_clean_graphs_as_plain_mode(queue: cl.CommandQueue,
-                                                      inc_mod: Any) -> None:  # fmt: skip
+def test_checked_mode_runs_clean_graphs_as_plain_mode(queue: cl.CommandQueue, inc_mod: Any) -> None:
     """No false alarm, the same results; the plan's figures count the guards."""
     sizes = [1024, 3000, 256, 1024, 5000, 64, 1024, 700]
     plain = GraphExecutor(BufferPool(queue, check_memory=False))
@@ -322,8 +336,7 @@ def test_checked_mode_runs_clean_graphs_as_plain_mode(queue: cl.CommandQueue,
         assert checked.plan(g, outputs).lower_bound > plain.plan(g, outputs).lower_bound
 
 
-def test_freed_blocks_read_as_poison(queue: cl.CommandQueue, inc_kernel: Any,
-                                     inc_mod: Any) -> None:  # fmt: skip
+def test_freed_blocks_read_as_poison(queue: cl.CommandQueue, inc_kernel: Any, inc_mod: Any) -> None:
     """A read of freed memory (a raw buffer of an intermediate kept past the run) shows NaN."""
     pool = BufferPool(queue, check_memory=True)
     host = np.zeros(256, np.float32)

@@ -46,9 +46,7 @@ def dags(draw: st.DrawFn) -> tuple[list[NodeSpec], list[int] | None, bool]:
                 draw(st.sampled_from([0.5, -0.25, 1.0])),
             )
         )
-    outputs = draw(
-        st.none() | st.lists(st.integers(0, n - 1), min_size=1, max_size=3, unique=True)
-    )
+    outputs = draw(st.none() | st.lists(st.integers(0, n - 1), min_size=1, max_size=3, unique=True))
     return nodes, outputs, draw(st.booleans())
 
 
@@ -168,9 +166,27 @@ def test_random_dags(
     )
 )
 # found by hypothesis: the best of the greedy placements takes 2816 B for a 2432 B bound (1.158x)
-@example(raw=[(0, 0, 1), (0, 0, 1), (14, 6, 16), (22, 3, 8), (2, 1, 1), (18, 6, 1), (22, 6, 3),
-              (0, 0, 1), (0, 0, 1), (0, 0, 1), (20, 6, 2), (27, 2, 16), (0, 2, 1), (0, 3, 1),
-              (0, 1, 3), (1, 5, 4), (7, 6, 16)])  # fmt: skip
+@example(
+    raw=[
+        (0, 0, 1),
+        (0, 0, 1),
+        (14, 6, 16),
+        (22, 3, 8),
+        (2, 1, 1),
+        (18, 6, 1),
+        (22, 6, 3),
+        (0, 0, 1),
+        (0, 0, 1),
+        (0, 0, 1),
+        (20, 6, 2),
+        (27, 2, 16),
+        (0, 2, 1),
+        (0, 3, 1),
+        (0, 1, 3),
+        (1, 5, 4),
+        (7, 6, 16),
+    ]
+)
 def test_planner_on_random_lifetimes(raw: list[tuple[int, int, int]]) -> None:
     """The placement alone, on many more cases: valid, and close to the lower bound. The
     placement is a heuristic (optimal placement is NP-hard): 1.2x is what it holds on every case
@@ -235,8 +251,10 @@ def test_mixed_size_dags_near_the_lower_bound(
 ) -> None:
     """Random DAGs of 8-20 ops, 4 kB to 64 kB values, inputs among the last 6 ops."""
     pool = BufferPool(queue)
-    inputs = [[rnd.randrange(max(0, i - 6), i) for _ in range(k)] if i else [] for i, (_, k)
-              in enumerate(spec)]
+    inputs = [
+        [rnd.randrange(max(0, i - 6), i) for _ in range(k)] if i else []
+        for i, (_, k) in enumerate(spec)
+    ]
     plan = _plan_of(pool, [n for n, _ in spec], inputs, None)
     assert plan.pool_device_bytes <= MIXED_LIMIT * plan.lower_bound, plan.describe()
 
@@ -281,8 +299,11 @@ def test_output_takes_a_larger_freed_block(queue: cl.CommandQueue) -> None:
     [
         # a cut of the packed region at the outputs crosses a value, a cut of its mirror image
         # does not: cut there (placing the rest again around the outputs took 1.23x)
-        ([64, 1024, 1024, 256, 256, 2048, 1000, 1000],
-         [[], [0, 0], [1], [1], [2], [2, 4], [3, 4], [6]], ["n2", "n3", "n7"]),
+        (
+            [64, 1024, 1024, 256, 256, 2048, 1000, 1000],
+            [[], [0, 0], [1], [1], [2], [2, 4], [3, 4], [6]],
+            ["n2", "n3", "n7"],
+        ),
         # a cut crosses a value in both: the outputs stay where they were and the rest is placed
         # again around them, crossing no cut (every other layout 1.2x or more; placing all again,
         # outputs included, lost the cut)
@@ -327,10 +348,29 @@ def test_a_value_goes_into_a_gap_at_offset_zero() -> None:
     """21 lifetimes whose packing reaches the lower bound only if a value may sit in the gap
     below the first value alive with it (offset 0, freed earlier): placed above all instead,
     the best of every pass is 64 bytes over."""
-    raw = [(7, 10, 512), (11, 12, 384), (0, 1, 256), (8, 13, 1024), (9, 9, 1536), (3, 3, 256),
-           (11, 11, 1536), (14, 15, 384), (11, 17, 384), (10, 13, 256), (11, 14, 1024),
-           (9, 15, 256), (6, 10, 1536), (0, 1, 512), (4, 4, 64), (14, 16, 384), (12, 14, 1024),
-           (13, 15, 64), (12, 17, 128), (14, 14, 384), (14, 18, 256)]  # fmt: skip
+    raw = [
+        (7, 10, 512),
+        (11, 12, 384),
+        (0, 1, 256),
+        (8, 13, 1024),
+        (9, 9, 1536),
+        (3, 3, 256),
+        (11, 11, 1536),
+        (14, 15, 384),
+        (11, 17, 384),
+        (10, 13, 256),
+        (11, 14, 1024),
+        (9, 15, 256),
+        (6, 10, 1536),
+        (0, 1, 512),
+        (4, 4, 64),
+        (14, 16, 384),
+        (12, 14, 1024),
+        (13, 15, 64),
+        (12, 17, 128),
+        (14, 14, 384),
+        (14, 18, 256),
+    ]
     items = [Interval(*r) for r in raw]
     placed = place(items)
     assert placed.arena_bytes == lower_bound(items) == 4864

@@ -50,7 +50,9 @@ def test_run_and_node_spans(
     arena = sum(b.size for b in plan.blocks if b.owner is None)
     assert run.attributes["netcl.graph.arena_bytes"] == plan.arena_bytes == arena
     assert [n.attributes["netcl.node.name"] for n in nodes if n.attributes] == [
-        "add", "relu", "relu2",
+        "add",
+        "relu",
+        "relu2",
     ]
     last = nodes[2].attributes
     assert last is not None
@@ -161,8 +163,11 @@ def test_error_type_is_the_ops_own_exception_fully_qualified(
     want = f"{OpFailedError.__module__}.OpFailedError"
     done = spans.get_finished_spans()
     run = next(s for s in done if s.name == "netcl.graph.run")
-    nodes = {s.attributes["netcl.node.name"]: s for s in done if s.name == "netcl.graph.node"
-             and s.attributes}  # fmt: skip
+    nodes = {
+        s.attributes["netcl.node.name"]: s
+        for s in done
+        if s.name == "netcl.graph.node" and s.attributes
+    }
     # the caller gets the executor's RuntimeError; both spans name the op's own exception
     assert run.attributes is not None and run.attributes["error.type"] == want
     failed = nodes["bad"]

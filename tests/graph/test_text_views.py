@@ -109,8 +109,11 @@ def test_an_unallocatable_arena_is_named_with_its_intermediates(queue: cl.Comman
     assert executor.plan(g).strategy == "arena"
     with pytest.raises(MemoryError) as info:
         executor.run(g)
-    assert re.match(r"GraphExecutor\.run: op 'a' needs a block of \d+ bytes \(the block of a, b\) "
-                    r"that cannot be allocated: ", str(info.value)), str(info.value)
+    assert re.match(
+        r"GraphExecutor\.run: op 'a' needs a block of \d+ bytes \(the block of a, b\) "
+        r"that cannot be allocated: ",
+        str(info.value),
+    ), str(info.value)
     assert pool.stats.bytes_in_use == 0
 
 
@@ -125,8 +128,11 @@ def test_an_unallocatable_intermediate_block_is_named_after_its_tensor(
     g.add_op("out", _noop, [b], (64,), np.float32)
     executor = GraphExecutor(BufferPool(queue))
     assert executor.plan(g).strategy.startswith("block_per_tensor")
-    with pytest.raises(MemoryError, match=r"^GraphExecutor\.run: op 'big0' needs a block of "
-                       r"\d+ bytes \(the block of big0\) that cannot be allocated: "):
+    with pytest.raises(
+        MemoryError,
+        match=r"^GraphExecutor\.run: op 'big0' needs a block of "
+        r"\d+ bytes \(the block of big0\) that cannot be allocated: ",
+    ):
         executor.run(g)
 
 
@@ -169,8 +175,13 @@ def test_every_layout_is_a_candidate_by_its_name(queue: cl.CommandQueue) -> None
     a = g.add_op("a", _noop, [], (64,), np.float32)
     g.add_op("b", _noop, [a], (16,), np.float32)
     plan = GraphExecutor(BufferPool(queue)).plan(g)
-    assert set(plan.candidates) == {"arena", "arena_in_output_blocks", "block_per_tensor",
-                                    "block_per_tensor_best_fit", "one_block"}  # fmt: skip
+    assert set(plan.candidates) == {
+        "arena",
+        "arena_in_output_blocks",
+        "block_per_tensor",
+        "block_per_tensor_best_fit",
+        "one_block",
+    }
     assert plan.strategy in plan.candidates
 
 

@@ -78,18 +78,30 @@ def _demo_under_prometheus(
     demo_err = tmp / "demo.stderr"
     with demo_err.open("w") as err:
         demo = subprocess.Popen(
-            [sys.executable, str(ROOT / "demo/demo.py"), *demo_args,
-             "--prometheus-port", str(scraped.metrics_port)],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
+            [
+                sys.executable,
+                str(ROOT / "demo/demo.py"),
+                *demo_args,
+                "--prometheus-port",
+                str(scraped.metrics_port),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
             env={**os.environ, "NETCL_CACHE_DIR": str(tmp / "cache")},
-        )  # fmt: skip
+        )
     prom = subprocess.Popen(
-        [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-         f"--web.listen-address=127.0.0.1:{scraped.prom_port}",
-         f"--web.console.templates={OBS / 'consoles'}",
-         f"--web.console.libraries={OBS / 'console_libraries'}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            binary,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{scraped.prom_port}",
+            f"--web.console.templates={OBS / 'consoles'}",
+            f"--web.console.libraries={OBS / 'console_libraries'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         yield scraped, demo, demo_err
     finally:

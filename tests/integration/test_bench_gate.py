@@ -20,8 +20,11 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "tracking"))
 import gate  # noqa: E402
 import gate_table  # noqa: E402
 
-POCL = {"platform": "Portable Computing Language", "vendor": "GenuineIntel",
-        "device": "cpu-haswell-Intel(R) Xeon(R) CPU"}
+POCL = {
+    "platform": "Portable Computing Language",
+    "vendor": "GenuineIntel",
+    "device": "cpu-haswell-Intel(R) Xeon(R) CPU",
+}
 NVIDIA = {"platform": "NVIDIA CUDA", "vendor": "NVIDIA Corporation", "device": "NVIDIA H200"}
 
 # the checks an injected slowdown must trip, with the benchmark each one times
@@ -44,7 +47,8 @@ def _clean() -> dict[str, tuple[float, dict[str, Any]]]:
     """Fastest rounds (s) and extra_info of a clean PoCL run: every paired figure 10% under its
     limit, so a 20% slowdown crosses it whatever the limits are tuned to."""
     runs: dict[str, tuple[float, dict[str, Any]]] = {
-        "test_graph_memory_chain": (800e-6, {"worst_pool_over_lower_bound": 1.0})}
+        "test_graph_memory_chain": (800e-6, {"worst_pool_over_lower_bound": 1.0})
+    }
     for check, bench in PAIRED.items():
         extra: dict[str, Any] = {"paired_floor_s": 100e-6 / (_limit(check) / 1.1)}
         if bench == "test_netcl_memory_hit":
@@ -54,17 +58,28 @@ def _clean() -> dict[str, tuple[float, dict[str, Any]]]:
 
 
 def _doc(
-    runs: dict[str, tuple[float, dict[str, Any]]], opencl: dict[str, str] | None,
+    runs: dict[str, tuple[float, dict[str, Any]]],
+    opencl: dict[str, str] | None,
     commit: str = "abc",
 ) -> dict[str, Any]:
-    benches = [{"name": name, "group": "g", "extra_info": extra,
-                "stats": {"min": t, "median": t * 1.2, "iterations": 1, "rounds": 50}}
-               for name, (t, extra) in runs.items()]
+    benches = [
+        {
+            "name": name,
+            "group": "g",
+            "extra_info": extra,
+            "stats": {"min": t, "median": t * 1.2, "iterations": 1, "rounds": 50},
+        }
+        for name, (t, extra) in runs.items()
+    ]
     machine: dict[str, Any] = {"node": "ci-host"}
     if opencl:
         machine["opencl"] = opencl
-    return {"machine_info": machine, "commit_info": {"id": commit, "dirty": False},
-            "benchmarks": benches, "datetime": f"2026-11-30T10:00:0{len(commit) % 10}"}
+    return {
+        "machine_info": machine,
+        "commit_info": {"id": commit, "dirty": False},
+        "benchmarks": benches,
+        "datetime": f"2026-11-30T10:00:0{len(commit) % 10}",
+    }
 
 
 def _slowed(bench: str, factor: float = 1.2) -> dict[str, tuple[float, dict[str, Any]]]:
@@ -90,8 +105,10 @@ def test_clean_synthetic_run_passes(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert rc == 0, out
     assert "(device class pocl)" in out
     limit = _limit("capture replay vs bare enqueue loop")
-    assert (f"ok   capture replay vs bare enqueue loop: {limit / 1.1:.3f} (limit <= {limit:g}; "
-            "target <= 1.15)") in out
+    assert (
+        f"ok   capture replay vs bare enqueue loop: {limit / 1.1:.3f} (limit <= {limit:g}; "
+        "target <= 1.15)"
+    ) in out
     assert "ok   cache in-process hit: 1.000 µs (limit <= 2; target <= 2 µs)" in out
 
 
@@ -129,15 +146,21 @@ def test_unknown_device_and_missing_benchmark(
     partial = {k: v for k, v in _clean().items() if k != "test_pool_allocate_release"}
     rc, out = _gate(capsys, str(_write(tmp_path / "m.json", _doc(partial, POCL))))
     assert rc == 1, out
-    assert ("FAIL pool allocate+release vs pyopencl MemoryPool: benchmark(s) "
-            "test_pool_allocate_release not in the results") in out
+    assert (
+        "FAIL pool allocate+release vs pyopencl MemoryPool: benchmark(s) "
+        "test_pool_allocate_release not in the results"
+    ) in out
 
 
 def test_runs_are_merged_on_their_fastest_rounds(tmp_path: Path) -> None:
     # a first run disturbed by load, then a re-measurement: the figure uses the fastest rounds
     check = "capture replay vs bare enqueue loop"
-    results, _ = gate.load([_write(tmp_path / "a.json", _doc(_slowed(PAIRED[check], 1.5), POCL)),
-                            _write(tmp_path / "b.json", _doc(_clean(), POCL))])
+    results, _ = gate.load(
+        [
+            _write(tmp_path / "a.json", _doc(_slowed(PAIRED[check], 1.5), POCL)),
+            _write(tmp_path / "b.json", _doc(_clean(), POCL)),
+        ]
+    )
     (verdict,) = gate.judge(results, [c for c in gate.CHECKS if c.name == check], "pocl")
     assert verdict.ok and verdict.value == pytest.approx(_limit(check) / 1.1)
 
@@ -149,25 +172,32 @@ def test_a_paired_figure_is_judged_within_each_run(tmp_path: Path) -> None:
     bench = "test_step_replay[pyopencl_array]"
     a = {bench: (36e-6, {"paired_floor_s": 160e-6})}
     b = {bench: (46.8e-6, {"paired_floor_s": 236.4e-6})}
-    results, _ = gate.load([_write(tmp_path / "a.json", _doc(a, POCL)),
-                            _write(tmp_path / "b.json", _doc(b, POCL))])
+    results, _ = gate.load(
+        [_write(tmp_path / "a.json", _doc(a, POCL)), _write(tmp_path / "b.json", _doc(b, POCL))]
+    )
     (verdict,) = gate.judge(results, [check], "pocl")
     assert verdict.value == pytest.approx(236.4 / 46.8)
 
 
 def test_the_step_replay_is_judged_against_its_launches_by_hand(tmp_path: Path) -> None:
     # one run holds both floors: the normal step (the speed-up's) and the launches by hand
-    check = next(c for c in gate.CHECKS
-                 if c.name == "capture step replay vs the same launches by hand")  # fmt: skip
-    run = {"test_step_replay[python_ops]": (20e-6, {"paired_floor_s": 46e-6,
-                                                     "hand_floor_s": 13e-6})}  # fmt: skip
+    check = next(
+        c for c in gate.CHECKS if c.name == "capture step replay vs the same launches by hand"
+    )
+    run = {
+        "test_step_replay[python_ops]": (20e-6, {"paired_floor_s": 46e-6, "hand_floor_s": 13e-6})
+    }
     results, _ = gate.load([_write(tmp_path / "a.json", _doc(run, POCL))])
     (verdict,) = gate.judge(results, [check], "pocl")
     assert verdict.value == pytest.approx(20 / 13) and verdict.ok
     # a run saved before that floor was recorded: the check is not measured, and says why
     older = {"test_step_replay[python_ops]": (20e-6, {"paired_floor_s": 46e-6})}
-    results, _ = gate.load([_write(tmp_path / "a.json", _doc(run, POCL)),
-                            _write(tmp_path / "b.json", _doc(older, POCL))])
+    results, _ = gate.load(
+        [
+            _write(tmp_path / "a.json", _doc(run, POCL)),
+            _write(tmp_path / "b.json", _doc(older, POCL)),
+        ]
+    )
     assert not check.figure.measured(results)
     (verdict,) = gate.judge(results, [check], "pocl")
     assert verdict.value is None and not verdict.ok
@@ -186,18 +216,23 @@ def test_the_table_is_parsed_once_into_typed_limits() -> None:
     assert str(speedup.limit("pocl")) == ">= 5" and not speedup.limit("pocl").ok(4.9)  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize(("entry", "expected"), [
-    ('figure = "ratio"\nof = ["a"]', "of = a list of 2 benchmark name(s)"),
-    ('figure = "speed"\nof = ["a"]', "figure one of"),
-    ('figure = "info"\nof = ["a"]', "'key' for figure 'info'"),
-    ('figure = "paired"\nof = ["a"]\npocl = "<= 2"', "pocl = a number >= 0 (the limit)"),
-    ('figure = "paired"\nof = ["a"]\nbetter = "faster"', "better = 'lower' or 'higher'"),
-    ('figure = "paired"\nof = ["a"]\nlimit = 2', "keys among"),
-])
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ('figure = "ratio"\nof = ["a"]', "of = a list of 2 benchmark name(s)"),
+        ('figure = "speed"\nof = ["a"]', "figure one of"),
+        ('figure = "info"\nof = ["a"]', "'key' for figure 'info'"),
+        ('figure = "paired"\nof = ["a"]\npocl = "<= 2"', "pocl = a number >= 0 (the limit)"),
+        ('figure = "paired"\nof = ["a"]\nbetter = "faster"', "better = 'lower' or 'higher'"),
+        ('figure = "paired"\nof = ["a"]\nlimit = 2', "keys among"),
+    ],
+)
 def test_a_malformed_table_entry_is_named(tmp_path: Path, entry: str, expected: str) -> None:
     table = tmp_path / "checks.toml"
-    table.write_text(f'[[check]]\nname = "ok"\nfigure = "time_us"\nof = ["x"]\n\n'
-                     f'[[check]]\nname = "broken one"\n{entry}\n')
+    table.write_text(
+        f'[[check]]\nname = "ok"\nfigure = "time_us"\nof = ["x"]\n\n'
+        f'[[check]]\nname = "broken one"\n{entry}\n'
+    )
     with pytest.raises(ValueError, match="check 2 \\('broken one'\\)") as exc:
         gate_table.load_checks(table)
     assert expected in str(exc.value)
@@ -223,8 +258,9 @@ def test_the_readme_update_rewrites_only_the_table(
 
 
 def _noop_pair(graph_s: float, hand_s: float) -> dict[str, tuple[float, dict[str, Any]]]:
-    return {"test_graph_overhead_executor_run[noop]":
-            (graph_s, {"paired_floor_s": hand_s, "nodes": 64})}
+    return {
+        "test_graph_overhead_executor_run[noop]": (graph_s, {"paired_floor_s": hand_s, "nodes": 64})
+    }
 
 
 def test_graph_overhead_per_node_comes_from_the_noop_pair(tmp_path: Path) -> None:
@@ -242,9 +278,11 @@ def test_a_negative_figure_fails_whatever_its_limit(
 ) -> None:
     # an overhead can only be negative when its two halves were measured apart: it must fail,
     # never pass as "far under the limit"
-    runs = {**_noop_pair(4.0e-6, 4.4e-6),
-            "test_scheduler_host_callables_plan_per_op": (20e-6, {}),
-            "test_hand_host_callables": (22e-6, {})}
+    runs = {
+        **_noop_pair(4.0e-6, 4.4e-6),
+        "test_scheduler_host_callables_plan_per_op": (20e-6, {}),
+        "test_hand_host_callables": (22e-6, {}),
+    }
     path = _write(tmp_path / "neg.json", _doc(runs, POCL))
     rc = gate.main([str(path), "--only", name])
     out = capsys.readouterr().out
@@ -255,8 +293,9 @@ def test_a_negative_figure_fails_whatever_its_limit(
 def test_every_gated_figure_is_checked_for_sign(tmp_path: Path) -> None:
     """Whatever the kind, a figure below zero fails: the engine checks the sign, not the table."""
     for check in gate.CHECKS:
-        fake = gate_table.Figure(check.figure.kind, check.figure.needs, lambda _r: -0.5,
-                                 check.figure.timed)
+        fake = gate_table.Figure(
+            check.figure.kind, check.figure.needs, lambda _r: -0.5, check.figure.timed
+        )
         bent = gate.Check(check.name, fake, check.limits)
         results = {n: [{"stats": {"min": 1.0}, "extra_info": {}}] for n in fake.needs}
         (verdict,) = gate.judge(results, [bent], "pocl")
@@ -267,8 +306,16 @@ def test_record_keeps_the_final_verdicts_in_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = _write(tmp_path / "0001_run.json", _doc(_clean(), POCL))
-    rc = gate.main([str(path), "--record", "--out", str(tmp_path / "gate"),
-                    "--only", "capture replay vs bare enqueue loop"])
+    rc = gate.main(
+        [
+            str(path),
+            "--record",
+            "--out",
+            str(tmp_path / "gate"),
+            "--only",
+            "capture replay vs bare enqueue loop",
+        ]
+    )
     assert rc == 0, capsys.readouterr().out
     record = json.loads(path.read_text())["netcl_gate"]
     fig = record["checks"]["capture replay vs bare enqueue loop"]
@@ -284,9 +331,23 @@ def test_real_run_catches_an_injected_replay_slowdown(tmp_path: Path) -> None:
     re-measuring and names the check."""
     env = {**os.environ, "NETCL_BENCH_SLOWDOWN": "capture_replay=0.5"}
     res = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/tracking/gate.py"), "--run", "--retries", "1",
-         "--out", str(tmp_path), "--only", "capture replay vs bare enqueue loop"],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=600, check=False,
+        [
+            sys.executable,
+            str(ROOT / "benchmarks/tracking/gate.py"),
+            "--run",
+            "--retries",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--only",
+            "capture replay vs bare enqueue loop",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+        check=False,
     )
     assert res.returncode == 1, res.stdout + res.stderr
     assert "gate: NETCL_BENCH_SLOWDOWN injected: KernelCapture.replay +50%" in res.stdout
@@ -294,5 +355,4 @@ def test_real_run_catches_an_injected_replay_slowdown(tmp_path: Path) -> None:
     assert res.stdout.rstrip().endswith("gate: REGRESSION in: capture replay vs bare enqueue loop")
     saved = json.loads((tmp_path / "run-0.json").read_text())
     assert saved["machine_info"]["opencl"]["device"]
-    assert saved["machine_info"]["netcl_slowdown_injected"] == [
-        "KernelCapture.replay +50%"]
+    assert saved["machine_info"]["netcl_slowdown_injected"] == ["KernelCapture.replay +50%"]

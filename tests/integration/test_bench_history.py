@@ -24,30 +24,55 @@ import history  # noqa: E402
 import history_report  # noqa: E402
 import history_stats as hs  # noqa: E402
 
-POCL = {"platform": "Portable Computing Language", "vendor": "GenuineIntel",
-        "device": "cpu-haswell-Intel(R) Xeon(R) CPU"}
-BASE = {"test_launch_replay": 110e-6, "test_pool_allocate_release": 80e-6,
-        "test_netcl_miss": 2.0, "test_tracing_check": 62e-9}
+POCL = {
+    "platform": "Portable Computing Language",
+    "vendor": "GenuineIntel",
+    "device": "cpu-haswell-Intel(R) Xeon(R) CPU",
+}
+BASE = {
+    "test_launch_replay": 110e-6,
+    "test_pool_allocate_release": 80e-6,
+    "test_netcl_miss": 2.0,
+    "test_tracing_check": 62e-9,
+}
 # run-to-run jitter of each clean run (a few %), as on a quiet machine
 JITTER = [1.00, 1.03, 0.98, 1.02, 0.99, 1.01]
 
 
 def _bench(name: str, t: float, spread: float = 1.01) -> dict[str, Any]:
-    return {"name": name, "group": "g", "fullname": f"b.py::{name}", "extra_info": {},
-            "stats": {"min": t, "median": t * spread, "q3": t * spread * 1.01, "rounds": 100,
-                      "iterations": 1}}
+    return {
+        "name": name,
+        "group": "g",
+        "fullname": f"b.py::{name}",
+        "extra_info": {},
+        "stats": {
+            "min": t,
+            "median": t * spread,
+            "q3": t * spread * 1.01,
+            "rounds": 100,
+            "iterations": 1,
+        },
+    }
 
 
-def _run(store: Path, n: int, factors: dict[str, float], *, injected: bool = False,
-         gate_record: dict[str, Any] | None = None) -> Path:
+def _run(
+    store: Path,
+    n: int,
+    factors: dict[str, float],
+    *,
+    injected: bool = False,
+    gate_record: dict[str, Any] | None = None,
+) -> Path:
     machine: dict[str, Any] = {"node": "ci-host", "opencl": POCL}
     if injected:
         machine["netcl_slowdown_injected"] = ["KernelCapture.replay +50%"]
     doc: dict[str, Any] = {
-        "machine_info": machine, "commit_info": {"id": f"{n:x}" * 40, "dirty": False},
+        "machine_info": machine,
+        "commit_info": {"id": f"{n:x}" * 40, "dirty": False},
         "datetime": f"2026-12-01T10:{n:02d}:00",
-        "benchmarks": [_bench(name, t * factors.get(name, JITTER[n % len(JITTER)]))
-                       for name, t in BASE.items()],
+        "benchmarks": [
+            _bench(name, t * factors.get(name, JITTER[n % len(JITTER)])) for name, t in BASE.items()
+        ],
     }
     if gate_record:
         doc["netcl_gate"] = gate_record
@@ -62,9 +87,19 @@ def _storage(tmp_path: Path, clean: int = 4, injected: bool = True) -> Path:
     for n in range(1, clean + 1):
         _run(store, n, {})
     if injected:
-        record = {"device_class": "pocl", "remeasured": 1, "checks": {
-            "capture replay vs bare enqueue loop": {"value": 1.62, "first": 1.48, "ok": False,
-                                                    "limit": "<= 1.1", "unit": ""}}}
+        record = {
+            "device_class": "pocl",
+            "remeasured": 1,
+            "checks": {
+                "capture replay vs bare enqueue loop": {
+                    "value": 1.62,
+                    "first": 1.48,
+                    "ok": False,
+                    "limit": "<= 1.1",
+                    "unit": "",
+                }
+            },
+        }
         _run(store, clean + 1, {"test_launch_replay": 1.5}, injected=True, gate_record=record)
     return tmp_path / "store"
 
@@ -110,8 +145,11 @@ def test_a_noisy_benchmark_needs_a_bigger_change(
     # the same +30% is a regression for a quiet benchmark and noise for one whose rounds spread
     # widely (median 1.6x the fastest round): the run's own rounds widen its band
     store = _storage(tmp_path, clean=4, injected=False)
-    path = _run(store / "Linux-CPython-3.11-64bit", 5,
-                {"test_pool_allocate_release": 1.3, "test_tracing_check": 1.3})
+    path = _run(
+        store / "Linux-CPython-3.11-64bit",
+        5,
+        {"test_pool_allocate_release": 1.3, "test_tracing_check": 1.3},
+    )
     doc = json.loads(path.read_text())
     for b in doc["benchmarks"]:
         if b["name"] == "test_tracing_check":
@@ -143,8 +181,9 @@ def test_compare_one_id_is_against_the_run_before_it_and_says_so(
     store = _storage(tmp_path)
     doc = _compare_json(capsys, store, "0005")
     assert doc["old"]["id"] == "0004" and doc["new"]["id"] == "0005"
-    assert doc["note"] == ("one run given: comparing 0005 with the run before it on the same "
-                           "machine, 0004")
+    assert doc["note"] == (
+        "one run given: comparing 0005 with the run before it on the same machine, 0004"
+    )
     assert history.main(["compare", "0005", "--storage", str(store)]) == 0
     out = capsys.readouterr().out
     assert "compare: one run given: comparing 0005 with the run before it" in out
@@ -152,11 +191,14 @@ def test_compare_one_id_is_against_the_run_before_it_and_says_so(
     assert "began at 0005" in out and "[injected: KernelCapture.replay +50%]" in out
 
 
-@pytest.mark.parametrize(("ids", "message"), [
-    (["0002", "0002"], "a run cannot be compared with itself"),
-    (["0001"], "0001 is the first saved run of ci-host"),
-    (["0001", "0009"], "no saved run '0009'"),
-])
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        (["0002", "0002"], "a run cannot be compared with itself"),
+        (["0001"], "0001 is the first saved run of ci-host"),
+        (["0001", "0009"], "no saved run '0009'"),
+    ],
+)
 def test_compare_refuses_what_it_cannot_compare(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], ids: list[str], message: str
 ) -> None:
@@ -254,13 +296,29 @@ def test_record_floor_stores_the_median_round_ratio(tmp_path: Path) -> None:
         "    benchmark.pedantic(lambda: sum(range(60000)), setup=setup, rounds=60,\n"
         "                       warmup_rounds=3)\n"
         "    assert len(floor) == 63\n"
-        "    record_floor(benchmark, floor)\n")
+        "    record_floor(benchmark, floor)\n"
+    )
     out = tmp_path / "out.json"
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", str(tmp_path / "bench_pair.py"), "-q", "-p",
-         "no:randomly", "-p", "no:cacheprovider", "--benchmark-only",
-         f"--benchmark-json={out}"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(tmp_path / "bench_pair.py"),
+            "-q",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+            "--benchmark-only",
+            f"--benchmark-json={out}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     (bench,) = json.loads(out.read_text())["benchmarks"]
     info = bench["extra_info"]
@@ -298,12 +356,12 @@ def test_report_summary_first_with_noise_units_and_injected_runs(tmp_path: Path)
     assert len(page) < 100_000  # opens at once: inline SVG, no images
     summary = page.index("<h3>Summary: 0005")
     assert summary < page.index("<svg")  # the summary comes first
-    regressions = page[page.index("Regressions: 1"):page.index("Improvements: 0")]
+    regressions = page[page.index("Regressions: 1") : page.index("Improvements: 0")]
     assert "test_launch_replay" in regressions and "0005 " in regressions
     assert "2026-12-01 10:05" in regressions  # the run where it began, with its date
     assert re.search(r"<td>1\.515<td>0\.\d\d-1\.\d\d<td>0005", regressions), regressions
     # the gate's re-measured figure, with the first measurement beside it
-    row = page[page.index("<td>capture replay vs bare enqueue loop"):][:400]
+    row = page[page.index("<td>capture replay vs bare enqueue loop") :][:400]
     assert "1.620" in row and "1.480" in row and "FAIL" in row
     # one plot per benchmark, in its own unit, y from zero, the noise band, injected run marked
     assert page.count("<svg") == len(gate.CHECKS) + len(BASE)
@@ -311,8 +369,8 @@ def test_report_summary_first_with_noise_units_and_injected_runs(tmp_path: Path)
     assert "test_tracing_check (ns)" in page and "test_launch_replay (µs)" in page
     assert page.count('class="band"') == len(BASE)
     assert "(slowdown injected)" in page and ">0005*<" in page
-    plot = page[page.index("<title>test_launch_replay</title>"):]
-    plot = plot[:plot.index("</svg>")]
+    plot = page[page.index("<title>test_launch_replay</title>") :]
+    plot = plot[: plot.index("</svg>")]
     assert re.search(r'class="y">0<', plot), plot
 
 
@@ -329,12 +387,29 @@ def test_benchmark_histogram_works(tmp_path: Path) -> None:
     """``--benchmark-histogram`` needs pygal and pygaljs, which the bench env installs."""
     pytest.importorskip("pygal", reason="pygal is not installed: the bench env has it")
     (tmp_path / "bench_tiny.py").write_text(
-        "def test_tiny(benchmark):\n    benchmark(sum, range(10))\n")
+        "def test_tiny(benchmark):\n    benchmark(sum, range(10))\n"
+    )
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", str(tmp_path / "bench_tiny.py"), "-q", "-p",
-         "no:randomly", "-p", "no:cacheprovider", "--benchmark-only",
-         f"--benchmark-histogram={tmp_path / 'hist'}", "--benchmark-max-time=0.01"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(tmp_path / "bench_tiny.py"),
+            "-q",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+            "--benchmark-only",
+            f"--benchmark-histogram={tmp_path / 'hist'}",
+            "--benchmark-max-time=0.01",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     svg = tmp_path / "hist.svg"
     assert svg.exists() and "<svg" in svg.read_text()
@@ -354,8 +429,9 @@ def test_saved_results_stay_small_and_hold_no_rounds() -> None:
     # (an artefact of the run, under .benchmarks/); on disk as du counts it (4 KiB blocks)
     runs = _saved_results()
     assert len(runs) >= 8, "the saved runs are not where this test looks"
-    with_rounds = sorted({p.name for p, doc in runs.items() for b in doc["benchmarks"]
-                          if "data" in b["stats"]})  # fmt: skip
+    with_rounds = sorted(
+        {p.name for p, doc in runs.items() for b in doc["benchmarks"] if "data" in b["stats"]}
+    )
     assert not with_rounds, f"per-round timings committed in {with_rounds}"
     files = [p for p in RESULTS.rglob("*") if p.is_file()]
     size = sum(-(-p.stat().st_size // 4096) * 4096 for p in files)
@@ -377,8 +453,9 @@ def test_saved_results_are_what_the_gate_and_the_history_read(
             continue
         # a run saved before a figure's floor was recorded does not hold it: not measured (a
         # benchmark that stopped recording one fails the live gate so, in .ci/run)
-        held = [v for v in gate.judge(results, gate.CHECKS, device)
-                if v.check.figure.measured(results)]  # fmt: skip
+        held = [
+            v for v in gate.judge(results, gate.CHECKS, device) if v.check.figure.measured(results)
+        ]
         assert held and all(v.value is not None for v in held), [v.line() for v in held]
         judged.append(path)
     assert len(judged) >= 8
@@ -403,15 +480,30 @@ def test_real_runs_flag_only_the_injected_replay_slowdown(tmp_path: Path) -> Non
     runs can tell from a regression; the full evidence (``bench:history-evidence``) runs all."""
     store = tmp_path / "store"
     res = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/tracking/history_evidence.py"),
-         "--storage", str(store), "--no-gate", "--", "-k",
-         "test_launch_replay or test_pool_allocate_release",
-         "--benchmark-max-time=0.2"],
-        capture_output=True, text=True, cwd=ROOT, timeout=840, check=False)
+        [
+            sys.executable,
+            str(ROOT / "benchmarks/tracking/history_evidence.py"),
+            "--storage",
+            str(store),
+            "--no-gate",
+            "--",
+            "-k",
+            "test_launch_replay or test_pool_allocate_release",
+            "--benchmark-max-time=0.2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=840,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "evidence: held" in res.stdout
-    assert re.search(r"0003 -> 0004: regressions test_launch_replay x[\d.]+ \(noise [\d.-]+, "
-                     r"began at 0004\)", res.stdout), res.stdout
+    assert re.search(
+        r"0003 -> 0004: regressions test_launch_replay x[\d.]+ \(noise [\d.-]+, "
+        r"began at 0004\)",
+        res.stdout,
+    ), res.stdout
     page = (store / "report.html").read_text()
     regressions = page.split("Regressions: ", 1)[1].split("Improvements", 1)[0]
     assert re.search(r"<td>test_launch_replay<td>[\d.]+<td>[\d.-]+<td>0004 ", regressions)

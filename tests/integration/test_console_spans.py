@@ -28,8 +28,11 @@ def test_failed_build_keeps_one_line_per_span(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), str(tmp_path / "cache")],
-        capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0 and "raised" in proc.stdout, proc.stderr[-3000:]
     lines = proc.stderr.splitlines()
     # the build log's lines exist only inside span lines (the OpenCL compiler itself may print a

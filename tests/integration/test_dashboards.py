@@ -42,13 +42,24 @@ READY_AFTER_S = int(os.environ.get("NETCL_DASHBOARD_SOAK_S", "20"))
 VARIABLES = {"$__rate_interval": "1m", "$job": "netcl"}
 
 PANELS = {  # every panel the dashboard promises, by title
-    "Cache lookups by tier", "Cache hit ratio", "Compiles per second",
-    "Compile time (successful builds)", "Cache recoveries", "Graph run time",
-    "Graph nodes per second", "Replays and replayed launches", "Scheduler ops",
-    "Scheduler runs and failures", "Host waits", "Pool bytes in use", "Pool peak",
-    "Top kernels by device time", "Device busy", "Device time per replay",
+    "Cache lookups by tier",
+    "Cache hit ratio",
+    "Compiles per second",
+    "Compile time (successful builds)",
+    "Cache recoveries",
+    "Graph run time",
+    "Graph nodes per second",
+    "Replays and replayed launches",
+    "Scheduler ops",
+    "Scheduler runs and failures",
+    "Host waits",
+    "Pool bytes in use",
+    "Pool peak",
+    "Top kernels by device time",
+    "Device busy",
+    "Device time per replay",
     "Device time per graph node",
-}  # fmt: skip
+}
 
 
 def _dashboard() -> dict[str, Any]:
@@ -83,8 +94,12 @@ def test_grafana_dashboard_is_importable() -> None:
 
 def test_alerting_rules(tmp_path: Path, service_binary: Callable[[str, str], str]) -> None:
     promtool = service_binary("promtool", "apt-get install -y prometheus")
-    check = subprocess.run([promtool, "check", "rules", str(OBS / "alerts.yml")],
-                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    check = subprocess.run(
+        [promtool, "check", "rules", str(OBS / "alerts.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert check.returncode == 0 and "SUCCESS: 3 rules found" in check.stdout, check
     text = (OBS / "alerts.yml").read_text()
 
@@ -100,34 +115,70 @@ def test_alerting_rules(tmp_path: Path, service_binary: Callable[[str, str], str
     tests = {
         "rule_files": [str(OBS / "alerts.yml")],
         "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": [
-                {"series": series % "storm", "values": "0+60x30"},  # 1 compile/s for 30 min
-                {"series": series % "warm", "values": "0+1x30"},  # 1 compile/min: no storm
-                {"series": "netcl_cache_recoveries_total{job='netcl',instance='disk',"
-                           "netcl_cache_reason='truncated'}", "values": "0 0 2 4 6 6 6"},
-                {"series": "netcl_scheduler_runs_total{job='netcl',instance='s',"
-                           "netcl_scheduler_result='error'}", "values": "0 0 1 1 1 1 1 1 1 1"},
-            ],
-            "alert_rule_test": [
-                {"eval_time": "9m", "alertname": "NetclCompileStorm", "exp_alerts": []},
-                {"eval_time": "20m", "alertname": "NetclCompileStorm", "exp_alerts": [
-                    expected("NetclCompileStorm", "netcl compiles 1 programs/s on storm",
-                             instance="storm")]},
-                {"eval_time": "4m", "alertname": "NetclCacheRecoverySpike", "exp_alerts": [
-                    expected("NetclCacheRecoverySpike", "6 damaged netcl cache entries "
-                             "recovered on disk in 15 minutes", instance="disk")]},
-                {"eval_time": "3m", "alertname": "NetclSchedulerFailures", "exp_alerts": [
-                    expected("NetclSchedulerFailures", "netcl Scheduler.run failed 1 times in "
-                             "5 minutes on s", instance="s")]},
-                {"eval_time": "9m", "alertname": "NetclSchedulerFailures", "exp_alerts": []},
-            ],
-        }],
-    }  # fmt: skip
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": series % "storm", "values": "0+60x30"},  # 1 compile/s for 30 min
+                    {"series": series % "warm", "values": "0+1x30"},  # 1 compile/min: no storm
+                    {
+                        "series": "netcl_cache_recoveries_total{job='netcl',instance='disk',"
+                        "netcl_cache_reason='truncated'}",
+                        "values": "0 0 2 4 6 6 6",
+                    },
+                    {
+                        "series": "netcl_scheduler_runs_total{job='netcl',instance='s',"
+                        "netcl_scheduler_result='error'}",
+                        "values": "0 0 1 1 1 1 1 1 1 1",
+                    },
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "9m", "alertname": "NetclCompileStorm", "exp_alerts": []},
+                    {
+                        "eval_time": "20m",
+                        "alertname": "NetclCompileStorm",
+                        "exp_alerts": [
+                            expected(
+                                "NetclCompileStorm",
+                                "netcl compiles 1 programs/s on storm",
+                                instance="storm",
+                            )
+                        ],
+                    },
+                    {
+                        "eval_time": "4m",
+                        "alertname": "NetclCacheRecoverySpike",
+                        "exp_alerts": [
+                            expected(
+                                "NetclCacheRecoverySpike",
+                                "6 damaged netcl cache entries recovered on disk in 15 minutes",
+                                instance="disk",
+                            )
+                        ],
+                    },
+                    {
+                        "eval_time": "3m",
+                        "alertname": "NetclSchedulerFailures",
+                        "exp_alerts": [
+                            expected(
+                                "NetclSchedulerFailures",
+                                "netcl Scheduler.run failed 1 times in 5 minutes on s",
+                                instance="s",
+                            )
+                        ],
+                    },
+                    {"eval_time": "9m", "alertname": "NetclSchedulerFailures", "exp_alerts": []},
+                ],
+            }
+        ],
+    }
     (tmp_path / "alerts_test.yml").write_text(json.dumps(tests))  # JSON is YAML
-    run = subprocess.run([promtool, "test", "rules", str(tmp_path / "alerts_test.yml")],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    run = subprocess.run(
+        [promtool, "test", "rules", str(tmp_path / "alerts_test.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
 
 
@@ -157,8 +208,9 @@ IDLE = {("netcl_cache_result", "remote"): "the demo has no remote cache tier"}
 
 def _values(result: list[dict[str, Any]]) -> list[float]:
     """The values of a query's series, without the series IDLE names."""
-    return [float(r["value"][1]) for r in result
-            if not any(r["metric"].get(k) == v for k, v in IDLE)]  # fmt: skip
+    return [
+        float(r["value"][1]) for r in result if not any(r["metric"].get(k) == v for k, v in IDLE)
+    ]
 
 
 @pytest.mark.slow
@@ -167,8 +219,11 @@ def test_every_dashboard_query_has_live_values(soaking_demo: Scraped) -> None:
     non-zero number (but those IDLE names): a panel reading 0 or NaN on the live workload
     fails."""
     exposition = soaking_demo.get(soaking_demo.metrics_port, "/metrics")
-    emitted = {ln.split("{")[0].split()[0] for ln in exposition.splitlines()
-               if ln and not ln.startswith("#")}  # fmt: skip
+    emitted = {
+        ln.split("{")[0].split()[0]
+        for ln in exposition.splitlines()
+        if ln and not ln.startswith("#")
+    }
     dead = []
     queries = _queries()
     for expr in queries:
@@ -247,13 +302,27 @@ def test_console_page_renders_in_a_browser(
     assert re.search(r">\d[\d.]*[kM]?iB</td>", page), page
     shot = tmp_path / "console.png"
     run = subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-         "--no-first-run", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
-         "--window-size=1280,2200", "--virtual-time-budget=8000", "--hide-scrollbars",
-         f"http://127.0.0.1:{soaking_demo.prom_port}/consoles/netcl.html"],
-        capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={shot}",
+            "--window-size=1280,2200",
+            "--virtual-time-budget=8000",
+            "--hide-scrollbars",
+            f"http://127.0.0.1:{soaking_demo.prom_port}/consoles/netcl.html",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert run.returncode == 0 and shot.exists(), run.stderr[-3000:]
     pixels = _png_pixels(shot.read_bytes())
     assert pixels.shape[:2] == (2200, 1280)

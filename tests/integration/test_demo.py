@@ -13,9 +13,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_demo_runs_and_prints_its_table(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "demo/demo.py"), "--steps", "6"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
         env={**os.environ, "NETCL_CACHE_DIR": str(tmp_path / "cache")},
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     for row in (
@@ -44,9 +47,12 @@ def test_demo_runs_and_prints_its_table(tmp_path: Path) -> None:
 def test_demo_console_spans_on_request(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "demo/demo.py"), "--steps", "2", "--console-spans"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
         env={**os.environ, "NETCL_CACHE_DIR": str(tmp_path / "cache")},
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     replays = [ln for ln in proc.stderr.splitlines() if ln.startswith("span netcl.capture.replay ")]
     assert len(replays) == 2 + 20, proc.stderr[-3000:]

@@ -83,8 +83,11 @@ def test_port_in_use_is_one_line(demo: ModuleType, capsys: pytest.CaptureFixture
 def test_command_line_error_has_no_traceback() -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "demo/demo.py"), "--steps", "0"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert proc.returncode == 2
     assert proc.stderr == (
         "demo.py: error: argument --steps: expected an integer >= 1, got 0 (see --help)\n"

@@ -53,8 +53,11 @@ def test_scheduler_span_scope_version(spans: InMemorySpanExporter) -> None:
     sched = Scheduler()
     sched.submit(lambda: None)
     sched.run()
-    scopes = {s.instrumentation_scope.version for s in spans.get_finished_spans()
-              if s.instrumentation_scope is not None}  # fmt: skip
+    scopes = {
+        s.instrumentation_scope.version
+        for s in spans.get_finished_spans()
+        if s.instrumentation_scope is not None
+    }
     assert scopes == {__version__}
 
 
@@ -78,14 +81,16 @@ def test_runtime_has_cores_version_and_an_extra_per_component() -> None:
         assert version(META) == project["version"]
     versions = {d: importlib.import_module(f"{m}.version").__version__ for d, m in PACKAGES.items()}
     (core,) = map(Requirement, project["dependencies"])
-    extras = {e: [Requirement(r) for r in reqs]
-              for e, reqs in project["optional-dependencies"].items()}  # fmt: skip
+    extras = {
+        e: [Requirement(r) for r in reqs] for e, reqs in project["optional-dependencies"].items()
+    }
     components = {d.removeprefix("netcl-") for d in PACKAGES} - {"core"}
     assert set(extras) == components | {"all"}
     for req in [core, *(r for c in components for r in extras[c])]:
         assert req.specifier.contains(versions[req.name]), f"{req} refuses {versions[req.name]}"
     assert {c: [r.name for r in extras[c]] for c in components} == {
-        c: [f"netcl-{c}"] for c in components}  # fmt: skip
+        c: [f"netcl-{c}"] for c in components
+    }
     (everything,) = extras["all"]
     assert everything.name == META and everything.extras == components
 

@@ -34,8 +34,11 @@ def public_modules() -> dict[str, list[str] | None]:
                 continue
             names = None
             for node in ast.parse(path.read_text(encoding="utf-8")).body:
-                if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) \
-                        and node.targets[0].id == "__all__":  # fmt: skip
+                if (
+                    isinstance(node, ast.Assign)
+                    and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id == "__all__"
+                ):
                     names = list(ast.literal_eval(node.value))
             found[".".join(parts)] = names
     return found
@@ -82,8 +85,12 @@ def test_site_builds_strict_and_documents_every_public_name(tmp_path: Path) -> N
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-5000:]}"
     documented = inventory_names(site / "objects.inv")
     missing = sorted(

@@ -20,9 +20,13 @@ def _demo(tmp: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProces
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     t0 = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "demo/demo.py"), *args], capture_output=True, text=True,
-        timeout=600, cwd=ROOT, env={**clean, "NETCL_CACHE_DIR": str(tmp / "cache"), **env},
-    )  # fmt: skip
+        [sys.executable, str(ROOT / "demo/demo.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**clean, "NETCL_CACHE_DIR": str(tmp / "cache"), **env},
+    )
     return proc, time.monotonic() - t0
 
 
@@ -39,16 +43,20 @@ def test_a_dead_collector_costs_seconds_not_minutes(
     assert base.returncode == 0, base.stderr[-3000:]
     assert "export FAILED" not in base.stdout
     extras: dict[str, list[float]] = {}
-    for what, port, protocol in [("refusing", closed_port, "grpc"),
-                                 ("silent", silent_port, "grpc"),
-                                 ("silent", silent_port, "http/protobuf")]:  # fmt: skip
+    for what, port, protocol in [
+        ("refusing", closed_port, "grpc"),
+        ("silent", silent_port, "grpc"),
+        ("silent", silent_port, "http/protobuf"),
+    ]:
         runs = extras[f"{what} {protocol}"] = []
         for _ in range(2):  # a second run only where the first was over the limit
             proc, seconds = _demo(
-                tmp_path, "--steps", "200",
+                tmp_path,
+                "--steps",
+                "200",
                 OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
                 OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
-            )  # fmt: skip
+            )
             assert proc.returncode == 0, proc.stderr[-3000:]
             assert "export FAILED: " in proc.stdout, proc.stdout
             assert "Traceback" not in proc.stderr, proc.stderr[-3000:]

@@ -33,8 +33,9 @@ Install = Callable[..., dict[str, str]]
 
 
 def _run(*cmd: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=900,
-                          cwd=cwd, env=env)  # fmt: skip
+    proc = subprocess.run(
+        [str(c) for c in cmd], capture_output=True, text=True, timeout=900, cwd=cwd, env=env
+    )
     assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
@@ -127,9 +128,13 @@ def test_runtime_package_brings_core_alone(py: Path, install: Install, pkg: str)
 
 @pytest.mark.parametrize(
     ("extras", "chosen"),
-    [("", []), ("[cache]", ["cache"]), ("[cache,capture]", ["cache", "capture"]),
-     ("[all]", RUNTIME)],
-)  # fmt: skip
+    [
+        ("", []),
+        ("[cache]", ["cache"]),
+        ("[cache,capture]", ["cache", "capture"]),
+        ("[all]", RUNTIME),
+    ],
+)
 def test_runtime_extras_install_the_chosen_components(
     py: Path, install: Install, extras: str, chosen: list[str]
 ) -> None:

@@ -61,8 +61,12 @@ def code_blocks(readme: Path) -> list[Block]:
         i += 1
         while i < len(lines):
             close = _FENCE.match(lines[i])
-            if close and close["fence"][0] == fence[0] and len(close["fence"]) >= len(fence) \
-                    and not close["info"].strip():  # fmt: skip
+            if (
+                close
+                and close["fence"][0] == fence[0]
+                and len(close["fence"]) >= len(fence)
+                and not close["info"].strip()
+            ):
                 break
             line = lines[i]
             # CommonMark: drop up to the fence's own indentation from every content line
@@ -131,9 +135,10 @@ def test_package_blocks_need_only_their_install() -> None:
         own = "netcl.core" if pkg == "core" else f"netcl.runtime.{pkg}"
         allowed = ("netcl.core", own)
         foreign = {
-            n for n in _netcl_imports(block.code)
+            n
+            for n in _netcl_imports(block.code)
             if not any(n == a or n.startswith(a + ".") for a in allowed)
-        }  # fmt: skip
+        }
         assert not foreign, f"{block.id}: imports {sorted(foreign)}, not installed with {pkg}"
 
 
@@ -146,9 +151,13 @@ def test_readme_python_block_runs(block: Block, tmp_path: Path) -> None:
     script = tmp_path / "snippet.py"
     script.write_text(block.code + "\n", encoding="utf-8")
     proc = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=600,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, (
         f"{block.id}: the python block failed (exit {proc.returncode})\n--- code\n{block.code}\n"
         f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"

@@ -36,8 +36,9 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> Iterator[tuple[
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
             # `from pkg import sub` imports the submodule; `from mod import name` the module
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
-                       for a in node.names]
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names
+            ]
         else:
             continue
         for target in targets:
@@ -107,8 +108,11 @@ def test_no_code_generated_at_run_time(call: str) -> None:
     hits = []
     for path in _modules().values():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id == call):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == call
+            ):
                 hits.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not hits, f"{call}() in the packages: {hits}"
 
@@ -143,8 +147,10 @@ def _own_privates(modules: dict[str, Path]) -> dict[str, set[str]]:
                 if isinstance(target, ast.Name):
                     names.add(target.id)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and (
-                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
             ):
                 names.add(node.attr)
             elif isinstance(node, ast.ClassDef):
@@ -152,11 +158,18 @@ def _own_privates(modules: dict[str, Path]) -> dict[str, set[str]]:
                     for target in getattr(stmt, "targets", [getattr(stmt, "target", None)]):
                         if isinstance(target, ast.Name):
                             names.add(target.id)
-                    if (isinstance(stmt, ast.Assign) and any(
-                            isinstance(t, ast.Name) and t.id == "__slots__" for t in stmt.targets)
-                            and isinstance(stmt.value, (ast.Tuple, ast.List))):
-                        names.update(e.value for e in stmt.value.elts
-                                     if isinstance(e, ast.Constant) and isinstance(e.value, str))
+                    if (
+                        isinstance(stmt, ast.Assign)
+                        and any(
+                            isinstance(t, ast.Name) and t.id == "__slots__" for t in stmt.targets
+                        )
+                        and isinstance(stmt.value, (ast.Tuple, ast.List))
+                    ):
+                        names.update(
+                            e.value
+                            for e in stmt.value.elts
+                            if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                        )
                     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         names.add(stmt.name)
     return own
@@ -167,8 +180,11 @@ def _aliases(tree: ast.AST, roots: tuple[str, ...]) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update((a.asname or a.name).split(".")[0] for a in node.names
-                         if a.name.split(".")[0] in roots)  # fmt: skip
+            found.update(
+                (a.asname or a.name).split(".")[0]
+                for a in node.names
+                if a.name.split(".")[0] in roots
+            )
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in roots:
             found.update(a.asname or a.name for a in node.names)
     return found
@@ -187,15 +203,22 @@ def seam_breaches(name: str, source: str, own: set[str]) -> list[str]:
         # sys.modules["netcl..."] / sys.modules.get("netcl...")
         if isinstance(node, (ast.Subscript, ast.Call)):
             target = node.value if isinstance(node, ast.Subscript) else node.func
-            if isinstance(node, ast.Call) and isinstance(target, ast.Attribute) and (
-                    target.attr in ("get", "__getitem__")):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(target, ast.Attribute)
+                and (target.attr in ("get", "__getitem__"))
+            ):
                 target, keys = target.value, node.args[:1]
             elif isinstance(node, ast.Subscript):
                 keys = [node.slice]
             else:
                 keys = []
-            if (isinstance(target, ast.Attribute) and target.attr == "modules"
-                    and isinstance(target.value, ast.Name) and target.value.id == "sys"):
+            if (
+                isinstance(target, ast.Attribute)
+                and target.attr == "modules"
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "sys"
+            ):
                 texts = [k.value if isinstance(k, ast.Constant) else ast.unparse(k) for k in keys]
                 if any(str(t).lstrip("f'\"").startswith("netcl") for t in texts):
                     found.append(f"{line}: sys.modules lookup of a netcl module ({texts[0]})")
@@ -203,26 +226,46 @@ def seam_breaches(name: str, source: str, own: set[str]) -> list[str]:
         if isinstance(node, ast.Attribute) and _private(node.attr):
             base = node.value
             if isinstance(base, ast.Name) and base.id in pyopencl:
-                found.append(f"{line}: pyopencl private {base.id}.{node.attr} outside the "
-                             "contract (netcl/core/contract.py)")
-            elif (isinstance(node.ctx, ast.Store) and node.attr not in own
-                    and not (isinstance(base, ast.Name) and base.id in ("self", "cls"))):
-                found.append(f"{line}: writes {ast.unparse(node)}, another package's private "
-                             "attribute")
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) > 1
-                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
-                and _private(node.args[1].value) and node.args[1].value not in own):
-            found.append(f"{line}: {node.func.id}(..., {node.args[1].value!r}) probes another "
-                         "package's private attribute")
+                found.append(
+                    f"{line}: pyopencl private {base.id}.{node.attr} outside the "
+                    "contract (netcl/core/contract.py)"
+                )
+            elif (
+                isinstance(node.ctx, ast.Store)
+                and node.attr not in own
+                and not (isinstance(base, ast.Name) and base.id in ("self", "cls"))
+            ):
+                found.append(
+                    f"{line}: writes {ast.unparse(node)}, another package's private attribute"
+                )
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _private(node.args[1].value)
+            and node.args[1].value not in own
+        ):
+            found.append(
+                f"{line}: {node.func.id}(..., {node.args[1].value!r}) probes another "
+                "package's private attribute"
+            )
         if name != _CONTRACT and isinstance(node, ast.Constant) and node.value in _NAMES:
-            found.append(f"{line}: names pyopencl's private {node.value!r} outside the contract "
-                         "(a word of the contract's instead)")
+            found.append(
+                f"{line}: names pyopencl's private {node.value!r} outside the contract "
+                "(a word of the contract's instead)"
+            )
         if isinstance(node, (ast.Import, ast.ImportFrom)) and name != _CONTRACT:
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [
-                f"{node.module}.{a.name}" for a in node.names]
-            if any(n.startswith("pyopencl.") and any(map(_private, n.split(".")[1:]))
-                   for n in names):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [f"{node.module}.{a.name}" for a in node.names]
+            )
+            if any(
+                n.startswith("pyopencl.") and any(map(_private, n.split(".")[1:])) for n in names
+            ):
                 found.append(f"{line}: imports a pyopencl private module outside the contract")
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             length = (node.end_lineno or line) - line + 1
@@ -235,23 +278,27 @@ def test_packages_meet_at_seams() -> None:
     modules = _modules()
     own = _own_privates(modules)
     assert {"_buffer", "_bin"} <= own["netcl.core"] and "_buffer" not in own["netcl.runtime.graph"]
-    breaches = [f"{path.relative_to(ROOT)}:{finding}"
-                for name, path in modules.items()
-                for finding in seam_breaches(name, path.read_text(encoding="utf-8"),
-                                             own[_package(name)])]  # fmt: skip
+    breaches = [
+        f"{path.relative_to(ROOT)}:{finding}"
+        for name, path in modules.items()
+        for finding in seam_breaches(name, path.read_text(encoding="utf-8"), own[_package(name)])
+    ]
     assert not breaches, "across a seam:\n" + "\n".join(breaches)
 
 
-@pytest.mark.parametrize(("source", "expected"), [
-    ('import sys\nm = sys.modules["netcl.core.memory"]\n', "sys.modules lookup"),
-    ('import sys\nm = sys.modules.get("netcl.core.memory")\n', "sys.modules lookup"),
-    ("def f(t):\n    t._buffer = None\n", "writes t._buffer"),
-    ('def f(pool):\n    return getattr(pool, "_guards", {})\n', "probes another package"),
-    ("import pyopencl as cl\nf = cl._cl._enqueue_read_buffer\n", "pyopencl private cl._cl"),
-    ("import pyopencl._cl as _cl\n", "pyopencl private module"),
-    ('def f(entry):\n    return entry.name == "_enqueue_copy_buffer"\n', "names pyopencl's"),
-    ("def f():\n" + "    x = 1\n" * 80, "function f is 81 lines"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ('import sys\nm = sys.modules["netcl.core.memory"]\n', "sys.modules lookup"),
+        ('import sys\nm = sys.modules.get("netcl.core.memory")\n', "sys.modules lookup"),
+        ("def f(t):\n    t._buffer = None\n", "writes t._buffer"),
+        ('def f(pool):\n    return getattr(pool, "_guards", {})\n', "probes another package"),
+        ("import pyopencl as cl\nf = cl._cl._enqueue_read_buffer\n", "pyopencl private cl._cl"),
+        ("import pyopencl._cl as _cl\n", "pyopencl private module"),
+        ('def f(entry):\n    return entry.name == "_enqueue_copy_buffer"\n', "names pyopencl's"),
+        ("def f():\n" + "    x = 1\n" * 80, "function f is 81 lines"),
+    ],
+)
 def test_the_seam_check_names_each_breach(source: str, expected: str) -> None:
     found = seam_breaches("netcl.runtime.graph._executor", source, {"_own"})
     assert len(found) == 1 and expected in found[0], found
@@ -259,6 +306,6 @@ def test_the_seam_check_names_each_breach(source: str, expected: str) -> None:
 
 
 def test_the_seam_check_passes_a_package_s_own_privates() -> None:
-    source = 'import sys\nclass A:\n    def f(self, o):\n        o._own = 1\n        self._x = 2\n'
+    source = "import sys\nclass A:\n    def f(self, o):\n        o._own = 1\n        self._x = 2\n"
     source += '        return sys.modules.get("opentelemetry.sdk")\n'
     assert seam_breaches("netcl.runtime.graph._executor", source, {"_own"}) == []

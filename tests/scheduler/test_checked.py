@@ -42,8 +42,13 @@ SCRIPT = """
 
 @pytest.mark.timeout(90)
 def test_checked_mode_names_the_op_and_plan_that_overran() -> None:
-    child = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT)], capture_output=True,
-                           text=True, timeout=60, env=dict(os.environ))  # fmt: skip
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
     assert child.returncode == 0, child.stderr
     named = (
         "Scheduler.run: op 1 (fill_y_twice_over (<string>:14)) of plan 1 'overrun' wrote 4096 "
@@ -52,6 +57,8 @@ def test_checked_mode_names_the_op_and_plan_that_overran() -> None:
     # the plans not completed, resumed by the next run() where they stopped (async mode: 'clean'
     # too, whose events nobody waited for; its op does not run again)
     assert child.stdout.splitlines() == [
-        named, "still scheduled: ['overrun', 'after']",
-        named, "still scheduled: ['clean', 'overrun', 'after']",
+        named,
+        "still scheduled: ['overrun', 'after']",
+        named,
+        "still scheduled: ['clean', 'overrun', 'after']",
     ], child.stdout

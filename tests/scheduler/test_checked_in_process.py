@@ -92,10 +92,16 @@ def test_a_checked_run_names_the_op_and_the_plan_that_wrote_out_of_bounds(
     ran: list[str] = []
     overrun = functools.partial(fill_y_twice_over, fill, queue, y.buffer)
     s = Scheduler(async_mode=async_mode)
-    clean = s.submit(ExecutionPlan([lambda: fill(queue, (1024,), None, x.buffer)], "clean",
-                                   queue=queue))  # fmt: skip
-    bad = s.submit(ExecutionPlan([lambda: ran.append("op 0"), overrun,
-                                  lambda: ran.append("op 2")], "overrun", queue=queue))  # fmt: skip
+    clean = s.submit(
+        ExecutionPlan([lambda: fill(queue, (1024,), None, x.buffer)], "clean", queue=queue)
+    )
+    bad = s.submit(
+        ExecutionPlan(
+            [lambda: ran.append("op 0"), overrun, lambda: ran.append("op 2")],
+            "overrun",
+            queue=queue,
+        )
+    )
     after = s.submit(lambda: ran.append("after"))
     with pytest.raises(MemoryCheckError) as info:
         s.run()

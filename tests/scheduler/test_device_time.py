@@ -43,9 +43,12 @@ def _points(metric_points: Callable[[str], list[Any]], tag: str) -> dict[str, in
 
 @pytest.mark.parametrize("async_mode", [False, True], ids=["sync", "async"])
 def test_a_plan_on_a_profiling_queue_records_its_device_time(
-    ctx: cl.Context, kernels: Kernels, async_mode: bool, spans: InMemorySpanExporter,
+    ctx: cl.Context,
+    kernels: Kernels,
+    async_mode: bool,
+    spans: InMemorySpanExporter,
     metric_points: Callable[[str], list[Any]],
-) -> None:  # fmt: skip
+) -> None:
     pq = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
     buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * N)
     cl.enqueue_fill_buffer(pq, buf, np.float32(1.0), 0, 4 * N)
@@ -61,9 +64,12 @@ def test_a_plan_on_a_profiling_queue_records_its_device_time(
     assert _points(metric_points, tag) == {f"{tag} one": 1, f"{tag} three": 1}
     finished = spans.get_finished_spans()
     plans = {s.context.span_id: s for s in finished if s.name == "netcl.scheduler.plan"}
-    device = {s.attributes["netcl.plan.description"]: s for s in finished
-              if s.name == "netcl.device.plan"
-              and str(s.attributes["netcl.plan.description"]).startswith(tag)}  # fmt: skip
+    device = {
+        s.attributes["netcl.plan.description"]: s
+        for s in finished
+        if s.name == "netcl.device.plan"
+        and str(s.attributes["netcl.plan.description"]).startswith(tag)
+    }
     assert set(device) == {f"{tag} one", f"{tag} three"}
     for name, d in device.items():
         assert d.parent is not None
@@ -73,8 +79,11 @@ def test_a_plan_on_a_profiling_queue_records_its_device_time(
     # the plan of three kernels: three device spans under its device span
     three = device[f"{tag} three"]
     under = three.context.span_id
-    kernels_under = [s for s in finished if s.name == "netcl.device.kernel"
-                     and s.parent is not None and s.parent.span_id == under]  # fmt: skip
+    kernels_under = [
+        s
+        for s in finished
+        if s.name == "netcl.device.kernel" and s.parent is not None and s.parent.span_id == under
+    ]
     assert len(kernels_under) == 3
 
 
@@ -90,12 +99,16 @@ def test_a_plan_without_profiling_is_not_watched(
     assert profiling.collector().stats().watched == watched
 
 
-@pytest.mark.parametrize("props", [cl.command_queue_properties.PROFILING_ENABLE, 0],
-                         ids=["profiling", "plain"])  # plain: bracketed on a side queue
+@pytest.mark.parametrize(
+    "props", [cl.command_queue_properties.PROFILING_ENABLE, 0], ids=["profiling", "plain"]
+)  # plain: bracketed on a side queue
 def test_a_plan_in_summary_mode_has_its_device_time_and_no_command_spans(
-    ctx: cl.Context, kernels: Kernels, spans: InMemorySpanExporter,
-    metric_points: Callable[[str], list[Any]], props: int,
-) -> None:  # fmt: skip
+    ctx: cl.Context,
+    kernels: Kernels,
+    spans: InMemorySpanExporter,
+    metric_points: Callable[[str], list[Any]],
+    props: int,
+) -> None:
     collector = profiling.collector()
     saved = collector.mode, collector.sample_budget
     collector.mode, collector.sample_budget = "summary", 0.0
@@ -113,7 +126,11 @@ def test_a_plan_in_summary_mode_has_its_device_time_and_no_command_spans(
         collector.mode, collector.sample_budget = saved
     assert _points(metric_points, tag) == {f"{tag} one": 1, f"{tag} three": 1}
     finished = spans.get_finished_spans()
-    device = [s for s in finished if s.name == "netcl.device.plan"
-              and str(s.attributes["netcl.plan.description"]).startswith(tag)]  # fmt: skip
+    device = [
+        s
+        for s in finished
+        if s.name == "netcl.device.plan"
+        and str(s.attributes["netcl.plan.description"]).startswith(tag)
+    ]
     assert len(device) == 2 and all(d.attributes["netcl.device.duration"] > 0 for d in device)
     assert not [s for s in finished if s.name == "netcl.device.kernel"]

@@ -506,8 +506,9 @@ def test_a_plan_after_one_of_a_waited_run_is_not_ordered_again(
     assert marker.command_execution_status == COMPLETE
     waits_before = _host_waits(metric_points)
     calls: list[str] = []
-    sched.submit(ExecutionPlan(ops=[lambda: calls.append("B")], description="B", queue=queue,
-                               after=a))  # fmt: skip
+    sched.submit(
+        ExecutionPlan(ops=[lambda: calls.append("B")], description="B", queue=queue, after=a)
+    )
     assert sched.run() == [] and calls == ["B"]
     assert _ordering(spans)["B"] == "none"
     assert _host_waits(metric_points) == waits_before
@@ -535,8 +536,11 @@ def test_a_plan_after_several_waits_for_each_of_them(
 
     a = ExecutionPlan(ops=[produce], description="A")
     b = ExecutionPlan(ops=[lambda: cl.enqueue_marker(queue_b)], description="B")
-    c = ExecutionPlan(ops=[lambda: seen.append(produced[0].command_execution_status)],
-                      description="C", after=[a, b])  # fmt: skip
+    c = ExecutionPlan(
+        ops=[lambda: seen.append(produced[0].command_execution_status)],
+        description="C",
+        after=[a, b],
+    )
     sched = Scheduler(async_mode=True)
     for p in (a, b, c):
         sched.submit(p)

@@ -213,7 +213,9 @@ def test_a_run_writes_nothing_onto_the_plans(
 
 
 def test_a_plan_whose_last_run_left_nothing_orders_nothing(
-    queue: cl.CommandQueue, queue_b: cl.CommandQueue, gate: cl.UserEvent,
+    queue: cl.CommandQueue,
+    queue_b: cl.CommandQueue,
+    gate: cl.UserEvent,
     spans: InMemorySpanExporter,
 ) -> None:
     # 'produce' first returns an event held back by the gate; run again, its op returns None:
@@ -232,12 +234,15 @@ def test_a_plan_whose_last_run_left_nothing_orders_nothing(
 
 
 def test_a_plan_follows_a_plan_another_scheduler_ran(
-    queue: cl.CommandQueue, queue_b: cl.CommandQueue, gate: cl.UserEvent,
+    queue: cl.CommandQueue,
+    queue_b: cl.CommandQueue,
+    gate: cl.UserEvent,
     spans: InMemorySpanExporter,
 ) -> None:
     # a plan's last events are the plan's, whichever scheduler ran it
     produce = ExecutionPlan(
-        ops=[lambda: cl.enqueue_marker(queue, wait_for=[gate])], description="produce",
+        ops=[lambda: cl.enqueue_marker(queue, wait_for=[gate])],
+        description="produce",
         queue=queue,
     )
     first = Scheduler(async_mode=True)
@@ -245,8 +250,12 @@ def test_a_plan_follows_a_plan_another_scheduler_ran(
     (held,) = first.run(wait=False)
     second = Scheduler(async_mode=True)
     second.submit(
-        ExecutionPlan(ops=[lambda: cl.enqueue_marker(queue_b)], description="follow",
-                      queue=queue_b, after=produce)
+        ExecutionPlan(
+            ops=[lambda: cl.enqueue_marker(queue_b)],
+            description="follow",
+            queue=queue_b,
+            after=produce,
+        )
     )
     (followed,) = second.run(wait=False)
     assert _ordering(spans)["follow"] == "device"

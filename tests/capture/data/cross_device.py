@@ -51,9 +51,16 @@ def check(path: str) -> dict[str, object]:
         for w, g in zip(want, got, strict=True):
             worst = max(worst, float(np.max(np.abs(w.astype(np.float64) - g))))
             ok &= w.tobytes() == g.tobytes() if same else bool(np.allclose(g, w, 1e-5, 1e-5))
-    return {"file": path, "saved_on": saved_on, "loaded_on": device_identity(queue.device),
-            "same_device": same, "calls": CALLS, "max_abs_diff": worst, "load_s": load_s,
-            "match": ok}  # fmt: skip
+    return {
+        "file": path,
+        "saved_on": saved_on,
+        "loaded_on": device_identity(queue.device),
+        "same_device": same,
+        "calls": CALLS,
+        "max_abs_diff": worst,
+        "load_s": load_s,
+        "match": ok,
+    }
 
 
 if __name__ == "__main__":

@@ -36,8 +36,10 @@ _RECHECK = 1024
 
 
 # the APIs whose provider a variable names (the API loads it on its first lookup): read once
-_NAMED = {f"opentelemetry.{api}": f"OTEL_PYTHON_{kind}_PROVIDER" in os.environ
-          for api, kind in (("trace", "TRACER"), ("metrics", "METER"))}  # fmt: skip
+_NAMED = {
+    f"opentelemetry.{api}": f"OTEL_PYTHON_{kind}_PROVIDER" in os.environ
+    for api, kind in (("trace", "TRACER"), ("metrics", "METER"))
+}
 
 
 def _loaded(api: str) -> Any:
@@ -91,7 +93,8 @@ _switch = _Switch()
 def _recheck() -> bool:
     trace = _loaded("opentelemetry.trace")
     _switch.on = trace is not None and not isinstance(
-        trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        trace.get_tracer_provider(), trace.ProxyTracerProvider
+    )
     _switch.countdown = _RECHECK
     metrics_loaded()  # an application may have loaded it since: make what waits for it
     return _switch.on
@@ -123,19 +126,25 @@ _SIGNALS: tuple[Literal["traces", "metrics", "logs"], ...] = ("traces", "metrics
 _PROTOCOLS = ("grpc", "http/protobuf")
 # numbers the SDK reads (a bad one is a traceback, or a warning and its default): unit, integer
 _NUMBERS = {
-    **{f"OTEL_EXPORTER_OTLP{s}_TIMEOUT": ("seconds", False)
-       for s in ("", "_TRACES", "_METRICS", "_LOGS")},
+    **{
+        f"OTEL_EXPORTER_OTLP{s}_TIMEOUT": ("seconds", False)
+        for s in ("", "_TRACES", "_METRICS", "_LOGS")
+    },
     **dict.fromkeys(("OTEL_BSP_EXPORT_TIMEOUT", "OTEL_BSP_SCHEDULE_DELAY"), ("milliseconds", True)),
     **dict.fromkeys(("OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"), ("spans", True)),
-    **dict.fromkeys(("OTEL_METRIC_EXPORT_TIMEOUT", "OTEL_METRIC_EXPORT_INTERVAL"),
-                    ("milliseconds", False)),
-}  # fmt: skip
+    **dict.fromkeys(
+        ("OTEL_METRIC_EXPORT_TIMEOUT", "OTEL_METRIC_EXPORT_INTERVAL"), ("milliseconds", False)
+    ),
+}
 # Bounded export where the user set nothing: an OTLP request (with its retries) gives up after
 # 2 s, and the export at shutdown after 2 s per signal (traces and metrics side by side). The
 # SDK's defaults (10 s per request, 30 s per shutdown) let a dead collector hold an
 # application's exit for 20-30 s. The OTLP exporters read seconds, the others milliseconds.
-_BOUNDED = {"OTEL_EXPORTER_OTLP_TIMEOUT": "2", "OTEL_BSP_EXPORT_TIMEOUT": "2000",
-            "OTEL_METRIC_EXPORT_TIMEOUT": "2000"}  # fmt: skip
+_BOUNDED = {
+    "OTEL_EXPORTER_OTLP_TIMEOUT": "2",
+    "OTEL_BSP_EXPORT_TIMEOUT": "2000",
+    "OTEL_METRIC_EXPORT_TIMEOUT": "2000",
+}
 _OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_{}_ENDPOINT")
 
 
@@ -167,12 +176,20 @@ def _check_environment() -> None:
         known = ["otlp", *_names(f"opentelemetry_{signal}_exporter")]
         hint = "" if "otlp_proto_grpc" in known else "; OTLP needs netcl-core[otel]"
         accepts = f"a comma-separated list of {', '.join([*known, 'none'])}{hint}"
-        _check(f"OTEL_{signal.upper()}_EXPORTER", accepts, lambda v, k: v.lower() == "none"
-               or all(n.strip() in k for n in v.split(",")), known)  # fmt: skip
+        _check(
+            f"OTEL_{signal.upper()}_EXPORTER",
+            accepts,
+            lambda v, k: v.lower() == "none" or all(n.strip() in k for n in v.split(",")),
+            known,
+        )
     for variable, (unit, integer) in _NUMBERS.items():
         kind = "an integer" if integer else "a number"
-        _check(variable, f"{kind} > 0 ({unit})",
-               lambda v, i: not v or 0 < _number(v, i) < math.inf, integer)  # fmt: skip
+        _check(
+            variable,
+            f"{kind} > 0 ({unit})",
+            lambda v, i: not v or 0 < _number(v, i) < math.inf,
+            integer,
+        )
     samplers = _names("opentelemetry_traces_sampler")
     _check("OTEL_TRACES_SAMPLER", f"one of {', '.join(samplers)}", samplers.__contains__)
     if "traceidratio" in os.environ.get("OTEL_TRACES_SAMPLER", ""):
@@ -184,9 +201,13 @@ _configured: dict[str, Any] = {}
 _unfinished: list[str] = []  # flushes and shutdowns that ran past their deadline
 
 
-def configure(*, service_name: str = "netcl", console: bool = False,
-              console_out: TextIO | None = None,
-              prometheus_port: int | None = None) -> dict[str, Any]:  # fmt: skip
+def configure(
+    *,
+    service_name: str = "netcl",
+    console: bool = False,
+    console_out: TextIO | None = None,
+    prometheus_port: int | None = None,
+) -> dict[str, Any]:
     """Install the OpenTelemetry SDK for an application from the ``OTEL_*`` variables
     (idempotent; needs ``netcl-core[otel]``; the package's guide has netcl's defaults, the checks
     that raise :class:`ConfigError` first, and ``OTEL_SDK_DISABLED``). ``console=True`` also
@@ -205,10 +226,11 @@ def configure(*, service_name: str = "netcl", console: bool = False,
     if _recheck():
         if prometheus_port is not None:
             _log.warning(
-                "telemetry_prometheus_port_ignored", prometheus_port=prometheus_port,
+                "telemetry_prometheus_port_ignored",
+                prometheus_port=prometheus_port,
                 reason="an OpenTelemetry SDK is already installed: set "
                 "OTEL_METRICS_EXPORTER=prometheus and OTEL_EXPORTER_PROMETHEUS_PORT instead",
-            )  # fmt: skip
+            )
     elif os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         disabled = True
         exporters = {signal: [] for signal in _SIGNALS}
@@ -223,8 +245,9 @@ def configure(*, service_name: str = "netcl", console: bool = False,
     return _configured
 
 
-def _install(service_name: str, console: bool, out: TextIO,
-             prometheus_port: int | None) -> dict[str, list[str]]:  # fmt: skip
+def _install(
+    service_name: str, console: bool, out: TextIO, prometheus_port: int | None
+) -> dict[str, list[str]]:
     # The SDK's configurator, as opentelemetry-distro subclasses it for opentelemetry-instrument.
     # Private API: tests/core/test_telemetry.py pins the names and parameters used here.
     from opentelemetry.sdk._configuration import _get_exporter_names, _OTelSDKConfigurator

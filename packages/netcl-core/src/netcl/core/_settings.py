@@ -49,8 +49,12 @@ class Setting:
 def describe(setting: Setting) -> dict[str, Any]:
     """What ``netcl config`` shows: name, value, source ("environment"/"default"), the default,
     the description, and ``error`` when the set value is invalid."""
-    doc: dict[str, Any] = {"name": setting.name, "description": setting.description,
-                           "default": setting.default_text(), "error": None}  # fmt: skip
+    doc: dict[str, Any] = {
+        "name": setting.name,
+        "description": setting.description,
+        "default": setting.default_text(),
+        "error": None,
+    }
     if not setting.is_set():
         doc.update(value=doc["default"], source="default")
         return doc
@@ -76,8 +80,10 @@ def flag(name: str, meaning: str) -> Callable[[str], bool]:
             return True
         if value in _OFF:
             return False
-        raise ValueError(f"{name}={raw!r}: expected 1 {meaning} or 0 for off (true/false, yes/no "
-                         "and on/off work too)")
+        raise ValueError(
+            f"{name}={raw!r}: expected 1 {meaning} or 0 for off (true/false, yes/no "
+            "and on/off work too)"
+        )
 
     return check
 
@@ -104,16 +110,22 @@ def _pool_limit(raw: str) -> Callable[[int], int]:
             return lambda _: int(text)
     except ValueError:
         pass
-    raise ValueError(f"NETCL_POOL_LIMIT={raw!r}: expected a number of bytes (a whole number >= 0, "
-                     "0 for no limit) or a percentage of the device's global memory from 0% to "
-                     "100%, such as '50%'")
+    raise ValueError(
+        f"NETCL_POOL_LIMIT={raw!r}: expected a number of bytes (a whole number >= 0, "
+        "0 for no limit) or a percentage of the device's global memory from 0% to "
+        "100%, such as '50%'"
+    )
 
 
-CACHE_DIR = Setting("NETCL_CACHE_DIR", _cache_dir_default,
-                    "folder of the OpenCL program cache (and its statistics)")  # fmt: skip
-POOL_LIMIT = Setting("NETCL_POOL_LIMIT", "0 (no limit)",
-                     "BufferPool limit: bytes, or N% of the device's global memory",
-                     _pool_limit)  # fmt: skip
+CACHE_DIR = Setting(
+    "NETCL_CACHE_DIR", _cache_dir_default, "folder of the OpenCL program cache (and its statistics)"
+)
+POOL_LIMIT = Setting(
+    "NETCL_POOL_LIMIT",
+    "0 (no limit)",
+    "BufferPool limit: bytes, or N% of the device's global memory",
+    _pool_limit,
+)
 
 
 def _profile(raw: str) -> str:
@@ -125,27 +137,51 @@ def _profile(raw: str) -> str:
         return "commands"
     if text in _OFF:
         return "off"
-    raise ValueError(f"NETCL_PROFILE={raw!r}: expected 1 to turn profiling on for the default "
-                     "queue with every command's device time (or commands, the same), summary for "
-                     "one device time per replay, graph node and plan, or 0 for off (true/false, "
-                     "yes/no and on/off work too)")
+    raise ValueError(
+        f"NETCL_PROFILE={raw!r}: expected 1 to turn profiling on for the default "
+        "queue with every command's device time (or commands, the same), summary for "
+        "one device time per replay, graph node and plan, or 0 for off (true/false, "
+        "yes/no and on/off work too)"
+    )
 
 
-PROFILE = Setting("NETCL_PROFILE", "0", "device time: 1 or commands (a profiling default "
-                  "queue, every command's), summary (one per replay, node, plan; a plain default "
-                  "queue, stamped on a side queue), 0 (plain default queue)", _profile)  # fmt: skip
+PROFILE = Setting(
+    "NETCL_PROFILE",
+    "0",
+    "device time: 1 or commands (a profiling default "
+    "queue, every command's), summary (one per replay, node, plan; a plain default "
+    "queue, stamped on a side queue), 0 (plain default queue)",
+    _profile,
+)
 # the device-time mode as set in code (netcl.core.profiling's collector), which counts before
 # NETCL_PROFILE; None until set
 profile_in_code: str | None = None
-CHECK_MEMORY = Setting("NETCL_CHECK_MEMORY", "0", "checked mode: guard bytes around pool and "
-                       "graph blocks, checked after each graph node and replay; freed blocks "
-                       "poisoned (slow: for tests and debugging)",
-                       flag("NETCL_CHECK_MEMORY", "to turn checked mode on"))  # fmt: skip
-TRACE_FILE = Setting("NETCL_TRACE_FILE", "netcl-trace.json", "file the chrome_trace span "
-                     "exporter writes (a Chrome/Perfetto timeline)")  # fmt: skip
-PYOPENCL_CTX = Setting("PYOPENCL_CTX", "(unset)", "pyopencl's own device choice, e.g. 0 or 0:1; "
-                       "unset: netcl takes the first GPU, else the first device")  # fmt: skip
+CHECK_MEMORY = Setting(
+    "NETCL_CHECK_MEMORY",
+    "0",
+    "checked mode: guard bytes around pool and "
+    "graph blocks, checked after each graph node and replay; freed blocks "
+    "poisoned (slow: for tests and debugging)",
+    flag("NETCL_CHECK_MEMORY", "to turn checked mode on"),
+)
+TRACE_FILE = Setting(
+    "NETCL_TRACE_FILE",
+    "netcl-trace.json",
+    "file the chrome_trace span exporter writes (a Chrome/Perfetto timeline)",
+)
+PYOPENCL_CTX = Setting(
+    "PYOPENCL_CTX",
+    "(unset)",
+    "pyopencl's own device choice, e.g. 0 or 0:1; "
+    "unset: netcl takes the first GPU, else the first device",
+)
 
 #: core's settings, in the order ``netcl config`` lists them.
-SETTINGS: tuple[Setting, ...] = (CACHE_DIR, POOL_LIMIT, PROFILE, CHECK_MEMORY, TRACE_FILE,
-                                 PYOPENCL_CTX)
+SETTINGS: tuple[Setting, ...] = (
+    CACHE_DIR,
+    POOL_LIMIT,
+    PROFILE,
+    CHECK_MEMORY,
+    TRACE_FILE,
+    PYOPENCL_CTX,
+)

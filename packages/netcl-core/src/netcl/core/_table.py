@@ -77,8 +77,10 @@ def table(
             over -= take
     lines = []
     for r in cells:
-        parts = [_cut(c, w).rjust(w) if i in right else _cut(c, w).ljust(w)
-                 for i, (c, w) in enumerate(zip(r, widths, strict=True))]
+        parts = [
+            _cut(c, w).rjust(w) if i in right else _cut(c, w).ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
         line = _GAP.join(parts).rstrip()  # rstrip: no padding after the last column
         lines.append(_cut(line, limit) if limit is not None else line)
     return lines

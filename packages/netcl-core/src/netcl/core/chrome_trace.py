@@ -41,8 +41,9 @@ class ChromeTraceExporter(SpanExporter):
     ``netcl-trace.json``) as Chrome trace-event JSON. Keeps at most ``max_spans`` spans (the
     first ones); the file says how many were left out."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *,
-                 max_spans: int = 1_000_000) -> None:  # fmt: skip
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, max_spans: int = 1_000_000
+    ) -> None:
         self.path = Path(path or _settings.TRACE_FILE.value(_settings.TRACE_FILE.default_text()))
         self.max_spans = max_spans
         self._slices: list[_Slice] = []
@@ -88,8 +89,10 @@ def _slice(span: ReadableSpan) -> _Slice:
     else:
         service = span.resource.attributes.get("service.name", "unknown") if span.resource else ""
         track, title = f"host: {service}", span.name
-    args: dict[str, Any] = {k: v if isinstance(v, (str, int, float, bool)) else list(v)  # type: ignore[arg-type]
-                            for k, v in attrs.items()}  # fmt: skip
+    args: dict[str, Any] = {
+        k: v if isinstance(v, (str, int, float, bool)) else list(v)  # type: ignore[arg-type]
+        for k, v in attrs.items()
+    }
     args["span"] = span.name
     args["trace_id"] = format(span.context.trace_id, "032x") if span.context else ""
     if span.status.status_code.name == "ERROR":
@@ -140,23 +143,34 @@ def _document(slices: list[_Slice], left_out: int) -> dict[str, Any]:
     where: dict[int, tuple[int, int, float]] = {}  # span id -> pid, tid, ts
     for t in tracks:
         events.append({"ph": "M", "name": "process_name", "pid": pid[t], "args": {"name": t}})
-        events.append({"ph": "M", "name": "process_sort_index", "pid": pid[t],
-                       "args": {"sort_index": pid[t]}})  # fmt: skip
+        events.append(
+            {"ph": "M", "name": "process_sort_index", "pid": pid[t], "args": {"sort_index": pid[t]}}
+        )
         mine = _ordered([s for s in slices if s.track == t])
         for s, tid in zip(mine, _lanes(mine), strict=True):
             ts = (s.start_ns - epoch) / 1e3
             where[s.span_id] = (pid[t], tid, ts)
-            events.append({"ph": "X", "name": s.title, "cat": t.split(":")[0], "pid": pid[t],
-                           "tid": tid, "ts": ts, "dur": (s.end_ns - s.start_ns) / 1e3,
-                           "args": s.args})  # fmt: skip
+            events.append(
+                {
+                    "ph": "X",
+                    "name": s.title,
+                    "cat": t.split(":")[0],
+                    "pid": pid[t],
+                    "tid": tid,
+                    "ts": ts,
+                    "dur": (s.end_ns - s.start_ns) / 1e3,
+                    "args": s.args,
+                }
+            )
     host = {s.span_id for s in slices if s.track.startswith("host")}
     for n, s in enumerate(slices):  # arrows from a host span to the top device span under it
         if s.track.startswith("device") and s.parent_id in host:
             src, dst = where[s.parent_id], where[s.span_id]
             common = {"name": "device work", "cat": "flow", "id": n + 1}
             events.append({**common, "ph": "s", "pid": src[0], "tid": src[1], "ts": src[2]})
-            events.append({**common, "ph": "f", "bp": "e", "pid": dst[0], "tid": dst[1],
-                           "ts": dst[2]})  # fmt: skip
+            events.append(
+                {**common, "ph": "f", "bp": "e", "pid": dst[0], "tid": dst[1], "ts": dst[2]}
+            )
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",

@@ -154,10 +154,11 @@ def _info(_: argparse.Namespace) -> int:
 def register_config(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the built-in ``config`` subcommand."""
     p = sub.add_parser(
-        "config", help="every netcl setting: value and source (environment or default)",
+        "config",
+        help="every netcl setting: value and source (environment or default)",
         description="Every NETCL_* setting of the installed netcl packages, with its value and "
         "where it came from. Exit codes: 0 all valid, 1 a set value is invalid, 2 usage.",
-    )  # fmt: skip
+    )
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.set_defaults(func=_config)
 
@@ -177,8 +178,15 @@ def _config(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps({"settings": docs}, indent=2) + "\n")
     else:
-        rows = [(d["name"], d["value"], d["source"] + (" (INVALID)" if d["error"] else ""),
-                 d["package"]) for d in docs]  # fmt: skip
+        rows = [
+            (
+                d["name"],
+                d["value"],
+                d["source"] + (" (INVALID)" if d["error"] else ""),
+                d["package"],
+            )
+            for d in docs
+        ]
         lines = _table.table(rows, ("SETTING", "VALUE", "SOURCE", "PACKAGE"))
         sys.stdout.write("\n".join(lines) + "\n")
     bad = [d["error"] for d in docs if d["error"]]

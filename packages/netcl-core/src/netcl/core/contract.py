@@ -22,8 +22,16 @@ import pyopencl as cl
 import pyopencl._cl as _cl
 import pyopencl.invoker as _invoker
 
-__all__ = ["BOUND", "ENTRY_POINTS", "ORIGINALS", "SAVED", "SUPPORTED", "EntryPoint", "Operand",
-           "original"]
+__all__ = [
+    "BOUND",
+    "ENTRY_POINTS",
+    "ORIGINALS",
+    "SAVED",
+    "SUPPORTED",
+    "EntryPoint",
+    "Operand",
+    "original",
+]
 
 #: The pyopencl versions whose entry points this table was checked against (the package's
 #: dependency pins the same range).
@@ -35,8 +43,22 @@ _LOWEST, _BEYOND = (2026, 1), (2027,)
 # transfer, order: copies, fills, markers, barriers; host_wait (events), event_wait (Event.wait);
 # invoker generation; handle (int_ptr) and wrap (from_int_ptr): raw handles; replay: not hooked;
 # program: the cache's raw program (never hooked)
-Kind = Literal["launch", "setter", "setter_pairs", "setter_triples", "transfer", "order", "finish",
-               "host_wait", "event_wait", "invoker", "handle", "wrap", "replay", "program"]
+Kind = Literal[
+    "launch",
+    "setter",
+    "setter_pairs",
+    "setter_triples",
+    "transfer",
+    "order",
+    "finish",
+    "host_wait",
+    "event_wait",
+    "invoker",
+    "handle",
+    "wrap",
+    "replay",
+    "program",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,68 +97,140 @@ class EntryPoint:
         return self.name.removeprefix("_enqueue_")
 
 
-def _transfer(name: str, params: tuple[str, ...], *operands: Operand, optional: bool = False,
-              word: str = "") -> EntryPoint:
-    return EntryPoint("pyopencl._cl", name, "transfer", "the copy or fill, its wait list",
-                      wait_for=len(params), params=params, operands=operands,
-                      optional=optional, word=word)  # fmt: skip
+def _transfer(
+    name: str, params: tuple[str, ...], *operands: Operand, optional: bool = False, word: str = ""
+) -> EntryPoint:
+    return EntryPoint(
+        "pyopencl._cl",
+        name,
+        "transfer",
+        "the copy or fill, its wait list",
+        wait_for=len(params),
+        params=params,
+        operands=operands,
+        optional=optional,
+        word=word,
+    )
 
 
 _Q = ("queue",)
 _SETTER = "the argument value as set (memory objects by the recording's own reference)"
-_RECT = ("queue", "mem", "hostbuf", "buffer_origin", "host_origin", "region", "buffer_pitches",
-         "host_pitches")
+_RECT = (
+    "queue",
+    "mem",
+    "hostbuf",
+    "buffer_origin",
+    "host_origin",
+    "region",
+    "buffer_pitches",
+    "host_pitches",
+)
 _IMAGE = ("queue", "mem", "origin", "region", "hostbuf", "row_pitch", "slice_pitch")
 
 ENTRY_POINTS: tuple[EntryPoint, ...] = (
     # launches: Kernel.__call__ runs pyopencl's generated invoker, which sets the arguments
     # through the _set_arg*_multi setters and enqueues through _cl.enqueue_nd_range_kernel
-    EntryPoint("pyopencl._cl", "enqueue_nd_range_kernel", "launch",
-               "the launch: kernel, sizes, argument table, wait list, event", wait_for=5,
-               params=("queue", "kernel", "global_work_size", "local_work_size",
-                       "global_work_offset", "wait_for", "g_times_l", "allow_empty_ndrange")),
+    EntryPoint(
+        "pyopencl._cl",
+        "enqueue_nd_range_kernel",
+        "launch",
+        "the launch: kernel, sizes, argument table, wait list, event",
+        wait_for=5,
+        params=(
+            "queue",
+            "kernel",
+            "global_work_size",
+            "local_work_size",
+            "global_work_offset",
+            "wait_for",
+            "g_times_l",
+            "allow_empty_ndrange",
+        ),
+    ),
     # the same object under the name applications use
     EntryPoint("pyopencl", "enqueue_nd_range_kernel", "launch", "as pyopencl._cl's", wait_for=5),
     EntryPoint("pyopencl.Kernel", "set_arg", "setter", _SETTER, params=("arg_index", "arg")),
     EntryPoint("pyopencl.Kernel", "_set_arg_multi", "setter_pairs", _SETTER, params=("arg",)),
     EntryPoint("pyopencl.Kernel", "_set_arg_buf_multi", "setter_pairs", _SETTER, params=("arg",)),
-    EntryPoint("pyopencl.Kernel", "_set_arg_buf_pack_multi", "setter_triples", _SETTER,
-               params=("arg",)),
+    EntryPoint(
+        "pyopencl.Kernel", "_set_arg_buf_pack_multi", "setter_triples", _SETTER, params=("arg",)
+    ),
     EntryPoint("pyopencl.Kernel", "_set_arg_null", "setter", _SETTER, params=("arg",)),
     EntryPoint("pyopencl.Kernel", "_set_arg_buf", "setter", _SETTER, params=("arg0", "arg1")),
     EntryPoint("pyopencl.Kernel", "_set_arg_svm", "setter", _SETTER, params=("arg0", "arg1")),
     # transfers: cl.enqueue_copy, cl.enqueue_fill_buffer and pyopencl.array's get/set end here
-    _transfer("_enqueue_read_buffer", ("queue", "mem", "hostbuf", "src_offset"),
-              Operand("mem", "src_offset", host="hostbuf"), word="read"),
-    _transfer("_enqueue_write_buffer", ("queue", "mem", "hostbuf", "dst_offset"),
-              Operand("mem", "dst_offset", host="hostbuf"), word="write"),
-    _transfer("_enqueue_copy_buffer",
-              ("queue", "src", "dst", "byte_count", "src_offset", "dst_offset"),
-              Operand("src", "src_offset", count="byte_count"),
-              Operand("dst", "dst_offset", count="byte_count"), word="copy"),
+    _transfer(
+        "_enqueue_read_buffer",
+        ("queue", "mem", "hostbuf", "src_offset"),
+        Operand("mem", "src_offset", host="hostbuf"),
+        word="read",
+    ),
+    _transfer(
+        "_enqueue_write_buffer",
+        ("queue", "mem", "hostbuf", "dst_offset"),
+        Operand("mem", "dst_offset", host="hostbuf"),
+        word="write",
+    ),
+    _transfer(
+        "_enqueue_copy_buffer",
+        ("queue", "src", "dst", "byte_count", "src_offset", "dst_offset"),
+        Operand("src", "src_offset", count="byte_count"),
+        Operand("dst", "dst_offset", count="byte_count"),
+        word="copy",
+    ),
     _transfer("_enqueue_read_buffer_rect", _RECT),
     _transfer("_enqueue_write_buffer_rect", _RECT),
-    _transfer("_enqueue_copy_buffer_rect", ("queue", "src", "dst", "src_origin", "dst_origin",
-                                            "region", "src_pitches", "dst_pitches")),
-    _transfer("_enqueue_fill_buffer", ("queue", "mem", "pattern", "offset", "size"),
-              Operand("mem", "offset", count="size"), word="fill"),
+    _transfer(
+        "_enqueue_copy_buffer_rect",
+        ("queue", "src", "dst", "src_origin", "dst_origin", "region", "src_pitches", "dst_pitches"),
+    ),
+    _transfer(
+        "_enqueue_fill_buffer",
+        ("queue", "mem", "pattern", "offset", "size"),
+        Operand("mem", "offset", count="size"),
+        word="fill",
+    ),
     _transfer("_enqueue_read_image", _IMAGE, optional=True),
     _transfer("_enqueue_write_image", _IMAGE, optional=True),
-    _transfer("_enqueue_copy_image", ("queue", "src", "dest", "src_origin", "dest_origin",
-                                      "region"), optional=True),
-    _transfer("_enqueue_copy_image_to_buffer", ("queue", "src", "dest", "origin", "region",
-                                                "offset"), optional=True),
-    _transfer("_enqueue_copy_buffer_to_image", ("queue", "src", "dest", "offset", "origin",
-                                                "region"), optional=True),
+    _transfer(
+        "_enqueue_copy_image",
+        ("queue", "src", "dest", "src_origin", "dest_origin", "region"),
+        optional=True,
+    ),
+    _transfer(
+        "_enqueue_copy_image_to_buffer",
+        ("queue", "src", "dest", "origin", "region", "offset"),
+        optional=True,
+    ),
+    _transfer(
+        "_enqueue_copy_buffer_to_image",
+        ("queue", "src", "dest", "offset", "origin", "region"),
+        optional=True,
+    ),
     # ordering only: recorded so that the replay keeps the dependencies they express
-    EntryPoint("pyopencl._cl", "_enqueue_marker_with_wait_list", "order",
-               "the marker and its wait list", wait_for=1, params=_Q, word="marker"),
-    EntryPoint("pyopencl._cl", "_enqueue_barrier_with_wait_list", "order",
-               "the barrier and its wait list", wait_for=1, params=_Q, word="barrier"),
+    EntryPoint(
+        "pyopencl._cl",
+        "_enqueue_marker_with_wait_list",
+        "order",
+        "the marker and its wait list",
+        wait_for=1,
+        params=_Q,
+        word="marker",
+    ),
+    EntryPoint(
+        "pyopencl._cl",
+        "_enqueue_barrier_with_wait_list",
+        "order",
+        "the barrier and its wait list",
+        wait_for=1,
+        params=_Q,
+        word="barrier",
+    ),
     EntryPoint("pyopencl.CommandQueue", "finish", "finish", "the queue (a host-side finish)"),
     # host-side waits order the commands issued after them; one object under two names
-    EntryPoint("pyopencl._cl", "wait_for_events", "host_wait", "the events waited for",
-               params=("arg",)),
+    EntryPoint(
+        "pyopencl._cl", "wait_for_events", "host_wait", "the events waited for", params=("arg",)
+    ),
     EntryPoint("pyopencl", "wait_for_events", "host_wait", "as pyopencl._cl's"),
     EntryPoint("pyopencl.Event", "wait", "event_wait", "the event waited for"),
     # memoised while recording: a new Kernel object's invoker costs an sqlite lookup
@@ -152,12 +246,21 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
     # the cache builds the raw program pyopencl.Program wraps (its `_prg`) with the raw
     # clBuildProgram: the wrapper's build also fetches every build log after a success
     EntryPoint("pyopencl._cl", "_Program", "program", "nothing"),
-    EntryPoint("pyopencl._cl._Program", "_build", "program", "nothing",
-               params=("self", "options", "devices")),
+    EntryPoint(
+        "pyopencl._cl._Program",
+        "_build",
+        "program",
+        "nothing",
+        params=("self", "options", "devices"),
+    ),
 )
 
-_OWNERS: dict[str, Any] = {"pyopencl": cl, "pyopencl._cl": _cl, "pyopencl.invoker": _invoker,
-                           "pyopencl._cl._Program": _cl._Program}  # fmt: skip
+_OWNERS: dict[str, Any] = {
+    "pyopencl": cl,
+    "pyopencl._cl": _cl,
+    "pyopencl.invoker": _invoker,
+    "pyopencl._cl._Program": _cl._Program,
+}
 
 
 def _owner(path: str) -> Any:
@@ -169,17 +272,21 @@ def _owner(path: str) -> Any:
 
 def _unsupported(what: str) -> ImportError:
     version = getattr(cl, "VERSION_TEXT", "of unknown version")
-    return ImportError(f"netcl: pyopencl {version} has no {what}, which netcl relies on; "
-                       f"supported versions: {SUPPORTED}")
+    return ImportError(
+        f"netcl: pyopencl {version} has no {what}, which netcl relies on; "
+        f"supported versions: {SUPPORTED}"
+    )
 
 
 def _check_version() -> None:
     found = tuple(getattr(cl, "VERSION", ()))
     if not (_LOWEST <= found < _BEYOND):
         text = getattr(cl, "VERSION_TEXT", None) or ".".join(map(str, found)) or "unknown"
-        raise ImportError(f"netcl: pyopencl {text} is outside the supported versions "
-                          f"({SUPPORTED}): netcl relies on pyopencl internals checked for "
-                          "those versions only")
+        raise ImportError(
+            f"netcl: pyopencl {text} is outside the supported versions "
+            f"({SUPPORTED}): netcl relies on pyopencl internals checked for "
+            "those versions only"
+        )
 
 
 def _resolve() -> list[tuple[EntryPoint, Any, Any]]:

@@ -16,8 +16,18 @@ from netcl.core import _settings
 if TYPE_CHECKING:
     from netcl.core.profiling import Collector
 
-__all__ = ["NoDeviceError", "default_context", "default_queue", "device_identity", "pick_device",
-           "checker", "finish_at_exit", "held_blocks", "out_of_order", "watcher"]  # fmt: skip
+__all__ = [
+    "NoDeviceError",
+    "default_context",
+    "default_queue",
+    "device_identity",
+    "pick_device",
+    "checker",
+    "finish_at_exit",
+    "held_blocks",
+    "out_of_order",
+    "watcher",
+]
 
 #: pyopencl's variable choosing the platform and device (``0``, ``0:1``, a name's start).
 CTX_ENV = _settings.PYOPENCL_CTX.name
@@ -74,10 +84,17 @@ def _no_device(why: str) -> NoDeviceError:
         names = ", ".join(f"[{i}:{j}] {dev.name.strip()}" for j, dev in enumerate(devs))
         parts.append(f"[{i}] {plat.name.strip()}: {names or 'no devices'}")
     listed = "; ".join(parts)
-    advice = (f"set {CTX_ENV} to a platform or platform:device index listed here (e.g. "
-              f"{CTX_ENV}=0), or unset it to let netcl choose") if devices else (
-              "install a vendor OpenCL driver, or PoCL for the CPU with "
-              "`pip install 'pyopencl[pocl]'`")  # fmt: skip
+    advice = (
+        (
+            f"set {CTX_ENV} to a platform or platform:device index listed here (e.g. "
+            f"{CTX_ENV}=0), or unset it to let netcl choose"
+        )
+        if devices
+        else (
+            "install a vendor OpenCL driver, or PoCL for the CPU with "
+            "`pip install 'pyopencl[pocl]'`"
+        )
+    )
     text = f"{CTX_ENV}={value!r} {why}" if value else f"{why} ({CTX_ENV} is not set)"
     text = f"{text}; OpenCL platforms and devices: {listed or 'none'}; {advice}"
     return NoDeviceError(" ".join(text.split()))  # one line, whatever a driver's name holds
@@ -100,15 +117,19 @@ def default_context() -> cl.Context:
         return _context
 
 
-def default_queue(ctx: cl.Context | None = None, *,
-                  profiling: bool | None = None) -> cl.CommandQueue:
+def default_queue(
+    ctx: cl.Context | None = None, *, profiling: bool | None = None
+) -> cl.CommandQueue:
     """The in-order command queue on ``ctx`` (default context when None) for the profiling
     setting, made on first use: ``profiling=True`` gives one with ``PROFILING_ENABLE`` (device
     timestamps on its events); ``None`` reads ``NETCL_PROFILE``: ``summary`` gives a plain
     queue whose units are stamped on a side queue, or, where the device cannot do that (said
     once in the log), a profiling one."""
-    setting = _settings.PROFILE.value("off") if profiling is None else (
-        "commands" if profiling else "off")  # fmt: skip
+    setting = (
+        _settings.PROFILE.value("off")
+        if profiling is None
+        else ("commands" if profiling else "off")
+    )
     ctx = ctx or default_context()
     key = (ctx.int_ptr, setting)
     with _lock:

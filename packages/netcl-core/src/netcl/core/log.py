@@ -75,10 +75,11 @@ class LazyLogger:
             import structlog
 
             logger = structlog.wrap_logger(
-                self._stdlib, wrapper_class=structlog.stdlib.BoundLogger,
+                self._stdlib,
+                wrapper_class=structlog.stdlib.BoundLogger,
                 processors=[structlog.stdlib.filter_by_level, add_trace_context, _to_stdlib],
                 cache_logger_on_first_use=True,
-            )  # fmt: skip
+            )
             self._logger = logger.bind(**self._context) if self._context else logger
         return self._logger
 
@@ -133,8 +134,9 @@ def warn_once(logger: LazyLogger, key: Hashable, event: str, **fields: Any) -> b
 _handler: list[logging.Handler] = []  # the handler configure_logging() installed, if any
 
 
-def configure_logging(level: int | str = logging.INFO, *, json: bool = False,
-                      stream: TextIO | None = None) -> logging.Handler:  # fmt: skip
+def configure_logging(
+    level: int | str = logging.INFO, *, json: bool = False, stream: TextIO | None = None
+) -> logging.Handler:
     """Opt-in for applications: print netcl's events (console or JSON lines) to ``stream``
     (stderr); calling it again replaces the handler it installed."""
     import structlog

@@ -24,8 +24,15 @@ from netcl.core._settings import CHECK_MEMORY, POOL_LIMIT
 from netcl.core.tensor import _RELEASED, Gone, Shape, Tensor, normalize_shape
 from netcl.core.version import __version__
 
-__all__ = ["BufferPool", "Checker", "Guard", "MemoryCheckError", "PoolStats", "guard_byte",
-           "guard_bytes"]
+__all__ = [
+    "BufferPool",
+    "Checker",
+    "Guard",
+    "MemoryCheckError",
+    "PoolStats",
+    "guard_byte",
+    "guard_bytes",
+]
 
 # pyopencl's own primitives (the contract's originals): netcl-capture intercepts the module
 # attributes while it records, and the pool's backing read (on its own queue) and checked mode's
@@ -34,9 +41,12 @@ _read_buffer, _fill_buffer, _barrier = contract.read_buffer, contract.fill_buffe
 
 # pyopencl reports running out of device memory with these codes (MemoryError covers the first)
 _OOM_CODES = frozenset(
-    {cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE, cl.status_code.OUT_OF_RESOURCES,
-     cl.status_code.OUT_OF_HOST_MEMORY}
-)  # fmt: skip
+    {
+        cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE,
+        cl.status_code.OUT_OF_RESOURCES,
+        cl.status_code.OUT_OF_HOST_MEMORY,
+    }
+)
 
 
 def _is_oom(exc: cl.Error) -> bool:
@@ -122,8 +132,11 @@ class Guard:
             return
         # the farthest overwritten byte on each side: how far out of bounds the writes went
         before, after = max(self.before - int(bad[0]), 0), max(int(bad[-1]) + 1 - self.before, 0)
-        where = [f"{n} bytes {side}" for n, side in ((after, "past the end"),
-                 (before, "before the start")) if n]  # fmt: skip
+        where = [
+            f"{n} bytes {side}"
+            for n, side in ((after, "past the end"), (before, "before the start"))
+            if n
+        ]
         raise MemoryCheckError(
             f"{who} wrote {' and '.join(where)} of {what} (checked mode's guards: {self.after} "
             f"bytes after it, {self.before} before it): a kernel's global size or indexing is "
@@ -237,23 +250,52 @@ class BufferPool:
     check_memory = False  #: whether this pool is in checked mode
 
     def __new__(
-        cls, queue: cl.CommandQueue, *, limit: int | None = None, name: str | None = None,
+        cls,
+        queue: cl.CommandQueue,
+        *,
+        limit: int | None = None,
+        name: str | None = None,
         check_memory: bool | None = None,
-    ) -> BufferPool:  # fmt: skip
+    ) -> BufferPool:
         if check_memory is None:
             check_memory = CHECK_MEMORY.value(False)
         # checked mode is a subclass: the plain pool's fast path stays as it is
         return object.__new__(_CheckedPool if check_memory and cls is BufferPool else cls)
 
     __slots__ = (
-        "__weakref__", "_backing", "_bins", "_device_bytes", "_device_name", "_direct_blocks",
-        "_direct_bytes", "_global_mem", "_hits", "_limit", "_lock", "_max_alloc", "_mempool",
-        "_misses", "_on_free_held", "_peak", "_room", "_scratch", "_sizes", "_sizes_kept",
-        "_token", "name", "queue",
-    )  # fmt: skip
+        "__weakref__",
+        "_backing",
+        "_bins",
+        "_device_bytes",
+        "_device_name",
+        "_direct_blocks",
+        "_direct_bytes",
+        "_global_mem",
+        "_hits",
+        "_limit",
+        "_lock",
+        "_max_alloc",
+        "_mempool",
+        "_misses",
+        "_on_free_held",
+        "_peak",
+        "_room",
+        "_scratch",
+        "_sizes",
+        "_sizes_kept",
+        "_token",
+        "name",
+        "queue",
+    )
 
-    def __init__(self, queue: cl.CommandQueue, *, limit: int | None = None,
-                 name: str | None = None, check_memory: bool | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        queue: cl.CommandQueue,
+        *,
+        limit: int | None = None,
+        name: str | None = None,
+        check_memory: bool | None = None,
+    ) -> None:
         self.queue = queue
         self.name = name if name is not None else f"pool-{next(_ids)}"
         device = queue.device
@@ -379,8 +421,9 @@ class BufferPool:
             return nbytes  # refused at allocation with a MemoryError
         return min(self._class_bytes(nbytes), self._max_alloc)
 
-    def _size_of(self, shape: int | Sequence[int],
-                 dtype: npt.DTypeLike) -> tuple[Shape, np.dtype[Any], _Bin]:  # fmt: skip
+    def _size_of(
+        self, shape: int | Sequence[int], dtype: npt.DTypeLike
+    ) -> tuple[Shape, np.dtype[Any], _Bin]:
         dims = normalize_shape(shape)
         dt = np.dtype(dtype)
         entry = (dims, dt, self._bin_for(prod(dims) * dt.itemsize))
@@ -529,8 +572,9 @@ class BufferPool:
         _USED.set(in_use, self.name)
         _PEAK.set(peak, self.name)
         _HELD.set(held + in_bins, self.name)
-        return PoolStats(in_use, peak, held + in_bins, blocks - in_bins_blocks, self._hits,
-                         self._misses)  # fmt: skip
+        return PoolStats(
+            in_use, peak, held + in_bins, blocks - in_bins_blocks, self._hits, self._misses
+        )
 
     @property
     def stats(self) -> PoolStats:
@@ -609,8 +653,12 @@ class _CheckedPool(BufferPool):
         super().release(tensor)
         _, guard, what = self._guards.pop(block.int_ptr)
         try:
-            guard.check(self.queue, block, "a kernel", f"{what} (found as it went back to "
-                        f"BufferPool {self.name!r})")  # fmt: skip
+            guard.check(
+                self.queue,
+                block,
+                "a kernel",
+                f"{what} (found as it went back to BufferPool {self.name!r})",
+            )
         finally:
             if guard.nbytes:  # a read of freed memory shows up as NaN (or -1) in results
                 _fill_buffer(self.queue, block, _POISON, 0, guard.nbytes)

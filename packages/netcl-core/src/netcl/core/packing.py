@@ -120,8 +120,11 @@ def _greedy(
         p = first[i]
         # the placed items alive with item i: alive at its first position, or starting later
         # within its life
-        near = [*alive_at[p], *alive_across[p // _SPAN],
-                *(j for q in range(p + 1, last[i] + 1) for j in by_start[q] if placed[j])]
+        near = [
+            *alive_at[p],
+            *alive_across[p // _SPAN],
+            *(j for q in range(p + 1, last[i] + 1) for j in by_start[q] if placed[j]),
+        ]
         busy = sorted((offsets[j], offsets[j] + sizes[j]) for j in near)  # (start, stop) of each
         add(i, _gap(busy, sizes[i], best_fit, bounds))
     return offsets

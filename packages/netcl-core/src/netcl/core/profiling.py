@@ -24,9 +24,26 @@ from netcl.core.version import __version__
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
-__all__ = ["COMMANDS", "DEVICE_BUCKETS_S", "GRAPH_NODE", "REPLAY", "SCHEDULER_PLAN", "Collector",
-           "Command", "DeviceClock", "DeviceTime", "Kind", "Mode", "Stats", "collector", "detail",
-           "enabled", "flush", "watch", "watch_markers"]  # fmt: skip
+__all__ = [
+    "COMMANDS",
+    "DEVICE_BUCKETS_S",
+    "GRAPH_NODE",
+    "REPLAY",
+    "SCHEDULER_PLAN",
+    "Collector",
+    "Command",
+    "DeviceClock",
+    "DeviceTime",
+    "Kind",
+    "Mode",
+    "Stats",
+    "collector",
+    "detail",
+    "enabled",
+    "flush",
+    "watch",
+    "watch_markers",
+]
 
 #: Kinds of watched work (the first argument of :func:`watch`).
 Kind = Literal["replay", "graph.node", "scheduler.plan", "commands"]
@@ -41,27 +58,71 @@ COMMANDS: Kind = "commands"
 Mode = Literal["commands", "summary", "none"]
 
 #: Histogram buckets for device durations in seconds, 1 µs to 10 s.
-DEVICE_BUCKETS_S: tuple[float, ...] = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
-                                       1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-                                       2.5, 5.0, 10.0)  # fmt: skip
+DEVICE_BUCKETS_S: tuple[float, ...] = (
+    1e-6,
+    2.5e-6,
+    5e-6,
+    1e-5,
+    2.5e-5,
+    5e-5,
+    1e-4,
+    2.5e-4,
+    5e-4,
+    1e-3,
+    2.5e-3,
+    5e-3,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 
 TEL = telemetry.Scope("netcl.core.profiling", __version__)
 _log = get_logger("netcl.core.profiling")
 _KERNEL_DURATION = TEL.histogram(
-    "netcl.kernel.duration", "s", "Device time of kernel commands, by kernel name; in summary "
+    "netcl.kernel.duration",
+    "s",
+    "Device time of kernel commands, by kernel name; in summary "
     "mode sampled: only the units drawn for per-command detail (about 0.1% of a core), so "
-    "rates are a fraction of the total while shares and quantiles hold", DEVICE_BUCKETS_S)
+    "rates are a fraction of the total while shares and quantiles hold",
+    DEVICE_BUCKETS_S,
+)
 _KINDS = {  # kind -> (its device span, the attribute naming a unit, its histogram)
-    REPLAY: ("netcl.device.replay", "netcl.capture.name", TEL.histogram(
-        "netcl.capture.replay.device_duration", "s", "Device time of capture replays",
-        DEVICE_BUCKETS_S)),
-    GRAPH_NODE: ("netcl.device.node", "netcl.node.name", TEL.histogram(
-        "netcl.graph.node.device_duration", "s", "Device time of graph nodes", DEVICE_BUCKETS_S)),
-    SCHEDULER_PLAN: ("netcl.device.plan", "netcl.plan.description", TEL.histogram(
-        "netcl.scheduler.plan.device_duration", "s", "Device time of scheduler plans",
-        DEVICE_BUCKETS_S)),
+    REPLAY: (
+        "netcl.device.replay",
+        "netcl.capture.name",
+        TEL.histogram(
+            "netcl.capture.replay.device_duration",
+            "s",
+            "Device time of capture replays",
+            DEVICE_BUCKETS_S,
+        ),
+    ),
+    GRAPH_NODE: (
+        "netcl.device.node",
+        "netcl.node.name",
+        TEL.histogram(
+            "netcl.graph.node.device_duration", "s", "Device time of graph nodes", DEVICE_BUCKETS_S
+        ),
+    ),
+    SCHEDULER_PLAN: (
+        "netcl.device.plan",
+        "netcl.plan.description",
+        TEL.histogram(
+            "netcl.scheduler.plan.device_duration",
+            "s",
+            "Device time of scheduler plans",
+            DEVICE_BUCKETS_S,
+        ),
+    ),
     COMMANDS: ("netcl.device.commands", "netcl.device.label", None),
-}  # fmt: skip
+}
 
 _Attrs = telemetry._Attrs
 _PROFILING = cl.command_queue_properties.PROFILING_ENABLE
@@ -112,9 +173,13 @@ def _calibrate(context: cl.Context, device: cl.Device, rounds: int = 8) -> Devic
             marker = cl.enqueue_marker(queue)
             marker.wait()
             t1 = time.time_ns()
-            bounds.append((t0 - marker.get_profiling_info(_QUEUED),
-                           t0 - marker.get_profiling_info(_START),
-                           t1 - marker.get_profiling_info(_END)))  # fmt: skip
+            bounds.append(
+                (
+                    t0 - marker.get_profiling_info(_QUEUED),
+                    t0 - marker.get_profiling_info(_START),
+                    t1 - marker.get_profiling_info(_END),
+                )
+            )
     finally:
         queue.finish()
     now = time.time_ns()
@@ -280,10 +345,17 @@ class Collector:
     ``NETCL_PROFILE``, guide: Modes): what is recorded, see :data:`Mode`; ``sample_budget``:
     the share of a core that summary mode's sampled per-command detail may take."""
 
-    def __init__(self, *, interval: float = 0.05, recalibrate: float = 10.0,
-                 busy_window: float = 5.0, max_pending: int = 100_000,
-                 span_budget: float = 0.05, mode: Mode | None = None,
-                 sample_budget: float = 0.001) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        interval: float = 0.05,
+        recalibrate: float = 10.0,
+        busy_window: float = 5.0,
+        max_pending: int = 100_000,
+        span_budget: float = 0.05,
+        mode: Mode | None = None,
+        sample_budget: float = 0.001,
+    ) -> None:
         self.interval, self.recalibrate, self.busy_window = interval, recalibrate, busy_window
         self.max_pending, self.span_budget = max_pending, span_budget
         self.mode = mode if mode is not None else _mode_from_setting()
@@ -321,10 +393,19 @@ class Collector:
         self._mode = _settings.profile_in_code = mode  # device.watcher reads it for plain queues
 
     # -- hand-off (the caller's thread: no OpenCL call, no wait) -----------------------------
-    def watch(self, kind: Kind, events: Sequence[cl.Event], *, labels: Sequence[str] = (),
-              name: str | None = None, parent: telemetry.Span | None = None,
-              attributes: _Attrs | None = None, queue: cl.CommandQueue | None = None,
-              detail: bool | None = None, begin: cl.Event | None = None) -> DeviceTime:  # fmt: skip
+    def watch(
+        self,
+        kind: Kind,
+        events: Sequence[cl.Event],
+        *,
+        labels: Sequence[str] = (),
+        name: str | None = None,
+        parent: telemetry.Span | None = None,
+        attributes: _Attrs | None = None,
+        queue: cl.CommandQueue | None = None,
+        detail: bool | None = None,
+        begin: cl.Event | None = None,
+    ) -> DeviceTime:
         """Watch the commands behind ``events`` (a unit of work of ``kind``), ``labels[i]`` naming
         event i, ``name`` the unit; ``parent``: its host span (default: the current one);
         ``queue``: the events' queue where the caller knows it (spares an OpenCL query). In
@@ -335,13 +416,16 @@ class Collector:
         :meth:`begin` gave before the work (a plain queue's start stamp): then the unit is a
         summary bracketed on the side queue, its end stamped once ``events`` complete."""
         if len(labels) > len(events):
-            raise ValueError(f"profiling.watch: {len(labels)} labels for {len(events)} events; "
-                             "expected at most one label per event")
+            raise ValueError(
+                f"profiling.watch: {len(labels)} labels for {len(events)} events; "
+                "expected at most one label per event"
+            )
         parent = parent if parent is not None else telemetry.current_span()
         mode = self._mode
         if mode == "none" and events:
-            return DeviceTime(self, kind, (), (), name, parent, attributes, _Measure.COMMANDS,
-                              done=True)  # fmt: skip
+            return DeviceTime(
+                self, kind, (), (), name, parent, attributes, _Measure.COMMANDS, done=True
+            )
         measure, sampled = _Measure.ENVELOPE, False
         if begin is not None and events:  # a plain queue's: its end stamped after the events
             if queue is None:
@@ -351,8 +435,20 @@ class Collector:
             measure, sampled = _Measure.COMMANDS, mode == "summary"
         else:
             events, labels = (events[0], events[-1]), ()
-        return self._add(DeviceTime(self, kind, tuple(events), tuple(labels), name, parent,
-                                    attributes, measure, sampled, queue))
+        return self._add(
+            DeviceTime(
+                self,
+                kind,
+                tuple(events),
+                tuple(labels),
+                name,
+                parent,
+                attributes,
+                measure,
+                sampled,
+                queue,
+            )
+        )
 
     def detail(self, commands: int) -> bool:
         """Whether a unit of ``commands`` commands about to be enqueued gets per-command detail
@@ -378,19 +474,39 @@ class Collector:
         self._sample_credit = credit - commands * self._command_cost
         return True
 
-    def watch_markers(self, kind: Kind, before: cl.Event, after: cl.Event, *,
-                      name: str | None = None, parent: telemetry.Span | None = None,
-                      attributes: _Attrs | None = None,
-                      queue: cl.CommandQueue | None = None) -> DeviceTime:  # fmt: skip
+    def watch_markers(
+        self,
+        kind: Kind,
+        before: cl.Event,
+        after: cl.Event,
+        *,
+        name: str | None = None,
+        parent: telemetry.Span | None = None,
+        attributes: _Attrs | None = None,
+        queue: cl.CommandQueue | None = None,
+    ) -> DeviceTime:
         """Watch the work between two markers enqueued on one in-order queue (``queue``, where
         the caller knows it), ``before`` and ``after`` it: its device time is ``after.end -
         before.end``."""
         parent = parent if parent is not None else telemetry.current_span()
         if self._mode == "none":
-            return DeviceTime(self, kind, (), (), name, parent, attributes, _Measure.COMMANDS,
-                              done=True)  # fmt: skip
-        return self._add(DeviceTime(self, kind, (before, after), (), name, parent, attributes,
-                                    _Measure.MARKERS, False, queue))  # fmt: skip
+            return DeviceTime(
+                self, kind, (), (), name, parent, attributes, _Measure.COMMANDS, done=True
+            )
+        return self._add(
+            DeviceTime(
+                self,
+                kind,
+                (before, after),
+                (),
+                name,
+                parent,
+                attributes,
+                _Measure.MARKERS,
+                False,
+                queue,
+            )
+        )
 
     # -- plain queues: units stamped on a side queue (guide: Summary on a plain queue) -------
     def begin(self, queue: cl.CommandQueue | None) -> cl.Event | None:
@@ -443,22 +559,29 @@ class Collector:
                 except cl.Error as exc:
                     side, reason = None, f"the driver refused a side queue's stamp: {exc}"
             if reason is not None:
-                warn_once(_log, ("device_time_not_bracketed", reason), "device_time_not_bracketed",
-                          reason=reason, fallback="device time needs a profiling queue here")
+                warn_once(
+                    _log,
+                    ("device_time_not_bracketed", reason),
+                    "device_time_not_bracketed",
+                    reason=reason,
+                    fallback="device time needs a profiling queue here",
+                )
             self._sides[queue.int_ptr] = (who, side)
             return side
 
     def _add(self, unit: DeviceTime) -> DeviceTime:
         if unit.kind not in _KINDS:
-            raise ValueError(f"profiling.watch: unknown kind {unit.kind!r}; expected one of "
-                             f"{sorted(_KINDS)}")
+            raise ValueError(
+                f"profiling.watch: unknown kind {unit.kind!r}; expected one of {sorted(_KINDS)}"
+            )
         if not unit._events:
             raise ValueError("profiling.watch: no events; expected at least one cl.Event")
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
-                    self._thread = threading.Thread(target=self._run, name="netcl-profiling",
-                                                    daemon=True)  # fmt: skip
+                    self._thread = threading.Thread(
+                        target=self._run, name="netcl-profiling", daemon=True
+                    )
                     self._thread.start()
                     atexit.register(self.flush, 1.0)  # before the SDK's own exit hooks (LIFO)
         pending = self._pending
@@ -514,11 +637,18 @@ class Collector:
     def stats(self) -> Stats:
         """A snapshot of what was watched and collected."""
         with self._lock:
-            kind, kernel = ({k: (int(n), t) for k, (n, t) in d.items()}
-                            for d in (self._by_kind, self._by_kernel))  # fmt: skip
+            kind, kernel = (
+                {k: (int(n), t) for k, (n, t) in d.items()}
+                for d in (self._by_kind, self._by_kernel)
+            )
             collected = sum(n for n, _ in kind.values())
-            return Stats(**self._counts, collected=collected, pending=len(self._pending),
-                         by_kind=kind, by_kernel=kernel)  # fmt: skip
+            return Stats(
+                **self._counts,
+                collected=collected,
+                pending=len(self._pending),
+                by_kind=kind,
+                by_kernel=kernel,
+            )
 
     def busy(self, now_ns: int | None = None) -> dict[str, float]:
         """Per device name, the share of the last ``busy_window`` seconds in which watched
@@ -554,8 +684,12 @@ class Collector:
             count, events = len(events), ()  # released in what is timed
         except (cl.Error, _CommandFailedError) as exc:  # a queue without profiling, a failure
             self._counts["dropped"] += 1
-            warn_once(_log, ("device_time_not_collected", type(exc)),
-                      "device_time_not_collected", error=repr(exc))  # fmt: skip
+            warn_once(
+                _log,
+                ("device_time_not_collected", type(exc)),
+                "device_time_not_collected",
+                error=repr(exc),
+            )
             return
         unit.start_ns = min(intervals)[0]
         unit.end_ns = max(end for _, end in intervals)
@@ -584,8 +718,9 @@ class Collector:
             self._devices[queue.int_ptr] = found
         return found[0], found[1]
 
-    def _commands(self, unit: DeviceTime, events: tuple[cl.Event, ...],
-                  offset: int) -> tuple[Command, ...]:  # fmt: skip
+    def _commands(
+        self, unit: DeviceTime, events: tuple[cl.Event, ...], offset: int
+    ) -> tuple[Command, ...]:
         """The commands of ``unit`` (``events``) on the host clock; ``cl.Error`` for an event
         of a queue without profiling, :class:`_CommandFailedError` for a failed command."""
         if unit._failed:
@@ -623,8 +758,9 @@ class Collector:
             if c.kernel:
                 seconds = (c.end_ns - c.start_ns) / 1e9
                 _add(self._by_kernel, c.name, seconds)
-                _KERNEL_DURATION.record(seconds, {"netcl.kernel.name": c.name,
-                                                  "netcl.device.name": device})  # fmt: skip
+                _KERNEL_DURATION.record(
+                    seconds, {"netcl.kernel.name": c.name, "netcl.device.name": device}
+                )
         if not telemetry.tracing():
             return
         attrs: dict[str, AttributeValue] = {**named, "netcl.device.duration": duration}
@@ -633,12 +769,17 @@ class Collector:
         if not command_spans:
             attrs["netcl.device.commands_skipped"] = len(unit.commands)
         attrs.update(unit.attributes or {})
-        envelope = TEL.span(span_name, attrs, start_time=unit.start_ns, current=False,
-                            parent=unit.parent)  # fmt: skip
+        envelope = TEL.span(
+            span_name, attrs, start_time=unit.start_ns, current=False, parent=unit.parent
+        )
         for c in unit.commands if command_spans else ():
-            TEL.record_span(c.span_name, c.start_ns, c.end_ns,
-                            {**c.attributes, "netcl.device.name": device},
-                            parent=envelope)  # fmt: skip
+            TEL.record_span(
+                c.span_name,
+                c.start_ns,
+                c.end_ns,
+                {**c.attributes, "netcl.device.name": device},
+                parent=envelope,
+            )
         envelope.end(end_time=unit.end_ns)
         if unit.commands:
             self._credit -= time.monotonic() - now
@@ -649,8 +790,12 @@ class Collector:
             try:
                 self.collect()
             except Exception as exc:  # never let the collector thread die
-                warn_once(_log, ("device_time_not_collected", type(exc)),
-                          "device_time_not_collected", error=repr(exc))  # fmt: skip
+                warn_once(
+                    _log,
+                    ("device_time_not_collected", type(exc)),
+                    "device_time_not_collected",
+                    error=repr(exc),
+                )
 
 
 _MODES: tuple[Mode, ...] = get_args(Mode)
@@ -684,6 +829,7 @@ _sdk._before_shutdown.append(flush)  # telemetry.shutdown() collects pending dev
 
 TEL.observable_gauge(
     "netcl.device.busy",  # a share of a sliding window, read when a metric reader collects
-    lambda: [(v, {"netcl.device.name": d}) for d, v in _collector.busy().items()], "1",
+    lambda: [(v, {"netcl.device.name": d}) for d, v in _collector.busy().items()],
+    "1",
     "Fraction of the last 5 s in which watched commands ran on the device",
-)  # fmt: skip
+)

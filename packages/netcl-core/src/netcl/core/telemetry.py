@@ -22,9 +22,21 @@ from netcl.core._sdk import _switch as _switch  # tests/conftest.py clears it
 from netcl.core.log import get_logger, warn_once
 
 __all__ = [
-    "DURATION_BUCKETS_S", "ERROR_TYPE", "NO_SPAN", "ConfigError", "Counts", "Scope", "Span",
-    "configure", "current_span", "error_type", "export_failures", "flush", "shutdown", "tracing",
-]  # fmt: skip
+    "DURATION_BUCKETS_S",
+    "ERROR_TYPE",
+    "NO_SPAN",
+    "ConfigError",
+    "Counts",
+    "Scope",
+    "Span",
+    "configure",
+    "current_span",
+    "error_type",
+    "export_failures",
+    "flush",
+    "shutdown",
+    "tracing",
+]
 
 #: The semantic-conventions attribute every netcl failure (span or metric point) carries: the
 #: exception's fully qualified class name (:func:`error_type`), or a short reason such as
@@ -34,9 +46,27 @@ ERROR_TYPE = "error.type"
 #: Histogram buckets for durations in seconds, 10 µs to 30 s: the SDK's defaults (0 to 10000)
 #: suit milliseconds and would put every host-side duration in the first bucket.
 DURATION_BUCKETS_S: tuple[float, ...] = (
-    1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25,
-    0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-)  # fmt: skip
+    1e-5,
+    2.5e-5,
+    5e-5,
+    1e-4,
+    2.5e-4,
+    5e-4,
+    1e-3,
+    2.5e-3,
+    5e-3,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
 
 if TYPE_CHECKING:
     from opentelemetry import metrics, trace
@@ -61,8 +91,14 @@ def error_type(why: BaseException | str) -> str:
 # -- the failure policy -----------------------------------------------------------------------
 def _sdk_failed(stage: str, exc: Exception) -> None:
     """An SDK call raised: log it the first time this stage fails with this type, never raise."""
-    warn_once(_log, ("telemetry_failed", stage, type(exc)), "telemetry_failed", stage=stage,
-              error=repr(exc), note="an OpenTelemetry SDK error, ignored; logged once")  # fmt: skip
+    warn_once(
+        _log,
+        ("telemetry_failed", stage, type(exc)),
+        "telemetry_failed",
+        stage=stage,
+        error=repr(exc),
+        note="an OpenTelemetry SDK error, ignored; logged once",
+    )
 
 
 # -- spans ------------------------------------------------------------------------------------
@@ -131,8 +167,9 @@ class Span:
     def __enter__(self) -> Span:
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.end(ev)
 
 
@@ -272,8 +309,15 @@ class Scope:
             self._meter = metrics.get_meter(self.name, self.version)
         return self._meter
 
-    def span(self, name: str, attributes: _Attrs | None = None, *, start_time: int | None = None,
-             current: bool = True, parent: Span | None = None) -> Span:  # fmt: skip
+    def span(
+        self,
+        name: str,
+        attributes: _Attrs | None = None,
+        *,
+        start_time: int | None = None,
+        current: bool = True,
+        parent: Span | None = None,
+    ) -> Span:
         """Start span ``name`` (the do-nothing span when nothing records). ``current`` makes it
         the current span until it ends (use it with ``with``; a span that outlives the call that
         opened it passes False); ``start_time`` (ns since the epoch) backdates it; ``parent`` puts
@@ -292,22 +336,38 @@ class Scope:
             return NO_SPAN
         return Span(span, context.attach(trace.set_span_in_context(span)) if current else None)
 
-    def record_span(self, name: str, start_time: int, end_time: int,
-                    attributes: _Attrs | None = None, *,
-                    parent: Span | None = None) -> None:  # fmt: skip
+    def record_span(
+        self,
+        name: str,
+        start_time: int,
+        end_time: int,
+        attributes: _Attrs | None = None,
+        *,
+        parent: Span | None = None,
+    ) -> None:
         """Record a span that already happened (e.g. device time), from ``start_time`` to
         ``end_time`` (ns since the epoch), under ``parent`` or the current span."""
         span = self.span(name, attributes, start_time=start_time, current=False, parent=parent)
         span.end(end_time=end_time)
 
     # instruments: the API's own, wrapped so that recording a value never raises
-    def histogram(self, name: str, unit: str, description: str,
-                  buckets: tuple[float, ...] | None = DURATION_BUCKETS_S) -> _Safe:  # fmt: skip
+    def histogram(
+        self,
+        name: str,
+        unit: str,
+        description: str,
+        buckets: tuple[float, ...] | None = DURATION_BUCKETS_S,
+    ) -> _Safe:
         """A histogram; durations (seconds) get :data:`DURATION_BUCKETS_S` by default."""
-        return _Safe(lambda: self.meter.create_histogram(
-            name, unit=unit, description=description,
-            explicit_bucket_boundaries_advisory=list(buckets) if buckets else None,
-        ), name)  # fmt: skip
+        return _Safe(
+            lambda: self.meter.create_histogram(
+                name,
+                unit=unit,
+                description=description,
+                explicit_bucket_boundaries_advisory=list(buckets) if buckets else None,
+            ),
+            name,
+        )
 
     def observable_counter(self, name: str, observe: Observe, unit: str, description: str) -> None:
         """A counter read when a metric reader collects: ``observe()`` returns
@@ -318,8 +378,9 @@ class Scope:
         """A gauge read when a metric reader collects, as :meth:`observable_counter`."""
         self._observable("create_observable_gauge", name, observe, unit, description)
 
-    def _observable(self, create: str, name: str, observe: Observe, unit: str,
-                    description: str) -> None:  # fmt: skip
+    def _observable(
+        self, create: str, name: str, observe: Observe, unit: str, description: str
+    ) -> None:
         """An observable instrument made by the meter's method ``create``, reading
         ``observe()``: now if OpenTelemetry is loaded, else once it is (a reader can only
         collect from then on, and ``observe`` reports totals)."""

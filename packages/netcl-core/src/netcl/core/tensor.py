@@ -59,13 +59,20 @@ class Tensor:
 
     __slots__ = ("__weakref__", "_bin", "_buffer", "dtype", "queue", "shape")
 
-    def __init__(self, buffer: cl.MemoryObjectHolder, shape: int | Sequence[int],
-                 dtype: npt.DTypeLike, queue: cl.CommandQueue) -> None:  # fmt: skip
+    def __init__(
+        self,
+        buffer: cl.MemoryObjectHolder,
+        shape: int | Sequence[int],
+        dtype: npt.DTypeLike,
+        queue: cl.CommandQueue,
+    ) -> None:
         self.shape: Shape = normalize_shape(shape)
         self.dtype: np.dtype[Any] = np.dtype(dtype)
         if int(buffer.size) < self.nbytes:
-            raise ValueError(f"Tensor{self.shape} of {self.dtype} needs {self.nbytes} bytes, "
-                             f"but the buffer holds only {buffer.size}")  # fmt: skip
+            raise ValueError(
+                f"Tensor{self.shape} of {self.dtype} needs {self.nbytes} bytes, "
+                f"but the buffer holds only {buffer.size}"
+            )
         self._buffer = buffer
         # while a BufferPool tensor is live: the pool size class its buffer goes back to
         self._bin: Any = None

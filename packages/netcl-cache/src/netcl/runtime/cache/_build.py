@@ -54,8 +54,14 @@ def from_binary(ctx: cl.Context, dev: cl.Device, opts: str, binary: Any) -> cl.P
 
 def entry_meta(dev: cl.Device, ident: str, opts: str, src_len: int) -> dict[str, Any]:
     """The metadata stored beside a binary (disk entry and remote value)."""
-    return {"device": dev.name, "identity": ident, "options": opts, "source_bytes": src_len,
-            "created": time.time(), "writer": f"netcl-cache {__version__}"}  # fmt: skip
+    return {
+        "device": dev.name,
+        "identity": ident,
+        "options": opts,
+        "source_bytes": src_len,
+        "created": time.time(),
+        "writer": f"netcl-cache {__version__}",
+    }
 
 
 def compile_program(
@@ -76,7 +82,9 @@ def compile_program(
                 except cl.Error:
                     build_log = ""
                 err = ProgramBuildError(
-                    device_name=dev.name, options=opts, log=build_log or str(exc),
+                    device_name=dev.name,
+                    options=opts,
+                    log=build_log or str(exc),
                     code=getattr(exc, "code", None),
                 )
                 span.set(tel.ATTR_LOG, err.log)
@@ -179,8 +187,10 @@ def _check_elf(b: bytes | memoryview) -> None:
         phoff, shoff = struct.unpack_from(order + "II", b, 28)
         phsize, phnum, shsize, shnum = struct.unpack_from(order + "HHHH", b, 42)
         section = struct.Struct(order + "IIIIII")
-    for what, off, size, count in (("program headers", phoff, phsize, phnum),
-                                   ("section headers", shoff, shsize, shnum)):
+    for what, off, size, count in (
+        ("program headers", phoff, phsize, phnum),
+        ("section headers", shoff, shsize, shnum),
+    ):
         if count and off + size * count > n:
             raise _bad(what, off + size * count, n)
     for i in range(shnum if shsize >= section.size else 0):

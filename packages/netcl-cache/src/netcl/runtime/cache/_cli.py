@@ -43,22 +43,37 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``cache`` subcommand to the ``netcl`` command."""
     common = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: an option given before the action is not reset by the action's parser
-    common.add_argument("--dir", default=argparse.SUPPRESS, metavar="DIR",
-                        help="cache folder (default: NETCL_CACHE_DIR or ~/.cache/netcl)")
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help="print exactly one JSON document on stdout (messages go to stderr)")
+    common.add_argument(
+        "--dir",
+        default=argparse.SUPPRESS,
+        metavar="DIR",
+        help="cache folder (default: NETCL_CACHE_DIR or ~/.cache/netcl)",
+    )
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print exactly one JSON document on stdout (messages go to stderr)",
+    )
     p = sub.add_parser(
-        "cache", parents=[common], help="the OpenCL program cache: stats, list, clear, zero, prune",
+        "cache",
+        parents=[common],
+        help="the OpenCL program cache: stats, list, clear, zero, prune",
         description="Exit codes: 0 done, 1 refused or failed, 2 usage.",
-    )  # fmt: skip
+    )
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
     for name, action in _ACTIONS.items():
         # an action's docstring is its help (argparse folds its lines)
         a = csub.add_parser(name, parents=[common], help=action.__doc__, description=action.__doc__)
         a.set_defaults(func=lambda args, n=name, f=action: _run(n, f, args))
         if name == "prune":
-            a.add_argument("--max-bytes", type=_size, metavar="SIZE", default=None,
-                           help="cap to prune to, e.g. 500M (default: the cache's cap)")
+            a.add_argument(
+                "--max-bytes",
+                type=_size,
+                metavar="SIZE",
+                default=None,
+                help="cap to prune to, e.g. 500M (default: the cache's cap)",
+            )
 
 
 def _run(name: str, action: _Action, args: argparse.Namespace) -> int:
@@ -115,35 +130,57 @@ def _stats(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
     doc.update({k: totals.get(k, 0) for k in COUNTERS})
     entry_bytes, temp_bytes = sum(f.size for f in files), sum(t.size for t in temps)
     doc.update(
-        enabled=enabled, entries=sum(f.regular for f in files),
-        other_files=sum(not f.regular for f in files), entry_bytes=entry_bytes,
-        temp_files=len(temps), temp_bytes=temp_bytes, live_temp_files=sum(t.alive for t in temps),
-        bytes=entry_bytes + temp_bytes, max_bytes=cap,
+        enabled=enabled,
+        entries=sum(f.regular for f in files),
+        other_files=sum(not f.regular for f in files),
+        entry_bytes=entry_bytes,
+        temp_files=len(temps),
+        temp_bytes=temp_bytes,
+        live_temp_files=sum(t.alive for t in temps),
+        bytes=entry_bytes + temp_bytes,
+        max_bytes=cap,
         hits=doc["memory_hits"] + doc["disk_hits"] + doc["remote_hits"],
         remote=remote_info(),  # NETCL_CACHE_REMOTE, password redacted, PINGed now
-    )  # fmt: skip
+    )
     doc["lookups"] = doc["hits"] + doc["misses"]
     state = ("" if doc["exists"] else " (not created yet)") + (
-        "" if doc["enabled"] else " (disabled by NETCL_CACHE_DISABLE)")
-    other, cap, used, hits, lookups = (doc[k] for k in
-                                       ("other_files", "max_bytes", "bytes", "hits", "lookups"))
+        "" if doc["enabled"] else " (disabled by NETCL_CACHE_DISABLE)"
+    )
+    other, cap, used, hits, lookups = (
+        doc[k] for k in ("other_files", "max_bytes", "bytes", "hits", "lookups")
+    )
     r = doc["remote"]
-    remote = ("not configured (NETCL_CACHE_REMOTE)" if not r["configured"] else r["url"] + "  " + (
-        "not used (see the cache_remote_* warning)" if not r["usable"] else
-        f"unreachable ({r['error']})" if not r["reachable"] else
-        "reachable" + ("" if r["signed"] else ", UNSIGNED")))  # fmt: skip
+    remote = (
+        "not configured (NETCL_CACHE_REMOTE)"
+        if not r["configured"]
+        else r["url"]
+        + "  "
+        + (
+            "not used (see the cache_remote_* warning)"
+            if not r["usable"]
+            else f"unreachable ({r['error']})"
+            if not r["reachable"]
+            else "reachable" + ("" if r["signed"] else ", UNSIGNED")
+        )
+    )
     rows: list[tuple[str, object]] = [
         ("cache dir", f"{doc['cache_dir']}{state}"),
         ("entries", f"{doc['entries']}" + (f" (+{other} not regular files)" if other else "")),
         ("cache size", f"{human(used)} of {human(cap)} ({100 * used / cap if cap else 0:.1f} %)"),
-        ("temporary files", f"{doc['temp_files']} ({human(doc['temp_bytes'])}, "
-                            f"{doc['live_temp_files']} of running writers)"),
-        ("hits", f"{hits}" + (f" ({100 * hits / lookups:.1f} % of {lookups} lookups)"
-                              if lookups else "")),
+        (
+            "temporary files",
+            f"{doc['temp_files']} ({human(doc['temp_bytes'])}, "
+            f"{doc['live_temp_files']} of running writers)",
+        ),
+        (
+            "hits",
+            f"{hits}"
+            + (f" ({100 * hits / lookups:.1f} % of {lookups} lookups)" if lookups else ""),
+        ),
         *[(f"  {name}", doc[name]) for name in COUNTERS if not name.startswith("bytes_")],
         ("bytes read/written", f"{human(doc['bytes_read'])} / {human(doc['bytes_written'])}"),
         ("remote", remote),
-    ]  # fmt: skip
+    ]
     return doc, "\n".join(_table.pairs(rows)) + "\n"
 
 
@@ -152,8 +189,15 @@ def _list(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
     store, doc = _open(root)
     doc["entries"] = []
     for f in store.entries():
-        row: _Doc = {"key": f.key, "kind": f.kind, "bytes": f.size, "last_used": f.mtime,
-                     "status": "ok", "device": None, "options": None}  # fmt: skip
+        row: _Doc = {
+            "key": f.key,
+            "kind": f.kind,
+            "bytes": f.size,
+            "last_used": f.mtime,
+            "status": "ok",
+            "device": None,
+            "options": None,
+        }
         try:
             if (meta := store.meta(f)) is None:
                 continue  # removed meanwhile
@@ -161,21 +205,41 @@ def _list(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
         except (OSError, EntryError) as exc:
             row["status"] = f"damaged ({exc})"
         doc["entries"].append(row)
-    doc["temp_files"] = [{"name": t.path.name, "bytes": t.size, "mtime": t.mtime, "pid": t.pid,
-                          "writer_running": t.alive} for t in store.temp_files()]  # fmt: skip
-    entries = [(r["key"][:16], human(r["bytes"]),
-                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["last_used"])),
-                *((r["device"], r["options"] or "-") if r["status"] == "ok" else (r["status"], "")))
-               for r in doc["entries"]]  # fmt: skip
-    temps = [(t["name"], human(t["bytes"]), t["pid"], "running" if t["writer_running"] else "gone")
-             for t in doc["temp_files"]]  # fmt: skip
-    out = _table.table(entries, ("KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"),
-                       right=(1,)) if entries else []  # fmt: skip
+    doc["temp_files"] = [
+        {
+            "name": t.path.name,
+            "bytes": t.size,
+            "mtime": t.mtime,
+            "pid": t.pid,
+            "writer_running": t.alive,
+        }
+        for t in store.temp_files()
+    ]
+    entries = [
+        (
+            r["key"][:16],
+            human(r["bytes"]),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["last_used"])),
+            *((r["device"], r["options"] or "-") if r["status"] == "ok" else (r["status"], "")),
+        )
+        for r in doc["entries"]
+    ]
+    temps = [
+        (t["name"], human(t["bytes"]), t["pid"], "running" if t["writer_running"] else "gone")
+        for t in doc["temp_files"]
+    ]
+    out = (
+        _table.table(entries, ("KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"), right=(1,))
+        if entries
+        else []
+    )
     if temps:
         out += ([""] if out else []) + _table.table(
-            temps, ("TEMPORARY FILE", "SIZE", "WRITER", "STATE"), right=(1, 2))
-    out.append(f"{plural(len(entries), 'entry', 'entries')}, "
-               f"{plural(len(temps), 'temporary file')}")  # fmt: skip
+            temps, ("TEMPORARY FILE", "SIZE", "WRITER", "STATE"), right=(1, 2)
+        )
+    out.append(
+        f"{plural(len(entries), 'entry', 'entries')}, {plural(len(temps), 'temporary file')}"
+    )
     if not doc["exists"]:
         out.append(f"cache dir: {doc['cache_dir']} (not created yet)")
     return doc, "\n".join(out) + "\n"
@@ -209,13 +273,18 @@ def _prune(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
     store, doc = _open(root)
     doc["max_bytes"] = cap
     doc.update(_changing(root, lambda: store.prune(cap)))
-    return doc, (f"removed {plural(doc['damaged'], 'damaged entry', 'damaged entries')}, "
-                 f"{plural(doc['temp'], 'temporary file')} of writers that are gone, "
-                 f"evicted {plural(doc['evicted'], 'entry', 'entries')}\n")  # fmt: skip
+    return doc, (
+        f"removed {plural(doc['damaged'], 'damaged entry', 'damaged entries')}, "
+        f"{plural(doc['temp'], 'temporary file')} of writers that are gone, "
+        f"evicted {plural(doc['evicted'], 'entry', 'entries')}\n"
+    )
 
 
 #: Each action: (args, folder) -> (the JSON document, the text for a terminal).
-_ACTIONS: dict[str, _Action] = {"stats": _stats, "list": _list, "clear": _clear, "zero": _zero,
-                                "prune": _prune}  # fmt: skip
-
-
+_ACTIONS: dict[str, _Action] = {
+    "stats": _stats,
+    "list": _list,
+    "clear": _clear,
+    "zero": _zero,
+    "prune": _prune,
+}

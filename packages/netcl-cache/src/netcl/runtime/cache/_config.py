@@ -10,8 +10,15 @@ from urllib.parse import urlsplit, urlunsplit
 from netcl.core._settings import Setting, flag
 from netcl.core.log import get_logger, warn_once
 
-__all__ = ["DEFAULT_MAX_BYTES", "SETTINGS", "RemoteSettings", "parse_size", "read", "redact",
-           "remote_settings"]  # fmt: skip
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "SETTINGS",
+    "RemoteSettings",
+    "parse_size",
+    "read",
+    "redact",
+    "remote_settings",
+]
 
 log = get_logger("netcl.runtime.cache")
 
@@ -45,8 +52,10 @@ def _seconds(raw: str) -> float:
     except ValueError:
         value = -1.0
     if not 0 < value < float("inf"):
-        raise ValueError(f"NETCL_CACHE_REMOTE_TIMEOUT: expected a number of seconds > 0 such "
-                         f"as 1 or 0.5, got {raw.strip()!r}")  # fmt: skip
+        raise ValueError(
+            f"NETCL_CACHE_REMOTE_TIMEOUT: expected a number of seconds > 0 such "
+            f"as 1 or 0.5, got {raw.strip()!r}"
+        )
     return value
 
 
@@ -73,22 +82,43 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc + (f":{port}" if port is not None else "")))
 
 
-MAX_BYTES = Setting("NETCL_CACHE_MAX_BYTES", "1 GiB",
-                    "size cap of the disk tier, e.g. 500M or 2G",
-                    lambda raw: parse_size(raw, "NETCL_CACHE_MAX_BYTES"))  # fmt: skip
-DISABLE = Setting("NETCL_CACHE_DISABLE", "0", "1 turns the disk tier off (memory tier only)",
-                  flag("NETCL_CACHE_DISABLE", "to turn the disk tier off"))  # fmt: skip
-REMOTE = Setting("NETCL_CACHE_REMOTE", "(none)",
-                 "redis:// or rediss:// URL of a shared remote tier",
-                 _remote_url, shown=lambda raw: redact(raw.strip()))  # fmt: skip
-REMOTE_KEY = Setting("NETCL_CACHE_REMOTE_KEY", "(none)", "secret signing remote entries (required "
-                     "unless NETCL_CACHE_REMOTE_UNSIGNED=1)", secret=True)  # fmt: skip
-REMOTE_TIMEOUT = Setting("NETCL_CACHE_REMOTE_TIMEOUT", f"{DEFAULT_REMOTE_TIMEOUT_S:g} s",
-                         "seconds one remote call may take in all", _seconds)  # fmt: skip
-REMOTE_UNSIGNED = Setting("NETCL_CACHE_REMOTE_UNSIGNED", "0",
-                          "1 uses a remote without a key (entries then carry only a checksum)",
-                          flag("NETCL_CACHE_REMOTE_UNSIGNED",
-                               "to use a remote without a key"))  # fmt: skip
+MAX_BYTES = Setting(
+    "NETCL_CACHE_MAX_BYTES",
+    "1 GiB",
+    "size cap of the disk tier, e.g. 500M or 2G",
+    lambda raw: parse_size(raw, "NETCL_CACHE_MAX_BYTES"),
+)
+DISABLE = Setting(
+    "NETCL_CACHE_DISABLE",
+    "0",
+    "1 turns the disk tier off (memory tier only)",
+    flag("NETCL_CACHE_DISABLE", "to turn the disk tier off"),
+)
+REMOTE = Setting(
+    "NETCL_CACHE_REMOTE",
+    "(none)",
+    "redis:// or rediss:// URL of a shared remote tier",
+    _remote_url,
+    shown=lambda raw: redact(raw.strip()),
+)
+REMOTE_KEY = Setting(
+    "NETCL_CACHE_REMOTE_KEY",
+    "(none)",
+    "secret signing remote entries (required unless NETCL_CACHE_REMOTE_UNSIGNED=1)",
+    secret=True,
+)
+REMOTE_TIMEOUT = Setting(
+    "NETCL_CACHE_REMOTE_TIMEOUT",
+    f"{DEFAULT_REMOTE_TIMEOUT_S:g} s",
+    "seconds one remote call may take in all",
+    _seconds,
+)
+REMOTE_UNSIGNED = Setting(
+    "NETCL_CACHE_REMOTE_UNSIGNED",
+    "0",
+    "1 uses a remote without a key (entries then carry only a checksum)",
+    flag("NETCL_CACHE_REMOTE_UNSIGNED", "to use a remote without a key"),
+)
 #: netcl-cache's settings, in the order ``netcl config`` lists them.
 SETTINGS = (MAX_BYTES, DISABLE, REMOTE, REMOTE_KEY, REMOTE_TIMEOUT, REMOTE_UNSIGNED)
 
@@ -100,8 +130,15 @@ def read(setting: Setting, default: T) -> T:
         value: T = setting.value(default)
     except ValueError as exc:
         raw = setting.raw()
-        warn_once(log, ("cache_config_invalid", setting.name, raw), "cache_config_invalid",
-                  variable=setting.name, value=raw, error=str(exc), using=str(default))  # fmt: skip
+        warn_once(
+            log,
+            ("cache_config_invalid", setting.name, raw),
+            "cache_config_invalid",
+            variable=setting.name,
+            value=raw,
+            error=str(exc),
+            using=str(default),
+        )
         return default
     return value
 
@@ -122,8 +159,13 @@ def remote_settings(url: str | None, secret: str | bytes | None) -> RemoteSettin
     try:
         url = _remote_url(raw)
     except ValueError as exc:
-        warn_once(log, ("cache_remote_unusable", raw), "cache_remote_unusable", url=redact(raw),
-                  reason=str(exc))  # fmt: skip
+        warn_once(
+            log,
+            ("cache_remote_unusable", raw),
+            "cache_remote_unusable",
+            url=redact(raw),
+            reason=str(exc),
+        )
         return None
     if not url:
         return None
@@ -133,7 +175,12 @@ def remote_settings(url: str | None, secret: str | bytes | None) -> RemoteSettin
         return RemoteSettings(url, key.encode() if isinstance(key, str) else key, True, timeout)
     if read(REMOTE_UNSIGNED, False):
         return RemoteSettings(url, UNSIGNED_SECRET, False, timeout)
-    warn_once(log, ("cache_remote_unsigned", url), "cache_remote_unsigned", url=redact(url),
-              reason="no NETCL_CACHE_REMOTE_KEY: a shared store is not trusted without a signing "
-                     "key; remote tier off (NETCL_CACHE_REMOTE_UNSIGNED=1 allows it)")  # fmt: skip
+    warn_once(
+        log,
+        ("cache_remote_unsigned", url),
+        "cache_remote_unsigned",
+        url=redact(url),
+        reason="no NETCL_CACHE_REMOTE_KEY: a shared store is not trusted without a signing "
+        "key; remote tier off (NETCL_CACHE_REMOTE_UNSIGNED=1 allows it)",
+    )
     return None

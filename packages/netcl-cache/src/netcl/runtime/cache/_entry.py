@@ -31,9 +31,21 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["FORMAT_VERSION", "HEADER", "MAGIC", "MAX_ENTRY_BYTES", "MAX_META_BYTES", "EntryError",
-           "compute_key", "decode", "encode", "include_dirs", "parse_meta", "read_file",
-           "tag_size"]  # fmt: skip
+__all__ = [
+    "FORMAT_VERSION",
+    "HEADER",
+    "MAGIC",
+    "MAX_ENTRY_BYTES",
+    "MAX_META_BYTES",
+    "EntryError",
+    "compute_key",
+    "decode",
+    "encode",
+    "include_dirs",
+    "parse_meta",
+    "read_file",
+    "tag_size",
+]
 
 #: Version of the entry format (disk and remote) and of the key recipe; bumping it misses every
 #: old entry (3: one format for both tiers).
@@ -89,9 +101,12 @@ def _includes(source: bytes, dirs: Sequence[str]) -> list[tuple[bytes, bytes | N
 def compute_key(source: bytes, options: str, identity: str) -> str:
     """The hex sha256 key of a program: every input is length-framed, so no two differ only in
     where one part ends and the next begins."""
-    parts = [(b"fmt", str(FORMAT_VERSION).encode()),
-             (b"dev", identity.encode("utf-8", "surrogateescape")),
-             (b"opt", options.encode("utf-8", "surrogateescape")), (b"src", source)]  # fmt: skip
+    parts = [
+        (b"fmt", str(FORMAT_VERSION).encode()),
+        (b"dev", identity.encode("utf-8", "surrogateescape")),
+        (b"opt", options.encode("utf-8", "surrogateescape")),
+        (b"src", source),
+    ]
     if b"include" in source:
         for name, content in _includes(source, include_dirs(options)):
             parts += ((b"inc", name), (b"miss", b"") if content is None else (b"dat", content))
@@ -142,8 +157,9 @@ def _tag(key_hex: str, body: bytes | memoryview, secret: bytes | None) -> bytes:
 def encode(key_hex: str, binary: bytes, meta: dict[str, Any], secret: bytes | None = None) -> bytes:
     """The entry of ``binary`` under cache key ``key_hex``, tagged with ``secret`` (None: crc32)."""
     meta_b = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
-    body = b"".join((HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta_b), len(binary)), meta_b,
-                     binary))  # fmt: skip
+    body = b"".join(
+        (HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta_b), len(binary)), meta_b, binary)
+    )
     return body + _tag(key_hex, body, secret)
 
 
@@ -210,9 +226,14 @@ def parse_meta(raw: bytes) -> dict[str, Any]:
     return meta
 
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISLNK, "a symbolic link"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))  # fmt: skip
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 def read_file(fd: int) -> tuple[bytes, float]:

@@ -59,8 +59,15 @@ class MemoryTier:
     weakref without callback is shared (~0.1 µs per lookup). The bound evicts by CLOCK (guide:
     "Tiers and key")."""
 
-    __slots__ = ("__weakref__", "_dead_pending", "_lock", "_watched", "entries", "key_locks",
-                 "max_programs")  # fmt: skip
+    __slots__ = (
+        "__weakref__",
+        "_dead_pending",
+        "_lock",
+        "_watched",
+        "entries",
+        "key_locks",
+        "max_programs",
+    )
 
     def __init__(self, max_programs: int) -> None:
         self.entries: OrderedDict[tuple[Any, ...], MemoryEntry] = OrderedDict()
@@ -218,17 +225,23 @@ class ProgramCache:
         if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 0):
             raise ValueError(f"ProgramCache: max_bytes must be an int >= 0, got {max_bytes!r}")
         if not isinstance(max_programs, int) or max_programs < 1:
-            raise ValueError(f"ProgramCache: max_programs must be an int >= 1, got "
-                             f"{max_programs!r}")  # fmt: skip
+            raise ValueError(
+                f"ProgramCache: max_programs must be an int >= 1, got {max_programs!r}"
+            )
         if lock_timeout is not None and not lock_timeout >= 0:
-            raise ValueError(f"ProgramCache: lock_timeout must be a number of seconds >= 0, got "
-                             f"{lock_timeout!r}")  # fmt: skip
+            raise ValueError(
+                f"ProgramCache: lock_timeout must be a number of seconds >= 0, got {lock_timeout!r}"
+            )
         if remote is not None and not isinstance(remote, str):
-            raise TypeError(f"ProgramCache: remote must be a redis:// or rediss:// URL string or "
-                            f"None, got {remote!r}")  # fmt: skip
+            raise TypeError(
+                f"ProgramCache: remote must be a redis:// or rediss:// URL string or "
+                f"None, got {remote!r}"
+            )
         if remote_key is not None and not isinstance(remote_key, (str, bytes)):
-            raise TypeError(f"ProgramCache: remote_key must be a str or bytes secret or None, "
-                            f"got {type(remote_key).__name__}")  # fmt: skip
+            raise TypeError(
+                f"ProgramCache: remote_key must be a str or bytes secret or None, "
+                f"got {type(remote_key).__name__}"
+            )
         self._dir_arg = None if cache_dir is None else Path(cache_dir).expanduser()
         self._max_bytes_arg = max_bytes
         self._lock_timeout = DEFAULT_LOCK_TIMEOUT_S if lock_timeout is None else lock_timeout
@@ -313,8 +326,16 @@ class ProgramCache:
                 # a failure leaving the block marks the span (status ERROR, error.type)
                 with tel.TEL.span(tel.SPAN_GET_PROGRAM, {tel.ATTR_DEVICE: name}) as span:
                     raw = src_code.encode()  # a lone surrogate: refused, pyopencl could not pass it
-                    req = _Request(ctx, src_code, dev, opts, compute_key(raw, opts, ident), ident,
-                                   len(raw), name)  # fmt: skip
+                    req = _Request(
+                        ctx,
+                        src_code,
+                        dev,
+                        opts,
+                        compute_key(raw, opts, ident),
+                        ident,
+                        len(raw),
+                        name,
+                    )
                     span.set(tel.ATTR_KEY, req.key)
                     prg, result = self._resolve(req)
                     span.set(tel.ATTR_RESULT, result)
@@ -365,8 +386,12 @@ class ProgramCache:
                 self._c["remote_waits"] += 1
                 if lease.token is None:
                     self._c["remote_lock_timeouts"] += 1
-                    log.warning("cache_remote_lock_timeout", url=tier.url, key=req.key,
-                                timeout_s=self._lock_timeout)  # fmt: skip
+                    log.warning(
+                        "cache_remote_lock_timeout",
+                        url=tier.url,
+                        key=req.key,
+                        timeout_s=self._lock_timeout,
+                    )
                 else:  # the holder is done: its value may be there now
                     prg, binary = self._fetch(s, req)
                     if prg is not None:
@@ -419,8 +444,9 @@ class ProgramCache:
             try:
                 why = refusal(root, create=True)  # its folders made (0700) when missing
             except OSError as exc:
-                _folder_warning(root, "cache_dir_unusable", f"cannot be used ({exc})",
-                                error=str(exc))  # fmt: skip
+                _folder_warning(
+                    root, "cache_dir_unusable", f"cannot be used ({exc})", error=str(exc)
+                )
             else:
                 if why is None:
                     store = self._registry.stores[root] = DiskStore(root)
@@ -451,8 +477,9 @@ class ProgramCache:
                 return prg, ""
         if report:
             self._c["corrupt"] += 1
-            log.warning("cache_entry_corrupt", path=str(store.path(req.key)), key=req.key,
-                        reason=why)  # fmt: skip
+            log.warning(
+                "cache_entry_corrupt", path=str(store.path(req.key)), key=req.key, reason=why
+            )
             tel.RECOVERIES.add(1, why.split(":", 1)[0])
         return None, why
 
@@ -464,14 +491,24 @@ class ProgramCache:
             self._c["write_errors"] += 1
             logger = log.bind(key=req.key)
             if isinstance(exc, FileNotFoundError):  # folder removed meanwhile: check it again
-                logger.warning("cache_write_failed", path=str(store.path(req.key)),
-                               errno=exc.errno, error=str(exc))  # fmt: skip
+                logger.warning(
+                    "cache_write_failed",
+                    path=str(store.path(req.key)),
+                    errno=exc.errno,
+                    error=str(exc),
+                )
                 self._registry.stores.pop(store.root, None)
                 self._store, self._store_opened = None, False
             else:  # read-only, full, not allowed
-                _folder_warning(store.root, "cache_write_failed",
-                                f"cannot be written ({exc.strerror or exc})", logger,
-                                path=str(store.path(req.key)), errno=exc.errno, error=str(exc))
+                _folder_warning(
+                    store.root,
+                    "cache_write_failed",
+                    f"cannot be written ({exc.strerror or exc})",
+                    logger,
+                    path=str(store.path(req.key)),
+                    errno=exc.errno,
+                    error=str(exc),
+                )
             return
         self._c["bytes_written"] += len(data)
         max_bytes = self.max_bytes
@@ -482,8 +519,12 @@ class ProgramCache:
             return
         if removed:
             self._c["evictions"] += len(removed)
-            log.info("cache_evicted", entries=len(removed), bytes=sum(f.size for f in removed),
-                     max_bytes=max_bytes)  # fmt: skip
+            log.info(
+                "cache_evicted",
+                entries=len(removed),
+                bytes=sum(f.size for f in removed),
+                max_bytes=max_bytes,
+            )
 
     # maintenance --------------------------------------------------------------------------------
     def entries(self) -> list[EntryFile]:
@@ -539,21 +580,26 @@ def _check_args(ctx: Any, src_code: Any, device: Any, registry: _Registry) -> cl
     if not isinstance(ctx, cl.Context):
         raise TypeError(f"get_program: ctx must be a pyopencl.Context, got {ctx!r}")
     if not isinstance(src_code, str):
-        raise TypeError(f"get_program: src_code must be a str of OpenCL C, got "
-                        f"{type(src_code).__name__}")  # fmt: skip
+        raise TypeError(
+            f"get_program: src_code must be a str of OpenCL C, got {type(src_code).__name__}"
+        )
     if not src_code or src_code.isspace():  # not strip(): a copy of the source
         raise ValueError("get_program: src_code is empty")
     devices = registry.devices_of(ctx)
     if device is None:
         if len(devices) != 1:
-            raise ValueError(f"get_program: ctx has {len(devices)} devices "
-                             f"({', '.join(d.name for d in devices)}); pass device=")  # fmt: skip
+            raise ValueError(
+                f"get_program: ctx has {len(devices)} devices "
+                f"({', '.join(d.name for d in devices)}); pass device="
+            )
         return devices[0]
     if not isinstance(device, cl.Device):
         raise TypeError(f"get_program: device must be a pyopencl.Device, got {device!r}")
     if device not in devices:
-        raise ValueError(f"get_program: device {device.name!r} is not in ctx, whose devices are "
-                         f"{[d.name for d in devices]}")  # fmt: skip
+        raise ValueError(
+            f"get_program: device {device.name!r} is not in ctx, whose devices are "
+            f"{[d.name for d in devices]}"
+        )
     return device
 
 
@@ -567,7 +613,8 @@ def _folder_warning(
             f"netcl cache: the cache folder {root} {what}; programs compiled now are not kept "
             "on disk. Set NETCL_CACHE_DIR to a folder of your own that you can write (it is "
             "created, private to you, when missing).",
-            RuntimeWarning, stacklevel=4,
+            RuntimeWarning,
+            stacklevel=4,
         )
 
 

@@ -116,8 +116,12 @@ class RemoteTier:
             now = time.monotonic()
             if self._failures >= self.breaker_failures and now >= self._open_until:
                 self._open_until = now + self.breaker_open_s
-                log.warning("cache_remote_breaker_open", url=self.url, failures=self._failures,
-                            open_s=self.breaker_open_s)  # fmt: skip
+                log.warning(
+                    "cache_remote_breaker_open",
+                    url=self.url,
+                    failures=self._failures,
+                    open_s=self.breaker_open_s,
+                )
 
     def _call(self, op: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """``fn(*args, **kw)`` within the deadline, timed; a failure is logged, counted,
@@ -234,9 +238,12 @@ def _client(url: str) -> Any:
         if low is not None and not (isinstance(value, int) and value >= low):
             raise ValueError(f"option {name!r}: expected an integer >= {low}, got {value!r}")
     pool = redis.ConnectionPool.from_url(
-        url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=TIMEOUT_S,
-        retry=Retry(NoBackoff(), 0), health_check_interval=0,
-    )  # fmt: skip
+        url,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        socket_timeout=TIMEOUT_S,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=0,
+    )
     try:  # a connection object (not connected) checks the rest: unknown names, TLS, protocol
         pool.connection_class(**pool.connection_kwargs)
     except TypeError as exc:  # "... got an unexpected keyword argument 'bogus'"
@@ -263,13 +270,20 @@ def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | str | 
             try:
                 _TIERS[cfg] = RemoteTier(cfg)
             except ImportError:
-                _TIERS[cfg] = ("redis-py is not installed: python3 -m pip install redis (what "
-                               "netcl-cache's redis extra adds)")  # fmt: skip
+                _TIERS[cfg] = (
+                    "redis-py is not installed: python3 -m pip install redis (what "
+                    "netcl-cache's redis extra adds)"
+                )
             except ValueError as exc:  # a malformed URL or an option redis-py would refuse
                 _TIERS[cfg] = str(exc)
             if isinstance(_TIERS[cfg], str):
-                warn_once(log, ("cache_remote_unusable", cfg.url), "cache_remote_unusable",
-                          url=redact(cfg.url), reason=_TIERS[cfg])  # fmt: skip
+                warn_once(
+                    log,
+                    ("cache_remote_unusable", cfg.url),
+                    "cache_remote_unusable",
+                    url=redact(cfg.url),
+                    reason=_TIERS[cfg],
+                )
         return _TIERS[cfg]
 
 

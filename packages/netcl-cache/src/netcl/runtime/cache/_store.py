@@ -25,8 +25,17 @@ from netcl.runtime.cache._entry import EntryError, decode, read_file
 if TYPE_CHECKING:
     import filelock  # loaded by the first lock: a third of the package's import cost
 
-__all__ = ["COUNTERS", "CacheStats", "DiskStore", "EntryFile", "TempFile", "pid_alive", "probe",
-           "refusal", "write_atomic"]  # fmt: skip
+__all__ = [
+    "COUNTERS",
+    "CacheStats",
+    "DiskStore",
+    "EntryFile",
+    "TempFile",
+    "pid_alive",
+    "probe",
+    "refusal",
+    "write_atomic",
+]
 
 SUFFIX = ".clprg"
 TMP_SUFFIX = ".tmp"
@@ -116,8 +125,13 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-_KINDS = ((stat.S_ISREG, "file"), (stat.S_ISDIR, "directory"), (stat.S_ISLNK, "symlink"),
-          (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"))  # fmt: skip
+_KINDS = (
+    (stat.S_ISREG, "file"),
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISLNK, "symlink"),
+    (stat.S_ISFIFO, "fifo"),
+    (stat.S_ISSOCK, "socket"),
+)
 
 
 def _kind(mode: int) -> str:
@@ -247,9 +261,13 @@ class DiskStore:
 
     def entries(self) -> list[EntryFile]:
         """Every entry file (valid or not), oldest use first."""
-        found = [EntryFile(e.name[: -len(SUFFIX)], Path(e.path), _usage(st), st.st_mtime,
-                           _kind(st.st_mode))
-                 for e, st in self._scan() if e.name.endswith(SUFFIX) and e.name[0] != "."]
+        found = [
+            EntryFile(
+                e.name[: -len(SUFFIX)], Path(e.path), _usage(st), st.st_mtime, _kind(st.st_mode)
+            )
+            for e, st in self._scan()
+            if e.name.endswith(SUFFIX) and e.name[0] != "."
+        ]
         return sorted(found, key=lambda f: f.mtime)
 
     def temp_files(self) -> list[TempFile]:

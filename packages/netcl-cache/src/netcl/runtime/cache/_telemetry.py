@@ -61,25 +61,42 @@ REMOTE_ERRORS = telemetry.Counts(ATTR_ERROR_TYPE)
 REMOTE_REJECTED = telemetry.Counts(ATTR_REASON)
 
 for _name, _points, _unit, _what in (
-    ("netcl.cache.lookups", LOOKUPS.points, "{lookup}",
-     "ProgramCache.get_program calls by result (memory, disk, remote, compiled, recovered)"),
-    ("netcl.cache.recoveries", RECOVERIES.points, "{entry}",
-     "Damaged cache entries found, by reason (empty, truncated, checksum, ...)"),
-    ("netcl.cache.remote.errors", REMOTE_ERRORS.points, "{error}",
-     "Failed calls to the remote tier, by error.type (redis.exceptions.ConnectionError, "
-     "redis.exceptions.TimeoutError, ...)"),
-    ("netcl.cache.remote.rejected", REMOTE_REJECTED.points, "{value}",
-     "Remote values refused, by netcl.cache.reason (signature, truncated, identity, "
-     "oversized, ...)"),
+    (
+        "netcl.cache.lookups",
+        LOOKUPS.points,
+        "{lookup}",
+        "ProgramCache.get_program calls by result (memory, disk, remote, compiled, recovered)",
+    ),
+    (
+        "netcl.cache.recoveries",
+        RECOVERIES.points,
+        "{entry}",
+        "Damaged cache entries found, by reason (empty, truncated, checksum, ...)",
+    ),
+    (
+        "netcl.cache.remote.errors",
+        REMOTE_ERRORS.points,
+        "{error}",
+        "Failed calls to the remote tier, by error.type (redis.exceptions.ConnectionError, "
+        "redis.exceptions.TimeoutError, ...)",
+    ),
+    (
+        "netcl.cache.remote.rejected",
+        REMOTE_REJECTED.points,
+        "{value}",
+        "Remote values refused, by netcl.cache.reason (signature, truncated, identity, "
+        "oversized, ...)",
+    ),
 ):
     TEL.observable_counter(_name, _points, _unit, _what)
 compile_duration = TEL.histogram(
-    "netcl.cache.compile.duration", "s",
-    "Time to build an OpenCL program from source on a cache miss (failed builds carry "
-    "error.type)",
+    "netcl.cache.compile.duration",
+    "s",
+    "Time to build an OpenCL program from source on a cache miss (failed builds carry error.type)",
 )
 remote_duration = TEL.histogram(
-    "netcl.cache.remote.duration", "s",
+    "netcl.cache.remote.duration",
+    "s",
     "Latency of one call to the remote tier, by netcl.cache.remote.op (get, lock, set, "
     "unlock), failed calls included",
 )

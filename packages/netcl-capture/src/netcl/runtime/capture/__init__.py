@@ -26,9 +26,15 @@ if TYPE_CHECKING:
 # capture_step, saved files and their types load on first use: the step modules (and
 # pyopencl.array, which they need) are most of this package's import time, and a KernelCapture
 # user never needs them
-_LAZY = {"CapturedStep": "_step", "LoadedStep": "_step", "StepCheckError": "_step",
-         "StepStats": "_step", "capture_step": "_step", "load_step": "_step",
-         "CaptureFileError": "_saved"}  # fmt: skip
+_LAZY = {
+    "CapturedStep": "_step",
+    "LoadedStep": "_step",
+    "StepCheckError": "_step",
+    "StepStats": "_step",
+    "capture_step": "_step",
+    "load_step": "_step",
+    "CaptureFileError": "_saved",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -38,6 +44,17 @@ def __getattr__(name: str) -> Any:
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__all__ = ["CaptureFileError", "CapturedStep", "KernelCapture", "LoadedStep", "StepCheckError",
-           "StepStats", "capture_disabled", "capture_step", "get_capture", "load_capture",
-           "load_step"]  # fmt: skip
+
+__all__ = [
+    "CaptureFileError",
+    "CapturedStep",
+    "KernelCapture",
+    "LoadedStep",
+    "StepCheckError",
+    "StepStats",
+    "capture_disabled",
+    "capture_step",
+    "get_capture",
+    "load_capture",
+    "load_step",
+]

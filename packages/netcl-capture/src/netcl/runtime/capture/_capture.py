@@ -51,8 +51,10 @@ class KernelCapture:
         with self._lock:
             old = self._recording
             if old is not None and old.live:
-                raise RuntimeError(f"KernelCapture.begin: already recording (begun in thread "
-                                   f"{old.thread_name!r}); call end() before beginning again")
+                raise RuntimeError(
+                    f"KernelCapture.begin: already recording (begun in thread "
+                    f"{old.thread_name!r}); call end() before beginning again"
+                )
             if old is not None:  # left over by an interrupted begin()/end(): dropped here
                 self._discard("replaced by begin()")  # (install() reconciles pyopencl anyway)
             self._program = None
@@ -86,10 +88,12 @@ class KernelCapture:
             rec.live = False  # nothing more is recorded from here on
             try:
                 if rec.busy:
-                    raise RuntimeError("KernelCapture.end: the recording may have missed a command "
-                                       "(an exception such as KeyboardInterrupt interrupted a "
-                                       "recorded launch, copy, host wait or argument setter); it "
-                                       "was discarded: record again")
+                    raise RuntimeError(
+                        "KernelCapture.end: the recording may have missed a command "
+                        "(an exception such as KeyboardInterrupt interrupted a "
+                        "recorded launch, copy, host wait or argument setter); it "
+                        "was discarded: record again"
+                    )
                 if rec.native and not allow_native:
                     raise RuntimeError(_native_refusal(rec))
                 program = build(rec, self._shared)
@@ -100,9 +104,11 @@ class KernelCapture:
             self._discard(program)
             self._program = program
             if program.opaque_launches:
-                log.warning("capture_preset_arguments", kernels=sorted(program.opaque_launches),
-                            detail="arguments set before begin() are replayed but cannot be "
-                            "rebound")  # fmt: skip
+                log.warning(
+                    "capture_preset_arguments",
+                    kernels=sorted(program.opaque_launches),
+                    detail="arguments set before begin() are replayed but cannot be rebound",
+                )
             if native:
                 log.info("capture_native_access_accepted", callers=[str(a) for a in native])
             tm.RECORDED_LAUNCHES.add(program.num_launches)
@@ -124,8 +130,13 @@ class KernelCapture:
         self._recording = None
         span, self._span = self._span, telemetry.NO_SPAN
         if isinstance(why, ReplayProgram):
-            span.set_many({tm.LAUNCHES: why.num_launches, tm.COMMANDS: why.num_commands,
-                           tm.ARENA_BYTES: why.arena.memory.arena_bytes})  # fmt: skip
+            span.set_many(
+                {
+                    tm.LAUNCHES: why.num_launches,
+                    tm.COMMANDS: why.num_commands,
+                    tm.ARENA_BYTES: why.arena.memory.arena_bytes,
+                }
+            )
         elif not isinstance(why, BaseException):
             span.fail("discarded", f"capture {why or 'discarded'}")
         span.end(why if isinstance(why, BaseException) else None)
@@ -141,8 +152,12 @@ class KernelCapture:
         self.begin()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is None:
             self.end()
         else:
@@ -161,8 +176,9 @@ class KernelCapture:
         program = self._ready("replay_with_new_buffers")
         return self._replay(program, program.index.validate(buffer_map))
 
-    def _replay(self, program: ReplayProgram,
-                subst: Mapping[int, cl.MemoryObjectHolder] | None) -> cl.Event | None:
+    def _replay(
+        self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
+    ) -> cl.Event | None:
         # the one test of a plain replay
         if program.collector is not None or program.checker is not None or telemetry.tracing():
             event = self._observed(program, subst)
@@ -174,8 +190,9 @@ class KernelCapture:
         tm.REPLAYED_LAUNCHES.add(program.num_launches)
         return event
 
-    def _observed(self, program: ReplayProgram,
-                  subst: Mapping[int, cl.MemoryObjectHolder] | None) -> cl.Event | None:
+    def _observed(
+        self, program: ReplayProgram, subst: Mapping[int, cl.MemoryObjectHolder] | None
+    ) -> cl.Event | None:
         """A replay with a span (when tracing), command by command in checked mode, and, on
         profiling queues, every command's event kept and handed to the device-time collector.
         The span is made after the launches, backdated: its ~10 µs of SDK work overlaps the
@@ -206,8 +223,15 @@ class KernelCapture:
             # what was enqueued runs on the device, even when the replay failed later
             if collector is not None and keep:
                 labels = program.labels[: len(keep)] if detail else ()
-                collector.watch("replay", keep, labels=labels, parent=span, queue=program.queue,
-                                detail=detail, begin=begin)  # fmt: skip
+                collector.watch(
+                    "replay",
+                    keep,
+                    labels=labels,
+                    parent=span,
+                    queue=program.queue,
+                    detail=detail,
+                    begin=begin,
+                )
             span.end(error)
         return event
 
@@ -217,8 +241,9 @@ class KernelCapture:
             return program
         if self._recording is not None:
             raise RuntimeError(f"KernelCapture.{what}: still recording; call end() first")
-        raise RuntimeError(f"KernelCapture.{what}: nothing captured; record with begin() ... "
-                           "end() first")
+        raise RuntimeError(
+            f"KernelCapture.{what}: nothing captured; record with begin() ... end() first"
+        )
 
     @property
     def is_recording(self) -> bool:
@@ -281,13 +306,15 @@ class KernelCapture:
 def _native_refusal(rec: Recording) -> str:
     reached = "; ".join(str(a) for a in list(rec.native)[:5])
     more = f" and {len(rec.native) - 5} more" if len(rec.native) > 5 else ""
-    return ("KernelCapture.end: while recording, code outside pyopencl and netcl reached a queue "
-            f"or memory object through its raw handle: {reached}{more}. Work a native library "
-            "enqueues through such a handle is invisible to the capture and would be missing "
-            "from every replay. The recording was discarded: keep native calls outside the "
-            "captured region (run them under capture_disabled(), or record one capture before "
-            "and one after them), or call end(allow_native=True) to keep a capture that replays "
-            "only what went through pyopencl")
+    return (
+        "KernelCapture.end: while recording, code outside pyopencl and netcl reached a queue "
+        f"or memory object through its raw handle: {reached}{more}. Work a native library "
+        "enqueues through such a handle is invisible to the capture and would be missing "
+        "from every replay. The recording was discarded: keep native calls outside the "
+        "captured region (run them under capture_disabled(), or record one capture before "
+        "and one after them), or call end(allow_native=True) to keep a capture that replays "
+        "only what went through pyopencl"
+    )
 
 
 def load_capture(path: str | os.PathLike[str], queue: cl.CommandQueue) -> KernelCapture:

@@ -17,14 +17,23 @@ _human = _table.human
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``capture`` subcommand to the ``netcl`` command."""
-    p = sub.add_parser("capture", help="saved captures and steps: inspect",
-                       description="Exit codes: 0 done, 1 the file cannot be read, 2 usage.")
+    p = sub.add_parser(
+        "capture",
+        help="saved captures and steps: inspect",
+        description="Exit codes: 0 done, 1 the file cannot be read, 2 usage.",
+    )
     csub = p.add_subparsers(dest="capture_command", metavar="ACTION", required=True)
-    a = csub.add_parser("inspect", help="what a saved capture or step holds",
-                        description="device, programs, kernels, buffers by role, sizes")
+    a = csub.add_parser(
+        "inspect",
+        help="what a saved capture or step holds",
+        description="device, programs, kernels, buffers by role, sizes",
+    )
     a.add_argument("file", metavar="FILE")
-    a.add_argument("--json", action="store_true",
-                   help="print exactly one JSON document on stdout (messages go to stderr)")
+    a.add_argument(
+        "--json",
+        action="store_true",
+        help="print exactly one JSON document on stdout (messages go to stderr)",
+    )
     a.set_defaults(func=_inspect)
 
 
@@ -34,8 +43,9 @@ def _inspect(args: argparse.Namespace) -> int:
     except CaptureFileError as exc:
         sys.stderr.write(f"netcl capture inspect: {exc}\n")
         if args.json:
-            sys.stdout.write(json.dumps({"file": args.file, "error": str(exc), "exit_code": 1})
-                             + "\n")  # fmt: skip
+            sys.stdout.write(
+                json.dumps({"file": args.file, "error": str(exc), "exit_code": 1}) + "\n"
+            )
         return 1
     if args.json:
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -46,15 +56,21 @@ def _inspect(args: argparse.Namespace) -> int:
         ("holds", what),
         ("device", doc["device"]),
         ("commands", f"{doc['commands']} ({_table.plural(doc['launches'], 'launch', 'launches')})"),
-    ]  # fmt: skip
+    ]
     lines = [*_table.pairs(rows), "", "programs:"]
-    lines += _table.table([(i, _human(p["binary_bytes"]), "yes" if p["source"] else "no",
-                            ", ".join(p["kernels"])) for i, p in enumerate(doc["programs"])],
-                          ["#", "binary", "source", "kernels"], right=(0, 1))  # fmt: skip
+    lines += _table.table(
+        [
+            (i, _human(p["binary_bytes"]), "yes" if p["source"] else "no", ", ".join(p["kernels"]))
+            for i, p in enumerate(doc["programs"])
+        ],
+        ["#", "binary", "source", "kernels"],
+        right=(0, 1),
+    )
     lines += ["", "buffers:"]
-    lines += _table.table([(role, b["count"], _human(b["bytes"]))
-                           for role, b in sorted(doc["buffers"].items())],
-                          ["role", "count", "bytes"], right=(1, 2))  # fmt: skip
+    lines += _table.table(
+        [(role, b["count"], _human(b["bytes"])) for role, b in sorted(doc["buffers"].items())],
+        ["role", "count", "bytes"],
+        right=(1, 2),
+    )
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
-

@@ -70,30 +70,65 @@ def _launch_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
     the launch on a recording thread."""
 
     def enqueue_nd_range_kernel(
-        queue: Any, kernel: Any, global_work_size: Any, local_work_size: Any,
-        global_work_offset: Any = None, wait_for: Any = None, g_times_l: bool = False,
+        queue: Any,
+        kernel: Any,
+        global_work_size: Any,
+        local_work_size: Any,
+        global_work_offset: Any = None,
+        wait_for: Any = None,
+        g_times_l: bool = False,
         allow_empty_ndrange: bool = False,
-    ) -> Any:  # fmt: skip
+    ) -> Any:
         rec = _tls.rec
         if rec is None or not rec.live:
-            return orig(queue, kernel, global_work_size, local_work_size, global_work_offset,
-                        wait_for, g_times_l, allow_empty_ndrange)  # fmt: skip
+            return orig(
+                queue,
+                kernel,
+                global_work_size,
+                local_work_size,
+                global_work_offset,
+                wait_for,
+                g_times_l,
+                allow_empty_ndrange,
+            )
         rec.busy += 1
         try:
-            event = orig(queue, kernel, global_work_size, local_work_size, global_work_offset,
-                         wait_for, g_times_l, allow_empty_ndrange)  # fmt: skip
+            event = orig(
+                queue,
+                kernel,
+                global_work_size,
+                local_work_size,
+                global_work_offset,
+                wait_for,
+                g_times_l,
+                allow_empty_ndrange,
+            )
         except Exception:
             rec.busy -= 1
             raise
         state = rec.kernels.get(id(kernel)) or rec._state(kernel)
         s = state.shape
         # the last launch's shape when the same objects come again (the common loop)
-        if not (s is not None and s[7] is state.snapshot and s[1] is queue
-                and s[2] is global_work_size and s[3] is local_work_size
-                and s[4] is global_work_offset and s[5] is g_times_l
-                and s[6] is allow_empty_ndrange):  # fmt: skip
-            s = rec.new_shape(state, kernel, queue, global_work_size, local_work_size,
-                              global_work_offset, g_times_l, allow_empty_ndrange)  # fmt: skip
+        if not (
+            s is not None
+            and s[7] is state.snapshot
+            and s[1] is queue
+            and s[2] is global_work_size
+            and s[3] is local_work_size
+            and s[4] is global_work_offset
+            and s[5] is g_times_l
+            and s[6] is allow_empty_ndrange
+        ):
+            s = rec.new_shape(
+                state,
+                kernel,
+                queue,
+                global_work_size,
+                local_work_size,
+                global_work_offset,
+                g_times_l,
+                allow_empty_ndrange,
+            )
         rec.raw.append(_new(RawLaunch, (s, tuple(wait_for) if wait_for else (), event)))
         rec.busy -= 1
         return event
@@ -154,9 +189,15 @@ def _memo_invoker(*args: Any, **kwargs: Any) -> Any:
     recording, identical requests get the first (pure code) answer: a replay clone costs µs."""
     orig = original("pyopencl.invoker", "generate_enqueue_and_set_args")
     try:
-        key = (args, tuple(sorted(
-            (k, tuple(d.int_ptr for d in v) if k == "devs" else v) for k, v in kwargs.items()
-        )))  # fmt: skip
+        key = (
+            args,
+            tuple(
+                sorted(
+                    (k, tuple(d.int_ptr for d in v) if k == "devs" else v)
+                    for k, v in kwargs.items()
+                )
+            ),
+        )
         found = _invoker_memo.get(key)
     except TypeError:  # an unhashable argument type: no memo
         return orig(*args, **kwargs)
@@ -168,11 +209,14 @@ def _memo_invoker(*args: Any, **kwargs: Any) -> Any:
 # the hooks by kind: the two of every launch, and the generic ones with the note of each
 _LAUNCH_HOOKS = {"launch": _launch_hook, "setter_pairs": _pairs_hook}
 _NOTES: dict[str, Note] = {
-    "setter_triples": Recording.note_pack, "setter": Recording.note_one,
-    "transfer": Recording.note_transfer, "order": Recording.note_transfer,
-    "finish": Recording.note_finish, "host_wait": Recording.note_wait,
+    "setter_triples": Recording.note_pack,
+    "setter": Recording.note_one,
+    "transfer": Recording.note_transfer,
+    "order": Recording.note_transfer,
+    "finish": Recording.note_finish,
+    "host_wait": Recording.note_wait,
     "event_wait": Recording.note_wait,
-}  # fmt: skip
+}
 
 
 def _hook_for(entry: EntryPoint, orig: Any) -> Any:
@@ -209,9 +253,11 @@ def install(rec: Recording) -> None:
     with _lock:
         other = _tls.owner
         if other is not None and other.live and other is not rec:
-            raise RuntimeError("KernelCapture.begin: this thread is already recording into another "
-                               "KernelCapture; end() that one first (captures of one thread do "
-                               "not nest)")  # fmt: skip
+            raise RuntimeError(
+                "KernelCapture.begin: this thread is already recording into another "
+                "KernelCapture; end() that one first (captures of one thread do "
+                "not nest)"
+            )
         rec.live = True
         _live.add(rec)
         _tls.owner = rec

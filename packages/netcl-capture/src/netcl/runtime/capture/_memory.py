@@ -96,8 +96,12 @@ def _internal(rec: Recording) -> dict[int, cl.MemoryObjectHolder]:
     found: dict[int, cl.MemoryObjectHolder] = {}
     # transfers the contract gives no operands (rectangles, images) stay off sub-buffers:
     # PoCL crashes copying a rectangle out of one, or an image into one
-    kept = {_ptr(b) for op in rec.raw if type(op) is RawTransfer and not op.entry.operands
-            for _, b in op.buffers}  # fmt: skip
+    kept = {
+        _ptr(b)
+        for op in rec.raw
+        if type(op) is RawTransfer and not op.entry.operands
+        for _, b in op.buffers
+    }
     users = rec.users
     for state in rec.kernels.values():
         state.last = None  # a kernel's last arguments as passed: the application's objects
@@ -109,8 +113,12 @@ def _internal(rec: Recording) -> dict[int, cl.MemoryObjectHolder]:
         parent = own.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
         if parent is not None:  # a sub-buffer: it and its parent stay where they are
             kept.add(_ptr(parent))
-        elif alone and own.get_info(cl.mem_info.TYPE) == cl.mem_object_type.BUFFER and not (
-            own.get_info(cl.mem_info.FLAGS) & _HOST  # host memory, or contents from it
+        elif (
+            alone
+            and own.get_info(cl.mem_info.TYPE) == cl.mem_object_type.BUFFER
+            and not (
+                own.get_info(cl.mem_info.FLAGS) & _HOST  # host memory, or contents from it
+            )
         ):
             found[ptr] = own
     for ptr in kept:
@@ -127,8 +135,9 @@ def _may_overlap(ctx: cl.Context) -> bool:
     return all(d.type & cl.device_type.CPU for d in ctx.devices)
 
 
-def _by_size(ptrs: list[int], size: Mapping[int, int], first: Mapping[int, int],
-             last: Mapping[int, int]) -> list[list[int]]:  # fmt: skip
+def _by_size(
+    ptrs: list[int], size: Mapping[int, int], first: Mapping[int, int], last: Mapping[int, int]
+) -> list[list[int]]:
     """Groups of buffers of one size whose lifetimes follow each other (each group one region)."""
     groups: list[list[int]] = []
     open_: dict[int, list[list[int]]] = {}  # size -> its groups
@@ -191,9 +200,13 @@ def plan(rec: Recording, shared: SharedArena | None = None) -> Arena:
     ext_bytes = sum(int(b.size) for b in external.values())
     if not internal:
         return Arena((), CaptureMemory(0, 0, 0, len(external), ext_bytes))
-    queues = {contract.queue_ptr(q): q for q in chain(
-        (s.queue for s in _launch_shapes(rec.raw)),
-        (op.queue for op in rec.raw if type(op) is RawTransfer or type(op) is RawFinish))}
+    queues = {
+        contract.queue_ptr(q): q
+        for q in chain(
+            (s.queue for s in _launch_shapes(rec.raw)),
+            (op.queue for op in rec.raw if type(op) is RawTransfer or type(op) is RawFinish),
+        )
+    }
     ordered = len(queues) <= 1 and not any(map(device.out_of_order, queues.values()))
     first: dict[int, int] = {}
     last: dict[int, int] = {}
@@ -226,8 +239,12 @@ def plan(rec: Recording, shared: SharedArena | None = None) -> Arena:
                 total += n
             continue
         align = max(int(ctx.devices[0].mem_base_addr_align) // 8, 1)
-        items = [packing.Interval(*((first[p], last[p]) if ordered else (0, end)),
-                                  -(-size[p] // align) * align) for p in ptrs]
+        items = [
+            packing.Interval(
+                *((first[p], last[p]) if ordered else (0, end)), -(-size[p] // align) * align
+            )
+            for p in ptrs
+        ]
         placed = packing.place(items)
         nbytes = max(placed.arena_bytes, 1)
         arena = _arena_buffer(ctx, nbytes) if home is None else home.take(queue, nbytes)
@@ -242,8 +259,9 @@ def plan(rec: Recording, shared: SharedArena | None = None) -> Arena:
     before = sum(int(b.size) for b in internal.values())
     for ptr in internal:
         del rec.mems[ptr]  # the recorded buffers go: freed, or back to their pools
-    return Arena(tuple(buffers),
-                 CaptureMemory(total, len(internal), before, len(external), ext_bytes))
+    return Arena(
+        tuple(buffers), CaptureMemory(total, len(internal), before, len(external), ext_bytes)
+    )
 
 
 def _arena_buffer(ctx: cl.Context, nbytes: int) -> cl.Buffer:
@@ -290,8 +308,9 @@ def _moved_arg(arg: ArgSet, moved: Mapping[int, cl.MemoryObjectHolder]) -> ArgSe
     hit = False
     for j, p in enumerate(payload):
         if type(p) is tuple:  # a packed call's arguments
-            swapped = tuple(moved.get(_ptr(v), v) if isinstance(v, cl.MemoryObjectHolder) else v
-                            for v in p)  # fmt: skip
+            swapped = tuple(
+                moved.get(_ptr(v), v) if isinstance(v, cl.MemoryObjectHolder) else v for v in p
+            )
             if any(map(operator.is_not, swapped, p)):
                 payload[j], hit = swapped, True
         elif isinstance(p, cl.MemoryObjectHolder) and (to := moved.get(_ptr(p))) is not None:

@@ -72,7 +72,7 @@ def schedule(ops: Sequence[Op], host_waits: Sequence[tuple[int, tuple[cl.Event, 
             continue
         deps = {producer.get(w.int_ptr, -1) for w in waits[i] if isinstance(w, cl.Event)}
         if in_order[key]:
-            deps.update(d for d in fences[fenced.get(key, 0):] if keys[d] != key)
+            deps.update(d for d in fences[fenced.get(key, 0) :] if keys[d] != key)
             fenced[key] = len(fences)
         else:
             deps.update(fences)
@@ -81,8 +81,9 @@ def schedule(ops: Sequence[Op], host_waits: Sequence[tuple[int, tuple[cl.Event, 
         host = sorted(d for d in deps if ctx[d] != ctx[i] and d not in on_host)
         on_host.update(host)
         waited.update(on_device)
-        flushes = tuple(dirty.pop(keys[d]) for d in (*on_device, *host)
-                        if keys[d] in dirty and keys[d] != key)  # fmt: skip
+        flushes = tuple(
+            dirty.pop(keys[d]) for d in (*on_device, *host) if keys[d] in dirty and keys[d] != key
+        )
         issues.append(Issue(on_device, _by_context(host, ctx), flushes))
         dirty[key] = op.queue
     return _closing(ops, issues, ctx, context, dirty, waited | on_host, events)
@@ -96,9 +97,15 @@ def _by_context(indices: Sequence[int], ctx: Sequence[int]) -> tuple[tuple[int, 
     return tuple(tuple(g) for g in groups.values())
 
 
-def _closing(ops: Sequence[Op], issues: list[Issue], ctx: Sequence[int], context: dict[int, int],
-             dirty: dict[int, cl.CommandQueue], covered: set[int], events: Sequence[Any]
-             ) -> Schedule:  # fmt: skip
+def _closing(
+    ops: Sequence[Op],
+    issues: list[Issue],
+    ctx: Sequence[int],
+    context: dict[int, int],
+    dirty: dict[int, cl.CommandQueue],
+    covered: set[int],
+    events: Sequence[Any],
+) -> Schedule:
     """The schedule with what follows the last command: the marker over the last command's
     context, the host waits for the other contexts' last commands."""
     last = next((i for i in reversed(range(len(ops))) if events[i] is not None), None)
@@ -107,7 +114,8 @@ def _closing(ops: Sequence[Op], issues: list[Issue], ctx: Sequence[int], context
     sinks = [i for i, e in enumerate(events) if e is not None and i not in covered]
     mine = tuple(i for i in sinks if ctx[i] == ctx[last])
     last_queue = ops[last].queue
-    flushes = tuple(q for k, q in dirty.items()
-                    if k != queue_ptr(last_queue) and context[k] == ctx[last])  # fmt: skip
+    flushes = tuple(
+        q for k, q in dirty.items() if k != queue_ptr(last_queue) and context[k] == ctx[last]
+    )
     others = _by_context([i for i in sinks if ctx[i] != ctx[last]], ctx)
     return Schedule(tuple(issues), last_queue, mine, flushes, others)

@@ -67,8 +67,12 @@ class BoundLaunch:
 
     __slots__ = ("buffers", "call", "flags", "kernel", "name")
 
-    def __init__(self, shape: LaunchShape, kernel: cl.Kernel,
-                 buffers: tuple[tuple[int, cl.MemoryObjectHolder], ...]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        shape: LaunchShape,
+        kernel: cl.Kernel,
+        buffers: tuple[tuple[int, cl.MemoryObjectHolder], ...],
+    ) -> None:
         self.kernel = kernel
         self.name: str = shape.kernel.function_name
         self.flags = {"allow_empty_ndrange": True} if shape.allow_empty else {}
@@ -128,18 +132,21 @@ def _value_key(value: Any) -> Any:
     return ("id", id(value))  # held alive by the recording
 
 
-def _replicate(kernel: cl.Kernel, template: cl.Kernel | None, snap: tuple[ArgSet, ...],
-               known: bool) -> cl.Kernel:
+def _replicate(
+    kernel: cl.Kernel, template: cl.Kernel | None, snap: tuple[ArgSet, ...], known: bool
+) -> cl.Kernel:
     """A kernel object of its own holding the arguments of one recorded launch (see above)."""
     if template is not None:
         replica = template.clone()
     elif known:
         replica = cl.Kernel(kernel.program, kernel.function_name)
     else:
-        raise RuntimeError(f"KernelCapture: cannot record kernel {kernel.function_name!r}: the "
-                           f"device cannot clone kernels and only {len(snap)} of its "
-                           f"{kernel.num_args} arguments were set inside the capture; pass the "
-                           "arguments in the call")
+        raise RuntimeError(
+            f"KernelCapture: cannot record kernel {kernel.function_name!r}: the "
+            f"device cannot clone kernels and only {len(snap)} of its "
+            f"{kernel.num_args} arguments were set inside the capture; pass the "
+            "arguments in the call"
+        )
     for arg in snap:
         arg.setter(replica, *arg.payload)
     return replica
@@ -149,10 +156,19 @@ class ReplayProgram:
     """Launches and transfers of one capture, every argument bound once; holds the recorded
     buffers (its own OpenCL references), kernels and host arrays alive."""
 
-    def __init__(self, ops: list[Op], binds: Binds, launches: int, finishes: int,
-                 plan: Schedule | None, opaque: tuple[str, ...], collector: Collector | None,
-                 checker: device.Checking | None, queues: tuple[cl.CommandQueue, ...],
-                 arena: Arena) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ops: list[Op],
+        binds: Binds,
+        launches: int,
+        finishes: int,
+        plan: Schedule | None,
+        opaque: tuple[str, ...],
+        collector: Collector | None,
+        checker: device.Checking | None,
+        queues: tuple[cl.CommandQueue, ...],
+        arena: Arena,
+    ) -> None:
         self.ops = tuple(ops)
         self.binds = binds
         self.plan = plan  # None: one in-order queue, where queue order is every dependency there is
@@ -166,10 +182,15 @@ class ReplayProgram:
         self.queue = queues[0] if len(queues) == 1 else None  # for the device-time collector
         device.finish_at_exit(self, queues)
         # the device-time label of each command a replay enqueues (a finish enqueues none)
-        self.labels = tuple(
-            binds[id(op.shape)].name if isinstance(op, RawLaunch) else op.entry.operation
-            for op in self.ops if isinstance(op, (RawLaunch, RawTransfer))
-        ) if collector is not None else ()  # fmt: skip
+        self.labels = (
+            tuple(
+                binds[id(op.shape)].name if isinstance(op, RawLaunch) else op.entry.operation
+                for op in self.ops
+                if isinstance(op, (RawLaunch, RawTransfer))
+            )
+            if collector is not None
+            else ()
+        )
         self._index: BufferIndex | None = None
         # a pool was in checked mode at end(): replays go command by command, checking guards
         self.checker = checker
@@ -185,7 +206,8 @@ class ReplayProgram:
             if parent is None or contract.mem_ptr(parent) != base:
                 continue
             region = moved[ptr] = new.get_sub_region(
-                int(use.buffer.get_info(cl.mem_info.OFFSET)), int(use.buffer.size))
+                int(use.buffer.get_info(cl.mem_info.OFFSET)), int(use.buffer.size)
+            )
             for kernel, index in use.kernel_args:
                 _set_arg(kernel, index, region)
         if not moved:
@@ -199,8 +221,9 @@ class ReplayProgram:
         if self.plan is None:
             self._segments = _segments(self.ops, self.binds, {})
         self._index = None
-        self.arena = replace(self.arena, buffers=tuple(new if b is old else b
-                                                       for b in self.arena.buffers))
+        self.arena = replace(
+            self.arena, buffers=tuple(new if b is old else b for b in self.arena.buffers)
+        )
 
     @property
     def index(self) -> BufferIndex:
@@ -209,8 +232,9 @@ class ReplayProgram:
             self._index = BufferIndex(self.ops, self.binds)
         return self._index
 
-    def run(self, subst: Subst | None = None, keep: list[Any] | None = None, *,
-            ends: bool = False) -> cl.Event | None:  # fmt: skip
+    def run(
+        self, subst: Subst | None = None, keep: list[Any] | None = None, *, ends: bool = False
+    ) -> cl.Event | None:
         """Enqueue the recorded commands with buffers substituted (a map ``index.validate``
         returned); an event that completes when all of them have (None if there are none).
         ``keep`` (a profiled replay) gets every command's event, in the order of ``labels``, or
@@ -248,15 +272,17 @@ class ReplayProgram:
                             keep.append(event)
                     after(i, event)
                 return event
-            return _issue(_segments(self.ops, self.binds, subst) if transfers else self._segments,
-                          keep, ends)  # fmt: skip
+            return _issue(
+                _segments(self.ops, self.binds, subst) if transfers else self._segments, keep, ends
+            )
         finally:
             for kernel, index, old, _ in touched:
                 _set_arg(kernel, index, old)
 
     @staticmethod
-    def _guarded(checker: device.Checking, subst: Subst, bufs: Iterable[cl.MemoryObjectHolder]
-                 ) -> Iterator[tuple[Any, Any, Any, str]]:  # fmt: skip
+    def _guarded(
+        checker: device.Checking, subst: Subst, bufs: Iterable[cl.MemoryObjectHolder]
+    ) -> Iterator[tuple[Any, Any, Any, str]]:
         """The checked pool blocks among ``bufs`` (recorded buffers), as ``subst`` maps them."""
         for buf in bufs:
             ptr = contract.mem_ptr(buf)
@@ -268,8 +294,9 @@ class ReplayProgram:
     def refill(self, checker: device.Checking, subst: Subst) -> None:
         """Checked mode, before a replay: fill the guards of the checked pool blocks it uses
         afresh, so that a damaged one names this replay's command."""
-        for pool, block, guard, _ in self._guarded(checker, subst,
-                                                   [u.buffer for u in self.index.uses.values()]):
+        for pool, block, guard, _ in self._guarded(
+            checker, subst, [u.buffer for u in self.index.uses.values()]
+        ):
             guard.fill(pool.queue, block)
             _finish(pool.queue)  # filled before the replay's first command runs
 
@@ -282,10 +309,15 @@ class ReplayProgram:
         if event is not None:
             event.wait()
         bound = self.binds[id(op.shape)]
-        for pool, block, guard, what in self._guarded(checker, subst,
-                                                      [b for _, b in bound.buffers]):  # fmt: skip
-            guard.check(pool.queue, block, f"KernelCapture.replay: recorded command {i} "
-                        f"(kernel {bound.name!r})", what)  # fmt: skip
+        for pool, block, guard, what in self._guarded(
+            checker, subst, [b for _, b in bound.buffers]
+        ):
+            guard.check(
+                pool.queue,
+                block,
+                f"KernelCapture.replay: recorded command {i} (kernel {bound.name!r})",
+                what,
+            )
 
 
 def _issue(segments: list[Segment], keep: list[Any] | None, ends: bool) -> cl.Event | None:
@@ -331,9 +363,14 @@ def _segments(ops: Sequence[Op], binds: Binds, subst: Subst) -> list[Segment]:
     return found
 
 
-def _run_scheduled(ops: Sequence[Op], binds: Binds, plan: Schedule, subst: Subst,
-                   keep: list[Any] | None, after: Callable[[int, Any], None] | None,
-                   ) -> cl.Event | None:  # fmt: skip
+def _run_scheduled(
+    ops: Sequence[Op],
+    binds: Binds,
+    plan: Schedule,
+    subst: Subst,
+    keep: list[Any] | None,
+    after: Callable[[int, Any], None] | None,
+) -> cl.Event | None:
     """Enqueue every command as its ``Issue`` of ``plan`` says (then ``after(i, its event)``,
     in checked mode); an event that completes when all of them have (None if there are none)."""
     events: list[Any] = []
@@ -399,18 +436,32 @@ def build(rec: Recording, shared: SharedArena | None = None) -> ReplayProgram:
             host_waits.append((len(ops), raw.events))
         else:
             queues[id(raw.queue)] = raw.queue
-            ops.append(_new(RawTransfer, (raw.entry, raw.fn, raw.args, raw.kwargs, (), None,
-                                          raw.buffers))
-                       if type(raw) is RawTransfer else raw)  # fmt: skip
+            ops.append(
+                _new(RawTransfer, (raw.entry, raw.fn, raw.args, raw.kwargs, (), None, raw.buffers))
+                if type(raw) is RawTransfer
+                else raw
+            )
             finishes += type(raw) is RawFinish
     distinct = {contract.queue_ptr(q): q for q in queues.values()}
     ordered = len(distinct) <= 1 and not any(map(device.out_of_order, distinct.values()))
     # the plan is made from the commands as recorded, events included (host waits index them)
-    plan = None if ordered else schedule(
-        [raw for raw in rec.raw if not isinstance(raw, RawHostWait)], host_waits)
-    program = ReplayProgram(ops, binds, launches, finishes, plan, tuple(binder.opaque),
-                            device.watcher(*distinct.values()), device.checker(),
-                            tuple(distinct.values()), arena)  # fmt: skip
+    plan = (
+        None
+        if ordered
+        else schedule([raw for raw in rec.raw if not isinstance(raw, RawHostWait)], host_waits)
+    )
+    program = ReplayProgram(
+        ops,
+        binds,
+        launches,
+        finishes,
+        plan,
+        tuple(binder.opaque),
+        device.watcher(*distinct.values()),
+        device.checker(),
+        tuple(distinct.values()),
+        arena,
+    )
     if shared is not None and arena.buffers:
         shared.users.add(program)
     return program

@@ -81,26 +81,33 @@ class BufferIndex:
 
     def _check(self, key: Any, value: Any) -> cl.MemoryObjectHolder:
         if isinstance(key, bool) or not isinstance(key, int):
-            raise TypeError(f"{_WHO}: keys must be cl.Buffer.int_ptr values (int), got "
-                            f"{type(key).__name__} {key!r}")
+            raise TypeError(
+                f"{_WHO}: keys must be cl.Buffer.int_ptr values (int), got "
+                f"{type(key).__name__} {key!r}"
+            )
         if (use := self.uses.get(key)) is None:
             known = ", ".join(hex(k) for k in list(self.uses)[:8]) or "none"
-            raise ValueError(f"{_WHO}: key {key:#x} matches no buffer of the recorded arguments "
-                             f"(recorded buffers: {known}{', ...' if len(self.uses) > 8 else ''})")
+            raise ValueError(
+                f"{_WHO}: key {key:#x} matches no buffer of the recorded arguments "
+                f"(recorded buffers: {known}{', ...' if len(self.uses) > 8 else ''})"
+            )
         new, old = value.buffer if isinstance(value, Tensor) else value, use.buffer
         it = f"{_WHO}: the replacement for {key:#x}"
         if not isinstance(new, cl.MemoryObjectHolder):
             raise TypeError(f"{it} must be a cl.Buffer (or Tensor), got {type(value).__name__}")
         if isinstance(new, cl.Image) != isinstance(old, cl.Image):
-            raise TypeError(f"{it} is a {type(new).__name__}, the recorded object a "
-                            f"{type(old).__name__}")
+            raise TypeError(
+                f"{it} is a {type(new).__name__}, the recorded object a {type(old).__name__}"
+            )
         if new.context.int_ptr != old.context.int_ptr:
             raise ValueError(f"{it} belongs to another OpenCL context than the recorded buffer")
         need = self._need(key, use)
         if int(new.size) < need.nbytes:
-            raise ValueError(f"{it} holds {int(new.size)} bytes, but recorded command {need.op} "
-                             f"({need.what}) uses {need.nbytes} bytes of it (the recorded buffer "
-                             f"holds {int(old.size)})")
+            raise ValueError(
+                f"{it} holds {int(new.size)} bytes, but recorded command {need.op} "
+                f"({need.what}) uses {need.nbytes} bytes of it (the recorded buffer "
+                f"holds {int(old.size)})"
+            )
         return new
 
     def _need(self, key: int, use: BufferUse) -> _Need:
@@ -120,13 +127,16 @@ class BufferIndex:
             clash = _overlap(op, subst)
             if clash is not None:
                 a, b, target = clash
-                names = [f"key {p:#x}" if p in subst else f"the recorded buffer {p:#x}"
-                         for p in (a, b)]  # fmt: skip
-                raise ValueError(f"{_WHO}: {names[0]} and {names[1]} would both be buffer "
-                                 f"{target:#x}, and recorded command {i} ({op.entry.operation}) "
-                                 "copies from one to the other: its source and destination "
-                                 "would overlap (OpenCL refuses such a copy); map the keys to "
-                                 "different buffers")
+                names = [
+                    f"key {p:#x}" if p in subst else f"the recorded buffer {p:#x}" for p in (a, b)
+                ]
+                raise ValueError(
+                    f"{_WHO}: {names[0]} and {names[1]} would both be buffer "
+                    f"{target:#x}, and recorded command {i} ({op.entry.operation}) "
+                    "copies from one to the other: its source and destination "
+                    "would overlap (OpenCL refuses such a copy); map the keys to "
+                    "different buffers"
+                )
 
 
 def _extent(op: Op, key: int, recorded: int) -> tuple[int, str]:
@@ -144,14 +154,16 @@ def _extent(op: Op, key: int, recorded: int) -> tuple[int, str]:
         mem = bound.get(operand.mem)
         if mem is None or mem_ptr(mem) != key:
             continue
-        count = (memoryview(bound[operand.host]).nbytes if operand.host
-                 else int(bound[operand.count]))  # fmt: skip
+        count = (
+            memoryview(bound[operand.host]).nbytes if operand.host else int(bound[operand.count])
+        )
         need = max(need, int(bound.get(operand.offset) or 0) + count)
     return need, entry.operation
 
 
-def _overlap(op: RawTransfer,
-             subst: Mapping[int, cl.MemoryObjectHolder]) -> tuple[int, int, int] | None:
+def _overlap(
+    op: RawTransfer, subst: Mapping[int, cl.MemoryObjectHolder]
+) -> tuple[int, int, int] | None:
     """(recorded source, recorded destination, the buffer both become) when the substitution
     makes a copy's source and destination overlapping parts of one buffer."""
     bound = op.bound()

@@ -19,9 +19,21 @@ import pyopencl as cl
 from netcl.core import contract
 from netcl.core.contract import EntryPoint
 
-__all__ = ["ArgSet", "CapturedLaunch", "CapturedTransfer", "LaunchShape", "NativeAccess", "Op",
-           "RawFinish", "RawHostWait", "RawLaunch", "RawTransfer", "Recording", "buffers_of",
-           "launch_sizes"]
+__all__ = [
+    "ArgSet",
+    "CapturedLaunch",
+    "CapturedTransfer",
+    "LaunchShape",
+    "NativeAccess",
+    "Op",
+    "RawFinish",
+    "RawHostWait",
+    "RawLaunch",
+    "RawTransfer",
+    "Recording",
+    "buffers_of",
+    "launch_sizes",
+]
 
 _MemoryObject = cl.MemoryObjectHolder
 _retain = contract.retain
@@ -101,17 +113,24 @@ class RawLaunch(NamedTuple):
         gsize, lsize, offset = launch_sizes(shape)
         table = {arg.arg_index: arg.payload for arg in shape.args}
         indices = range(shape.kernel.num_args)
-        args = () if any(i not in table for i in indices) else tuple(
-            _set_value(table[i]) for i in indices)  # fmt: skip
+        args = (
+            ()
+            if any(i not in table for i in indices)
+            else tuple(_set_value(table[i]) for i in indices)
+        )
         return CapturedLaunch(shape.kernel.function_name, shape.queue, gsize, lsize, offset, args)
 
 
 def buffers_of(args: tuple[ArgSet, ...]) -> tuple[tuple[int, cl.MemoryObjectHolder], ...]:
     """(argument index, memory object) of every memory object in an argument table (a payload
     is (index, value...), pairs' and triples' values in a tuple)."""
-    return tuple((arg.arg_index, v) for arg in args for p in arg.payload
-                 for v in (p if isinstance(p, tuple) else (p,))
-                 if isinstance(v, cl.MemoryObjectHolder))  # fmt: skip
+    return tuple(
+        (arg.arg_index, v)
+        for arg in args
+        for p in arg.payload
+        for v in (p if isinstance(p, tuple) else (p,))
+        if isinstance(v, cl.MemoryObjectHolder)
+    )
 
 
 def _set_value(payload: tuple[Any, ...]) -> Any:
@@ -147,15 +166,17 @@ class RawTransfer(NamedTuple):
 
     def record(self) -> CapturedTransfer:
         """The read-only record of this transfer."""
-        return CapturedTransfer(self.entry.operation, self.queue, self.args,
-                                MappingProxyType(dict(self.kwargs)))
+        return CapturedTransfer(
+            self.entry.operation, self.queue, self.args, MappingProxyType(dict(self.kwargs))
+        )
 
     def bound(self) -> dict[str, Any]:
         """The arguments by pyopencl's parameter names."""
         return dict(zip(self.entry.params, self.args, strict=False), **self.kwargs)
 
-    def substituted(self, subst: Mapping[int, cl.MemoryObjectHolder]
-                    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def substituted(
+        self, subst: Mapping[int, cl.MemoryObjectHolder]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The arguments with the substitutes of one replay (keys: recorded int_ptr)."""
         if not subst:
             return self.args, self.kwargs
@@ -270,8 +291,17 @@ class Recording:
 
     # -- notes: what the hooks call after pyopencl's own function returned ----------------
 
-    def new_shape(self, state: _KernelState, kernel: Any, queue: Any, gws: Any, lws: Any,
-                  offset: Any, g_times_l: bool, allow_empty: bool) -> LaunchShape:
+    def new_shape(
+        self,
+        state: _KernelState,
+        kernel: Any,
+        queue: Any,
+        gws: Any,
+        lws: Any,
+        offset: Any,
+        g_times_l: bool,
+        allow_empty: bool,
+    ) -> LaunchShape:
         """The shape of a launch that is not the same objects as the kernel's last one."""
         if state.clone is _UNSET:
             # a copy of the kernel as this launch left it (arguments set before begin()
@@ -301,8 +331,10 @@ class Recording:
                 value = self._hold(value)
                 plain = False
             old = table.get(i)
-            if old is None or old.setter is not setter or not (
-                old.payload[0][1] is value or _same(old.payload[0][1], value)
+            if (
+                old is None
+                or old.setter is not setter
+                or not (old.payload[0][1] is value or _same(old.payload[0][1], value))
             ):
                 table[i] = _new(ArgSet, (i, setter, ((i, value),)))
                 state.snapshot = None
@@ -320,8 +352,12 @@ class Recording:
         for j in range(0, len(flat), 3):
             i, code, value = flat[j], flat[j + 1], self._hold(flat[j + 2])
             old = state.table.get(i)
-            if (old is None or old.setter is not setter or old.payload[0][1] != code
-                    or not _same(old.payload[0][2], value)):
+            if (
+                old is None
+                or old.setter is not setter
+                or old.payload[0][1] != code
+                or not _same(old.payload[0][2], value)
+            ):
                 state.table[i] = _new(ArgSet, (i, setter, ((i, code, value),)))
                 state.snapshot = None
 
@@ -330,29 +366,38 @@ class Recording:
         (kernel, index[, value])."""
         values = args[1:]
         if kwargs:  # set_arg(arg_index=..., arg=...): in parameter order
-            values += tuple(kwargs[n] for n in entry.params[len(values):] if n in kwargs)
+            values += tuple(kwargs[n] for n in entry.params[len(values) :] if n in kwargs)
         state = self._state(args[0])
         state.last = None
         i = int(values[0])
         state.table[i] = _new(ArgSet, (i, setter, (i, *(self._hold(v) for v in values[1:]))))
         state.snapshot = None
 
-    def note_transfer(self, entry: EntryPoint, fn: Fn, args: Args, kwargs: Kwargs,
-                      event: Any) -> None:  # fmt: skip
+    def note_transfer(
+        self, entry: EntryPoint, fn: Fn, args: Args, kwargs: Kwargs, event: Any
+    ) -> None:
         """Record a copy, fill, marker or barrier."""
         at = entry.wait_for
         waits = kwargs.get("wait_for") if len(args) <= at else args[at]
         pos = [self.retain(a) if isinstance(a, _MemoryObject) else a for a in args]
         if len(pos) > at:
             pos[at] = None
-        kw = {k: self.retain(v) if isinstance(v, _MemoryObject) else v
-              for k, v in kwargs.items() if k != "wait_for"}
-        where: list[Where] = [*((i, a) for i, a in enumerate(pos) if isinstance(a, _MemoryObject)),
-                              *((k, v) for k, v in kw.items() if isinstance(v, _MemoryObject))]
+        kw = {
+            k: self.retain(v) if isinstance(v, _MemoryObject) else v
+            for k, v in kwargs.items()
+            if k != "wait_for"
+        }
+        where: list[Where] = [
+            *((i, a) for i, a in enumerate(pos) if isinstance(a, _MemoryObject)),
+            *((k, v) for k, v in kw.items() if isinstance(v, _MemoryObject)),
+        ]
         if entry.word == "copy":
             _resolve_copy_count(entry, pos, kw)
-        self.raw.append(RawTransfer(entry, fn, tuple(pos), kw, tuple(waits) if waits else (),
-                                    event, tuple(where)))
+        self.raw.append(
+            RawTransfer(
+                entry, fn, tuple(pos), kw, tuple(waits) if waits else (), event, tuple(where)
+            )
+        )
 
     def note_finish(self, entry: EntryPoint, fn: Fn, args: Args, kwargs: Kwargs, _: Any) -> None:
         self.raw.append(RawFinish(args[0]))
@@ -372,15 +417,15 @@ class Recording:
         if module == "pyopencl" or module.startswith(_OWN_MODULES):
             return
         code = frame.f_code  # co_qualname: Python 3.11+
-        self.native.setdefault(NativeAccess(module, getattr(code, "co_qualname", code.co_name),
-                                            reached))  # fmt: skip
+        self.native.setdefault(
+            NativeAccess(module, getattr(code, "co_qualname", code.co_name), reached)
+        )
 
 
 def _shape(last: LaunchShape | None, fields: tuple[Any, ...]) -> LaunchShape:
     """``last`` if ``fields`` equal it (sizes compared by value: a loop may pass a new but
     equal tuple each time), else a new shape."""
-    if last is not None and last[7] is fields[7] and last[0] is fields[0] \
-            and last[1] is fields[1]:
+    if last is not None and last[7] is fields[7] and last[0] is fields[0] and last[1] is fields[1]:
         try:
             if last[2:7] == fields[2:7]:
                 return last
@@ -403,8 +448,11 @@ _COPIED = (np.ndarray, bytearray, memoryview)  # values copied when recorded (mu
 def _same(old: Any, new: Any) -> bool:
     """Whether two values of one argument are the same: identity for objects (a buffer is the
     recording's own reference), the type and bytes for scalars (-0.0 == 0.0, not to a kernel)."""
-    return old is new or (type(old) is type(new) and isinstance(new, _SCALARS)
-                          and np.asarray(old).tobytes() == np.asarray(new).tobytes())
+    return old is new or (
+        type(old) is type(new)
+        and isinstance(new, _SCALARS)
+        and np.asarray(old).tobytes() == np.asarray(new).tobytes()
+    )
 
 
 def _resolve_copy_count(entry: EntryPoint, pos: list[Any], kw: dict[str, Any]) -> None:

@@ -47,9 +47,14 @@ from netcl.runtime.capture._recording import (
 __all__ = ["FORMAT_VERSION", "CaptureFileError", "Loaded", "inspect", "load", "save"]
 
 _CHUNK = 16 << 20  # staging buffer size: what saving or loading holds of a buffer in host memory
-_FLAGS = int(cl.mem_flags.READ_WRITE | cl.mem_flags.READ_ONLY | cl.mem_flags.WRITE_ONLY
-             | cl.mem_flags.HOST_WRITE_ONLY | cl.mem_flags.HOST_READ_ONLY
-             | cl.mem_flags.HOST_NO_ACCESS)  # fmt: skip
+_FLAGS = int(
+    cl.mem_flags.READ_WRITE
+    | cl.mem_flags.READ_ONLY
+    | cl.mem_flags.WRITE_ONLY
+    | cl.mem_flags.HOST_WRITE_ONLY
+    | cl.mem_flags.HOST_READ_ONLY
+    | cl.mem_flags.HOST_NO_ACCESS
+)
 
 log = get_logger("netcl.runtime.capture")
 
@@ -90,8 +95,9 @@ class _Writer:
         data = json.dumps(fmt.dump(manifest), separators=(",", ":")).encode()
         self.f.write(data)
         self.f.seek(0)
-        self.f.write(fmt.HEADER.pack(fmt.MAGIC, FORMAT_VERSION, 0, self.pos, len(data),
-                                     zlib.crc32(data)))  # fmt: skip
+        self.f.write(
+            fmt.HEADER.pack(fmt.MAGIC, FORMAT_VERSION, 0, self.pos, len(data), zlib.crc32(data))
+        )
 
 
 class _Buffers(dict[int, tuple[int, cl.MemoryObjectHolder]]):
@@ -106,8 +112,10 @@ class _Buffers(dict[int, tuple[int, cl.MemoryObjectHolder]]):
         ptr = contract.mem_ptr(mem)
         if (found := self.get(ptr)) is None:
             if mem.get_info(cl.mem_info.TYPE) != cl.mem_object_type.BUFFER:
-                raise CaptureFileError(f"{self.where}: the capture uses an image (a "
-                                       f"{type(mem).__name__}); only buffers can be saved")
+                raise CaptureFileError(
+                    f"{self.where}: the capture uses an image (a "
+                    f"{type(mem).__name__}); only buffers can be saved"
+                )
             parent = mem.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
             if parent is not None:  # a sub-buffer stays one: a region of its saved parent
                 self.parents[ptr] = (self.index(parent), int(mem.get_info(cl.mem_info.OFFSET)))
@@ -124,20 +132,32 @@ class _Buffers(dict[int, tuple[int, cl.MemoryObjectHolder]]):
             code = parts[1] if len(parts) == 3 else value.dtype  # the C type pyopencl packs
             value = np.array(value, code.decode() if isinstance(code, bytes) else code).ravel()[0]
         if isinstance(value, np.generic) and value.dtype.str in fmt.SCALARS:
-            return fmt.Arg(arg.arg_index, None, fmt.Scalar(value.dtype.str, value.tobytes().hex()),
-                           None)  # fmt: skip
+            return fmt.Arg(
+                arg.arg_index, None, fmt.Scalar(value.dtype.str, value.tobytes().hex()), None
+            )
         mem, local = isinstance(value, cl.MemoryObjectHolder), isinstance(value, cl.LocalMemory)
         if value is None or mem or local:
-            return fmt.Arg(arg.arg_index, self.index(value) if mem else None, None,
-                           int(value.size) if local else None)  # fmt: skip
-        raise CaptureFileError(f"{self.where}: kernel argument {arg.arg_index} is a "
-                               f"{type(value).__name__} ({value!r:.60}); a file holds buffers, "
-                               "scalars of one number, local memory and None")
+            return fmt.Arg(
+                arg.arg_index,
+                self.index(value) if mem else None,
+                None,
+                int(value.size) if local else None,
+            )
+        raise CaptureFileError(
+            f"{self.where}: kernel argument {arg.arg_index} is a "
+            f"{type(value).__name__} ({value!r:.60}); a file holds buffers, "
+            "scalars of one number, local memory and None"
+        )
 
 
-def save(path: str | os.PathLike[str], program: ReplayProgram, *, kind: Literal["capture", "step"],
-         roles: Sequence[tuple[str, cl.MemoryObjectHolder]] = (),
-         step: fmt.Step | None = None) -> int:  # fmt: skip
+def save(
+    path: str | os.PathLike[str],
+    program: ReplayProgram,
+    *,
+    kind: Literal["capture", "step"],
+    roles: Sequence[tuple[str, cl.MemoryObjectHolder]] = (),
+    step: fmt.Step | None = None,
+) -> int:
     """Write ``program`` to ``path`` (atomically: a new file replaces the old one at the end).
     ``roles``: (INPUT or OUTPUT, buffer) of a step's argument and output buffers, which become
     the first buffers of the file's table, in this order (the rest are constants or scratch);
@@ -145,13 +165,17 @@ def save(path: str | os.PathLike[str], program: ReplayProgram, *, kind: Literal[
     where = f"save({os.fspath(path)!r})"
     queues = {contract.queue_ptr(op.queue): op.queue for op in program.ops}
     if len(queues) > 1 or program.plan is not None:
-        raise CaptureFileError(f"{where}: the capture uses {len(queues)} queues (or an "
-                               "out-of-order queue); only a capture on one in-order queue can "
-                               "be saved")  # fmt: skip
+        raise CaptureFileError(
+            f"{where}: the capture uses {len(queues)} queues (or an "
+            "out-of-order queue); only a capture on one in-order queue can "
+            "be saved"
+        )
     if program.opaque_launches:
-        raise CaptureFileError(f"{where}: kernels {sorted(program.opaque_launches)} were "
-                               "launched with arguments set before begin(), which the capture "
-                               "does not know: pass the arguments in the call")  # fmt: skip
+        raise CaptureFileError(
+            f"{where}: kernels {sorted(program.opaque_launches)} were "
+            "launched with arguments set before begin(), which the capture "
+            "does not know: pass the arguments in the call"
+        )
     if not program.ops:
         raise CaptureFileError(f"{where}: the capture is empty")
     queue = next(iter(queues.values()))
@@ -163,21 +187,29 @@ def save(path: str | os.PathLike[str], program: ReplayProgram, *, kind: Literal[
         try:
             with open(partial, "wb") as f:
                 writer = _Writer(f)
-                writer.finish(_manifest(writer, program, queue, roles, where)._replace(
-                    kind=kind, created_ns=start, step=step))  # fmt: skip
+                writer.finish(
+                    _manifest(writer, program, queue, roles, where)._replace(
+                        kind=kind, created_ns=start, step=step
+                    )
+                )
             os.replace(partial, target)
         finally:
             partial.unlink(missing_ok=True)
         size = target.stat().st_size
-        span.set_many({tm.BYTES: size, tm.SECTIONS: len(writer.sections),
-                       tm.LAUNCHES: program.num_launches})  # fmt: skip
+        span.set_many(
+            {tm.BYTES: size, tm.SECTIONS: len(writer.sections), tm.LAUNCHES: program.num_launches}
+        )
     log.info("capture_saved", file=str(target), bytes=size, launches=program.num_launches)
     return size
 
 
-def _manifest(writer: _Writer, program: ReplayProgram, queue: cl.CommandQueue,
-              roles: Sequence[tuple[str, cl.MemoryObjectHolder]], where: str
-              ) -> fmt.Manifest:  # fmt: skip
+def _manifest(
+    writer: _Writer,
+    program: ReplayProgram,
+    queue: cl.CommandQueue,
+    roles: Sequence[tuple[str, cl.MemoryObjectHolder]],
+    where: str,
+) -> fmt.Manifest:
     table = _Buffers(where)
     # first: the step refers to them
     role_of: dict[int, Any] = {table.index(buf): role for role, buf in roles}
@@ -201,25 +233,47 @@ def _manifest(writer: _Writer, program: ReplayProgram, queue: cl.CommandQueue,
                     saved_programs[p].kernels.append(name)
                 s = shapes[id(shape)] = len(launches)
                 gsize, lsize, offset = (None if d is None else list(d) for d in launch_sizes(shape))
-                launches.append(fmt.Launch(p, name, gsize or [], lsize, offset, shape.allow_empty,
-                                           [table.arg(a) for a in shape.args]))  # fmt: skip
+                launches.append(
+                    fmt.Launch(
+                        p,
+                        name,
+                        gsize or [],
+                        lsize,
+                        offset,
+                        shape.allow_empty,
+                        [table.arg(a) for a in shape.args],
+                    )
+                )
                 for _, buf in program.binds[id(shape)].buffers:
                     first_write.setdefault(table.index(buf), False)
             commands.append(fmt.Command("launch", s, None, None, None, None, None))
         elif type(op) is RawTransfer:
             if not op.entry.word:
-                raise CaptureFileError(f"{where}: the capture holds a {op.entry.operation}, "
-                                       "which a file cannot hold yet (buffer reads, writes, "
-                                       "copies and fills can)")  # fmt: skip
-            c = fmt.Command(**{k: None for k in fmt.Command._fields} | fmt.transfer(
-                op.entry, op.bound(), table.index,
-                lambda a: writer.add(np.ascontiguousarray(a).view(np.uint8).data.tobytes()),
-                lambda p: np.asarray(p).tobytes().hex()))  # fmt: skip
+                raise CaptureFileError(
+                    f"{where}: the capture holds a {op.entry.operation}, "
+                    "which a file cannot hold yet (buffer reads, writes, "
+                    "copies and fills can)"
+                )
+            c = fmt.Command(
+                **{k: None for k in fmt.Command._fields}
+                | fmt.transfer(
+                    op.entry,
+                    op.bound(),
+                    table.index,
+                    lambda a: writer.add(np.ascontiguousarray(a).view(np.uint8).data.tobytes()),
+                    lambda p: np.asarray(p).tobytes().hex(),
+                )
+            )
             count = writer.sections[c.host].size if c.host is not None else c.count or 0
             for j, (b, at) in enumerate(zip(c.buffers or [], c.offsets or [], strict=True)):
                 # a write, copy or fill overwriting the whole buffer: its contents are not saved
-                first_write.setdefault(b, c.op != "read" and j == len(c.buffers or []) - 1
-                                       and at == 0 and count >= table.sizes[b])  # fmt: skip
+                first_write.setdefault(
+                    b,
+                    c.op != "read"
+                    and j == len(c.buffers or []) - 1
+                    and at == 0
+                    and count >= table.sizes[b],
+                )
             commands.append(c)
         else:
             commands.append(fmt.Command("finish", None, None, None, None, None, None))
@@ -233,12 +287,23 @@ def _manifest(writer: _Writer, program: ReplayProgram, queue: cl.CommandQueue,
         data = None  # a sub-buffer's contents are its parent's
         if role in (CONSTANT, OUTPUT) and not overwritten and parent is None:
             data = writer.add(_download(queue, buf))
-        buffers.append(fmt.Buffer(int(buf.size), int(buf.flags) & _FLAGS, role, data, parent,
-                                  origin))  # fmt: skip
+        buffers.append(
+            fmt.Buffer(int(buf.size), int(buf.flags) & _FLAGS, role, data, parent, origin)
+        )
     dev = queue.device
-    return fmt.Manifest("netcl-capture", FORMAT_VERSION, "capture", 0,
-                        fmt.Device(device_identity(dev), dev.name.strip()), writer.sections,
-                        saved_programs, buffers, launches, commands, None)  # fmt: skip
+    return fmt.Manifest(
+        "netcl-capture",
+        FORMAT_VERSION,
+        "capture",
+        0,
+        fmt.Device(device_identity(dev), dev.name.strip()),
+        writer.sections,
+        saved_programs,
+        buffers,
+        launches,
+        commands,
+        None,
+    )
 
 
 def _save_program(writer: _Writer, prg: Any, dev: cl.Device, where: str) -> fmt.Program:
@@ -247,9 +312,12 @@ def _save_program(writer: _Writer, prg: Any, dev: cl.Device, where: str) -> fmt.
     binary = next((b for d, b in zip(devices, binaries, strict=True) if d == dev), b"")
     source = prg.get_info(cl.program_info.SOURCE) or ""
     options = prg.get_build_info(dev, cl.program_build_info.OPTIONS) or ""
-    return fmt.Program(writer.add(bytes(binary)) if binary else None,
-                       fmt.symbolic(options.strip(), where),
-                       writer.add(source.encode()) if source.strip("\0 \n") else None, [])
+    return fmt.Program(
+        writer.add(bytes(binary)) if binary else None,
+        fmt.symbolic(options.strip(), where),
+        writer.add(source.encode()) if source.strip("\0 \n") else None,
+        [],
+    )
 
 
 def _download(queue: cl.CommandQueue, buf: cl.MemoryObjectHolder) -> Iterator[np.ndarray]:
@@ -321,11 +389,15 @@ def load(path: str | os.PathLike[str], queue: cl.CommandQueue) -> Loaded:
     """Load a saved capture onto ``queue``'s device: its programs (rebuilt from their source
     where the file's device differs), buffers (constants filled) and replay form."""
     if not isinstance(queue, cl.CommandQueue):
-        raise TypeError(f"load({os.fspath(path)!r}): expected a pyopencl CommandQueue, got "
-                        f"{type(queue).__name__}")  # fmt: skip
+        raise TypeError(
+            f"load({os.fspath(path)!r}): expected a pyopencl CommandQueue, got "
+            f"{type(queue).__name__}"
+        )
     if device.out_of_order(queue):
-        raise ValueError(f"load({os.fspath(path)!r}): the queue is out of order; a saved "
-                         "capture replays on an in-order queue")  # fmt: skip
+        raise ValueError(
+            f"load({os.fspath(path)!r}): the queue is out of order; a saved "
+            "capture replays on an in-order queue"
+        )
     with tm.TEL.span(tm.LOAD_SPAN, {tm.FILE: os.fspath(path)}) as span:
         file = _File(path)
         try:
@@ -334,8 +406,14 @@ def load(path: str | os.PathLike[str], queue: cl.CommandQueue) -> Loaded:
             raise file.error(f"the OpenCL driver refused it: {exc}") from None
         finally:
             file.close()
-        span.set_many({tm.BYTES: file.size, tm.SECTIONS: len(file.manifest.sections),
-                       tm.REBUILT: rebuilt, tm.LAUNCHES: loaded.program.num_launches})
+        span.set_many(
+            {
+                tm.BYTES: file.size,
+                tm.SECTIONS: len(file.manifest.sections),
+                tm.REBUILT: rebuilt,
+                tm.LAUNCHES: loaded.program.num_launches,
+            }
+        )
     log.info("capture_loaded", file=file.path, bytes=file.size, rebuilt_programs=rebuilt)
     return loaded
 
@@ -345,8 +423,10 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
     ctx, dev = queue.context, queue.device
     need = sum(b.size for b in m.buffers if b.parent is None)
     if need > dev.global_mem_size:
-        raise file.error(f"its buffers need {need} bytes, more than {dev.name.strip()!r} has "
-                         f"({dev.global_mem_size})")  # fmt: skip
+        raise file.error(
+            f"its buffers need {need} bytes, more than {dev.name.strip()!r} has "
+            f"({dev.global_mem_size})"
+        )
     here, saved = device_identity(dev), m.device.identity
     programs, rebuilt = [], 0
     for i, p in enumerate(m.programs):
@@ -375,15 +455,33 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
         if (kernel := kernels.get((s.program, s.kernel))) is None:
             kernel = kernels[s.program, s.kernel] = cl.Kernel(programs[s.program], s.kernel)
         if sorted(a.index for a in s.args) != list(range(kernel.num_args)):
-            raise file.error(f"launches[{k}].args: kernel {s.kernel!r} has {kernel.num_args} "
-                             f"arguments, as the driver reports; the file sets arguments "
-                             f"{sorted(a.index for a in s.args)}")  # fmt: skip
-        args = tuple(ArgSet(a.index, contract.set_arg, (a.index, buffers[a.buffer]
-                     if a.buffer is not None else cl.LocalMemory(a.local) if a.local else
-                     np.frombuffer(bytes.fromhex(a.scalar.hex), a.scalar.dtype)[0]
-                     if a.scalar else None)) for a in s.args)  # fmt: skip
-        shapes.append(LaunchShape(kernel, queue, s.global_size, s.local_size, s.offset, False,
-                                  s.allow_empty, args))  # fmt: skip
+            raise file.error(
+                f"launches[{k}].args: kernel {s.kernel!r} has {kernel.num_args} "
+                f"arguments, as the driver reports; the file sets arguments "
+                f"{sorted(a.index for a in s.args)}"
+            )
+        args = tuple(
+            ArgSet(
+                a.index,
+                contract.set_arg,
+                (
+                    a.index,
+                    buffers[a.buffer]
+                    if a.buffer is not None
+                    else cl.LocalMemory(a.local)
+                    if a.local
+                    else np.frombuffer(bytes.fromhex(a.scalar.hex), a.scalar.dtype)[0]
+                    if a.scalar
+                    else None,
+                ),
+            )
+            for a in s.args
+        )
+        shapes.append(
+            LaunchShape(
+                kernel, queue, s.global_size, s.local_size, s.offset, False, s.allow_empty, args
+            )
+        )
     rec = Recording()  # the file's commands, as a recording of them would hold them
     for c in m.commands:
         if c.op == "launch":
@@ -393,31 +491,46 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
         else:
             (entry, fn), kwargs = contract.SAVED[c.op], dict[str, Any]()
             for o, k, offset in zip(entry.operands, c.buffers or (), c.offsets or (), strict=True):
-                kwargs |= {o.mem: buffers[k], o.offset: offset, o.count: c.count, o.host: None
-                           if c.host is None else np.frombuffer(file.section(c.host), np.uint8)
-                           .copy(), "pattern": c.pattern and bytes.fromhex(c.pattern)}  # fmt: skip
+                kwargs |= {
+                    o.mem: buffers[k],
+                    o.offset: offset,
+                    o.count: c.count,
+                    o.host: None
+                    if c.host is None
+                    else np.frombuffer(file.section(c.host), np.uint8).copy(),
+                    "pattern": c.pattern and bytes.fromhex(c.pattern),
+                }
             kwargs = {k: v for k, v in kwargs.items() if k and v is not None}
             where = tuple((k, v) for k, v in kwargs.items() if isinstance(v, cl.MemoryObjectHolder))
             rec.raw.append(RawTransfer(entry, fn, (queue,), kwargs, (), None, where))
     return Loaded(build(rec), buffers, m), rebuilt
 
 
-def _rebuild(file: _File, p: fmt.Program, i: int, ctx: cl.Context, dev: cl.Device,
-             saved: str, here: str) -> Any:  # fmt: skip
+def _rebuild(
+    file: _File, p: fmt.Program, i: int, ctx: cl.Context, dev: cl.Device, saved: str, here: str
+) -> Any:
     """Program ``i`` built from its saved source for a device other than the file's."""
     kernels, options = ", ".join(p.kernels), p.options.replace(fmt.INCLUDE, fmt.PYOPENCL)
     if p.source is None:
-        raise file.error(f"it was saved for device {saved!r}; this queue's device is {here!r},"
-                         f" and program {i} (kernels {kernels}) was saved without its source "
-                         "(it was built from a binary), so it cannot be rebuilt here: save the "
-                         "capture on this device, or from a process that built the program "
-                         "from source")  # fmt: skip
+        raise file.error(
+            f"it was saved for device {saved!r}; this queue's device is {here!r},"
+            f" and program {i} (kernels {kernels}) was saved without its source "
+            "(it was built from a binary), so it cannot be rebuilt here: save the "
+            "capture on this device, or from a process that built the program "
+            "from source"
+        )
     try:
         source = file.section(p.source).decode()
     except UnicodeDecodeError:
         raise file.error(f"programs[{i}].source is not UTF-8 text") from None
-    log.info("capture_program_rebuilt", file=file.path, program=i, kernels=kernels,
-             saved_device=saved, device=here)  # fmt: skip
+    log.info(
+        "capture_program_rebuilt",
+        file=file.path,
+        program=i,
+        kernels=kernels,
+        saved_device=saved,
+        device=here,
+    )
     try:
         from netcl.runtime.cache import cacher  # the program cache, where it is installed
     except ImportError:
@@ -438,11 +551,24 @@ def inspect(path: str | os.PathLike[str]) -> dict[str, Any]:
         count["count"] += 1
         count["bytes"] += b.size if b.parent is None else 0
     return {
-        "file": file.path, "bytes": file.size, "format_version": m.version, "kind": m.kind,
-        "name": m.step.name if m.step else None, "device": m.device.name,
-        "device_identity": m.device.identity, "commands": len(m.commands),
-        "launches": sum(c.op == "launch" for c in m.commands), "buffers": roles,
-        "programs": [{"kernels": p.kernels, "options": p.options, "source": p.source is not None,
-                      "binary_bytes": m.sections[p.binary].size if p.binary is not None else 0}
-                     for p in m.programs], "sections": len(m.sections),
-    }  # fmt: skip
+        "file": file.path,
+        "bytes": file.size,
+        "format_version": m.version,
+        "kind": m.kind,
+        "name": m.step.name if m.step else None,
+        "device": m.device.name,
+        "device_identity": m.device.identity,
+        "commands": len(m.commands),
+        "launches": sum(c.op == "launch" for c in m.commands),
+        "buffers": roles,
+        "programs": [
+            {
+                "kernels": p.kernels,
+                "options": p.options,
+                "source": p.source is not None,
+                "binary_bytes": m.sections[p.binary].size if p.binary is not None else 0,
+            }
+            for p in m.programs
+        ],
+        "sections": len(m.sections),
+    }

@@ -45,24 +45,42 @@ GuardKey = tuple[Any, ...]
 
 _Array = cla.Array
 _TENSOR, _ARRAY = "Tensor", "Array"
-_FIELDS = {_TENSOR: ("shape", "dtype", "queue"),
-           _ARRAY: ("shape", "dtype", "strides", "offset", "queue")}  # fmt: skip
+_FIELDS = {
+    _TENSOR: ("shape", "dtype", "queue"),
+    _ARRAY: ("shape", "dtype", "strides", "offset", "queue"),
+}
 _DROPPED, _FAILED = sys.maxsize, sys.maxsize - 1  # warm-up counts of a dropped key: record at once
 
 # By step name; a counter never goes down, so a step's counts outlive the step.
 _RUNS, _CAPTURES, _REPLAYS, _EVICTIONS, _KEPT = (Counts(tm.STEP_NAME) for _ in range(5))
 for _name, _counts, _unit, _what in (
     ("replays", _REPLAYS, "{replay}", "Replays made by captured steps"),
-    ("captures", _CAPTURES, "{capture}",
-     "Captures recorded by captured steps (one per new guard key, again after one was dropped)"),
-    ("runs", _RUNS, "{call}",
-     "Calls of captured steps that ran the function normally (warm-up, check mode, nested)"),
-    ("evictions", _EVICTIONS, "{capture}",
-     "Captures dropped to keep a captured step within max_captures"),
-):  # fmt: skip
+    (
+        "captures",
+        _CAPTURES,
+        "{capture}",
+        "Captures recorded by captured steps (one per new guard key, again after one was dropped)",
+    ),
+    (
+        "runs",
+        _RUNS,
+        "{call}",
+        "Calls of captured steps that ran the function normally (warm-up, check mode, nested)",
+    ),
+    (
+        "evictions",
+        _EVICTIONS,
+        "{capture}",
+        "Captures dropped to keep a captured step within max_captures",
+    ),
+):
     tm.TEL.observable_counter(f"netcl.step.{_name}", _counts.points, _unit, _what)
-tm.TEL.observable_gauge("netcl.step.captures_kept", _KEPT.points, "{capture}",
-                        "Captures a captured step keeps now (at most its max_captures)")
+tm.TEL.observable_gauge(
+    "netcl.step.captures_kept",
+    _KEPT.points,
+    "{capture}",
+    "Captures a captured step keeps now (at most its max_captures)",
+)
 
 
 class StepStats(NamedTuple):
@@ -102,9 +120,17 @@ class CapturedStep(Generic[P, R]):
     replay them with each argument's buffer in place of the recorded one and return the
     recorded call's outputs, which the next call with that key overwrites."""
 
-    def __init__(self, fn: Callable[P, R], *, warmup: int = 1, max_captures: int = 8,
-                 copy_outputs: bool = False, check: bool = False, check_atol: float = 0.0,
-                 name: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        fn: Callable[P, R],
+        *,
+        warmup: int = 1,
+        max_captures: int = 8,
+        copy_outputs: bool = False,
+        check: bool = False,
+        check_atol: float = 0.0,
+        name: str | None = None,
+    ) -> None:
         _check_options(fn, warmup, max_captures, check_atol, name)
         self._fn = fn
         self.name: str = name or getattr(fn, "__qualname__", None) or repr(fn)
@@ -244,13 +270,24 @@ class CapturedStep(Generic[P, R]):
             if evicted:
                 self._evictions += evicted
                 _EVICTIONS.add(evicted, self.name)
-                warn_once(log, ("captured_step_evicted", weakref.ref(self)),
-                          "captured_step_evicted", step=self.name, max_captures=self._max,
-                          reason=reason, detail="more distinct guard keys than max_captures; a "
-                          "non-Tensor argument that changes on every call (a step counter) "
-                          "makes every call a new key")  # fmt: skip
-            span.set_many({tm.LAUNCHES: entry.launches, "netcl.step.evicted": evicted,
-                           "netcl.step.captures_kept": len(self._captures)})  # fmt: skip
+                warn_once(
+                    log,
+                    ("captured_step_evicted", weakref.ref(self)),
+                    "captured_step_evicted",
+                    step=self.name,
+                    max_captures=self._max,
+                    reason=reason,
+                    detail="more distinct guard keys than max_captures; a "
+                    "non-Tensor argument that changes on every call (a step counter) "
+                    "makes every call a new key",
+                )
+            span.set_many(
+                {
+                    tm.LAUNCHES: entry.launches,
+                    "netcl.step.evicted": evicted,
+                    "netcl.step.captures_kept": len(self._captures),
+                }
+            )
         if self._copy:  # copied once the recorded commands are done, whichever queues they used
             for q in {id(op.queue): op.queue for op in cap._program.ops}.values():  # type: ignore[union-attr]
                 q.finish()  # (the recording call waits: it is the one slow call of its key)
@@ -263,8 +300,9 @@ class CapturedStep(Generic[P, R]):
             if event is not None:
                 event.wait()
             normal = self._run(call)
-            found = _compare(_outputs_of(replayed, self.name), _outputs_of(normal, self.name),
-                             self._atol)  # fmt: skip
+            found = _compare(
+                _outputs_of(replayed, self.name), _outputs_of(normal, self.name), self._atol
+            )
             if found is not None:
                 index, diff = found
                 span.set_many({"netcl.step.output": index, "netcl.step.max_abs_diff": diff})
@@ -276,7 +314,10 @@ class CapturedStep(Generic[P, R]):
                     f"diff {diff:.6g}, tolerance {self._atol:g}). The step depends on something "
                     "its guards do not see (a global or closure value that changed, a host-side "
                     "decision): pass it as an argument. The capture was dropped; the next call "
-                    "with these arguments records again.", output=index, max_abs_diff=diff)
+                    "with these arguments records again.",
+                    output=index,
+                    max_abs_diff=diff,
+                )
             entry.pending_check = False
         return _copies(replayed, event) if self._copy else replayed
 
@@ -307,7 +348,8 @@ class CapturedStep(Generic[P, R]):
             if entry is None:
                 raise RuntimeError(
                     f"captured step {self.name}: nothing captured yet: call it {self._warmup + 1}"
-                    " times (the warm-up, then the call that records) before save()")
+                    " times (the warm-up, then the call that records) before save()"
+                )
             return _save(self, entry, path)
 
     @property
@@ -340,8 +382,10 @@ class CapturedStep(Generic[P, R]):
         return self if obj is None else MethodType(self, obj)
 
     def __repr__(self) -> str:
-        return (f"CapturedStep({self.name}, captures={len(self._captures)}/{self._max}, "
-                f"replays={self._replays})")
+        return (
+            f"CapturedStep({self.name}, captures={len(self._captures)}/{self._max}, "
+            f"replays={self._replays})"
+        )
 
 
 class LoadedStep(CapturedStep[..., Any]):
@@ -359,12 +403,15 @@ class LoadedStep(CapturedStep[..., Any]):
         raise ValueError(
             f"loaded step {self.name}: {_change_reason(saved, call.key, self._saved_labels)}; "
             f"a loaded step replays only the call it was saved with, {self._signature}: pass "
-            "arguments like those, or save a capture of these arguments")
+            "arguments like those, or save a capture of these arguments"
+        )
 
 
 def _no_function(*args: Any, **kwargs: Any) -> Any:
-    raise RuntimeError("a loaded step has no function to run: it cannot be called inside a "
-                       "recording (a KernelCapture or another captured step)")
+    raise RuntimeError(
+        "a loaded step has no function to run: it cannot be called inside a "
+        "recording (a KernelCapture or another captured step)"
+    )
 
 
 _VALUES: dict[str, type] = {t.__name__: t for t in (int, float, bool, str, type(None))}
@@ -387,7 +434,8 @@ def _save(step: CapturedStep[Any, Any], entry: _Capture, path: str | os.PathLike
                 f"captured step {step.name}: argument {label} is {_kind(part)} "
                 f"({_short(part[1])}), which a saved step cannot check: a saved step's "
                 "arguments are Tensors, pyopencl Arrays, ints, finite floats, bools, strs or "
-                "None")  # fmt: skip
+                "None"
+            )
     roles = [(_saved.INPUT, program.index.uses[p].buffer) for _, p in entry.slots]
     index = {p: k for k, (_, p) in enumerate(entry.slots)}  # int_ptr -> row of the buffer table
     outputs = []
@@ -406,11 +454,24 @@ def _save(step: CapturedStep[Any, Any], entry: _Capture, path: str | os.PathLike
             found = found._replace(buffer=index[buf.int_ptr])
         outputs.append(found._replace(slot=None if kind == "fixed" else o[0]))
     result = entry.result
-    container: Any = "none" if result is None else type(result).__name__ if isinstance(
-        result, (tuple, list)) else "single"  # fmt: skip
-    signature = fmt.Step(step.name, labels, params, list(names) if names else None,
-                         list(entry.sizes), list(aliasing) if aliasing else None, container,
-                         outputs, [(j, index[p]) for j, p in entry.slots])  # fmt: skip
+    container: Any = (
+        "none"
+        if result is None
+        else type(result).__name__
+        if isinstance(result, (tuple, list))
+        else "single"
+    )
+    signature = fmt.Step(
+        step.name,
+        labels,
+        params,
+        list(names) if names else None,
+        list(entry.sizes),
+        list(aliasing) if aliasing else None,
+        container,
+        outputs,
+        [(j, index[p]) for j, p in entry.slots],
+    )
     return _saved.save(path, program, kind="step", roles=roles, step=signature)
 
 
@@ -433,13 +494,16 @@ def load_step(path: str | os.PathLike[str], queue: cl.CommandQueue) -> LoadedSte
     loaded = _saved.load(path, queue)
     step = loaded.manifest.step
     if loaded.manifest.kind != "step" or step is None:
-        raise _saved.CaptureFileError(f"{os.fspath(path)}: holds a KernelCapture, not a step: "
-                                      "load it with load_capture()")  # fmt: skip
+        raise _saved.CaptureFileError(
+            f"{os.fspath(path)}: holds a KernelCapture, not a step: load it with load_capture()"
+        )
     try:
         return _loaded(loaded, step, queue, os.fspath(path))
     except (IndexError, TypeError, ValueError, ArithmeticError, cl.Error) as exc:
-        raise _saved.CaptureFileError(f"{os.fspath(path)}: its step is not one this file can "
-                                      f"replay ({type(exc).__name__}: {exc})") from None
+        raise _saved.CaptureFileError(
+            f"{os.fspath(path)}: its step is not one this file can "
+            f"replay ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def _loaded(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue, path: str) -> LoadedStep:
@@ -450,8 +514,11 @@ def _loaded(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue, path:
     bufs: list[Any] = []  # per buffer argument: the file's input buffer, or one of its own
     for j, size in enumerate(step.sizes):
         first = aliasing[j] if aliasing else j
-        bufs.append(bufs[first] if first != j else inputs.get(j) or cl.Buffer(
-            queue.context, cl.mem_flags.READ_WRITE, max(size, 1)))  # fmt: skip
+        bufs.append(
+            bufs[first]
+            if first != j
+            else inputs.get(j) or cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, max(size, 1))
+        )
     flat: list[Any] = []
     parts: list[Any] = []
     text = []
@@ -471,17 +538,41 @@ def _loaded(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue, path:
     names = tuple(step.keywords) if step.keywords else None
     npos = len(flat) - len(names or ())
     key = (tuple(parts), names, tuple(aliasing) if aliasing else None)
-    call = _Call(key, tuple(flat[:npos]), dict(zip(names or (), flat[npos:], strict=True)),
-                 tuple(flat), bufs, [b.int_ptr for b in bufs])  # fmt: skip
-    items = [flat[o.index] if o.kind == "arg" else _object(  # type: ignore[index]
-        o.type, o, loaded.buffers[o.buffer] if o.kind == "fixed" else bufs[o.slot],  # type: ignore[index]
-        queue) for o in step.outputs]  # fmt: skip
+    call = _Call(
+        key,
+        tuple(flat[:npos]),
+        dict(zip(names or (), flat[npos:], strict=True)),
+        tuple(flat),
+        bufs,
+        [b.int_ptr for b in bufs],
+    )
+    items = [
+        flat[o.index]
+        if o.kind == "arg"
+        else _object(  # type: ignore[index]
+            o.type,
+            o,
+            loaded.buffers[o.buffer] if o.kind == "fixed" else bufs[o.slot],  # type: ignore[index]
+            queue,
+        )
+        for o in step.outputs
+    ]
     container = step.result
-    result = None if container == "none" else items[0] if container == "single" else (
-        tuple(items) if container == "tuple" else list(items))  # fmt: skip
+    result = (
+        None
+        if container == "none"
+        else items[0]
+        if container == "single"
+        else (tuple(items) if container == "tuple" else list(items))
+    )
     loaded_step = LoadedStep(step.name, list(step.labels), f"({', '.join(text)})")
-    entry = _Capture(_from_program(loaded.program), call, f"loaded from {path}", result,
-                     _outputs_of(result, step.name))  # fmt: skip
+    entry = _Capture(
+        _from_program(loaded.program),
+        call,
+        f"loaded from {path}",
+        result,
+        _outputs_of(result, step.name),
+    )
     loaded_step._captures[key] = loaded_step._mru = entry
     _KEPT.add(1, step.name)
     return loaded_step
@@ -492,8 +583,9 @@ def _object(kind: Any, fields: Any, buf: Any, queue: cl.CommandQueue) -> Any:
     shape, dtype = tuple(fields.shape), np.dtype(fields.dtype)
     if kind == _TENSOR:
         return Tensor(buf, shape, dtype, queue)
-    return _Array(queue, shape, dtype, strides=tuple(fields.strides), data=buf,
-                  offset=fields.offset)
+    return _Array(
+        queue, shape, dtype, strides=tuple(fields.strides), data=buf, offset=fields.offset
+    )
 
 
 def _forget(name: str, captures: OrderedDict[GuardKey, _Capture]) -> None:
@@ -504,11 +596,32 @@ class _Capture:
     """One recorded call of a step: its KernelCapture and, worked out once, which argument
     buffers to substitute, which an argument must not be, how a replay builds the result."""
 
-    __slots__ = ("arrays", "capture", "fixed", "hazard", "key", "launches", "pending_check",
-                 "plain", "plan", "queues", "reason", "result", "scratch", "sizes", "slots")
+    __slots__ = (
+        "arrays",
+        "capture",
+        "fixed",
+        "hazard",
+        "key",
+        "launches",
+        "pending_check",
+        "plain",
+        "plan",
+        "queues",
+        "reason",
+        "result",
+        "scratch",
+        "sizes",
+        "slots",
+    )
 
-    def __init__(self, capture: KernelCapture, call: _Call, reason: str, result: Any,
-                 outputs: tuple[Any, ...]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        capture: KernelCapture,
+        call: _Call,
+        reason: str,
+        result: Any,
+        outputs: tuple[Any, ...],
+    ) -> None:
         program = capture._program  # its buffer index: the buffers the recorded commands use
         assert program is not None  # end() made it
         used, flat, ptrs = program.index.uses, call.flat, call.ptrs
@@ -517,16 +630,22 @@ class _Capture:
         self.pending_check = False  # check mode: the first replay also runs the step
         # (buffer argument position, recorded int_ptr) of the first argument of each buffer
         # the commands use (of every one if some launch had preset, unindexed arguments)
-        self.slots = tuple((j, p) for j, p in enumerate(ptrs) if p not in ptrs[:j]
-                           and (program.opaque_launches or p in used))  # fmt: skip
+        self.slots = tuple(
+            (j, p)
+            for j, p in enumerate(ptrs)
+            if p not in ptrs[:j] and (program.opaque_launches or p in used)
+        )
         self.sizes = [int(b.size) for b in call.bufs]
         # a buffer of the capture that is no argument of the recorded call (an output, an
         # intermediate): passed as an argument, the replay would overwrite it while reading it
         self.hazard = frozenset(used).difference(ptrs)
         # each buffer argument's queue, for its staging copies (else the first command's)
         first = program.ops[0].queue if program.ops else None
-        self.queues: list[Any] = [a.queue or first for a in flat if isinstance(a, Tensor) or (
-            isinstance(a, _Array) and a.base_data is not None)]  # fmt: skip
+        self.queues: list[Any] = [
+            a.queue or first
+            for a in flat
+            if isinstance(a, Tensor) or (isinstance(a, _Array) and a.base_data is not None)
+        ]
         self.scratch: dict[int, cl.Buffer] = {}
         # per output: ("fixed", the recorded object), ("arg", its index among the call's
         # arguments) or ("slot", (buffer position, recorded view of an argument's buffer))
@@ -586,8 +705,10 @@ class _Capture:
                 array.events.append(event)
         if self.fixed:
             return self.result
-        items = [o if kind == "fixed" else flat[o] if kind == "arg" else _view(o[1], bufs[o[0]])
-                 for kind, o in self.plan]  # fmt: skip
+        items = [
+            o if kind == "fixed" else flat[o] if kind == "arg" else _view(o[1], bufs[o[0]])
+            for kind, o in self.plan
+        ]
         if isinstance(self.result, (tuple, list)):
             return type(self.result)(items)
         return items[0] if items else None
@@ -609,7 +730,8 @@ def _outputs_of(result: Any, step: str) -> tuple[Any, ...]:
             raise TypeError(
                 f"captured step {step}: returned {type(item).__name__}{where}; a captured step "
                 "must return None, a Tensor, a pyopencl Array, or a tuple or list of them (a "
-                "host value computed inside the step would not be recomputed by a replay)")
+                "host value computed inside the step would not be recomputed by a replay)"
+            )
     return tuple(items)
 
 
@@ -621,8 +743,13 @@ def _copies(result: Any, event: cl.Event | None) -> Any:
         return None if result is None else result.copy()
     new = Tensor.empty(result.shape, result.dtype, result.queue)
     if result.nbytes:
-        cl.enqueue_copy(result.queue, new.buffer, result.buffer, byte_count=result.nbytes,
-                        wait_for=None if event is None else [event])  # fmt: skip
+        cl.enqueue_copy(
+            result.queue,
+            new.buffer,
+            result.buffer,
+            byte_count=result.nbytes,
+            wait_for=None if event is None else [event],
+        )
     return new
 
 
@@ -671,7 +798,8 @@ def _unhashable(step: str, key: GuardKey, labels: Sequence[str]) -> TypeError:
         f"captured step {step}: argument {labels[i]} is an unhashable "
         f"{type(key[0][i][1]).__name__}; a captured step keys its captures on the "
         "values of its non-Tensor arguments, so they must be hashable: pass a tuple instead of "
-        "a list, a Tensor instead of a numpy array, or read the value from outside the step")
+        "a list, a Tensor instead of a numpy array, or read the value from outside the step"
+    )
 
 
 def _short(value: Any) -> str:
@@ -715,29 +843,49 @@ def _change_reason(old: GuardKey | None, new: GuardKey, labels: Sequence[str]) -
 def _check_options(fn: Any, warmup: Any, max_captures: Any, check_atol: Any, name: Any) -> None:
     """Raise naming the option when an option of capture_step is not valid."""
     if not callable(fn):
-        raise TypeError(f"capture_step: expected a callable step function, got "
-                        f"{type(fn).__name__} {fn!r}")  # fmt: skip
+        raise TypeError(
+            f"capture_step: expected a callable step function, got {type(fn).__name__} {fn!r}"
+        )
     for option, value, least in (("warmup", warmup, 0), ("max_captures", max_captures, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"capture_step: {option} must be an int >= {least}, got {value!r}")
-    if isinstance(check_atol, bool) or not isinstance(check_atol, (int, float)) \
-            or not 0 <= check_atol < math.inf:
-        raise ValueError(f"capture_step: check_atol must be a finite number >= 0, got "
-                         f"{check_atol!r}")  # fmt: skip
+    if (
+        isinstance(check_atol, bool)
+        or not isinstance(check_atol, (int, float))
+        or not 0 <= check_atol < math.inf
+    ):
+        raise ValueError(
+            f"capture_step: check_atol must be a finite number >= 0, got {check_atol!r}"
+        )
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"capture_step: name must be a non-empty str or None, got {name!r}")
 
 
 @overload
-def capture_step(fn: Callable[P, R], /, *, warmup: int = 1, max_captures: int = 8,
-                 copy_outputs: bool = False, check: bool = False, check_atol: float = 0.0,
-                 name: str | None = None) -> CapturedStep[P, R]: ...
+def capture_step(
+    fn: Callable[P, R],
+    /,
+    *,
+    warmup: int = 1,
+    max_captures: int = 8,
+    copy_outputs: bool = False,
+    check: bool = False,
+    check_atol: float = 0.0,
+    name: str | None = None,
+) -> CapturedStep[P, R]: ...
 @overload
-def capture_step(*, warmup: int = 1, max_captures: int = 8, copy_outputs: bool = False,
-                 check: bool = False, check_atol: float = 0.0, name: str | None = None
-                 ) -> Callable[[Callable[P, R]], CapturedStep[P, R]]: ...
-def capture_step(fn: Callable[P, R] | None = None, /, **options: Any
-                 ) -> CapturedStep[P, R] | Callable[[Callable[P, R]], CapturedStep[P, R]]:
+def capture_step(
+    *,
+    warmup: int = 1,
+    max_captures: int = 8,
+    copy_outputs: bool = False,
+    check: bool = False,
+    check_atol: float = 0.0,
+    name: str | None = None,
+) -> Callable[[Callable[P, R]], CapturedStep[P, R]]: ...
+def capture_step(
+    fn: Callable[P, R] | None = None, /, **options: Any
+) -> CapturedStep[P, R] | Callable[[Callable[P, R]], CapturedStep[P, R]]:
     """Decorate a step function so that it is captured and replayed (``@capture_step`` or
     ``@capture_step(max_captures=4, ...)``); returns a :class:`CapturedStep`.
 

@@ -7,10 +7,29 @@ from __future__ import annotations
 from netcl.core import telemetry
 from netcl.runtime.capture.version import __version__
 
-__all__ = ["ARENA", "ARENA_BYTES", "BYTES", "COMMANDS", "FILE", "LAUNCHES", "LOAD_SPAN",
-           "REBOUND", "REBUILT", "RECORDED_LAUNCHES", "RECORD_SPAN", "REPLAYED_LAUNCHES",
-           "REPLAYS", "REPLAY_SPAN", "SAVE_SPAN", "SECTIONS", "STEP_CAPTURE_SPAN",
-           "STEP_CHECK_SPAN", "STEP_NAME", "STEP_REASON", "TEL"]  # fmt: skip
+__all__ = [
+    "ARENA",
+    "ARENA_BYTES",
+    "BYTES",
+    "COMMANDS",
+    "FILE",
+    "LAUNCHES",
+    "LOAD_SPAN",
+    "REBOUND",
+    "REBUILT",
+    "RECORDED_LAUNCHES",
+    "RECORD_SPAN",
+    "REPLAYED_LAUNCHES",
+    "REPLAYS",
+    "REPLAY_SPAN",
+    "SAVE_SPAN",
+    "SECTIONS",
+    "STEP_CAPTURE_SPAN",
+    "STEP_CHECK_SPAN",
+    "STEP_NAME",
+    "STEP_REASON",
+    "TEL",
+]
 
 TEL = telemetry.Scope("netcl.runtime.capture", __version__)
 
@@ -39,11 +58,12 @@ for _name, _totals, _unit, _what in (
     ("replays", REPLAYS, "{replay}", "Replays of captured launch sequences"),
     ("replayed_launches", REPLAYED_LAUNCHES, "{launch}", "Kernel launches enqueued by replays"),
     ("recorded_launches", RECORDED_LAUNCHES, "{launch}", "Kernel launches recorded by captures"),
-):  # fmt: skip
+):
     _totals.add(0)  # reported from import on, 0 before the first replay
     TEL.observable_counter(f"netcl.capture.{_name}", _totals.points, _unit, _what)
 
 ARENA = telemetry.Counts()  # the bytes of the arenas of every live capture (a capture's own memory)
 ARENA.add(0)
-TEL.observable_gauge(ARENA_BYTES, ARENA.points, "By",
-                     "Device bytes of the private arenas of the live captures")
+TEL.observable_gauge(
+    ARENA_BYTES, ARENA.points, "By", "Device bytes of the private arenas of the live captures"
+)

@@ -86,8 +86,17 @@ class _PlannedRun:
     walks (ops over a value table that starts as ``template``: the external inputs, then a slot
     per op), and the sub-buffer views made for the blocks last seen (mutated under ``lock``)."""
 
-    __slots__ = ("blocks", "kept", "lock", "ops", "out_slots", "plan", "run_attrs", "template",
-                 "views")  # fmt: skip
+    __slots__ = (
+        "blocks",
+        "kept",
+        "lock",
+        "ops",
+        "out_slots",
+        "plan",
+        "run_attrs",
+        "template",
+        "views",
+    )
 
     def __init__(self, plan: GraphPlan, graph: Graph, context: cl.Context, checked: bool) -> None:
         self.plan = plan
@@ -108,8 +117,9 @@ class _PlannedRun:
         guards: dict[str, tuple[int, Guard, str]] = {}  # checked mode: each op's output guard
         self.blocks = self._blocks(order, slot, _graph_name(graph), guards if checked else None)
         # outputs' blocks (the run does not release them) with intermediates: these end with it
-        self.kept = tuple(k for k, b in enumerate(self.blocks)
-                          if b.gones and plan.blocks[k].last is None)  # fmt: skip
+        self.kept = tuple(
+            k for k, b in enumerate(self.blocks) if b.gones and plan.blocks[k].last is None
+        )
         self.ops = self._ops(order, slot, guards)
         self.out_slots = tuple(slot[n] for n in plan.outputs)
         self.run_attrs: dict[str, AttributeValue] = {
@@ -125,9 +135,12 @@ class _PlannedRun:
         self.views: list[dict[int, _Views]] = [{} for _ in self.blocks]
 
     def _blocks(
-        self, order: Sequence[Op], slot: dict[int | str, int], graph: str,
+        self,
+        order: Sequence[Op],
+        slot: dict[int | str, int],
+        graph: str,
         guards: dict[str, tuple[int, Guard, str]] | None,
-    ) -> tuple[_BlockSpec, ...]:  # fmt: skip
+    ) -> tuple[_BlockSpec, ...]:
         """The blocks, giving each value its slot: grouped by block (its owner, then its views),
         so that a run puts a block's views into the value table with one slice assignment; in
         checked mode each value's guard (after it, and before it in a view) into ``guards``."""
@@ -153,11 +166,15 @@ class _PlannedRun:
             gone = None  # of the owner, an intermediate
             for op in ops:
                 lt = plan.lifetimes[op.name]
-                ended = None if lt.is_output else Gone(
-                    f"is intermediate {op.name!r} of {graph}: its run ended and its memory now "
-                    f"holds other values; request it as an output (run(graph, outputs=[..., "
-                    f"{op.name!r}])) or copy it inside the op"
-                )  # fmt: skip
+                ended = (
+                    None
+                    if lt.is_output
+                    else Gone(
+                        f"is intermediate {op.name!r} of {graph}: its run ended and its memory now "
+                        f"holds other values; request it as an output (run(graph, outputs=[..., "
+                        f"{op.name!r}])) or copy it inside the op"
+                    )
+                )
                 before = start = 0  # where the value starts in its block, after its guard
                 if op.name == b.owner:
                     gone = ended
@@ -169,16 +186,28 @@ class _PlannedRun:
                     gones.append(ended)  # type: ignore[arg-type]
                 if guards is not None:
                     after = guard_bytes(op.nbytes)
-                    what = (f"its {'output' if lt.is_output else 'intermediate'} {op.name!r} "
-                            f"(shape {op.shape}, {op.dtype}, {op.nbytes} bytes) of {graph}")
-                    guards[op.name] = (len(specs), Guard(start, op.nbytes, before, after,
-                                                         guard_byte(op.index)), what)
-            specs.append(_BlockSpec(b.nbytes, shape, dtype, owner, tuple(views), first_view, gone,
-                                    tuple(gones)))  # fmt: skip
+                    what = (
+                        f"its {'output' if lt.is_output else 'intermediate'} {op.name!r} "
+                        f"(shape {op.shape}, {op.dtype}, {op.nbytes} bytes) of {graph}"
+                    )
+                    guards[op.name] = (
+                        len(specs),
+                        Guard(start, op.nbytes, before, after, guard_byte(op.index)),
+                        what,
+                    )
+            specs.append(
+                _BlockSpec(
+                    b.nbytes, shape, dtype, owner, tuple(views), first_view, gone, tuple(gones)
+                )
+            )
         return tuple(specs)
 
-    def _ops(self, order: Sequence[Op], slot: dict[int | str, int],
-             guards: dict[str, tuple[int, Guard, str]]) -> tuple[_ScheduledOp, ...]:  # fmt: skip
+    def _ops(
+        self,
+        order: Sequence[Op],
+        slot: dict[int | str, int],
+        guards: dict[str, tuple[int, Guard, str]],
+    ) -> tuple[_ScheduledOp, ...]:
         allocs: list[list[int]] = [[] for _ in order]
         frees: list[list[int]] = [[] for _ in order]
         for k, b in enumerate(self.plan.blocks):
@@ -191,13 +220,23 @@ class _PlannedRun:
             if op.dtype not in dtype_names:
                 dtype_names[op.dtype] = op.dtype.name
             attrs: dict[str, AttributeValue] = {
-                tm.NODE_NAME: op.name, tm.NODE_SHAPE: op.shape, tm.NODE_DTYPE: dtype_names[op.dtype]
+                tm.NODE_NAME: op.name,
+                tm.NODE_SHAPE: op.shape,
+                tm.NODE_DTYPE: dtype_names[op.dtype],
             }
             inputs = tuple(slot[x.name if isinstance(x, TensorRef) else id(x)] for x in op.inputs)
             scheduled.append(
-                _ScheduledOp(op.name, op.fn, inputs, slot[op.name], tuple(takes), tuple(gives),
-                             attrs, guards.get(op.name))
-            )  # fmt: skip
+                _ScheduledOp(
+                    op.name,
+                    op.fn,
+                    inputs,
+                    slot[op.name],
+                    tuple(takes),
+                    tuple(gives),
+                    attrs,
+                    guards.get(op.name),
+                )
+            )
         return tuple(scheduled)
 
 
@@ -249,8 +288,13 @@ class GraphExecutor:
             return cached
         from netcl.runtime.graph._plan import build_plan  # the planner loads with a first plan
 
-        plan = build_plan(graph, key, self._alignment, self.pool.block_bytes,
-                          guard_bytes if self._checked else None)
+        plan = build_plan(
+            graph,
+            key,
+            self._alignment,
+            self.pool.block_bytes,
+            guard_bytes if self._checked else None,
+        )
         run = _PlannedRun(plan, graph, self._queue.context, self._checked)
         tm.PLANS_BUILT.add(1)
         with self._lock:
@@ -338,13 +382,18 @@ class GraphExecutor:
                 if hooked:
                     if checked:
                         k, guard, what = node.guard  # type: ignore[misc]
-                        guard.check(queue, taken[k].buffer,  # type: ignore[union-attr]
-                                    f"GraphExecutor.run: op {node.name!r}", what)
+                        guard.check(
+                            queue,
+                            taken[k].buffer,  # type: ignore[union-attr]
+                            f"GraphExecutor.run: op {node.name!r}",
+                            what,
+                        )
                     if collector is not None and marker is not None:
                         # node k's device time: from the marker before it to one enqueued now
                         after = collector.stamp(queue)
-                        collector.watch_markers("graph.node", marker, after,
-                                                name=node.name, parent=span, queue=queue)
+                        collector.watch_markers(
+                            "graph.node", marker, after, name=node.name, parent=span, queue=queue
+                        )
                         marker = after
                     span.end()
                     span = telemetry.NO_SPAN
@@ -377,8 +426,12 @@ class GraphExecutor:
                 t.revoke(gone)
         return [values[i] for i in state.out_slots]
 
-    def _give_back(self, state: _PlannedRun, taken: list[Tensor | None],
-                   ending: list[tuple[tuple[Tensor, Gone], ...]]) -> None:  # fmt: skip
+    def _give_back(
+        self,
+        state: _PlannedRun,
+        taken: list[Tensor | None],
+        ending: list[tuple[tuple[Tensor, Gone], ...]],
+    ) -> None:
         """A failed run: give back every block it took. They are reused only by commands
         enqueued after these (in-order queue, or the barrier on an out-of-order one)."""
         if self._out_of_order:
@@ -394,8 +447,14 @@ class GraphExecutor:
                 if (ended := state.blocks[k].gone) is not None:
                     t.revoke(ended)
 
-    def _take(self, state: _PlannedRun, k: int, taken: list[Tensor | None], values: list[Any],
-              ending: list[tuple[tuple[Tensor, Gone], ...]]) -> None:  # fmt: skip
+    def _take(
+        self,
+        state: _PlannedRun,
+        k: int,
+        taken: list[Tensor | None],
+        values: list[Any],
+        ending: list[tuple[tuple[Tensor, Gone], ...]],
+    ) -> None:
         """Allocate block ``k`` and put it (its owner's Tensor) and its views in the table."""
         spec = state.blocks[k]
         taken[k] = block = self.pool.allocate(spec.shape, spec.dtype, _nbytes=spec.nbytes)
@@ -410,10 +469,15 @@ class GraphExecutor:
             # a Buffer of our own on the pooled block (PooledBuffer has no get_sub_region)
             base = cl.Buffer.from_int_ptr(ptr, retain=True)
             bufs = [base.get_sub_region(v.offset, v.size) for v in spec.views]
-            tensors = tuple(Tensor(b, v.shape, v.dtype, self._queue)
-                            for b, v in zip(bufs, spec.views, strict=True))  # fmt: skip
-            views = _Views(tensors, tuple(zip(tensors, bufs, strict=True)),
-                           tuple(zip(tensors, spec.gones, strict=True)))  # fmt: skip
+            tensors = tuple(
+                Tensor(b, v.shape, v.dtype, self._queue)
+                for b, v in zip(bufs, spec.views, strict=True)
+            )
+            views = _Views(
+                tensors,
+                tuple(zip(tensors, bufs, strict=True)),
+                tuple(zip(tensors, spec.gones, strict=True)),
+            )
             with state.lock:
                 cache = state.views[k]
                 if len(cache) >= _VIEW_CACHE:

@@ -14,6 +14,7 @@ from netcl.core.tensor import Shape, Tensor, normalize_shape
 
 __all__ = ["Graph", "Op", "OpFn", "TensorRef"]
 
+
 @dataclass(frozen=True, slots=True)
 class TensorRef:
     """A placeholder for the output of the op called ``name``.

@@ -224,10 +224,15 @@ def _simulate(layout: _Layout, values: Values) -> Candidate:
         need[k] = max(need[k], off + it.size)
     outs = set(values.outputs)
     blocks = tuple(
-        Block(values.block_bytes(max(need[k], raw.ask)), need[k], first[k],
-              None if raw.owner in outs else end[k], raw.owner)
+        Block(
+            values.block_bytes(max(need[k], raw.ask)),
+            need[k],
+            first[k],
+            None if raw.owner in outs else end[k],
+            raw.owner,
+        )
         for k, raw in enumerate(layout.blocks)
-    )  # fmt: skip
+    )
     taken: defaultdict[int, list[Block]] = defaultdict(list)
     released: defaultdict[int, list[Block]] = defaultdict(list)
     for b in blocks:

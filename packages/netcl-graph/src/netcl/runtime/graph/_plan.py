@@ -121,10 +121,18 @@ def build_plan(
     ranked = rank_layouts(values)
     best = ranked[0]
     lifetimes = {
-        op.name: Lifetime(op.name, it.first, it.last, op.nbytes, it.size, spot.block,
-                          spot.offset, op.name in is_out)
+        op.name: Lifetime(
+            op.name,
+            it.first,
+            it.last,
+            op.nbytes,
+            it.size,
+            spot.block,
+            spot.offset,
+            op.name in is_out,
+        )
         for op, it, spot in zip(order, items, best.where, strict=True)
-    }  # fmt: skip
+    }
     temp_lb = lower_bound([it for it, name in zip(items, names, strict=True) if name not in is_out])
     output_bytes = sum(items[index[n]].size for n in out_names)
     return GraphPlan(
@@ -150,11 +158,13 @@ def build_plan(
     )
 
 
-def padding(nbytes: int, is_output: bool, alignment: int,
-            guard: Callable[[int], int] | None) -> tuple[int, int]:  # fmt: skip
+def padding(
+    nbytes: int, is_output: bool, alignment: int, guard: Callable[[int], int] | None
+) -> tuple[int, int]:
     """(guard bytes before the value, bytes its lifetime takes): its size aligned, at least one
     unit (OpenCL has no 0-byte buffers); in checked mode room for ``guard(nbytes)`` bytes after
     it, and as many before it unless it is an output (which starts its block)."""
+
     def aligned(n: int) -> int:
         return -(-max(n, 1) // alignment) * alignment
 

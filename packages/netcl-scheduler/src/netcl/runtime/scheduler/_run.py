@@ -119,13 +119,24 @@ def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
     )
 
 
-def _watch_plan(collector: Collector, plan: ExecutionPlan, record: PlanRecord,
-                span: Span, begin: cl.Event | None) -> None:  # fmt: skip
+def _watch_plan(
+    collector: Collector,
+    plan: ExecutionPlan,
+    record: PlanRecord,
+    span: Span,
+    begin: cl.Event | None,
+) -> None:
     """Hand the cl.Events the plan's ops returned in this run to the device-time collector
     (``begin``: a plain queue's start stamp)."""
     if events := [e for e in _events(record.results[record.first :]) if isinstance(e, _Event)]:
-        collector.watch("scheduler.plan", events, name=plan.description or None, parent=span,
-                        queue=plan.queue, begin=begin)  # fmt: skip
+        collector.watch(
+            "scheduler.plan",
+            events,
+            name=plan.description or None,
+            parent=span,
+            queue=plan.queue,
+            begin=begin,
+        )
 
 
 def _events(results: Iterable[object]) -> list[EventLike]:
@@ -137,8 +148,9 @@ def _events(results: Iterable[object]) -> list[EventLike]:
 
 def _is_events(value: object) -> bool:
     """Whether an op's non-None return value is an event or a list/tuple of events."""
-    return hasattr(value, "wait") or (isinstance(value, (list, tuple)) and all(
-        v is None or hasattr(v, "wait") for v in value))
+    return hasattr(value, "wait") or (
+        isinstance(value, (list, tuple)) and all(v is None or hasattr(v, "wait") for v in value)
+    )
 
 
 @dataclass(slots=True, eq=False)
@@ -166,8 +178,12 @@ class Run:
         run_span = NO_SPAN
         if traced:
             left = sum(len(p.ops) - len(r.results) for p, r in zip(plans, records, strict=True))
-            attributes = {tm.RUN_PLANS: len(plans), tm.RUN_OPS: left, tm.ASYNC: self.async_mode,
-                          tm.RUN_WAIT: wait}  # fmt: skip
+            attributes = {
+                tm.RUN_PLANS: len(plans),
+                tm.RUN_OPS: left,
+                tm.ASYNC: self.async_mode,
+                tm.RUN_WAIT: wait,
+            }
             run_span = tm.TEL.span(tm.RUN_SPAN, attributes)
         events: list[EventLike] = []
         watched: dict[int, Collector | None] = {}  # watcher() by id(queue), once a run
@@ -176,16 +192,21 @@ class Run:
                 record = records[k]
                 span = NO_SPAN
                 if traced:
-                    span = tm.TEL.span(tm.PLAN_SPAN, {
-                        tm.PLAN_DESCRIPTION: str(plan.description), tm.PLAN_INDEX: k,
-                        tm.PLAN_OPS: len(plan.ops),
-                    })  # fmt: skip
+                    span = tm.TEL.span(
+                        tm.PLAN_SPAN,
+                        {
+                            tm.PLAN_DESCRIPTION: str(plan.description),
+                            tm.PLAN_INDEX: k,
+                            tm.PLAN_OPS: len(plan.ops),
+                        },
+                    )
                 try:
                     if record.ordering is None:  # a resumed record was ordered by its first run
                         record.ordering = (
-                            self._order(plan, record) if self.waited or plan.after
+                            self._order(plan, record)
+                            if self.waited or plan.after
                             else tm.ORDER_NONE
-                        )  # fmt: skip
+                        )
                     self.waited = False
                     record.first = len(record.results)  # before the plan counts as started
                     self.started = k + 1
@@ -274,8 +295,9 @@ class Run:
             r.settled = True
         return tm.ORDER_HOST
 
-    def _issue(self, plan: ExecutionPlan, record: PlanRecord, index: int,
-               checked: Checking | None) -> bool:  # fmt: skip
+    def _issue(
+        self, plan: ExecutionPlan, record: PlanRecord, index: int, checked: Checking | None
+    ) -> bool:
         """Run the plan's ops that have not returned yet; return whether its record has events.
         ``checked``: wait for each op's events and check the checked pools' guards after it."""
         ops = record.ops
@@ -298,19 +320,25 @@ class Run:
                         found = True
                         if not isinstance(result, _Event) and not _is_events(result):
                             raise self._error(
-                                plan, record, len(results) - 1, None,
+                                plan,
+                                record,
+                                len(results) - 1,
+                                None,
                                 f"returned {describe_value(result)}; an op must return None, "
                                 "an event (an object with wait()) or a list/tuple of events",
-                            )  # fmt: skip
+                            )
                 elif callable(getattr(op, "wait", None)):
                     results.append(op)
                     found = True
                 else:
                     raise self._error(
-                        plan, record, len(results), None,
+                        plan,
+                        record,
+                        len(results),
+                        None,
                         "is neither callable nor an event-like object with a wait() method "
                         f"(it is {describe_value(op)})",
-                    )  # fmt: skip
+                    )
                 if checked is not None:
                     self._check_memory(checked, plan, record, index, len(results) - 1)
         finally:  # the plans after this one follow what it did, whether or not an op raised
@@ -324,8 +352,9 @@ class Run:
                 _last_records.pop(id(plan), None)
         return found
 
-    def _check_memory(self, checked: Checking, plan: ExecutionPlan, record: PlanRecord,
-                      index: int, i: int) -> None:  # fmt: skip
+    def _check_memory(
+        self, checked: Checking, plan: ExecutionPlan, record: PlanRecord, index: int, i: int
+    ) -> None:
         """Checked mode, after op ``i`` of ``plan`` (run ``index``): wait for its events, then
         check every guard of the checked pools; MemoryCheckError names the op and the plan."""
         self._wait(_events(record.results[i : i + 1]), [(plan, record)])
@@ -380,9 +409,13 @@ class Run:
         return self._error(plan, record, i, event, what)
 
     def _error(
-        self, plan: ExecutionPlan, record: PlanRecord, op_index: int, event: EventLike | None,
+        self,
+        plan: ExecutionPlan,
+        record: PlanRecord,
+        op_index: int,
+        event: EventLike | None,
         what: str,
-    ) -> SchedulerError:  # fmt: skip
+    ) -> SchedulerError:
         """The error of a run that stopped at op ``op_index`` of ``plan``: ``what`` happened."""
         records = self.records
         index = next((k for k, r in enumerate(records) if r is record), None)  # None: earlier run
@@ -410,10 +443,14 @@ class Run:
         return SchedulerError(
             f"Scheduler.run: op {op_index} ({describe_op(op)}) of {describe_plan(plan, index)} "
             f"{what}{tail}",
-            plan=plan, plan_index=-1 if index is None else index, op=op, op_index=op_index,
-            event=event, unrun_plans=[self.plans[k] for k in unrun],
+            plan=plan,
+            plan_index=-1 if index is None else index,
+            op=op,
+            op_index=op_index,
+            event=event,
+            unrun_plans=[self.plans[k] for k in unrun],
             events=_events(x for r in records[: self.started] for x in r.results),
-        )  # fmt: skip
+        )
 
     def count(self, ok: bool) -> None:
         """Add this run to the scheduler's counters (ops that returned, runs, host waits)."""

@@ -30,15 +30,20 @@ HOST_WAITS = telemetry.Counts(ASYNC)
 RUNS = {result: telemetry.Counts(ASYNC) for result in ("ok", "error")}  # by result, then mode
 
 TEL.observable_counter(
-    "netcl.scheduler.ops", OPS.points, "{op}",
+    "netcl.scheduler.ops",
+    OPS.points,
+    "{op}",
     "Ops run by Scheduler.run (callables called and events collected)",
-)  # fmt: skip
+)
 TEL.observable_counter(
     "netcl.scheduler.runs",
     lambda: [(n, {**attrs, RESULT: r}) for r, runs in RUNS.items() for n, attrs in runs.points()],
-    "{run}", "Scheduler.run calls, by mode and result (ok / error)",
-)  # fmt: skip
+    "{run}",
+    "Scheduler.run calls, by mode and result (ok / error)",
+)
 TEL.observable_counter(
-    "netcl.scheduler.host_waits", HOST_WAITS.points, "{wait}",
+    "netcl.scheduler.host_waits",
+    HOST_WAITS.points,
+    "{wait}",
     "Host waits Scheduler.run made to order a plan after earlier plans",
-)  # fmt: skip
+)
