@@ -547,9 +547,9 @@ def _loaded(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue, path:
         [b.int_ptr for b in bufs],
     )
     items = [
-        flat[o.index]
+        flat[o.index]  # type: ignore[index]
         if o.kind == "arg"
-        else _object(  # type: ignore[index]
+        else _object(
             o.type,
             o,
             loaded.buffers[o.buffer] if o.kind == "fixed" else bufs[o.slot],  # type: ignore[index]

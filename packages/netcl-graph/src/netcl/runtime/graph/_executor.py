@@ -7,7 +7,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, overload
 
 import numpy as np
 import pyopencl as cl
@@ -408,19 +408,9 @@ class GraphExecutor:
         except BaseException as exc:
             span.end(exc)  # the node span still open, if any
             self._give_back(state, taken, ending)
-            if isinstance(exc, MemoryCheckError):
-                raise  # names the op already
-            if node is not None and allocating >= 0 and isinstance(exc, MemoryError):
-                raise MemoryError(
-                    f"GraphExecutor.run: op {node.name!r} needs a block of "
-                    f"{state.blocks[allocating].nbytes} bytes "
-                    f"({_block_role(state.plan, allocating)}) that cannot be allocated: {exc}"
-                ) from exc
-            if node is not None and isinstance(exc, Exception):
-                raise RuntimeError(
-                    f"GraphExecutor.run: op {node.name!r} raised {type(exc).__name__}: {exc}"
-                ) from exc
-            raise  # an interrupt (KeyboardInterrupt, SystemExit) goes on as it is
+            if node is None or isinstance(exc, MemoryCheckError):
+                raise  # nothing ran yet, or the error names the op already
+            _raise_for_op(state, node, allocating, exc)
         for k in state.kept:  # the intermediates in outputs' blocks end with the run
             for t, gone in ending[k]:
                 t.revoke(gone)
@@ -520,3 +510,21 @@ def _output_names(outputs: Sequence[TensorRef | str]) -> tuple[str, ...]:
                 f"GraphExecutor: outputs[{i}] must be a TensorRef or an op name, got {o!r}"
             )
     return tuple(o.name if isinstance(o, TensorRef) else o for o in outputs)
+
+
+def _raise_for_op(
+    state: _PlannedRun, node: _ScheduledOp, allocating: int, exc: BaseException
+) -> NoReturn:
+    """Re-raise what op ``node`` raised as an error that names it (an allocation of its block
+    that failed names the block); an interrupt (KeyboardInterrupt, SystemExit) goes on as it is."""
+    if allocating >= 0 and isinstance(exc, MemoryError):
+        raise MemoryError(
+            f"GraphExecutor.run: op {node.name!r} needs a block of "
+            f"{state.blocks[allocating].nbytes} bytes "
+            f"({_block_role(state.plan, allocating)}) that cannot be allocated: {exc}"
+        ) from exc
+    if isinstance(exc, Exception):
+        raise RuntimeError(
+            f"GraphExecutor.run: op {node.name!r} raised {type(exc).__name__}: {exc}"
+        ) from exc
+    raise exc

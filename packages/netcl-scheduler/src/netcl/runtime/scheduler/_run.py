@@ -119,6 +119,23 @@ def run_order(plans: list[ExecutionPlan]) -> list[ExecutionPlan]:
     )
 
 
+def _begin_watch(
+    plan: ExecutionPlan, watched: dict[int, Collector | None]
+) -> tuple[Collector | None, cl.Event | None]:
+    """Device time only for a plan that names a watched queue (one attribute test per plan
+    otherwise: plans made by submit(op) have no queue); a plain queue's plan starts from a stamp
+    made before its ops. ``watched`` holds watcher() by id(queue), asked once a run."""
+    queue = plan.queue
+    if queue is None:
+        return None, None
+    if id(queue) not in watched:
+        watched[id(queue)] = watcher(queue)
+    collector = watched[id(queue)]
+    if collector is None:
+        return None, None
+    return collector, collector.begin(queue)
+
+
 def _watch_plan(
     collector: Collector,
     plan: ExecutionPlan,
@@ -210,15 +227,7 @@ class Run:
                     self.waited = False
                     record.first = len(record.results)  # before the plan counts as started
                     self.started = k + 1
-                    # device time only for a plan that names a watched queue (one attribute
-                    # test per plan otherwise: plans made by submit(op) have no queue); a plain
-                    # queue's plan starts from a stamp made before its ops
-                    collector = begin = None
-                    if (queue := plan.queue) is not None:
-                        if id(queue) not in watched:
-                            watched[id(queue)] = watcher(queue)
-                        if (collector := watched[id(queue)]) is not None:
-                            begin = collector.begin(queue)
+                    collector, begin = _begin_watch(plan, watched)
                     found = self._issue(plan, record, k, checked)
                     if found and collector is not None:
                         _watch_plan(collector, plan, record, span, begin)
