@@ -1,9 +1,15 @@
 """The packages' structure: no import cycle between their modules (type-only and function-level
-imports count: each is a dependency a reader has to follow), and no code generated at run time."""
+imports count: each is a dependency a reader has to follow), no code generated at run time, seams
+between packages, and the size budget counted on the formatted source.
+
+``python tests/integration/test_structure.py`` prints each package's code lines and the total."""
 
 from __future__ import annotations
 
 import ast
+import io
+import sys
+import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -309,3 +315,53 @@ def test_the_seam_check_passes_a_package_s_own_privates() -> None:
     source = "import sys\nclass A:\n    def f(self, o):\n        o._own = 1\n        self._x = 2\n"
     source += '        return sys.modules.get("opentelemetry.sdk")\n'
     assert seam_breaches("netcl.runtime.graph._executor", source, {"_own"}) == []
+
+
+# -- size: code lines as `ruff format` lays them out (CI checks the layout) ----------------------
+BUDGET = 9_600  # package source, end of the sixth round
+_LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
+
+
+def code_lines(source: str) -> int:
+    """The lines of ``source`` that hold code: blank lines, comments and docstrings (a string
+    that opens a module, class or function body) are not counted, so neither layout nor an
+    explanation moves the figure."""
+    docstrings: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            value = first.value if isinstance(first, ast.Expr) else None
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                docstrings.update(range(value.lineno, (value.end_lineno or 0) + 1))
+    found: set[int] = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in _LAYOUT and token.type != tokenize.ENDMARKER:
+            found.update(range(token.start[0], token.end[0] + 1))
+    return len(found - docstrings)
+
+
+def _sizes() -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for name, path in _modules().items():
+        package = _package(name)
+        sizes[package] = sizes.get(package, 0) + code_lines(path.read_text(encoding="utf-8"))
+    return sizes
+
+
+def test_package_source_is_within_its_budget() -> None:
+    total = sum(_sizes().values())
+    assert total > 5_000  # the count sees the packages at all
+    assert total <= BUDGET, f"package source is {total} code lines, over the budget of {BUDGET}"
+
+
+def test_code_lines_leave_out_layout_comments_and_docstrings() -> None:
+    source = '"""Module."""\n\n# a comment\ndef f(\n    x,\n):\n    """Doc\n    string."""\n'
+    source += "    return (  # why\n        x\n    )\n"
+    assert code_lines(source) == 6
+
+
+if __name__ == "__main__":
+    for package, lines in sorted(_sizes().items()):
+        print(f"{lines:6d}  {package}")
+    print(f"{sum(_sizes().values()):6d}  in all (budget {BUDGET})")
+    sys.exit(0)
