@@ -35,7 +35,7 @@ import pyopencl as cl
 import report
 from kernels import SOURCE, Array, mlp_reference
 
-from netcl.core import _table, device, profiling, telemetry
+from netcl.core import device, profiling, table, telemetry
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
 from netcl.runtime.cache import ProgramCache, cacher
@@ -450,13 +450,13 @@ def _summary(
             ("program cache: damaged entry recompiled", ms(t["rec"])),
             (
                 "global cacher this run",
-                f"{_table.plural(stats.hits, 'hit')}, {_table.plural(stats.compiles, 'compile')}",
+                f"{table.plural(stats.hits, 'hit')}, {table.plural(stats.compiles, 'compile')}",
             ),
             (f"graph: {len(plan.order)} nodes, normal step (median)", ms(med_normal)),
             (f"capture: {c.launches} launches, replay step (median)", ms(med_replay)),
             ("replay speed-up over normal step", f"{med_normal / med_replay:9.2f} x"),
             ("scheduled step: copy in + replay + copy out", ms(statistics.median(scheduled))),
-            ("saved step: file size", f"{_table.human(saved['bytes']):>9}"),
+            ("saved step: file size", f"{table.human(saved['bytes']):>9}"),
             ("saved step loaded elsewhere: first result", ms(saved["first"])),
             ("pool peak (plan) / lower bound", f"{plan.peak_bytes} B / {plan.lower_bound} B"),
             ("pool device bytes, layout", f"{plan.pool_device_bytes} B, {plan.strategy}"),

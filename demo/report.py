@@ -9,7 +9,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from netcl.core import _table, profiling, telemetry
+from netcl.core import profiling, table, telemetry
 
 
 class SpanStats(SpanProcessor):
@@ -30,7 +30,7 @@ class SpanStats(SpanProcessor):
             p50, p99 = ns[len(ns) // 2], ns[min(len(ns) - 1, len(ns) * 99 // 100)]
             rows.append((name, len(ns), us(p50), us(p99)))
         head = (f"span ({total} in all)", "count", "p50", "p99")
-        return _table.table(rows, head, right=(1, 2, 3))
+        return table.table(rows, head, right=(1, 2, 3))
 
 
 def us(ns: int) -> str:
@@ -42,7 +42,7 @@ def ms(seconds: float) -> str:
 
 
 def rows(pairs: list[tuple[str, str]]) -> list[str]:
-    return _table.pairs(pairs)
+    return table.pairs(pairs)
 
 
 def device_time(top: int = 3) -> list[str]:
@@ -59,7 +59,7 @@ def device_time(top: int = 3) -> list[str]:
         for name, (count, seconds) in kernels
     ]
     head = ("device time (profiled)", "count", "total", "mean")
-    return _table.table(rows, head, right=(1, 2, 3))
+    return table.table(rows, head, right=(1, 2, 3))
 
 
 def where(providers: dict[str, Any], prometheus_port: int | None) -> list[str]:

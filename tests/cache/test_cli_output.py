@@ -17,8 +17,8 @@ from typing import Any
 import pyopencl as cl
 import pytest
 
-from netcl.core import _table, cli
-from netcl.core._table import human
+from netcl.core import cli, table
+from netcl.core.table import human
 from netcl.runtime.cache import ProgramCache
 from netcl.runtime.cache._store import COUNTERS, SUFFIX, DiskStore
 
@@ -349,9 +349,9 @@ def test_list_prints_each_entry_and_temporary_file(
         for t in doc["temp_files"]
     ]
     lines = [
-        *_table.table(entry_rows, ["KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"], right=[1]),
+        *table.table(entry_rows, ["KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"], right=[1]),
         "",
-        *_table.table(temp_rows, ["TEMPORARY FILE", "SIZE", "WRITER", "STATE"], right=[1, 2]),
+        *table.table(temp_rows, ["TEMPORARY FILE", "SIZE", "WRITER", "STATE"], right=[1, 2]),
         "4 entries, 2 temporary files",
     ]
     assert out == "\n".join(lines) + "\n" and err == ""

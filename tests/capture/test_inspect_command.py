@@ -15,7 +15,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from netcl.core._table import human
+from netcl.core.table import human
 from netcl.core.tensor import Tensor
 from netcl.runtime.capture import (
     CaptureFileError,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyopencl as cl
 import pytest
 
-from netcl.core import _settings, cli, device
+from netcl.core import cli, device, settings
 
 PROFILE_ERROR = (
     "NETCL_PROFILE='sometimes': expected 1 to turn profiling on for the default queue with "
@@ -67,7 +67,7 @@ def test_each_spelling_of_a_profiling_mode_turns_profiling_on(
     if value.strip().lower() == "commands":
         assert device.default_queue(ctx) is device.default_queue(ctx, profiling=True)
     else:  # summary: read as such (what the default queue then is: test_profiling's tests)
-        assert _settings.PROFILE.value() == "summary"
+        assert settings.PROFILE.value() == "summary"
 
 
 def test_an_invalid_profile_value_is_refused_with_the_whole_message(
@@ -201,7 +201,7 @@ def test_config_shows_a_secret_url_without_its_password(
 
 def _all_valid(monkeypatch: pytest.MonkeyPatch) -> None:
     """An environment where every setting is unset or valid (the cache folder given)."""
-    for setting in _settings.SETTINGS:
+    for setting in settings.SETTINGS:
         monkeypatch.delenv(setting.name, raising=False)
     monkeypatch.setenv("NETCL_CACHE_DIR", "/tmp/netcl-config-test")
     monkeypatch.setenv("NETCL_POOL_LIMIT", "50%")
@@ -231,7 +231,7 @@ def test_config_with_every_value_valid_exits_0_with_the_whole_json_document(
     document = json.loads(out)
     assert out == json.dumps(document, indent=2) + "\n"
     docs = {d["name"]: d for d in document["settings"]}
-    assert list(docs)[:6] == [s.name for s in _settings.SETTINGS]  # core's first, in order
+    assert list(docs)[:6] == [s.name for s in settings.SETTINGS]  # core's first, in order
     assert docs["NETCL_TRACE_FILE"] == _TRACE_FILE_DOC
     assert {k: docs["NETCL_POOL_LIMIT"][k] for k in ("value", "source", "default", "error")} == {
         "value": "50%",
@@ -288,48 +288,48 @@ def test_describe_gives_value_source_default_and_error_of_each_state(
     """What ``netcl config`` shows of one setting: the default (text or computed) when unset or
     blank, the value as set otherwise, the parser's whole message when invalid, ``<hidden>``
     for a secret, and the display form of a value shown redacted."""
-    check = _settings.flag("NETCL_TEST_FLAG", "to test")
-    plain = _settings.Setting("NETCL_TEST_FLAG", "0", "a test flag", check)
+    check = settings.flag("NETCL_TEST_FLAG", "to test")
+    plain = settings.Setting("NETCL_TEST_FLAG", "0", "a test flag", check)
     base = {"name": "NETCL_TEST_FLAG", "description": "a test flag", "default": "0"}
     monkeypatch.delenv("NETCL_TEST_FLAG", raising=False)
-    assert _settings.describe(plain) == {**base, "error": None, "value": "0", "source": "default"}
+    assert settings.describe(plain) == {**base, "error": None, "value": "0", "source": "default"}
     monkeypatch.setenv("NETCL_TEST_FLAG", "  ")
-    assert _settings.describe(plain) == {**base, "error": None, "value": "0", "source": "default"}
+    assert settings.describe(plain) == {**base, "error": None, "value": "0", "source": "default"}
     monkeypatch.setenv("NETCL_TEST_FLAG", "yes")
-    assert _settings.describe(plain) == {
+    assert settings.describe(plain) == {
         **base,
         "error": None,
         "value": "yes",
         "source": "environment",
     }
     monkeypatch.setenv("NETCL_TEST_FLAG", "maybe")
-    assert _settings.describe(plain) == {
+    assert settings.describe(plain) == {
         **base,
         "value": "maybe",
         "source": "environment",
         "error": "NETCL_TEST_FLAG='maybe': expected 1 to test or 0 for off (true/false, yes/no "
         "and on/off work too)",
     }
-    computed = _settings.Setting("NETCL_TEST_FLAG", lambda: "computed", "a test flag")
+    computed = settings.Setting("NETCL_TEST_FLAG", lambda: "computed", "a test flag")
     monkeypatch.delenv("NETCL_TEST_FLAG")
-    assert _settings.describe(computed) == {
+    assert settings.describe(computed) == {
         **base,
         "default": "computed",
         "error": None,
         "value": "computed",
         "source": "default",
     }
-    secret = _settings.Setting("NETCL_TEST_FLAG", "(none)", "a test flag", secret=True)
+    secret = settings.Setting("NETCL_TEST_FLAG", "(none)", "a test flag", secret=True)
     monkeypatch.setenv("NETCL_TEST_FLAG", "hunter2")
-    assert _settings.describe(secret) == {
+    assert settings.describe(secret) == {
         **base,
         "default": "(none)",
         "error": None,
         "value": "<hidden>",
         "source": "environment",
     }
-    shown = _settings.Setting("NETCL_TEST_FLAG", "0", "a test flag", shown=lambda raw: raw[:2])
-    assert _settings.describe(shown)["value"] == "hu"
+    shown = settings.Setting("NETCL_TEST_FLAG", "0", "a test flag", shown=lambda raw: raw[:2])
+    assert settings.describe(shown)["value"] == "hu"
 
 
 class _ClosedStream:
@@ -423,7 +423,7 @@ def test_a_plugin_cannot_replace_a_built_in_command(
 
 
 _PLUGIN = """
-from netcl.core._settings import Setting
+from netcl.core.settings import Setting
 
 SETTINGS = (Setting("NETCL_TEST_PLUGIN_LEVEL", "3", "how loud the test plugin is"),)
 

@@ -11,8 +11,8 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from netcl.core._table import table
 from netcl.core.memory import BufferPool
+from netcl.core.table import table
 from netcl.core.tensor import Tensor
 
 ROW = ["aaaa", "b" * 20, "cccc"]  # 4 + 2 + 20 + 2 + 4 = 32 columns

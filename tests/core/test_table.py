@@ -5,38 +5,38 @@ from __future__ import annotations
 
 import pytest
 
-from netcl.core import _table
+from netcl.core import table
 
 
 def test_columns_align_and_numbers_go_right(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)  # pytest's stdout is no terminal: no limit
     rows = [("a", 1, "x"), ("longer", 1234, "")]
-    assert _table.table(rows, ("NAME", "N", "NOTE"), right=(1,)) == [
+    assert table.table(rows, ("NAME", "N", "NOTE"), right=(1,)) == [
         "NAME       N  NOTE",
         "a          1  x",
         "longer  1234",
     ]
-    assert _table.table([]) == []
+    assert table.table([]) == []
 
 
 def test_lines_are_cut_to_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "20")
-    lines = _table.table([("short", "a value much longer than the room left")], ("K", "VALUE"))
+    lines = table.table([("short", "a value much longer than the room left")], ("K", "VALUE"))
     assert all(len(line) <= 20 for line in lines), lines
     assert lines[1].startswith("short  ") and lines[1].endswith("…")
-    (first, second) = _table.pairs([("label", "a value much longer than the room")])
+    (first, second) = table.pairs([("label", "a value much longer than the room")])
     assert first == "label" and second.startswith("    a value") and second.endswith("…")
-    assert _table.pairs([("k", "v"), ("longer", 2)]) == ["k       v", "longer  2"]
+    assert table.pairs([("k", "v"), ("longer", 2)]) == ["k       v", "longer  2"]
 
 
 def test_plural() -> None:
-    assert _table.plural(1, "entry", "entries") == "1 entry"
-    assert _table.plural(2, "entry", "entries") == "2 entries"
-    assert _table.plural(0, "file") == "0 files"
+    assert table.plural(1, "entry", "entries") == "1 entry"
+    assert table.plural(2, "entry", "entries") == "2 entries"
+    assert table.plural(0, "file") == "0 files"
 
 
 def test_human_sizes_step_up_by_1024() -> None:
-    assert [_table.human(n) for n in (512, 1536, 5 << 20, 3 << 30, -2048)] == [
+    assert [table.human(n) for n in (512, 1536, 5 << 20, 3 << 30, -2048)] == [
         "512 B",
         "1.5 KiB",
         "5.0 MiB",
@@ -76,4 +76,4 @@ def test_a_table_too_wide_for_the_terminal_is_narrowed_then_cut(
     (the last of equal ones), none below 4, each cut cell ending in ``…``; a line still too
     long is cut at the terminal's width."""
     monkeypatch.setenv("COLUMNS", columns)
-    assert _table.table(rows, headers, right=right) == expected
+    assert table.table(rows, headers, right=right) == expected

@@ -128,6 +128,12 @@ _CONTRACT = "netcl.core.contract"
 _PYOPENCL = ("pyopencl",)  # module names whose private attributes only the contract may use
 # pyopencl's private names the contract pins: no other module names them, not even as a string
 _NAMES = {e.name for e in contract.ENTRY_POINTS if e.name.startswith("_")}
+_OWNER = ("self", "cls")  # the names a method reaches its own object (or class) by
+# public despite the underscore, so reading them is no breach: named tuples' documented methods
+# and fields (the underscore keeps them from clashing with field names), and sys._getframe
+# (documented in the sys module)
+_PUBLIC = {"_asdict", "_field_defaults", "_fields", "_make", "_replace"}
+_PUBLIC_PATHS = {"sys._getframe"}
 
 
 def _package(module: str) -> str:
@@ -140,45 +146,67 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
+def _bound(body: list[ast.stmt]) -> set[str]:
+    """The names a module or class body binds: assignments, ``def``/``class``, ``__slots__``."""
+    names: set[str] = set()
+    for stmt in body:
+        for target in getattr(stmt, "targets", [getattr(stmt, "target", None)]):
+            if isinstance(target, ast.Name):
+                names.add(target.id)
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(stmt.name)
+        if (
+            isinstance(stmt, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in stmt.targets)
+            and isinstance(stmt.value, (ast.Tuple, ast.List))
+        ):
+            names.update(
+                e.value
+                for e in stmt.value.elts
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            )
+    return names
+
+
+def _class_privates(cls: ast.ClassDef) -> set[str]:
+    """What a class defines: its body's names and every ``self._x = ...``/``cls._x = ...``."""
+    names = _bound(cls.body)
+    for node in ast.walk(cls):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in _OWNER
+        ):
+            names.add(node.attr)
+    return names
+
+
 def _own_privates(modules: dict[str, Path]) -> dict[str, set[str]]:
-    """Per package, the private names its own modules and classes define (module globals,
-    ``self._x = ...``, ``__slots__``, class attributes): what its modules may write on objects
-    (and modules) of its own."""
+    """Per package, the names its own modules and classes define (module globals and functions,
+    ``self._x = ...``, ``__slots__``, class attributes and methods): the private attributes its
+    modules may read."""
     own: dict[str, set[str]] = {}
     for name, path in modules.items():
         names = own.setdefault(_package(name), set())
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        for stmt in tree.body:
-            for target in getattr(stmt, "targets", [getattr(stmt, "target", None)]):
-                if isinstance(target, ast.Name):
-                    names.add(target.id)
+        names |= _bound(tree.body)
         for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.ctx, ast.Store)
-                and (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
-            ):
-                names.add(node.attr)
-            elif isinstance(node, ast.ClassDef):
-                for stmt in node.body:
-                    for target in getattr(stmt, "targets", [getattr(stmt, "target", None)]):
-                        if isinstance(target, ast.Name):
-                            names.add(target.id)
-                    if (
-                        isinstance(stmt, ast.Assign)
-                        and any(
-                            isinstance(t, ast.Name) and t.id == "__slots__" for t in stmt.targets
-                        )
-                        and isinstance(stmt.value, (ast.Tuple, ast.List))
-                    ):
-                        names.update(
-                            e.value
-                            for e in stmt.value.elts
-                            if isinstance(e, ast.Constant) and isinstance(e.value, str)
-                        )
-                    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                        names.add(stmt.name)
+            if isinstance(node, ast.ClassDef):
+                names |= _class_privates(node)
     return own
+
+
+def _class_scopes(tree: ast.AST) -> dict[int, set[str]]:
+    """For each node (by ``id``) inside a class, the names the classes around it define: the
+    private attributes it may write on another instance (``new._x = ...`` in a copy)."""
+    scopes: dict[int, set[str]] = {}
+    for cls in ast.walk(tree):
+        if isinstance(cls, ast.ClassDef):
+            names = _class_privates(cls)
+            for node in ast.walk(cls):
+                scopes[id(node)] = scopes.get(id(node), set()) | names
+    return scopes
 
 
 def _aliases(tree: ast.AST, roots: tuple[str, ...]) -> set[str]:
@@ -196,83 +224,149 @@ def _aliases(tree: ast.AST, roots: tuple[str, ...]) -> set[str]:
     return found
 
 
+def _sys_modules_lookup(node: ast.AST) -> str | None:
+    """``sys.modules["netcl..."]`` / ``sys.modules.get("netcl...")``."""
+    if isinstance(node, ast.Subscript):
+        target, keys = node.value, [node.slice]
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("get", "__getitem__")
+    ):
+        target, keys = node.func.value, node.args[:1]
+    else:
+        return None
+    if not (
+        isinstance(target, ast.Attribute)
+        and target.attr == "modules"
+        and isinstance(target.value, ast.Name)
+        and target.value.id == "sys"
+    ):
+        return None
+    texts = [k.value if isinstance(k, ast.Constant) else ast.unparse(k) for k in keys]
+    if any(str(t).lstrip("f'\"").startswith("netcl") for t in texts):
+        return f"sys.modules lookup of a netcl module ({texts[0]})"
+    return None
+
+
+def _import(name: str, node: ast.AST) -> str | None:
+    """An import of another package's private module or name, or of a pyopencl private module
+    outside the contract (relative imports stay in the package)."""
+    if isinstance(node, ast.Import):
+        paths = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and not node.level:
+        paths = [f"{node.module}.{a.name}" for a in node.names]
+    else:
+        return None
+    for path in paths:
+        root, *rest = path.split(".")
+        if not any(map(_private, rest)):
+            continue
+        if root in _PYOPENCL and name != _CONTRACT:
+            return f"imports a pyopencl private module outside the contract ({path})"
+        if root == "netcl" and _package(path) != _package(name):
+            return f"imports {path}, another package's private module or name (use its public API)"
+    return None
+
+
+def _attribute(
+    name: str, node: ast.AST, own: set[str], scope: set[str], pyopencl: set[str]
+) -> str | None:
+    """A private attribute used across a seam. pyopencl's: anywhere in a chain from a pyopencl
+    name (said once, at the chain's first private), or a name the contract pins, on any object.
+    Another package's: a read of a name the package does not define (through ``self`` too: a
+    private inherited from another package's class), a write (or ``del``) on any object but
+    ``self``/``cls`` outside a class that defines the name (a copy's ``new._x = ...``)."""
+    if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+        return None
+    root, inner = node.value, []
+    while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
+        if isinstance(root, ast.Attribute):
+            inner.append(root.attr)
+        root = root.func if isinstance(root, ast.Call) else root.value
+    contract_own = name == _CONTRACT
+    if isinstance(root, ast.Name) and root.id in pyopencl:
+        if contract_own or any(map(_private, inner)):
+            return None
+        return f"pyopencl private {ast.unparse(node)} outside the contract (netcl/core/contract.py)"
+    if node.attr in _NAMES and not contract_own:
+        return f"reaches pyopencl's private {node.attr!r} outside the contract"
+    if isinstance(node.ctx, ast.Load):
+        # the contract reads pyopencl's privates on pyopencl's objects: what it is there for
+        if node.attr in own or node.attr in _PUBLIC or contract_own:
+            return None
+        if ast.unparse(node) in _PUBLIC_PATHS:
+            return None
+        return f"reads {ast.unparse(node)}, a private attribute its package does not define"
+    if (isinstance(node.value, ast.Name) and node.value.id in _OWNER) or node.attr in scope:
+        return None
+    return (
+        f"writes {ast.unparse(node)}, another object's private attribute (only self and cls, "
+        f"or another instance inside a class that defines {node.attr})"
+    )
+
+
+def _item_write(node: ast.AST, scope: set[str]) -> str | None:
+    """``other._x[key] = ...`` (or ``del``): a write into another object's private container,
+    outside a class that defines ``_x``."""
+    if not (isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del))):
+        return None
+    held = node.value
+    if not (isinstance(held, ast.Attribute) and _private(held.attr)) or held.attr in scope:
+        return None
+    if isinstance(held.value, ast.Name) and held.value.id in _OWNER:
+        return None
+    return f"writes into {ast.unparse(held)}, another object's private attribute"
+
+
+def _probe(node: ast.AST, own: set[str], scope: set[str]) -> str | None:
+    """``getattr``/``hasattr`` of a private name the package does not define; ``setattr``/
+    ``delattr`` of one on any object but ``self``/``cls`` outside a class that defines it."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+        and len(node.args) > 1
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+        and _private(node.args[1].value)
+    ):
+        return None
+    attr, target = node.args[1].value, node.args[0]
+    if isinstance(target, ast.Name) and target.id in _OWNER:
+        return None
+    if attr in (own if node.func.id in ("getattr", "hasattr") else scope):
+        return None
+    return f"{node.func.id}(..., {attr!r}) reaches another object's private attribute"
+
+
 def seam_breaches(name: str, source: str, own: set[str]) -> list[str]:
     """What module ``name`` (of a package whose own private names are ``own``) does across a
-    seam: a ``sys.modules`` lookup of a netcl module, a write of (or ``getattr`` on) a private
-    attribute that its package does not define, pyopencl's private names outside the contract,
-    a function over 80 lines. One line per finding, with its line number."""
+    seam: an import of another package's private module, a ``sys.modules`` lookup of a netcl
+    module, a private attribute of another package read or probed, a private attribute of
+    another object written, pyopencl's private names outside the contract, a function over 80
+    lines. One line per finding, with its line number."""
     tree = ast.parse(source)
+    pyopencl = _aliases(tree, _PYOPENCL)
+    scopes = _class_scopes(tree)
     found: list[str] = []
-    pyopencl = _aliases(tree, _PYOPENCL) if name != _CONTRACT else set()
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
-        # sys.modules["netcl..."] / sys.modules.get("netcl...")
-        if isinstance(node, (ast.Subscript, ast.Call)):
-            target = node.value if isinstance(node, ast.Subscript) else node.func
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(target, ast.Attribute)
-                and (target.attr in ("get", "__getitem__"))
-            ):
-                target, keys = target.value, node.args[:1]
-            elif isinstance(node, ast.Subscript):
-                keys = [node.slice]
-            else:
-                keys = []
-            if (
-                isinstance(target, ast.Attribute)
-                and target.attr == "modules"
-                and isinstance(target.value, ast.Name)
-                and target.value.id == "sys"
-            ):
-                texts = [k.value if isinstance(k, ast.Constant) else ast.unparse(k) for k in keys]
-                if any(str(t).lstrip("f'\"").startswith("netcl") for t in texts):
-                    found.append(f"{line}: sys.modules lookup of a netcl module ({texts[0]})")
-        # obj._private = ... on an object that is not the class's own
-        if isinstance(node, ast.Attribute) and _private(node.attr):
-            base = node.value
-            if isinstance(base, ast.Name) and base.id in pyopencl:
-                found.append(
-                    f"{line}: pyopencl private {base.id}.{node.attr} outside the "
-                    "contract (netcl/core/contract.py)"
-                )
-            elif (
-                isinstance(node.ctx, ast.Store)
-                and node.attr not in own
-                and not (isinstance(base, ast.Name) and base.id in ("self", "cls"))
-            ):
-                found.append(
-                    f"{line}: writes {ast.unparse(node)}, another package's private attribute"
-                )
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("getattr", "hasattr", "setattr")
-            and len(node.args) > 1
-            and isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str)
-            and _private(node.args[1].value)
-            and node.args[1].value not in own
+        scope = scopes.get(id(node), set())
+        for finding in (
+            _sys_modules_lookup(node),
+            _import(name, node),
+            _attribute(name, node, own, scope, pyopencl),
+            _probe(node, own, scope),
+            _item_write(node, scope),
         ):
-            found.append(
-                f"{line}: {node.func.id}(..., {node.args[1].value!r}) probes another "
-                "package's private attribute"
-            )
+            if finding:
+                found.append(f"{line}: {finding}")
         if name != _CONTRACT and isinstance(node, ast.Constant) and node.value in _NAMES:
             found.append(
                 f"{line}: names pyopencl's private {node.value!r} outside the contract "
                 "(a word of the contract's instead)"
             )
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and name != _CONTRACT:
-            names = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [f"{node.module}.{a.name}" for a in node.names]
-            )
-            if any(
-                n.startswith("pyopencl.") and any(map(_private, n.split(".")[1:])) for n in names
-            ):
-                found.append(f"{line}: imports a pyopencl private module outside the contract")
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             length = (node.end_lineno or line) - line + 1
             if length > 80:
@@ -297,9 +391,25 @@ def test_packages_meet_at_seams() -> None:
     [
         ('import sys\nm = sys.modules["netcl.core.memory"]\n', "sys.modules lookup"),
         ('import sys\nm = sys.modules.get("netcl.core.memory")\n', "sys.modules lookup"),
+        ("from netcl.core._settings import Setting\n", "imports netcl.core._settings.Setting"),
+        ("from netcl.core import _table\n", "imports netcl.core._table, another package's"),
+        ("import netcl.runtime.cache._store as store\n", "imports netcl.runtime.cache._store"),
+        ("from netcl.runtime.capture import _hidden\n", "another package's private module"),
         ("def f(t):\n    t._buffer = None\n", "writes t._buffer"),
-        ('def f(pool):\n    return getattr(pool, "_guards", {})\n', "probes another package"),
+        ("def f(t):\n    t._own = None\n", "writes t._own"),  # the package's name, not t's
+        ("class A:\n    def f(self, t):\n        t._own = 1\n", "writes t._own"),
+        ("def f(t):\n    del t._own\n", "writes t._own"),
+        ("def f(t, k):\n    t._own[k] = 1\n", "writes into t._own"),
+        ("def f(pool):\n    return pool._guards\n", "reads pool._guards"),
+        ("class P(Pool):\n    def f(self):\n        return self._guards\n", "reads self._g"),
+        ("def f(pool):\n    return pool.guards()._blocks[0]\n", "reads pool.guards()._blocks"),
+        ('def f(pool):\n    return getattr(pool, "_guards", {})\n', "reaches another object's"),
+        ('def f(o):\n    setattr(o, "_own", 1)\n', "setattr(..., '_own')"),
         ("import pyopencl as cl\nf = cl._cl._enqueue_read_buffer\n", "pyopencl private cl._cl"),
+        ("import pyopencl as cl\nf = cl.Kernel._set_arg_buf\n", "private cl.Kernel._set_arg_buf"),
+        ("import pyopencl as cl\nn = cl.Kernel(p, 'k')._wg\n", "pyopencl private cl.Kernel("),
+        ("from pyopencl import Kernel\nf = Kernel._set_arg_null\n", "private Kernel._set_arg"),
+        ("def f(k):\n    return k._set_arg_buf\n", "pyopencl's private '_set_arg_buf'"),
         ("import pyopencl._cl as _cl\n", "pyopencl private module"),
         ('def f(entry):\n    return entry.name == "_enqueue_copy_buffer"\n', "names pyopencl's"),
         ("def f():\n" + "    x = 1\n" * 80, "function f is 81 lines"),
@@ -308,13 +418,45 @@ def test_packages_meet_at_seams() -> None:
 def test_the_seam_check_names_each_breach(source: str, expected: str) -> None:
     found = seam_breaches("netcl.runtime.graph._executor", source, {"_own"})
     assert len(found) == 1 and expected in found[0], found
-    assert found[0].startswith(("2:", "1:")), found
+    assert found[0].startswith(("2:", "1:", "3:")), found
+
+
+_OWN_SOURCE = """
+import sys
+from netcl.runtime.graph import _plan
+from . import _layouts
+
+class A:
+    __slots__ = ("_x",)
+
+    def f(self, o):
+        self._x = o._own
+        cls = type(self)
+        new = cls.__new__(cls)
+        new._x = {}
+        new._x[1] = self._x[0] = o._own
+        return sys.modules.get("opentelemetry.sdk")
+
+    @classmethod
+    def make(cls):
+        cls._count = 0
+
+def g(point):
+    return point._replace(x=sys._getframe(1).f_lineno)._fields
+"""
 
 
 def test_the_seam_check_passes_a_package_s_own_privates() -> None:
-    source = "import sys\nclass A:\n    def f(self, o):\n        o._own = 1\n        self._x = 2\n"
-    source += '        return sys.modules.get("opentelemetry.sdk")\n'
-    assert seam_breaches("netcl.runtime.graph._executor", source, {"_own"}) == []
+    """Its own private modules imported, its own private names read on any object, its own
+    objects written (``self``, ``cls``, and another instance inside the class that defines the
+    name), names public despite the underscore, and the contract's use of pyopencl's privates."""
+    cls = ast.parse(_OWN_SOURCE).body[3]
+    assert isinstance(cls, ast.ClassDef) and _class_privates(cls) >= {"_x", "_count", "f"}
+    own = {"_own", *_class_privates(cls)}  # what _own_privates finds: A's, and _own elsewhere
+    assert seam_breaches("netcl.runtime.graph._executor", _OWN_SOURCE, own) == []
+    contract_source = "import pyopencl as cl\nf = cl.Kernel._set_arg_buf\nn = '_set_arg_buf'\n"
+    contract_source += "def raw(program):\n    return program._prg\n"
+    assert seam_breaches(_CONTRACT, contract_source, set()) == []
 
 
 # -- size: code lines as `ruff format` lays them out (CI checks the layout) ----------------------

@@ -16,14 +16,14 @@ from typing import Any, NamedTuple
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from netcl.core import _settings, paths
+from netcl.core import paths, settings
 
 __all__ = ["DEVICE_PREFIX", "TRACE_FILE_VARIABLE", "ChromeTraceExporter"]
 
 #: Spans whose name starts with this go on a device track.
 DEVICE_PREFIX = "netcl.device."
 #: The variable naming the output file.
-TRACE_FILE_VARIABLE = _settings.TRACE_FILE.name
+TRACE_FILE_VARIABLE = settings.TRACE_FILE.name
 
 
 class _Slice(NamedTuple):
@@ -44,7 +44,7 @@ class ChromeTraceExporter(SpanExporter):
     def __init__(
         self, path: str | os.PathLike[str] | None = None, *, max_spans: int = 1_000_000
     ) -> None:
-        self.path = Path(path or _settings.TRACE_FILE.value(_settings.TRACE_FILE.default_text()))
+        self.path = Path(path or settings.TRACE_FILE.value(settings.TRACE_FILE.default_text()))
         self.max_spans = max_spans
         self._slices: list[_Slice] = []
         self._left_out = 0

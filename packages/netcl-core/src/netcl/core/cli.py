@@ -12,11 +12,11 @@ import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import distributions, entry_points
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
-from netcl.core import _settings, _table
+from netcl.core import settings, table
 
-__all__ = ["main", "register_config", "register_info"]
+__all__ = ["Subcommands", "main", "register_config", "register_info"]
 
 #: Subcommands that other netcl distributions provide: named in a hint when not installed.
 _PROVIDERS = {"cache": "netcl-cache", "capture": "netcl-capture"}
@@ -24,8 +24,22 @@ _PROVIDERS = {"cache": "netcl-cache", "capture": "netcl-capture"}
 _REPO_URL = "https://github.com/OWNER/netcl-runtime"
 
 
+class Subcommands(Protocol):
+    """What a ``netcl.cli`` entry point's ``register`` is given: the ``netcl`` command's
+    subcommands (argparse's subparsers action, a class argparse keeps private)."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        """A new subcommand ``name``, with argparse's keywords (``help``, ``description`` ...)."""
+
+
 class _Parser(argparse.ArgumentParser):
-    """Usage errors in one line on stderr, exit code 2."""
+    """Usage errors in one line on stderr, exit code 2. Each parser is its arguments' default
+    ``parser``, so the deepest subcommand's is the one the arguments carry (a subcommand's
+    values override its parent's)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.set_defaults(parser=self)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
@@ -101,20 +115,11 @@ def _main(argv: list[str]) -> int:
         return 2
     args, extra = parser.parse_known_args(argv)
     if extra:  # reported by the subcommand that was given them: "netcl cache stats: error: ..."
-        _deepest(parser, argv).error(f"unrecognized arguments: {' '.join(extra)}")
+        args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return int(args.func(args) or 0)
 
 
-def _deepest(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
-    """The innermost subcommand parser that ``argv`` names."""
-    for token in argv:
-        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-        if subs and token in subs[0].choices:
-            parser = subs[0].choices[token]
-    return parser
-
-
-def register_info(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_info(sub: Subcommands) -> None:
     """Add the built-in ``info`` subcommand."""
     p = sub.add_parser("info", help="OpenCL platforms and devices, netcl packages, cache location")
     p.set_defaults(func=_info)
@@ -151,7 +156,7 @@ def _info(_: argparse.Namespace) -> int:
     return 0
 
 
-def register_config(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_config(sub: Subcommands) -> None:
     """Add the built-in ``config`` subcommand."""
     p = sub.add_parser(
         "config",
@@ -165,7 +170,7 @@ def register_config(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def _config(args: argparse.Namespace) -> int:
     # core's settings, and those of each package whose netcl.cli entry-point module declares any
-    declared = [("netcl-core", s) for s in _settings.SETTINGS]
+    declared = [("netcl-core", s) for s in settings.SETTINGS]
     for ep in sorted(entry_points(group="netcl.cli"), key=lambda e: e.name):
         try:
             module = importlib.import_module(ep.module)
@@ -174,7 +179,7 @@ def _config(args: argparse.Namespace) -> int:
             continue
         dist = ep.dist.name if ep.dist is not None else ep.name
         declared += [(dist, s) for s in getattr(module, "SETTINGS", ())]
-    docs = [{"package": pkg, **_settings.describe(s)} for pkg, s in declared]
+    docs = [{"package": pkg, **settings.describe(s)} for pkg, s in declared]
     if args.json:
         sys.stdout.write(json.dumps({"settings": docs}, indent=2) + "\n")
     else:
@@ -187,7 +192,7 @@ def _config(args: argparse.Namespace) -> int:
             )
             for d in docs
         ]
-        lines = _table.table(rows, ("SETTING", "VALUE", "SOURCE", "PACKAGE"))
+        lines = table.table(rows, ("SETTING", "VALUE", "SOURCE", "PACKAGE"))
         sys.stdout.write("\n".join(lines) + "\n")
     bad = [d["error"] for d in docs if d["error"]]
     for error in bad:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyopencl as cl
 
-from netcl.core import _settings
+from netcl.core import settings
 
 if TYPE_CHECKING:
     from netcl.core.profiling import Collector
@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 #: pyopencl's variable choosing the platform and device (``0``, ``0:1``, a name's start).
-CTX_ENV = _settings.PYOPENCL_CTX.name
+CTX_ENV = settings.PYOPENCL_CTX.name
 
 
 class NoDeviceError(RuntimeError):
@@ -49,7 +49,7 @@ _queues: dict[tuple[int, str], cl.CommandQueue] = {}
 def pick_device() -> cl.Device:
     """The device netcl uses by default: ``PYOPENCL_CTX``'s when set, otherwise the first GPU of
     any platform, else the first device of any kind; :class:`NoDeviceError` when there is none."""
-    if _settings.PYOPENCL_CTX.value():
+    if settings.PYOPENCL_CTX.value():
         return _context_from_env().devices[0]
     try:
         platforms = cl.get_platforms()
@@ -72,7 +72,7 @@ def _context_from_env() -> cl.Context:
 def _no_device(why: str) -> NoDeviceError:
     """The one error for every way of finding no device, on one line: what went wrong, the
     variable and its value, every platform and device, and what to do."""
-    value = _settings.PYOPENCL_CTX.value()
+    value = settings.PYOPENCL_CTX.value()
     try:
         platforms = cl.get_platforms()
     except cl.Error:
@@ -112,7 +112,7 @@ def default_context() -> cl.Context:
     global _context
     with _lock:
         if _context is None:
-            from_env = _settings.PYOPENCL_CTX.value()
+            from_env = settings.PYOPENCL_CTX.value()
             _context = _context_from_env() if from_env else cl.Context([pick_device()])
         return _context
 
@@ -126,9 +126,7 @@ def default_queue(
     queue whose units are stamped on a side queue, or, where the device cannot do that (said
     once in the log), a profiling one."""
     setting = (
-        _settings.PROFILE.value("off")
-        if profiling is None
-        else ("commands" if profiling else "off")
+        settings.PROFILE.value("off") if profiling is None else ("commands" if profiling else "off")
     )
     ctx = ctx or default_context()
     key = (ctx.int_ptr, setting)
@@ -156,8 +154,8 @@ def watcher(*queues: cl.CommandQueue) -> Collector | None:
 
 def _summary() -> bool:
     """Whether summary mode is on: set in code (the collector's mode), else by NETCL_PROFILE."""
-    mode = _settings.profile_in_code
-    return mode == "summary" if mode else _settings.PROFILE.raw().strip().lower() == "summary"
+    mode = settings.profile_in_code
+    return mode == "summary" if mode else settings.PROFILE.raw().strip().lower() == "summary"
 
 
 class Checking(Protocol):

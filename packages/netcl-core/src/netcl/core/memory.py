@@ -20,7 +20,7 @@ import pyopencl as cl
 import pyopencl.tools as cltools
 
 from netcl.core import contract, device, telemetry
-from netcl.core._settings import CHECK_MEMORY, POOL_LIMIT
+from netcl.core.settings import CHECK_MEMORY, POOL_LIMIT
 from netcl.core.tensor import _RELEASED, Gone, Shape, Tensor, normalize_shape
 from netcl.core.version import __version__
 
@@ -217,13 +217,6 @@ class _Bin:
     nbytes: int
     direct: bool  # blocks are _DirectBuffers, not pyopencl pool blocks
     free: list[Any] = field(default_factory=list)
-
-
-def _direct_freed(ref: weakref.ref[BufferPool], nbytes: int) -> None:
-    if (pool := ref()) is not None:
-        with pool._lock:
-            pool._direct_bytes -= nbytes
-            pool._direct_blocks -= 1
 
 
 _ids = itertools.count(1)  # default pool names
@@ -521,9 +514,18 @@ class BufferPool:
             if bin_.direct:
                 self._direct_bytes += bin_.nbytes
                 self._direct_blocks += 1
-                freed = weakref.finalize(block, _direct_freed, weakref.ref(self), bin_.nbytes)
+                freed = weakref.finalize(block, self._direct_freed, weakref.ref(self), bin_.nbytes)
                 freed.atexit = False
         return block, new
+
+    @staticmethod
+    def _direct_freed(ref: weakref.ref[BufferPool], nbytes: int) -> None:
+        """A direct block's finalizer: the pool (if still alive; a weak reference, not to keep
+        it) counts the block gone."""
+        if (pool := ref()) is not None:
+            with pool._lock:
+                pool._direct_bytes -= nbytes
+                pool._direct_blocks -= 1
 
     @staticmethod
     def _drop(block: Any, bin_: _Bin) -> None:

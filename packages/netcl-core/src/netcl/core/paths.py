@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from netcl.core._settings import CACHE_DIR
+from netcl.core.settings import CACHE_DIR
 
 __all__ = ["default_cache_dir", "write_atomic"]
 

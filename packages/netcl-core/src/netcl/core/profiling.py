@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, get_args
 
 import pyopencl as cl
 
-from netcl.core import _sdk, _settings, telemetry
+from netcl.core import _sdk, settings, telemetry
 from netcl.core.log import get_logger, warn_once
 from netcl.core.version import __version__
 
@@ -390,7 +390,7 @@ class Collector:
     def mode(self, mode: Mode) -> None:
         if mode not in _MODES:
             raise ValueError(f"profiling: mode {mode!r}; expected one of {', '.join(_MODES)}")
-        self._mode = _settings.profile_in_code = mode  # device.watcher reads it for plain queues
+        self._mode = settings.profile_in_code = mode  # device.watcher reads it for plain queues
 
     # -- hand-off (the caller's thread: no OpenCL call, no wait) -----------------------------
     def watch(
@@ -806,7 +806,7 @@ def _mode_from_setting() -> Mode:
     profiling has always recorded); a bad value is reported where the default queue is made
     and by ``netcl config``, and changes nothing here."""
     try:
-        return "summary" if _settings.PROFILE.value("off") == "summary" else "commands"
+        return "summary" if settings.PROFILE.value("off") == "summary" else "commands"
     except ValueError:
         return "commands"
 

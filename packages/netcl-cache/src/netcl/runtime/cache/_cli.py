@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from netcl.core import _table, paths
-from netcl.core._table import human, plural
+from netcl.core import cli, paths, table
+from netcl.core.table import human, plural
 from netcl.runtime.cache._config import DEFAULT_MAX_BYTES, DISABLE, MAX_BYTES, SETTINGS, parse_size
 from netcl.runtime.cache._entry import EntryError
 from netcl.runtime.cache._remote import remote_info
@@ -39,7 +39,7 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("size: ")) from None
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: cli.Subcommands) -> None:
     """Add the ``cache`` subcommand to the ``netcl`` command."""
     common = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: an option given before the action is not reset by the action's parser
@@ -181,7 +181,7 @@ def _stats(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
         ("bytes read/written", f"{human(doc['bytes_read'])} / {human(doc['bytes_written'])}"),
         ("remote", remote),
     ]
-    return doc, "\n".join(_table.pairs(rows)) + "\n"
+    return doc, "\n".join(table.pairs(rows)) + "\n"
 
 
 def _list(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
@@ -229,12 +229,12 @@ def _list(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
         for t in doc["temp_files"]
     ]
     out = (
-        _table.table(entries, ("KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"), right=(1,))
+        table.table(entries, ("KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"), right=(1,))
         if entries
         else []
     )
     if temps:
-        out += ([""] if out else []) + _table.table(
+        out += ([""] if out else []) + table.table(
             temps, ("TEMPORARY FILE", "SIZE", "WRITER", "STATE"), right=(1, 2)
         )
     out.append(

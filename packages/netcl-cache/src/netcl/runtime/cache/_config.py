@@ -1,4 +1,4 @@
-"""The cache's settings, each declared once (core's :class:`~netcl.core._settings.Setting`) and
+"""The cache's settings, each declared once (core's :class:`~netcl.core.settings.Setting`) and
 read through its declaration. A bad value never fails a lookup: one warning
 ``cache_config_invalid`` per value and process, then the default."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import NamedTuple, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from netcl.core._settings import Setting, flag
 from netcl.core.log import get_logger, warn_once
+from netcl.core.settings import Setting, flag
 
 __all__ = [
     "DEFAULT_MAX_BYTES",

@@ -7,15 +7,15 @@ import argparse
 import json
 import sys
 
-from netcl.core import _table
+from netcl.core import cli, table
 from netcl.runtime.capture._saved import CaptureFileError, inspect
 
 __all__ = ["register"]
 
-_human = _table.human
+_human = table.human
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: cli.Subcommands) -> None:
     """Add the ``capture`` subcommand to the ``netcl`` command."""
     p = sub.add_parser(
         "capture",
@@ -55,10 +55,10 @@ def _inspect(args: argparse.Namespace) -> int:
         ("file", f"{doc['file']} ({_human(doc['bytes'])}, format {doc['format_version']})"),
         ("holds", what),
         ("device", doc["device"]),
-        ("commands", f"{doc['commands']} ({_table.plural(doc['launches'], 'launch', 'launches')})"),
+        ("commands", f"{doc['commands']} ({table.plural(doc['launches'], 'launch', 'launches')})"),
     ]
-    lines = [*_table.pairs(rows), "", "programs:"]
-    lines += _table.table(
+    lines = [*table.pairs(rows), "", "programs:"]
+    lines += table.table(
         [
             (i, _human(p["binary_bytes"]), "yes" if p["source"] else "no", ", ".join(p["kernels"]))
             for i, p in enumerate(doc["programs"])
@@ -67,7 +67,7 @@ def _inspect(args: argparse.Namespace) -> int:
         right=(0, 1),
     )
     lines += ["", "buffers:"]
-    lines += _table.table(
+    lines += table.table(
         [(role, b["count"], _human(b["bytes"])) for role, b in sorted(doc["buffers"].items())],
         ["role", "count", "bytes"],
         right=(1, 2),

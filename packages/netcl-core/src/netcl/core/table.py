@@ -1,7 +1,7 @@
-"""Plain-text tables for the ``netcl`` command and the demo: labels never run into values,
-lists get a header, counts get the right plural, and a narrow terminal is respected (a cell
-that does not fit is cut with ``…``). Output to a pipe or file is never cut unless ``COLUMNS``
-is set."""
+"""Plain-text tables for the ``netcl`` command (every package's subcommands) and the demo:
+labels never run into values, lists get a header, counts get the right plural, and a narrow
+terminal is respected (a cell that does not fit is cut with ``…``). Output to a pipe or file is
+never cut unless ``COLUMNS`` is set."""
 
 from __future__ import annotations
 

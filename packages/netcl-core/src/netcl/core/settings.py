@@ -1,6 +1,7 @@
 """Settings read from the environment, each declared once and read through its declaration;
 ``netcl config`` lists the declarations of the installed packages: ``SETTINGS`` (a tuple of
-:class:`Setting`) in the module each ``netcl.cli`` entry point names (core's are here)."""
+:class:`Setting`) in the module each ``netcl.cli`` entry point names (core's are here). The
+other netcl packages declare theirs with :class:`Setting` and :func:`flag`."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class Setting:
         return bool(self.raw().strip())
 
     def default_text(self) -> str:
+        """How the default reads (the function called, for a computed default)."""
         return self.default() if callable(self.default) else self.default
 
     def value(self, unset: Any = None) -> Any:
