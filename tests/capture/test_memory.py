@@ -15,6 +15,7 @@ import pyopencl.clmath as clmath
 import pyopencl.tools as cltools
 import pytest
 
+from netcl.core import contract
 from netcl.core.memory import BufferPool
 from netcl.runtime.capture import KernelCapture, _saved, capture_step, load_capture
 
@@ -194,10 +195,10 @@ def test_a_temporary_set_with_set_arg_moves_into_the_arena(queue: cl.CommandQueu
     x = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
     out = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
     cl.enqueue_copy(queue, x, _host(1.0))
-    t = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
-    moved = t.int_ptr  # (read outside the capture: a raw handle read inside it is refused)
     cap = KernelCapture()
     with cap:
+        t = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
+        moved = contract.mem_ptr(t)  # (not t.int_ptr: a raw handle read here is refused)
         twice.set_arg(0, t)
         twice.set_arg(1, x)
         cl.enqueue_nd_range_kernel(queue, twice, (N,), None)
@@ -228,10 +229,10 @@ def test_a_temporary_passed_to_transfers_by_keyword_moves_with_them(
     ctx, rw = queue.context, cl.mem_flags.READ_WRITE
     x, out = cl.Buffer(ctx, rw, NBYTES), cl.Buffer(ctx, rw, NBYTES)
     cl.enqueue_copy(queue, x, _host(1.0))
-    t2 = cl.Buffer(ctx, rw, NBYTES)
-    moved = t2.int_ptr  # (read outside the capture: a raw handle read inside it is refused)
     cap = KernelCapture()
     with cap:
+        t2 = cl.Buffer(ctx, rw, NBYTES)
+        moved = contract.mem_ptr(t2)  # (not t2.int_ptr: a raw handle read here is refused)
         t1 = cl.Buffer(ctx, rw, NBYTES)
         kernels.scale_shift(queue, (N,), None, t1, x, 3.0, 0)  # t1 = 3x, its region's first use
         kernels.add(queue, (N,), None, out, t1, x)

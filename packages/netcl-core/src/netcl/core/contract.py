@@ -56,6 +56,7 @@ Kind = Literal[
     "invoker",
     "handle",
     "wrap",
+    "alloc",
     "replay",
     "program",
 ]
@@ -241,6 +242,12 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
     EntryPoint("pyopencl.MemoryObjectHolder", "int_ptr", "handle", "the caller"),
     EntryPoint("pyopencl.CommandQueue", "from_int_ptr", "wrap", "the caller"),
     EntryPoint("pyopencl.MemoryObject", "from_int_ptr", "wrap", "the caller"),
+    # births: a buffer made while recording is the recorded code's own memory, the only kind a
+    # capture may move into its arena (pyopencl.array, reikna and loopy's code call
+    # `pyopencl.Buffer`; a MemoryPool's block is new when its managed bytes grew)
+    EntryPoint("pyopencl", "Buffer", "alloc", "the buffer made (its birth)"),
+    EntryPoint("pyopencl._cl.MemoryPool", "allocate", "alloc", "the block, when it is new"),
+    EntryPoint("pyopencl._cl.MemoryPool", "__call__", "alloc", "as allocate"),
     # called by the replay, never replaced
     EntryPoint("pyopencl.CommandQueue", "flush", "replay", "nothing"),
     # the cache builds the raw program pyopencl.Program wraps (its `_prg`) with the raw
@@ -260,6 +267,7 @@ _OWNERS: dict[str, Any] = {
     "pyopencl._cl": _cl,
     "pyopencl.invoker": _invoker,
     "pyopencl._cl._Program": _cl._Program,
+    "pyopencl._cl.MemoryPool": _cl.MemoryPool,
 }
 
 

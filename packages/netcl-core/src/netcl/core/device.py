@@ -25,6 +25,7 @@ __all__ = [
     "checker",
     "finish_at_exit",
     "held_blocks",
+    "claim_held",
     "out_of_order",
     "watcher",
 ]
@@ -167,7 +168,14 @@ class Checking(Protocol):
 
 # set by netcl.core.memory as it loads: (its checker(), its held_blocks()). A process that never
 # made a BufferPool never imports it, and has no checked pool and no held block.
-_pools: tuple[Callable[[], Checking | None], Callable[[], set[int]]] | None = None
+_pools: (
+    tuple[
+        Callable[[], Checking | None],
+        Callable[[], set[int]],
+        Callable[[set[int]], list[Any]],
+    ]
+    | None
+) = None
 
 
 def checker() -> Checking | None:
@@ -180,6 +188,13 @@ def held_blocks() -> set[int]:
     """The ``int_ptr`` of every block the live BufferPools hold for reuse (released, not handed
     out again): memory nothing outside its pool can reach. Loads nothing."""
     return set() if _pools is None else _pools[1]()
+
+
+def claim_held(ptrs: set[int]) -> list[Any]:
+    """Take the blocks of ``ptrs`` (by ``int_ptr``) that live BufferPools hold for reuse out of
+    their pools, which count them as in use from then on, and return them: the caller keeps
+    them, and no pool hands them out again. Loads nothing."""
+    return [] if _pools is None else _pools[2](ptrs)
 
 
 def out_of_order(queue: cl.CommandQueue) -> bool:

@@ -182,6 +182,20 @@ def _held_blocks() -> set[int]:
     return found
 
 
+def _claim_held(ptrs: set[int]) -> list[Any]:
+    """Take the held blocks whose ``int_ptr`` is in ``ptrs`` out of their pools, which count
+    them as in use from here on, and return them (:func:`netcl.core.device.claim_held`)."""
+    taken: list[Any] = []
+    for pool in list(_POOLS):
+        with pool._lock:
+            for bin_ in list(pool._bins.values()):
+                for block in [b for b in bin_.free if b.int_ptr in ptrs]:
+                    bin_.free.remove(block)
+                    pool._room -= bin_.nbytes
+                    taken.append(block)
+    return taken
+
+
 def _checker() -> Checker | None:
     """The :class:`Checker` while a checked pool is alive, else None (``device.checker()``)."""
     return _CHECKER if _CHECKED_POOLS else None
@@ -666,4 +680,5 @@ class _CheckedPool(BufferPool):
                 _fill_buffer(self.queue, block, _POISON, 0, guard.nbytes)
 
 
-device._pools = (_checker, _held_blocks)  # the seam: device.checker(), device.held_blocks()
+# the seam: device.checker(), device.held_blocks(), device.claim_held()
+device._pools = (_checker, _held_blocks, _claim_held)

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from netcl.core.contract import BOUND, ORIGINALS, EntryPoint, original
+from netcl.core.contract import BOUND, ORIGINALS, EntryPoint, mem_ptr, original
 from netcl.runtime.capture._recording import Args, Fn, Kwargs, RawLaunch, Recording, _new
 
 __all__ = ["capture_disabled", "install", "is_patched", "reconcile", "thread_records", "uninstall"]
@@ -181,6 +181,52 @@ def _native_hook(entry: EntryPoint, orig: Any) -> Any:
     return property(hook, doc=orig.__doc__) if entry.kind == "handle" else staticmethod(hook)
 
 
+class _BufferStandIn:
+    """``pyopencl.Buffer`` while recording: makes the real class's buffers (nothing of the
+    stand-in outlives the call) and notes, on a recording thread, each one's birth. To code that
+    asks, it is the class: ``isinstance``, ``issubclass``, its attributes, a subclass of it."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        buf = self.cls(*args, **kwargs)
+        if (rec := _tls.rec) is not None and rec.live:
+            rec.born.add(mem_ptr(buf))
+        return buf
+
+    def __instancecheck__(self, obj: Any) -> bool:
+        return isinstance(obj, self.cls)
+
+    def __subclasscheck__(self, cls: type) -> bool:
+        return issubclass(cls, self.cls)
+
+    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type]:
+        return (self.cls,)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cls, name)
+
+
+def _pool_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
+    """A pyopencl ``MemoryPool``'s ``allocate`` / ``__call__``: on a recording thread, a block
+    the pool had to make (its managed bytes grew) is born, one it held since before is not
+    (unless born earlier in this recording: ``born`` has it already). Another thread's
+    allocation from the same pool at the same instant can only make a new block look held."""
+
+    def hook(pool: Any, size: int) -> Any:
+        rec = _tls.rec
+        if rec is None or not rec.live:
+            return orig(pool, size)
+        before = pool.managed_bytes
+        block = orig(pool, size)
+        if pool.managed_bytes > before:
+            rec.born.add(mem_ptr(block))
+        return block
+
+    return _named(hook, orig)
+
+
 _invoker_memo: dict[Any, Any] = {}
 
 
@@ -228,6 +274,8 @@ def _hook_for(entry: EntryPoint, orig: Any) -> Any:
         return _named(_LAUNCH_HOOKS[kind](orig), orig)
     if kind in ("handle", "wrap"):
         return _native_hook(entry, orig)
+    if kind == "alloc":
+        return _BufferStandIn(orig) if isinstance(orig, type) else _pool_hook(orig)
     return _memo_invoker if kind == "invoker" else None
 
 

@@ -50,21 +50,29 @@ class CaptureMemory:
     external_bytes: int
 
 
-def _calibrate() -> int:
-    probe = object()  # held by this local alone, as each candidate is where it is tested
-    return sys.getrefcount(probe)
+def _refs(holder: list[Any]) -> int:
+    """``sys.getrefcount`` of the one object ``holder`` hands over, read from this function's
+    local. Both the calibration (_ALONE, a fresh object) and every candidate go through this
+    same code, so what it relies on is only that one interpreter counts the same bytecode the
+    same way: CPython 3.12 to 3.14 changed how locals' references on the stack are counted
+    (3.14 borrows them), which moves both readings alike. tests/capture/test_memory.py checks
+    it on the Python that runs them."""
+    obj = holder.pop()
+    return sys.getrefcount(obj)
 
 
-_ALONE = _calibrate()  # what sys.getrefcount reads for an object no one else holds
+_ALONE = _refs([object()])  # what _refs reads for an object no one else holds
 
 
 @dataclass(frozen=True)
 class Arena:
     """The arena of one capture: its buffer per context (kept alive by the replay's
-    sub-buffers too) and the figures."""
+    sub-buffers too) and the figures; ``kept``: the application's objects (and pool blocks) of
+    the buffers that existed at begin(), held so that no pool hands their memory out again."""
 
     buffers: tuple[cl.Buffer, ...]
     memory: CaptureMemory
+    kept: tuple[Any, ...] = ()
 
 
 def _uses(raw: Sequence[Any]) -> Iterator[tuple[int, cl.MemoryObjectHolder]]:
@@ -88,15 +96,21 @@ def _uses(raw: Sequence[Any]) -> Iterator[tuple[int, cl.MemoryObjectHolder]]:
             i += 1
 
 
-def _internal(rec: Recording) -> dict[int, cl.MemoryObjectHolder]:
-    """The recorded buffers nothing outside the capture can reach (by int_ptr)."""
+def _internal(rec: Recording) -> tuple[dict[int, cl.MemoryObjectHolder], list[Any]]:
+    """The recorded buffers the capture may move (by int_ptr): born while recording, and
+    nothing outside the capture can reach them. And what it keeps of the buffers that existed
+    at begin(): their contents are an input of every replay, so the application's objects stay
+    alive with the capture (a pyopencl pool block never goes back to its pool), and the blocks a
+    BufferPool holds again are taken out of it."""
+    kept: list[Any] = []
+    born = rec.born
     if rec.native or any(len(s.args) < s.kernel.num_args for s in _launch_shapes(rec.raw)):
-        return {}  # a raw handle reached, or a kernel with arguments set before begin()
+        born = set()  # a raw handle reached, or a kernel with arguments set before begin()
     free = device.held_blocks()
     found: dict[int, cl.MemoryObjectHolder] = {}
     # transfers the contract gives no operands (rectangles, images) stay off sub-buffers:
     # PoCL crashes copying a rectangle out of one, or an image into one
-    kept = {
+    kept_ptrs = {
         _ptr(b)
         for op in rec.raw
         if type(op) is RawTransfer and not op.entry.operands
@@ -106,13 +120,15 @@ def _internal(rec: Recording) -> dict[int, cl.MemoryObjectHolder]:
     for state in rec.kernels.values():
         state.last = None  # a kernel's last arguments as passed: the application's objects
     for ptr in list(users):
-        user = users.pop(ptr)
-        alone = ptr in free or sys.getrefcount(user) <= _ALONE
-        del user  # the application's object: a pool block goes back to its pool with it
+        if ptr not in born:
+            kept.append(users.pop(ptr))
+            continue
+        # the application's object goes with the reading: a pool block back to its pool
+        alone = ptr in free or _refs([users.pop(ptr)]) <= _ALONE
         own = rec.mems[ptr]
         parent = own.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
         if parent is not None:  # a sub-buffer: it and its parent stay where they are
-            kept.add(_ptr(parent))
+            kept_ptrs.add(_ptr(parent))
         elif (
             alone
             and own.get_info(cl.mem_info.TYPE) == cl.mem_object_type.BUFFER
@@ -121,9 +137,10 @@ def _internal(rec: Recording) -> dict[int, cl.MemoryObjectHolder]:
             )
         ):
             found[ptr] = own
-    for ptr in kept:
+    for ptr in kept_ptrs:
         found.pop(ptr, None)
-    return found
+    kept.extend(device.claim_held({p for p in free if p in rec.mems and p not in found}))
+    return found, kept
 
 
 def _may_overlap(ctx: cl.Context) -> bool:
@@ -194,12 +211,12 @@ def plan(rec: Recording, shared: SharedArena | None = None) -> Arena:
     rewrite its commands to use it. On one in-order queue buffers with disjoint lifetimes share
     memory (in ``shared``'s buffers for that queue, where given); across queues (or on an
     out-of-order one) each keeps a region of its own: only recorded events order them."""
-    internal = _internal(rec)
+    internal, kept = _internal(rec)
     rec.users.clear()
     external = {p: b for p, b in rec.mems.items() if p not in internal}
     ext_bytes = sum(int(b.size) for b in external.values())
     if not internal:
-        return Arena((), CaptureMemory(0, 0, 0, len(external), ext_bytes))
+        return Arena((), CaptureMemory(0, 0, 0, len(external), ext_bytes), tuple(kept))
     queues = {
         contract.queue_ptr(q): q
         for q in chain(
@@ -259,9 +276,8 @@ def plan(rec: Recording, shared: SharedArena | None = None) -> Arena:
     before = sum(int(b.size) for b in internal.values())
     for ptr in internal:
         del rec.mems[ptr]  # the recorded buffers go: freed, or back to their pools
-    return Arena(
-        tuple(buffers), CaptureMemory(total, len(internal), before, len(external), ext_bytes)
-    )
+    memory = CaptureMemory(total, len(internal), before, len(external), ext_bytes)
+    return Arena(tuple(buffers), memory, tuple(kept))
 
 
 def _arena_buffer(ctx: cl.Context, nbytes: int) -> cl.Buffer:

@@ -255,6 +255,8 @@ class Recording:
         # int_ptr -> the application's object seen first (end() asks who else holds it: _memory)
         self.users: dict[int, cl.MemoryObjectHolder] = {}
         self.native: dict[NativeAccess, None] = {}  # raw-handle accesses, in order
+        # int_ptr of the buffers made while recording: the only ones end() may move (_memory)
+        self.born: set[int] = set()
 
     @property
     def launches(self) -> int:
@@ -266,6 +268,7 @@ class Recording:
         self.mems = {}
         self.users = {}
         self.native = {}
+        self.born = set()
 
     def retain(self, mem: cl.MemoryObjectHolder) -> cl.MemoryObjectHolder:
         """This recording's reference to ``mem`` (taken on first sight)."""
