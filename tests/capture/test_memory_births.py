@@ -16,6 +16,7 @@ import pyopencl.array as cla
 import pyopencl.tools as cltools
 import pytest
 
+from netcl.core import contract
 from netcl.core.memory import BufferPool
 from netcl.runtime.capture import KernelCapture, _memory, capture_step
 
@@ -158,26 +159,47 @@ def test_a_sub_buffer_of_a_buffer_from_before_begin_keeps_its_parent_s_contents(
     _replays_match(queue, cap, x, out)
 
 
-def test_a_block_a_pool_held_before_begin_and_hands_out_inside_stays(
-    queue: cl.CommandQueue, kernels: Any, rule: str
+@pytest.mark.parametrize("kind", ["BufferPool", "pyopencl MemoryPool"])
+def test_a_block_a_pool_hands_out_inside_is_the_capture_s_and_a_live_one_stays(
+    queue: cl.CommandQueue, kernels: Any, rule: str, kind: str
 ) -> None:
-    """Blocks the pool held since before begin() are not the capture's to move, even when the
-    code takes and releases them inside; blocks it had to make are."""
-    pool = BufferPool(queue)
-    pool.release_all([pool.allocate(N, np.float32) for _ in range(2)])  # two held blocks
+    """A block a pool hands out during the recording is the recorded code's allocation, made
+    now or held since before begin() (its contents are undefined): it may move. A block the
+    application held at begin() stays, with what it holds."""
+    pool: Any = BufferPool(queue) if kind == "BufferPool" else None
+    if pool is None:
+        pool = cltools.MemoryPool(cltools.ImmediateAllocator(queue))
+        allocate, release = (lambda: pool.allocate(NBYTES)), (lambda block: None)
+    else:
+        live = {}
+
+        def allocate() -> Any:
+            t = pool.allocate(N, np.float32)
+            live[contract.mem_ptr(t.buffer)] = t
+            return t.buffer
+
+        def release(block: Any) -> None:
+            pool.release(live.pop(contract.mem_ptr(block)))
+
+    for held in [allocate() for _ in range(2)]:  # two blocks the pool holds at begin()
+        release(held)
+    del held
+    table = allocate()  # the application's, live at begin()
+    cl.enqueue_copy(queue, table, TABLE)
     x = cla.to_device(queue, _host(1.0))
     out = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
     cap = KernelCapture()
     with cap:
-        table = pool.allocate(N, np.float32)  # a held block: stays, and keeps what it gets
-        cl.enqueue_copy(queue, table.buffer, TABLE)
-        tensors = [pool.allocate(N, np.float32) for _ in range(2)]  # one held, one new
-        kernels.add(queue, (N,), None, tensors[0].buffer, x.data, table.buffer)
-        kernels.scale_shift(queue, (N,), None, tensors[1].buffer, tensors[0].buffer, 1.0, 0)
-        kernels.scale_shift(queue, (N,), None, out, tensors[1].buffer, 1.0, 0)
-        pool.release_all([table, *tensors])
+        temps = [allocate() for _ in range(3)]  # two held before, one made now
+        kernels.add(queue, (N,), None, temps[0], x.data, table)
+        kernels.scale_shift(queue, (N,), None, temps[1], temps[0], 1.0, 0)
+        kernels.scale_shift(queue, (N,), None, temps[2], temps[1], 1.0, 0)
+        kernels.scale_shift(queue, (N,), None, out, temps[2], 1.0, 0)
+        for block in [table, *temps]:
+            release(block)
+        del table, temps, block
     mem = cap.memory
-    assert mem is not None and mem.internal == 1 and mem.internal_bytes == pool.block_bytes(NBYTES)
+    assert mem is not None and mem.internal == 3  # the temporaries, not the table
     _replays_match(queue, cap, x, out, (pool,))
 
 

@@ -242,11 +242,11 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
     EntryPoint("pyopencl.MemoryObjectHolder", "int_ptr", "handle", "the caller"),
     EntryPoint("pyopencl.CommandQueue", "from_int_ptr", "wrap", "the caller"),
     EntryPoint("pyopencl.MemoryObject", "from_int_ptr", "wrap", "the caller"),
-    # births: a buffer made while recording is the recorded code's own memory, the only kind a
-    # capture may move into its arena (pyopencl.array, reikna and loopy's code call
-    # `pyopencl.Buffer`; a MemoryPool's block is new when its managed bytes grew)
+    # births: a buffer allocated while recording is the recorded code's own memory, the only
+    # kind a capture may move into its arena (pyopencl.array, reikna and loopy's code call
+    # `pyopencl.Buffer`; a MemoryPool hands out a block made now or of undefined contents)
     EntryPoint("pyopencl", "Buffer", "alloc", "the buffer made (its birth)"),
-    EntryPoint("pyopencl._cl.MemoryPool", "allocate", "alloc", "the block, when it is new"),
+    EntryPoint("pyopencl._cl.MemoryPool", "allocate", "alloc", "the block handed out"),
     EntryPoint("pyopencl._cl.MemoryPool", "__call__", "alloc", "as allocate"),
     # called by the replay, never replaced
     EntryPoint("pyopencl.CommandQueue", "flush", "replay", "nothing"),

@@ -209,18 +209,13 @@ class _BufferStandIn:
 
 
 def _pool_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
-    """A pyopencl ``MemoryPool``'s ``allocate`` / ``__call__``: on a recording thread, a block
-    the pool had to make (its managed bytes grew) is born, one it held since before is not
-    (unless born earlier in this recording: ``born`` has it already). Another thread's
-    allocation from the same pool at the same instant can only make a new block look held."""
+    """A pyopencl ``MemoryPool``'s ``allocate`` / ``__call__``: on a recording thread, the block
+    it hands out is the recorded code's allocation (made now, or held by the pool and so of
+    undefined contents), an arena candidate."""
 
     def hook(pool: Any, size: int) -> Any:
-        rec = _tls.rec
-        if rec is None or not rec.live:
-            return orig(pool, size)
-        before = pool.managed_bytes
         block = orig(pool, size)
-        if pool.managed_bytes > before:
+        if (rec := _tls.rec) is not None and rec.live:
             rec.born.add(mem_ptr(block))
         return block
 

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyopencl as cl
 
-from netcl.core import contract
+from netcl.core import contract, device
 from netcl.core.contract import EntryPoint
 
 __all__ = [
@@ -255,8 +255,10 @@ class Recording:
         # int_ptr -> the application's object seen first (end() asks who else holds it: _memory)
         self.users: dict[int, cl.MemoryObjectHolder] = {}
         self.native: dict[NativeAccess, None] = {}  # raw-handle accesses, in order
-        # int_ptr of the buffers made while recording: the only ones end() may move (_memory)
-        self.born: set[int] = set()
+        # int_ptr of the buffers allocated while recording, the only ones end() may move
+        # (_memory): made, or handed out by a pool (_intercept), which the blocks that
+        # BufferPools hold now will be if the code takes them (their contents are undefined)
+        self.born: set[int] = device.held_blocks()
 
     @property
     def launches(self) -> int:
