@@ -490,25 +490,14 @@ class ProgramCache:
         except OSError as exc:
             self._c["write_errors"] += 1
             logger = log.bind(key=req.key)
+            fields = {"path": str(store.path(req.key)), "errno": exc.errno, "error": str(exc)}
             if isinstance(exc, FileNotFoundError):  # folder removed meanwhile: check it again
-                logger.warning(
-                    "cache_write_failed",
-                    path=str(store.path(req.key)),
-                    errno=exc.errno,
-                    error=str(exc),
-                )
+                logger.warning("cache_write_failed", **fields)
                 self._registry.stores.pop(store.root, None)
                 self._store, self._store_opened = None, False
             else:  # read-only, full, not allowed
-                _folder_warning(
-                    store.root,
-                    "cache_write_failed",
-                    f"cannot be written ({exc.strerror or exc})",
-                    logger,
-                    path=str(store.path(req.key)),
-                    errno=exc.errno,
-                    error=str(exc),
-                )
+                why = f"cannot be written ({exc.strerror or exc})"
+                _folder_warning(store.root, "cache_write_failed", why, logger, **fields)
             return
         self._c["bytes_written"] += len(data)
         max_bytes = self.max_bytes
