@@ -326,17 +326,9 @@ class ProgramCache:
                 # a failure leaving the block marks the span (status ERROR, error.type)
                 with tel.TEL.span(tel.SPAN_GET_PROGRAM, {tel.ATTR_DEVICE: name}) as span:
                     raw = src_code.encode()  # a lone surrogate: refused, pyopencl could not pass it
-                    req = _Request(
-                        ctx,
-                        src_code,
-                        dev,
-                        opts,
-                        compute_key(raw, opts, ident),
-                        ident,
-                        len(raw),
-                        name,
-                    )
-                    span.set(tel.ATTR_KEY, req.key)
+                    key = compute_key(raw, opts, ident)
+                    span.set(tel.ATTR_KEY, key)
+                    req = _Request(ctx, src_code, dev, opts, key, ident, len(raw), name)
                     prg, result = self._resolve(req)
                     span.set(tel.ATTR_RESULT, result)
                 tel.LOOKUPS.add(1, result)
