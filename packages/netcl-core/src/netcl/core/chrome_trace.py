@@ -140,37 +140,26 @@ def _document(slices: list[_Slice], left_out: int) -> dict[str, Any]:
     tracks = sorted({s.track for s in slices}, key=lambda t: (not t.startswith("host"), t))
     pid = {t: n + 1 for n, t in enumerate(tracks)}
     events: list[dict[str, Any]] = []
-    where: dict[int, tuple[int, int, float]] = {}  # span id -> pid, tid, ts
+    where: dict[int, dict[str, float]] = {}  # span id -> its slice's pid, tid and ts
     for t in tracks:
         events.append({"ph": "M", "name": "process_name", "pid": pid[t], "args": {"name": t}})
         events.append(
             {"ph": "M", "name": "process_sort_index", "pid": pid[t], "args": {"sort_index": pid[t]}}
         )
+        kind = t.split(":")[0]  # host or device
         mine = _ordered([s for s in slices if s.track == t])
         for s, tid in zip(mine, _lanes(mine), strict=True):
-            ts = (s.start_ns - epoch) / 1e3
-            where[s.span_id] = (pid[t], tid, ts)
+            at = where[s.span_id] = {"pid": pid[t], "tid": tid, "ts": (s.start_ns - epoch) / 1e3}
+            dur = (s.end_ns - s.start_ns) / 1e3
             events.append(
-                {
-                    "ph": "X",
-                    "name": s.title,
-                    "cat": t.split(":")[0],
-                    "pid": pid[t],
-                    "tid": tid,
-                    "ts": ts,
-                    "dur": (s.end_ns - s.start_ns) / 1e3,
-                    "args": s.args,
-                }
+                {"ph": "X", "name": s.title, "cat": kind, **at, "dur": dur, "args": s.args}
             )
     host = {s.span_id for s in slices if s.track.startswith("host")}
     for n, s in enumerate(slices):  # arrows from a host span to the top device span under it
         if s.track.startswith("device") and s.parent_id in host:
-            src, dst = where[s.parent_id], where[s.span_id]
             common = {"name": "device work", "cat": "flow", "id": n + 1}
-            events.append({**common, "ph": "s", "pid": src[0], "tid": src[1], "ts": src[2]})
-            events.append(
-                {**common, "ph": "f", "bp": "e", "pid": dst[0], "tid": dst[1], "ts": dst[2]}
-            )
+            events.append({**common, "ph": "s", **where[s.parent_id]})
+            events.append({**common, "ph": "f", "bp": "e", **where[s.span_id]})
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",

@@ -257,13 +257,9 @@ class BufferPool:
     check_memory = False  #: whether this pool is in checked mode
 
     def __new__(
-        cls,
-        queue: cl.CommandQueue,
-        *,
-        limit: int | None = None,
-        name: str | None = None,
-        check_memory: bool | None = None,
+        cls, queue: cl.CommandQueue, *, check_memory: bool | None = None, **options: Any
     ) -> BufferPool:
+        # the other arguments are __init__'s (type checkers read its signature)
         if check_memory is None:
             check_memory = CHECK_MEMORY.value(False)
         # checked mode is a subclass: the plain pool's fast path stays as it is

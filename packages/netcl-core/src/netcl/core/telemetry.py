@@ -43,27 +43,11 @@ __all__ = [
 #: ``discarded``.
 ERROR_TYPE = "error.type"
 
-#: Histogram buckets for durations in seconds, 10 µs to 30 s: the SDK's defaults (0 to 10000)
-#: suit milliseconds and would put every host-side duration in the first bucket.
+#: Histogram buckets for durations in seconds, 10 µs to 30 s: 1, 2.5 and 5 per decade up to 5 s,
+#: then 10 and 30 (made from decimal text: each is the float its literal would be). The SDK's
+#: defaults (0 to 10000) suit milliseconds and would put every host duration in the first bucket.
 DURATION_BUCKETS_S: tuple[float, ...] = (
-    1e-5,
-    2.5e-5,
-    5e-5,
-    1e-4,
-    2.5e-4,
-    5e-4,
-    1e-3,
-    2.5e-3,
-    5e-3,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
+    *(float(f"{m}e{e}") for e in range(-5, 1) for m in (1, 2.5, 5)),
     10.0,
     30.0,
 )

@@ -326,17 +326,9 @@ class ProgramCache:
                 # a failure leaving the block marks the span (status ERROR, error.type)
                 with tel.TEL.span(tel.SPAN_GET_PROGRAM, {tel.ATTR_DEVICE: name}) as span:
                     raw = src_code.encode()  # a lone surrogate: refused, pyopencl could not pass it
-                    req = _Request(
-                        ctx,
-                        src_code,
-                        dev,
-                        opts,
-                        compute_key(raw, opts, ident),
-                        ident,
-                        len(raw),
-                        name,
-                    )
-                    span.set(tel.ATTR_KEY, req.key)
+                    key = compute_key(raw, opts, ident)
+                    span.set(tel.ATTR_KEY, key)
+                    req = _Request(ctx, src_code, dev, opts, key, ident, len(raw), name)
                     prg, result = self._resolve(req)
                     span.set(tel.ATTR_RESULT, result)
                 tel.LOOKUPS.add(1, result)
@@ -490,25 +482,14 @@ class ProgramCache:
         except OSError as exc:
             self._c["write_errors"] += 1
             logger = log.bind(key=req.key)
+            fields = {"path": str(store.path(req.key)), "errno": exc.errno, "error": str(exc)}
             if isinstance(exc, FileNotFoundError):  # folder removed meanwhile: check it again
-                logger.warning(
-                    "cache_write_failed",
-                    path=str(store.path(req.key)),
-                    errno=exc.errno,
-                    error=str(exc),
-                )
+                logger.warning("cache_write_failed", **fields)
                 self._registry.stores.pop(store.root, None)
                 self._store, self._store_opened = None, False
             else:  # read-only, full, not allowed
-                _folder_warning(
-                    store.root,
-                    "cache_write_failed",
-                    f"cannot be written ({exc.strerror or exc})",
-                    logger,
-                    path=str(store.path(req.key)),
-                    errno=exc.errno,
-                    error=str(exc),
-                )
+                why = f"cannot be written ({exc.strerror or exc})"
+                _folder_warning(store.root, "cache_write_failed", why, logger, **fields)
             return
         self._c["bytes_written"] += len(data)
         max_bytes = self.max_bytes

@@ -166,15 +166,13 @@ class _PlannedRun:
             gone = None  # of the owner, an intermediate
             for op in ops:
                 lt = plan.lifetimes[op.name]
-                ended = (
-                    None
-                    if lt.is_output
-                    else Gone(
+                ended = None  # an output stays the caller's
+                if not lt.is_output:
+                    ended = Gone(
                         f"is intermediate {op.name!r} of {graph}: its run ended and its memory now "
                         f"holds other values; request it as an output (run(graph, outputs=[..., "
                         f"{op.name!r}])) or copy it inside the op"
                     )
-                )
                 before = start = 0  # where the value starts in its block, after its guard
                 if op.name == b.owner:
                     gone = ended
