@@ -166,7 +166,7 @@ class Checking(Protocol):
     def check_all(self, who: str) -> None: ...
 
 
-# set by netcl.core.memory as it loads: (its checker(), its held_blocks()). A process that never
+# set by netcl.core.memory as it loads (_use_pools): its checker, held and claim. A process that never
 # made a BufferPool never imports it, and has no checked pool and no held block.
 _pools: (
     tuple[
@@ -176,6 +176,16 @@ _pools: (
     ]
     | None
 ) = None
+
+
+def _use_pools(
+    checker: Callable[[], Checking | None],
+    held: Callable[[], set[int]],
+    claim: Callable[[set[int]], list[Any]],
+) -> None:
+    """netcl.core.memory's answers to the pool seams below, given as it loads."""
+    global _pools
+    _pools = (checker, held, claim)
 
 
 def checker() -> Checking | None:

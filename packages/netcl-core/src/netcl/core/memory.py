@@ -185,15 +185,7 @@ def _held_blocks() -> set[int]:
 def _claim_held(ptrs: set[int]) -> list[Any]:
     """Take the held blocks whose ``int_ptr`` is in ``ptrs`` out of their pools, which count
     them as in use from here on, and return them (:func:`netcl.core.device.claim_held`)."""
-    taken: list[Any] = []
-    for pool in list(_POOLS):
-        with pool._lock:
-            for bin_ in list(pool._bins.values()):
-                for block in [b for b in bin_.free if b.int_ptr in ptrs]:
-                    bin_.free.remove(block)
-                    pool._room -= bin_.nbytes
-                    taken.append(block)
-    return taken
+    return [block for pool in list(_POOLS) for block in pool._claim(ptrs)]
 
 
 def _checker() -> Checker | None:
@@ -622,6 +614,18 @@ class BufferPool:
         self._mempool.free_held()
         self._look()
 
+    def _claim(self, ptrs: set[int]) -> list[Any]:
+        """Take the held blocks of ``ptrs`` out of the bins: in use from here on (a capture
+        keeps them, see _claim_held)."""
+        taken: list[Any] = []
+        with self._lock:
+            for bin_ in list(self._bins.values()):
+                for block in [b for b in bin_.free if b.int_ptr in ptrs]:
+                    bin_.free.remove(block)
+                    self._room -= bin_.nbytes
+                    taken.append(block)
+        return taken
+
     def on_free_held(self, hook: Callable[[], None]) -> None:
         """Call ``hook``, a bound method (kept weakly), each time before the pool frees the
         blocks it holds for reuse: for users that keep views of its blocks (a graph executor's
@@ -677,4 +681,4 @@ class _CheckedPool(BufferPool):
 
 
 # the seam: device.checker(), device.held_blocks(), device.claim_held()
-device._pools = (_checker, _held_blocks, _claim_held)
+device._use_pools(_checker, _held_blocks, _claim_held)
