@@ -166,8 +166,8 @@ class Checking(Protocol):
     def check_all(self, who: str) -> None: ...
 
 
-# set by netcl.core.memory as it loads (_use_pools): its checker, held and claim. A process that never
-# made a BufferPool never imports it, and has no checked pool and no held block.
+# set by netcl.core.memory as it loads (_use_pools): its checker, held and claim. A process
+# that never made a BufferPool never imports it, and has no checked pool and no held block.
 _pools: (
     tuple[
         Callable[[], Checking | None],
