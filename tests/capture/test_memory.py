@@ -17,7 +17,7 @@ import pytest
 
 from netcl.core import contract
 from netcl.core.memory import BufferPool
-from netcl.runtime.capture import KernelCapture, _saved, capture_step, load_capture
+from netcl.runtime.capture import KernelCapture, _memory, _saved, capture_step, load_capture
 
 N = 1 << 16
 NBYTES = 4 * N
@@ -329,11 +329,18 @@ def test_a_steps_keys_share_one_arena_as_large_as_the_largest(
     del step, outs
 
 
+@pytest.mark.parametrize("slots", [False, True])
 def test_a_steps_captures_on_two_queues_keep_an_arena_each(
-    queue: cl.CommandQueue, metric_points: Callable[[str], list[Any]]
+    queue: cl.CommandQueue,
+    metric_points: Callable[[str], list[Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    slots: bool,
 ) -> None:
-    """Captures on two queues may run at the same time: they never share one arena."""
-    if not all(d.type & cl.device_type.CPU for d in queue.context.devices):
+    """Captures on two queues may run at the same time: they never share one arena (or, where
+    regions may not partly overlap, as on a GPU, forced here with ``slots``, one slot)."""
+    if slots:
+        monkeypatch.setattr(_memory, "_may_overlap", lambda ctx: False)
+    elif not all(d.type & cl.device_type.CPU for d in queue.context.devices):
         pytest.skip("on a GPU captures hold slots, not an arena (the guide says why)")
 
     def arena_gauge() -> float:

@@ -245,3 +245,115 @@ def test_an_object_held_by_one_local_alone_reads_as_alone() -> None:
     holders = [other]
     assert _memory._refs([other]) > _memory._ALONE
     assert _memory._refs(holders) > _memory._ALONE  # `other` still holds it
+
+
+def test_a_born_buffer_a_sub_buffer_is_carved_from_stays_with_it(
+    queue: cl.CommandQueue, kernels: Any, rule: str
+) -> None:
+    """A buffer born and dropped in the capture, used by a kernel directly and through a
+    sub-buffer: both name the same memory, so the parent stays where the sub-buffer is."""
+    x = cla.to_device(queue, _host(1.0))
+    out = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
+    cap = KernelCapture()
+    with cap:
+        parent = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 2 * NBYTES)
+        kernels.add(queue, (N,), None, parent, x.data, x.data)  # parent[:N] = 2x
+        view = parent.get_sub_region(0, NBYTES)
+        kernels.scale_shift(queue, (N,), None, out, view, 0.5, 0)  # out = x, through the view
+        del parent, view
+    got = np.empty(N, np.float32)
+    for seed in (2.0, 3.5):
+        x.set(_host(seed))
+        taken = _churn(queue)
+        cap.replay()
+        cl.enqueue_copy(queue, got, out)
+        np.testing.assert_array_equal(got, _host(seed))
+        del taken
+
+
+def _out_of_order(ctx: cl.Context) -> cl.CommandQueue:
+    try:
+        return cl.CommandQueue(
+            ctx, properties=cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+        )
+    except cl.Error as exc:  # pragma: no cover - a device without out-of-order queues
+        pytest.skip(f"the device has no out-of-order queues: {exc}")
+
+
+def _sequential_temporaries(queues: list[cl.CommandQueue], kernels: Any, x: Any, out: Any) -> None:
+    """Four temporaries, each dead before the next is born: on one in-order queue two regions
+    (or slots) serve them all."""
+    for k in range(4):
+        queue = queues[k % len(queues)]
+        t = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
+        kernels.scale_shift(queue, (N,), None, t, x, 2.0, 0)
+        kernels.add(queue, (N,), None, out, t, x)
+        del t
+
+
+@pytest.mark.parametrize("queues", ["one in-order", "out-of-order", "two"])
+def test_temporaries_only_events_order_keep_memory_of_their_own(
+    queue: cl.CommandQueue, kernels: Any, rule: str, queues: str
+) -> None:
+    """Lifetimes prove that buffers never overlap in time only on one in-order queue: on an
+    out-of-order queue or across queues each moved buffer keeps memory of its own."""
+    ctx = queue.context
+    used = {
+        "one in-order": [queue],
+        "out-of-order": [_out_of_order(ctx)],
+        "two": [queue, cl.CommandQueue(ctx)],
+    }[queues]
+    x = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, NBYTES)
+    out = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, NBYTES)
+    cap = KernelCapture()
+    with cap:
+        _sequential_temporaries(used, kernels, x, out)
+    mem = cap.memory
+    assert mem is not None and mem.internal == 4 and mem.internal_bytes == 4 * NBYTES
+    if queues == "one in-order":
+        assert mem.arena_bytes < 4 * NBYTES
+    else:
+        assert mem.arena_bytes >= 4 * NBYTES
+
+
+def test_a_step_on_an_out_of_order_queue_gives_each_key_memory_of_its_own(
+    queue: cl.CommandQueue, kernels: Any, rule: str, metric_points: Any
+) -> None:
+    """A step's keys share one arena (or slots) only on an in-order queue, where their replays
+    never overlap: on an out-of-order queue nothing orders one key's replay after another's."""
+
+    def arena_gauge() -> float:
+        return sum(p.value for p in metric_points("netcl.capture.arena_bytes"))
+
+    ooo = _out_of_order(queue.context)
+
+    def fn(x: cla.Array, out: cla.Array) -> None:
+        _sequential_temporaries([ooo], kernels, x.data, out.data)
+
+    step = capture_step(fn)
+    shapes = [(N,), (N // 2, 2)]  # two keys, the same bytes
+    args = [(cla.zeros(ooo, s, np.float32), cla.zeros(ooo, s, np.float32)) for s in shapes]
+    before = arena_gauge()
+    for _ in range(2):  # normal run, capture
+        for x, out in args:
+            step(x, out)
+    ooo.finish()
+    assert arena_gauge() - before >= 2 * 4 * NBYTES  # two keys, four regions each
+
+
+def test_after_a_raw_handle_is_reached_nothing_moves(
+    queue: cl.CommandQueue, kernels: Any, rule: str
+) -> None:
+    """Code that reached a raw handle (a native library's work the capture cannot see) may use
+    what the capture saw born: end(allow_native=True) keeps every buffer where it is."""
+    x = cla.to_device(queue, _host(1.0))
+    out = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
+    cap = KernelCapture()
+    cap.begin()
+    t = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, NBYTES)
+    assert t.int_ptr  # what a native library is handed
+    kernels.scale_shift(queue, (N,), None, t, x.data, 2.0, 0)
+    kernels.add(queue, (N,), None, out, t, x.data)
+    del t
+    cap.end(allow_native=True)
+    assert cap.memory is not None and cap.memory.internal == 0

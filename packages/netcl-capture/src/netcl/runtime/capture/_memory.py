@@ -92,8 +92,6 @@ def _uses(raw: Sequence[Any]) -> Iterator[tuple[int, cl.MemoryObjectHolder]]:
             i += 1
             for _, buf in op.buffers:
                 yield i, buf
-        elif type(op) is RawFinish:  # a command too; a host wait is not
-            i += 1
 
 
 def _internal(rec: Recording) -> tuple[dict[int, cl.MemoryObjectHolder], list[Any]]:
@@ -103,9 +101,9 @@ def _internal(rec: Recording) -> tuple[dict[int, cl.MemoryObjectHolder], list[An
     alive with the capture (a pyopencl pool block never goes back to its pool), and the blocks a
     BufferPool holds again are taken out of it."""
     kept: list[Any] = []
-    born = rec.born
-    if rec.native or any(len(s.args) < s.kernel.num_args for s in _launch_shapes(rec.raw)):
-        born = set()  # a raw handle reached, or a kernel with arguments set before begin()
+    # a raw handle reached: native work may use what the capture saw born (buffers set as
+    # kernel arguments before begin() existed then: never born)
+    born = set() if rec.native else rec.born
     free = device.held_blocks()
     found: dict[int, cl.MemoryObjectHolder] = {}
     # transfers the contract gives no operands (rectangles, images) stay off sub-buffers:
@@ -120,22 +118,16 @@ def _internal(rec: Recording) -> tuple[dict[int, cl.MemoryObjectHolder], list[An
     for state in rec.kernels.values():
         state.last = None  # a kernel's last arguments as passed: the application's objects
     for ptr in list(users):
+        own = rec.mems[ptr]
+        # a sub-buffer (made by get_sub_region: never born) keeps its parent where it is
+        if (parent := own.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)) is not None:
+            kept_ptrs.add(_ptr(parent))
         if ptr not in born:
             kept.append(users.pop(ptr))
             continue
         # the application's object goes with the reading: a pool block back to its pool
         alone = ptr in free or _refs([users.pop(ptr)]) <= _ALONE
-        own = rec.mems[ptr]
-        parent = own.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
-        if parent is not None:  # a sub-buffer: it and its parent stay where they are
-            kept_ptrs.add(_ptr(parent))
-        elif (
-            alone
-            and own.get_info(cl.mem_info.TYPE) == cl.mem_object_type.BUFFER
-            and not (
-                own.get_info(cl.mem_info.FLAGS) & _HOST  # host memory, or contents from it
-            )
-        ):
+        if alone and not own.get_info(cl.mem_info.FLAGS) & _HOST:  # contents from the host
             found[ptr] = own
     for ptr in kept_ptrs:
         found.pop(ptr, None)
