@@ -7,6 +7,7 @@ a few microseconds on PoCL) plus 100 µs for drift between calibration and measu
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import os
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import threading
 import time
 import timeit
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -1097,7 +1099,10 @@ def test_a_failing_collection_is_logged_once_per_error_and_collection_goes_on(
     """The collector thread survives a failing collection, keeps collecting every interval,
     and says so in the log once per kind of error, with the error."""
     failing = _FailingCollector()
-    thread = threading.Thread(target=failing._run, daemon=True)
+    gone = threading.Event()  # the collector lives on: never set
+    thread = threading.Thread(
+        target=profiling._collecting, args=(weakref.ref(failing), gone), daemon=True
+    )
     with caplog.at_level("WARNING", logger="netcl.core.profiling"):
         thread.start()
         assert failing.parked.wait(10.0)
@@ -1156,3 +1161,39 @@ def test_busy_intervals_are_dropped_a_second_after_the_window_leaves_them(
     assert collector.busy(later)[name] > 0  # still held
     time.sleep(1.3)  # past the window and its second
     assert collector.busy(later) == {name: 0.0}  # dropped by busy()'s own collection
+
+
+def test_a_collectors_thread_ends_when_the_collector_is_gone(pq: cl.CommandQueue) -> None:
+    """Each collector that watched work runs a thread; dropping the collector ends it, even in
+    the middle of an hour's interval (5 collectors dropped: none of their threads left)."""
+    collectors = [profiling.Collector(mode="commands", interval=3600.0) for _ in range(5)]
+    for collector in collectors:
+        collector.watch(profiling.COMMANDS, [cl.enqueue_marker(pq)])
+        assert collector.flush(5.0) == 0
+    threads = [c._thread for c in collectors]
+    assert all(t is not None and t.is_alive() for t in threads)
+    del collectors, collector
+    gc.collect()  # a pending unit and its collector hold each other
+    for thread in threads:
+        assert thread is not None
+        thread.join(5.0)
+    assert [t for t in threads if t is not None and t.is_alive()] == []
+
+
+def test_plain_queues_follow_the_process_wide_collectors_mode_not_the_last_one_built(
+    ctx: cl.Context,
+) -> None:
+    """``device.watcher`` on a plain queue follows the process-wide collector's mode: building
+    another collector (with a mode of its own) changes nothing for everyone else."""
+    plain = cl.CommandQueue(ctx)
+    process = profiling.collector()
+    saved = process.mode
+    try:
+        process.mode = "summary"
+        profiling.Collector(mode="commands")
+        assert device.watcher(plain) is process
+        process.mode = "commands"
+        profiling.Collector(mode="summary")
+        assert device.watcher(plain) is None
+    finally:
+        process.mode = saved

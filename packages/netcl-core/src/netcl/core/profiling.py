@@ -10,6 +10,7 @@ import functools
 import random
 import threading
 import time
+import weakref
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -390,7 +391,7 @@ class Collector:
     def mode(self, mode: Mode) -> None:
         if mode not in _MODES:
             raise ValueError(f"profiling: mode {mode!r}; expected one of {', '.join(_MODES)}")
-        self._mode = settings.profile_in_code = mode  # device.watcher reads it for plain queues
+        self._mode = mode  # the process-wide collector's: device.watcher's for plain queues
 
     # -- hand-off (the caller's thread: no OpenCL call, no wait) -----------------------------
     def watch(
@@ -579,11 +580,14 @@ class Collector:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
+                    # the thread and the exit hook hold the collector weakly: both end with it
+                    me, gone = weakref.ref(self), threading.Event()
+                    weakref.finalize(self, gone.set)
                     self._thread = threading.Thread(
-                        target=self._run, name="netcl-profiling", daemon=True
+                        target=_collecting, args=(me, gone), name="netcl-profiling", daemon=True
                     )
                     self._thread.start()
-                    atexit.register(self.flush, 1.0)  # before the SDK's own exit hooks (LIFO)
+                    atexit.register(_flush_at_exit, me)  # before the SDK's exit hooks (LIFO)
         pending = self._pending
         pending.append(unit)
         self._counts["watched"] += 1
@@ -784,18 +788,30 @@ class Collector:
         if unit.commands:
             self._credit -= time.monotonic() - now
 
-    def _run(self) -> None:
-        while True:
-            time.sleep(self.interval)
-            try:
-                self.collect()
-            except Exception as exc:  # never let the collector thread die
-                warn_once(
-                    _log,
-                    ("device_time_not_collected", type(exc)),
-                    "device_time_not_collected",
-                    error=repr(exc),
-                )
+
+def _collecting(me: weakref.ref[Collector], gone: threading.Event) -> None:
+    """A collector's thread: collects every ``interval`` seconds, holding the collector only
+    while it does, and ends once the collector is gone (its finalizer sets ``gone``, which also
+    cuts a long interval's wait short)."""
+    while (collector := me()) is not None:
+        interval = collector.interval
+        del collector  # not held while waiting
+        if gone.wait(interval) or (collector := me()) is None:
+            return
+        try:
+            collector.collect()
+        except Exception as exc:  # never let the collector thread die
+            warn_once(
+                _log,
+                ("device_time_not_collected", type(exc)),
+                "device_time_not_collected",
+                error=repr(exc),
+            )
+
+
+def _flush_at_exit(me: weakref.ref[Collector]) -> None:
+    if (collector := me()) is not None:
+        collector.flush(1.0)
 
 
 _MODES: tuple[Mode, ...] = get_args(Mode)
