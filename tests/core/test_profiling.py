@@ -39,6 +39,7 @@ __kernel void scale(__global float *a, const float s) { a[get_global_id(0)] *= s
 """
 T = telemetry.Scope("netcl.test", "0")
 OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+_PROFILING_ON = cl.command_queue_properties.PROFILING_ENABLE
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +52,21 @@ def kernels(ctx: cl.Context) -> tuple[cl.Kernel, cl.Kernel, cl.Buffer]:
     prg = cl.Program(ctx, BUSY).build()
     buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * 4096)
     return cl.Kernel(prg, "busy"), cl.Kernel(prg, "scale"), buf
+
+
+@pytest.fixture
+def own(ctx: cl.Context) -> tuple[cl.CommandQueue, tuple[cl.Kernel, cl.Kernel, cl.Buffer]]:
+    """A profiling queue and the kernels in a context of their own, for a test that fails a
+    command: after that a driver may give up the whole context (OpenCL allows it), which must
+    not be the session's."""
+    own = cl.Context(devices=ctx.devices)
+    prg = cl.Program(own, BUSY).build()
+    buf = cl.Buffer(own, cl.mem_flags.READ_WRITE, 4 * 4096)
+    return cl.CommandQueue(own, properties=_PROFILING_ON), (
+        cl.Kernel(prg, "busy"),
+        cl.Kernel(prg, "scale"),
+        buf,
+    )
 
 
 @pytest.fixture
@@ -185,9 +201,9 @@ def test_markers_give_the_device_time_between_them(
 
 
 def test_hand_off_never_waits_for_the_device(
-    pq: cl.CommandQueue, kernels: Any, collector: profiling.Collector
+    pq: cl.CommandQueue, busy: Any, collector: profiling.Collector
 ) -> None:
-    long = _busy(pq, kernels, 200_000)  # hundreds of milliseconds on a CPU device
+    long = busy.enqueue(pq, 0.3)  # the checks below take well under that on any device
     pq.flush()
     t0 = time.perf_counter()
     unit = collector.watch(profiling.REPLAY, [long], labels=["busy"])
@@ -456,10 +472,11 @@ def test_a_unit_says_whether_it_is_pending_or_its_duration(
     assert repr(unit) == f"DeviceTime('replay', 'step', {unit.duration * 1e3:.3f} ms)"
 
 
-def test_a_failed_command_drops_its_unit(
-    pq: cl.CommandQueue, kernels: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A unit whose command failed has no duration: it is dropped, with a warning."""
+def test_a_failed_command_drops_its_unit(own: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A unit whose command failed has no duration: it is dropped, with a warning, and nothing
+    more is asked of the device (no clock calibrated: no queue made, no marker enqueued, no
+    timestamp read in a context the driver may have given up after the failure)."""
+    pq, kernels = own
     collector = profiling.Collector(mode="summary", sample_budget=0.0, interval=3600.0)
     gate = cl.UserEvent(pq.context)
     _, scale, buf = kernels
@@ -474,6 +491,7 @@ def test_a_failed_command_drops_its_unit(
     assert collector.flush(5.0) == 0
     assert unit.done and unit.duration is None
     assert collector.stats().dropped == 1 and collector.stats().collected == 0
+    assert collector.clock(pq.device) is None
 
 
 def test_summary_mode_samples_units_in_per_command_detail(
@@ -1119,13 +1137,13 @@ def test_a_failing_collection_is_logged_once_per_error_and_collection_goes_on(
 @pytest.mark.parametrize("mode", ["summary", "commands"])
 def test_a_failed_command_is_named_in_the_warning(
     mode: profiling.Mode,
-    pq: cl.CommandQueue,
-    kernels: Any,
+    own: Any,
     fresh_failure_log: None,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The warning for a unit dropped because a command failed says which: in summary mode
     the first or last command (all a summary reads), per command the index and its status."""
+    pq, kernels = own
     collector = profiling.Collector(mode=mode, sample_budget=0.0, interval=3600.0)
     gate = cl.UserEvent(pq.context)
     first = _scale(pq, kernels)
@@ -1197,3 +1215,17 @@ def test_plain_queues_follow_the_process_wide_collectors_mode_not_the_last_one_b
         assert device.watcher(plain) is None
     finally:
         process.mode = saved
+
+
+def test_a_unit_holds_its_queue_from_the_hand_off(ctx: cl.Context) -> None:
+    """Watched without ``queue=``, a unit asks its events for their queue at the hand-off and
+    holds it until collected: OpenCL does not keep a queue alive for its events, so the
+    collector's thread must never ask an event for a queue its program may have freed since."""
+    queue = cl.CommandQueue(ctx, properties=_PROFILING_ON)
+    collector = profiling.Collector(mode="commands", interval=3600.0)
+    unit = collector.watch(profiling.COMMANDS, [cl.enqueue_marker(queue)])
+    assert unit._queue is not None and unit._queue.int_ptr == queue.int_ptr
+    queue.finish()
+    del queue  # the program's last reference
+    gc.collect()
+    assert collector.flush(5.0) == 0 and unit.duration is not None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable
@@ -155,13 +154,9 @@ def watcher(*queues: cl.CommandQueue) -> Collector | None:
 
 
 def _summary() -> bool:
-    """Whether summary mode is on: the process-wide collector's mode once device time is loaded
-    (set in code, else from NETCL_PROFILE; another collector's mode is its own), before that
-    NETCL_PROFILE's. A process that has not loaded device time has set no mode in code."""
-    profiling = sys.modules.get("netcl.core.profiling")
-    if profiling is not None:
-        return bool(profiling.collector().mode == "summary")
-    return settings.PROFILE.raw().strip().lower() == "summary"
+    """Whether summary mode is on: set in code (the collector's mode), else by NETCL_PROFILE."""
+    mode = settings.profile_in_code
+    return mode == "summary" if mode else settings.PROFILE.raw().strip().lower() == "summary"
 
 
 class Checking(Protocol):

@@ -155,6 +155,9 @@ PROFILE = Setting(
     "queue, stamped on a side queue), 0 (plain default queue)",
     _profile,
 )
+# the device-time mode as set in code (netcl.core.profiling's collector), which counts before
+# NETCL_PROFILE; None until set
+profile_in_code: str | None = None
 CHECK_MEMORY = Setting(
     "NETCL_CHECK_MEMORY",
     "0",
