@@ -42,6 +42,7 @@ duration netcl reports agrees with the device's own event timestamps.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import statistics
 import sys
@@ -62,6 +63,7 @@ from netcl.core import profiling
 from netcl.runtime.capture import KernelCapture
 
 KERNELS = 64
+LONG = 256  # kernels a replay of the long chains (bracketed_over_plain_256)
 REPEATS = 20
 SUSTAINED = 100  # replays per variant and round
 ROUNDS = int(os.environ.get("NETCL_BENCH_DEVICE_TIME_ROUNDS", "61"))
@@ -81,11 +83,13 @@ def _rounds(benchmark: Any, full: int) -> int:
 
 
 class _Chain:
-    """``KERNELS`` launches of ``work`` on one queue: by hand, and as a capture."""
+    """``kernels`` launches of ``work`` on one queue: by hand, and as a capture."""
 
-    def __init__(self, queue: cl.CommandQueue, size: int, iters: int) -> None:
+    def __init__(
+        self, queue: cl.CommandQueue, size: int, iters: int, kernels: int = KERNELS
+    ) -> None:
         ctx = queue.context
-        self.queue, self.size = queue, size
+        self.queue, self.size, self.kernels = queue, size, kernels
         self.kernel = cl.Kernel(cl.Program(ctx, SRC).build(), "work")
         self.buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * size)
         cl.enqueue_fill_buffer(queue, self.buf, np.float32(1.0), 0, 4 * size)
@@ -100,12 +104,12 @@ class _Chain:
 
     def by_hand(self) -> list[cl.Event]:
         q, k, size = self.queue, self.kernel, (self.size,)
-        return [cl.enqueue_nd_range_kernel(q, k, size, None) for _ in range(KERNELS)]
+        return [cl.enqueue_nd_range_kernel(q, k, size, None) for _ in range(self.kernels)]
 
     def bare(self) -> None:
         """The launches by hand, each event dropped at once (the driver's floor)."""
         q, k, size = self.queue, self.kernel, (self.size,)
-        for _ in range(KERNELS):
+        for _ in range(self.kernels):
             cl.enqueue_nd_range_kernel(q, k, size, None)
 
     def replay(self) -> None:
@@ -122,30 +126,36 @@ class _Held(HeldQueues):
 
 
 @contextlib.contextmanager
-def _mode(mode: profiling.Mode, sample_budget: float | None = None) -> Iterator[None]:
-    """The process-wide collector in ``mode`` (and with ``sample_budget``) for a while."""
+def _mode(
+    mode: profiling.Mode, sample_budget: float | None = None, stamp_budget: float | None = None
+) -> Iterator[None]:
+    """The process-wide collector in ``mode`` (and with ``sample_budget``, ``stamp_budget``)
+    for a while."""
     col = profiling.collector()
-    saved = col.mode, col.sample_budget
+    saved = col.mode, col.sample_budget, col.stamp_budget
     col.mode = mode
     col.sample_budget = saved[1] if sample_budget is None else sample_budget
+    col.stamp_budget = saved[2] if stamp_budget is None else stamp_budget
     try:
         yield
     finally:
-        col.mode, col.sample_budget = saved
+        col.mode, col.sample_budget, col.stamp_budget = saved
 
 
 @pytest.fixture(scope="module")
 def chains(ctx: cl.Context) -> tuple[_Chain, ...]:
     """The chain on a plain queue, on a profiling queue, twice on that same queue captured in
     mode ``none`` (its replays take the plain path: the profiling queue without collection),
-    and on a second plain queue captured in summary mode (each replay bracketed)."""
+    and on a second plain queue captured in summary mode (each replay bracketed); then the
+    plain and the bracketed chains again with ``LONG`` kernels a replay."""
     plain, bracketed = cl.CommandQueue(ctx), cl.CommandQueue(ctx)
     profiled = cl.CommandQueue(ctx, properties=_PROFILING)
     with _mode("none"):
         unwatched = _Chain(profiled, 256, 1), _Chain(profiled, 256, 1)
     with _mode("summary"):
-        summary = _Chain(bracketed, 256, 1)
-    return _Chain(plain, 256, 1), _Chain(profiled, 256, 1), *unwatched, summary
+        summary, summary_long = _Chain(bracketed, 256, 1), _Chain(bracketed, 256, 1, LONG)
+    plains = _Chain(plain, 256, 1), _Chain(profiled, 256, 1)
+    return *plains, *unwatched, summary, _Chain(plain, 256, 1, LONG), summary_long
 
 
 def _sustained(chain: _Chain, n: int) -> float:
@@ -187,7 +197,7 @@ def _paired_rounds(
 
 @pytest.mark.benchmark(group="device-time")
 def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, ...]) -> None:
-    plain, profiled, unwatched, twin, bracketed = chains
+    plain, profiled, unwatched, twin, bracketed, plain_long, bracketed_long = chains
     assert profiling.enabled(profiled.queue) and not profiling.enabled(plain.queue)
     held = _Held(plain.queue, profiled.queue)
     setup, floor = paired_floor(plain.replay, between=held)
@@ -208,20 +218,26 @@ def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, ...]) -> None:
         "summary": (profiled, "summary"),
         "commands": (profiled, "commands"),
         "twin": (twin, "none"),
+        f"plain_{LONG}": (plain_long, "commands"),
+        f"bracketed_{LONG}": (bracketed_long, "summary"),
     }
     e2e: dict[str, list[float]] = {}
     n, rounds = (5, 3) if benchmark.disabled else (SUSTAINED, ROUNDS)
-    ratios = {
-        f"{top}_over_{bottom}": _paired_rounds(variants, top, bottom, n, rounds, e2e)
-        for top, bottom in (
-            ("bracketed", "plain"),
-            ("summary", "none"),
-            ("none", "plain"),
-            ("commands", "none"),
-            ("commands", "plain"),
-            ("twin", "none"),
-        )
-    }
+    ratios, stamped = {}, {}
+    for top, bottom in (
+        ("bracketed", "plain"),
+        (f"bracketed_{LONG}", f"plain_{LONG}"),
+        ("summary", "none"),
+        ("none", "plain"),
+        ("commands", "none"),
+        ("commands", "plain"),
+        ("twin", "none"),
+    ):
+        watched = profiling.collector().stats().watched  # the bracketed ones: units stamped
+        ratios[f"{top}_over_{bottom}"] = _paired_rounds(variants, top, bottom, n, rounds, e2e)
+        if top.startswith("bracketed"):
+            units = n * rounds
+            stamped[f"{top}_stamped"] = (profiling.collector().stats().watched - watched) / units
     driver = interleaved_times(
         {"plain": plain.bare, "profiled": profiled.bare}, _rounds(benchmark, 300), setup=held
     )
@@ -232,6 +248,7 @@ def test_replay_profiled(benchmark: Any, chains: tuple[_Chain, ...]) -> None:
         "replays_collected": replays,
         **{f"e2e_{name}_s": statistics.median(t) for name, t in e2e.items()},
         **ratios,
+        **stamped,
         "e2e_ratio": ratios["commands_over_plain"],
         "summary_sampled_units": profiling.collector().stats().sampled - sampled,
         "summary_replays": len(e2e["summary"]) * n,
@@ -258,7 +275,8 @@ def test_device_duration_matches_raw_events(benchmark: Any, ctx: cl.Context, var
     # small: on the H200 256 iterations gave ~12 µs kernels and 20-30% gaps, so 4096 (~200 µs);
     # on PoCL 256 (~0.6 ms each on the 2-core machine, where a loaded core stretches the gaps)
     size, iters = (1 << 20, 4096) if gpu else (1 << 12, 256)
-    with _mode(mode, sample_budget=0.0):  # summary: every replay as a summary
+    # summary: every replay as a summary; on a plain queue, every replay stamped
+    with _mode(mode, sample_budget=0.0, stamp_budget=math.inf):
         chain = _Chain(queue, size, iters)
         by_hand = chain if queue is pq else _Chain(pq, size, iters)
         _matches_raw_events(benchmark, chain, by_hand, variant)

@@ -4,6 +4,7 @@ events a plan's ops return, as a ``netcl.device.plan`` span under the plan's spa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -110,8 +111,10 @@ def test_a_plan_in_summary_mode_has_its_device_time_and_no_command_spans(
     props: int,
 ) -> None:
     collector = profiling.collector()
-    saved = collector.mode, collector.sample_budget
-    collector.mode, collector.sample_budget = "summary", 0.0
+    saved = collector.mode, collector.sample_budget, collector.stamp_budget
+    # no unit drawn for detail; on a plain queue every plan stamped (none left out by the
+    # stamps' sampling, which plans enqueued back to back would see)
+    collector.mode, collector.sample_budget, collector.stamp_budget = "summary", 0.0, math.inf
     try:
         pq = cl.CommandQueue(ctx, properties=props)
         buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * N)
@@ -123,7 +126,7 @@ def test_a_plan_in_summary_mode_has_its_device_time_and_no_command_spans(
         sched.run(wait=True)
         assert profiling.flush(10.0) == 0
     finally:
-        collector.mode, collector.sample_budget = saved
+        collector.mode, collector.sample_budget, collector.stamp_budget = saved
     assert _points(metric_points, tag) == {f"{tag} one": 1, f"{tag} three": 1}
     finished = spans.get_finished_spans()
     device = [

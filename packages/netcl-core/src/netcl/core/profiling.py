@@ -67,41 +67,36 @@ DEVICE_BUCKETS_S: tuple[float, ...] = (
 
 TEL = telemetry.Scope("netcl.core.profiling", __version__)
 _log = get_logger("netcl.core.profiling")
-_KERNEL_DURATION = TEL.histogram(
+
+
+def _durations(metric: str, units: str) -> telemetry._Safe:
+    """A histogram of the device durations (seconds) of ``units``."""
+    return TEL.histogram(metric, "s", f"Device time of {units}", DEVICE_BUCKETS_S)
+
+
+_KERNEL_DURATION = _durations(
     "netcl.kernel.duration",
-    "s",
-    "Device time of kernel commands, by kernel name; in summary "
-    "mode sampled: only the units drawn for per-command detail (about 0.1% of a core), so "
-    "rates are a fraction of the total while shares and quantiles hold",
-    DEVICE_BUCKETS_S,
+    "kernel commands, by kernel name; in summary mode sampled: only the units drawn for "
+    "per-command detail (about 0.1% of a core), so rates are a fraction of the total while "
+    "shares and quantiles hold",
 )
+
+
 _KINDS = {  # kind -> (its device span, the attribute naming a unit, its histogram)
     REPLAY: (
         "netcl.device.replay",
         "netcl.capture.name",
-        TEL.histogram(
-            "netcl.capture.replay.device_duration",
-            "s",
-            "Device time of capture replays",
-            DEVICE_BUCKETS_S,
-        ),
+        _durations("netcl.capture.replay.device_duration", "capture replays"),
     ),
     GRAPH_NODE: (
         "netcl.device.node",
         "netcl.node.name",
-        TEL.histogram(
-            "netcl.graph.node.device_duration", "s", "Device time of graph nodes", DEVICE_BUCKETS_S
-        ),
+        _durations("netcl.graph.node.device_duration", "graph nodes"),
     ),
     SCHEDULER_PLAN: (
         "netcl.device.plan",
         "netcl.plan.description",
-        TEL.histogram(
-            "netcl.scheduler.plan.device_duration",
-            "s",
-            "Device time of scheduler plans",
-            DEVICE_BUCKETS_S,
-        ),
+        _durations("netcl.scheduler.plan.device_duration", "scheduler plans"),
     ),
     COMMANDS: ("netcl.device.commands", "netcl.device.label", None),
 }
@@ -155,13 +150,8 @@ def _calibrate(context: cl.Context, device: cl.Device, rounds: int = 8) -> Devic
             marker = cl.enqueue_marker(queue)
             marker.wait()
             t1 = time.time_ns()
-            bounds.append(
-                (
-                    t0 - marker.get_profiling_info(_QUEUED),
-                    t0 - marker.get_profiling_info(_START),
-                    t1 - marker.get_profiling_info(_END),
-                )
-            )
+            queued, start, end = (marker.get_profiling_info(i) for i in (_QUEUED, _START, _END))
+            bounds.append((t0 - queued, t0 - start, t1 - end))
     finally:
         queue.finish()
     now = time.time_ns()
@@ -223,6 +213,9 @@ class _Side(NamedTuple):
 
     queue: cl.CommandQueue
     kernel: cl.Kernel  # one work-item, no work: a stamp (NVIDIA's markers there stamp unusably)
+    # what begin() gives for a unit not drawn to be stamped: the side's first stamp, long
+    # complete, told apart by identity (never read)
+    undrawn: cl.Event
 
 
 _STAMP_SOURCE = "__kernel void netcl_stamp(void) {}"
@@ -240,9 +233,12 @@ class DeviceTime:
     name: str | None
     parent: telemetry.Span
     attributes: _Attrs | None
-    _measure: _Measure
+    _measure: _Measure = _Measure.COMMANDS  # (a unit done at the hand-off has none)
     sampled: bool = False  #: summary mode: drawn for per-command detail
     _queue: cl.CommandQueue | None = None  # the events' queue (asked at the hand-off if not given)
+    #: the units it stands for in totals and busy share: 1 / its chance of being stamped (a
+    #: summary on a plain queue, guide: Summary on a plain queue), else 1
+    weight: float = 1.0
     _failed: bool = False  # ready() saw a failed command
     done: bool = False
     duration: float | None = None
@@ -290,10 +286,10 @@ class Stats(NamedTuple):
     sampled: int = 0
 
 
-def _add(to: dict[str, list[float]], key: str, seconds: float) -> None:
-    entry = to.get(key) or to.setdefault(key, [0, 0.0])  # count, seconds
-    entry[0] += 1
-    entry[1] += seconds
+def _add(to: dict[str, list[float]], key: str, seconds: float, weight: float = 1.0) -> None:
+    entry = to.get(key) or to.setdefault(key, [0, 0.0])  # count, seconds (estimates by weight)
+    entry[0] += weight
+    entry[1] += seconds * weight
 
 
 class _CommandFailedError(Exception):
@@ -333,7 +329,9 @@ class Collector:
     ``max_pending``: how many units may wait before the oldest is dropped; ``span_budget``: the
     share of a CPU core that per-command spans may take (guide: Cost); ``mode`` (default: from
     ``NETCL_PROFILE``, guide: Modes): what is recorded, see :data:`Mode`; ``sample_budget``:
-    the share of a core that summary mode's sampled per-command detail may take."""
+    the share of a core that summary mode's sampled per-command detail may take;
+    ``stamp_budget``: the share of the callers' time that stamping plain queues' units may take
+    (guide: Summary on a plain queue)."""
 
     _process_wide = False  # True for the one collector() returns, once made
 
@@ -347,11 +345,12 @@ class Collector:
         span_budget: float = 0.05,
         mode: Mode | None = None,
         sample_budget: float = 0.001,
+        stamp_budget: float = 0.02,
     ) -> None:
         self.interval, self.recalibrate, self.busy_window = interval, recalibrate, busy_window
         self.max_pending, self.span_budget = max_pending, span_budget
         self.mode = mode if mode is not None else _mode_from_setting()
-        self.sample_budget = sample_budget
+        self.sample_budget, self.stamp_budget = sample_budget, stamp_budget
         self._credit = span_budget  # seconds of span work allowed now (refills at span_budget/s)
         self._credit_at = time.monotonic()
         # summary mode's draws (see detail): the measured cost per command of collecting a drawn
@@ -360,6 +359,12 @@ class Collector:
         self._command_cost, self._offered, self._demand = 5e-6, 0, 0.0
         self._sample_credit = 2 * sample_budget
         self._offered_at = self._sample_at = time.monotonic()
+        # plain queues' stamps (see begin): the mean host time of one (two a unit), how long a
+        # start stamp holds its unit back (its enqueue to its end, on the device), the mean
+        # time between two units of a queue, 1 / the chance of the unit begin() stamped last
+        self._stamp_cost = self._stamp_hold = self._gap = 0.0
+        self._weight = 1.0
+        self._begun: dict[int, float] = {}  # a queue's last begin() (perf_counter), by pointer
         self._pending: deque[DeviceTime] = deque()
         self._lock = threading.RLock()  # one collection at a time; guards the fields below
         self._clocks: dict[int, DeviceClock] = {}  # by device
@@ -408,22 +413,26 @@ class Collector:
         ``detail``: what :meth:`detail` answered before the work was enqueued (then, if False,
         ``events`` need only be the first and the last); None: decided here. ``begin``: what
         :meth:`begin` gave before the work (a plain queue's start stamp): then the unit is a
-        summary bracketed on the side queue, its end stamped once ``events`` complete."""
+        summary bracketed on the side queue, its end stamped once ``events`` complete; a unit
+        that begin() did not draw to be stamped is done at once, without a duration."""
         if len(labels) > len(events):
             raise ValueError(
                 f"profiling.watch: {len(labels)} labels for {len(events)} events; "
                 "expected at most one label per event"
             )
         parent = parent if parent is not None else telemetry.current_span()
-        mode = self._mode
-        if mode == "none" and events:
-            return DeviceTime(
-                self, kind, (), (), name, parent, attributes, _Measure.COMMANDS, done=True
-            )
-        measure, sampled = _Measure.ENVELOPE, False
-        if begin is not None and events:  # a plain queue's: its end stamped after the events
+        mode, weight = self._mode, 1.0
+        if begin is not None and events:  # a plain queue's
             if queue is None:
                 raise ValueError("profiling.watch: begin= needs the events' queue (queue=)")
+            # weight: 1 / begin's chance of a stamp (read for a stamped unit only)
+            side, weight = self._sides.get(queue.int_ptr, (0, None))[1], self._weight
+            if side is not None and begin is side.undrawn:  # not stamped: nothing to keep
+                mode = "none"
+        if mode == "none" and events:
+            return DeviceTime(self, kind, (), (), name, parent, attributes, done=True)
+        measure, sampled = _Measure.ENVELOPE, False
+        if begin is not None and events:  # its end stamped after the events
             events, labels, measure = (begin, self.stamp(queue, events)), (), _Measure.BRACKET
         elif not events or (self.detail(len(events)) if detail is None else detail):
             measure, sampled = _Measure.COMMANDS, mode == "summary"
@@ -441,6 +450,7 @@ class Collector:
                 measure,
                 sampled,
                 queue,
+                weight=weight,
             )
         )
 
@@ -461,11 +471,10 @@ class Collector:
             return False
         now, refill = time.monotonic(), 2 * budget  # the credit: a second's worth at most
         credit = min(refill, self._sample_credit + (now - self._sample_at) * refill)
-        self._sample_at = now
+        self._sample_at, self._sample_credit = now, credit
         if credit <= 0:
-            self._sample_credit = credit
             return False
-        self._sample_credit = credit - commands * self._command_cost
+        self._sample_credit -= commands * self._command_cost
         return True
 
     def watch_markers(
@@ -484,9 +493,7 @@ class Collector:
         before.end``."""
         parent = parent if parent is not None else telemetry.current_span()
         if self._mode == "none":
-            return DeviceTime(
-                self, kind, (), (), name, parent, attributes, _Measure.COMMANDS, done=True
-            )
+            return DeviceTime(self, kind, (), (), name, parent, attributes, done=True)
         return self._add(
             DeviceTime(
                 self,
@@ -506,9 +513,30 @@ class Collector:
     def begin(self, queue: cl.CommandQueue | None) -> cl.Event | None:
         """Before a unit's work on ``queue``: on a plain queue watched in summary mode, the stamp
         its device time starts from (pass it to :meth:`watch`, which stamps the end); None on a
-        profiling queue, whose commands carry their own timestamps (or for None)."""
-        side = self._sides.get(queue.int_ptr) if queue is not None else None
-        return None if side is None or side[1] is None else self.stamp(queue)
+        profiling queue, whose commands carry their own timestamps (or for None). A plain
+        queue's unit is stamped with a chance set from the measured cost of stamps and the time
+        between units, so that stamping takes about ``stamp_budget`` of that time (at a low rate
+        every unit is); one not drawn gets an event that :meth:`watch` knows (no stamp: its
+        unit is done without a duration), and the units drawn stand for it in the totals and
+        the busy share (guide: Summary on a plain queue)."""
+        if queue is None or (side := self._sides.get(queue.int_ptr, (0, None))[1]) is None:
+            return None
+        # The chance: 1 for a queue's first unit and after an idle while (10 ms without a unit
+        # on the queue), else ``stamp_budget`` over the share of the time between units that
+        # stamping every unit would take: the host time of two stamps and the start stamp's
+        # hold (an upper bound: the hold overlaps the unit's enqueue where the device is idle)
+        # over the mean time between two units of a queue (a gap of more than 10 ms counted as
+        # 10 ms). A lost update between threads only blurs these figures.
+        now = time.perf_counter()
+        gap = min(now - self._begun.get(queue.int_ptr, 0.0), 0.01)  # 0.01: an idle queue
+        self._begun[queue.int_ptr] = now
+        self._gap += (gap - self._gap) / 16
+        share = (2 * self._stamp_cost + self._stamp_hold) / max(self._gap, 1e-9)
+        chance = 1.0 if gap == 0.01 else min(1.0, self.stamp_budget / max(share, 1e-9))
+        if random.random() >= chance:
+            return side.undrawn
+        self._weight = 1 / chance  # what watch() gives the unit
+        return self.stamp(queue)
 
     def stamp(self, queue: cl.CommandQueue, after: Sequence[cl.Event] = ()) -> cl.Event:
         """A point in ``queue``'s order with a device timestamp, the end of the event returned
@@ -519,7 +547,7 @@ class Collector:
         side = self._sides.get(queue.int_ptr, (0, None))[1]
         if side is None:
             return cl.enqueue_marker(queue)
-        held = not after
+        t0, held = time.perf_counter(), not after
         if held:
             after = (cl.enqueue_marker(queue),)
         queue.flush()  # OpenCL: another queue waits on a queue's events once they are flushed
@@ -527,6 +555,7 @@ class Collector:
         side.queue.flush()  # submitted now: stamped when `after` completes, not at a later flush
         if held:
             cl.enqueue_barrier(queue, wait_for=(event,))
+        self._stamp_cost += (time.perf_counter() - t0 - self._stamp_cost) / 16  # for begin()
         return event
 
     def _bracket(self, queue: cl.CommandQueue) -> _Side | None:
@@ -548,8 +577,9 @@ class Collector:
                     if kernel is None:  # the kernel holds its context: the key stays its own
                         program = cl.Program(queue.context, _STAMP_SOURCE).build()
                         kernel = self._stamp_kernels[context] = cl.Kernel(program, "netcl_stamp")
-                    side = _Side(cl.CommandQueue(queue.context, queue.device, _PROFILING), kernel)
-                    cl.enqueue_nd_range_kernel(side.queue, kernel, (1,), None).wait()  # refused?
+                    q = cl.CommandQueue(queue.context, queue.device, _PROFILING)
+                    side = _Side(q, kernel, cl.enqueue_nd_range_kernel(q, kernel, (1,), None))
+                    side.undrawn.wait()  # refused?
                 except cl.Error as exc:
                     side, reason = None, f"the driver refused a side queue's stamp: {exc}"
             if reason is not None:
@@ -637,7 +667,7 @@ class Collector:
         """A snapshot of what was watched and collected."""
         with self._lock:
             kind, kernel = (
-                {k: (int(n), t) for k, (n, t) in d.items()}
+                {k: (round(n), t) for k, (n, t) in d.items()}
                 for d in (self._by_kind, self._by_kernel)
             )
             collected = sum(n for n, _ in kind.values())
@@ -677,6 +707,9 @@ class Collector:
                 info = _START if measure is _Measure.ENVELOPE else _END
                 start = events[0].get_profiling_info(info) + offset
                 intervals = [(start, max(events[-1].get_profiling_info(_END) + offset, start))]
+                if measure is _Measure.BRACKET:  # how long the start stamp held the unit back
+                    held = start - offset - events[0].get_profiling_info(_QUEUED)
+                    self._stamp_hold += (max(held, 0) / 1e9 - self._stamp_hold) / 16
             else:
                 unit.commands = self._commands(unit, events, offset)
                 intervals = [(c.start_ns, c.end_ns) for c in unit.commands]
@@ -694,8 +727,8 @@ class Collector:
         unit.end_ns = max(end for _, end in intervals)
         unit.duration = _union_ns(intervals) / 1e9
         busy = self._busy[device]  # the device is listed (0 busy) for markers too
-        if measure is not _Measure.MARKERS:
-            busy.extend(intervals)
+        if measure is not _Measure.MARKERS:  # a unit of weight w stands for w as long
+            busy.extend((end - int((end - start) * unit.weight), end) for start, end in intervals)
         self._emit(unit, device)
         if unit.sampled:  # what the next draws are charged per command
             self._counts["sampled"] += 1
@@ -733,7 +766,7 @@ class Collector:
         """The unit's totals, histogram points and (when tracing) its spans: the envelope, and
         one span per command while the span budget has credit."""
         duration = unit.duration or 0.0
-        _add(self._by_kind, unit.kind, duration)
+        _add(self._by_kind, unit.kind, duration, unit.weight)
         command_spans = True
         if unit.commands:
             now, budget = time.monotonic(), self.span_budget
@@ -767,13 +800,8 @@ class Collector:
             span_name, attrs, start_time=unit.start_ns, current=False, parent=unit.parent
         )
         for c in unit.commands if command_spans else ():
-            TEL.record_span(
-                c.span_name,
-                c.start_ns,
-                c.end_ns,
-                {**c.attributes, "netcl.device.name": device},
-                parent=envelope,
-            )
+            attributes = {**c.attributes, "netcl.device.name": device}
+            TEL.record_span(c.span_name, c.start_ns, c.end_ns, attributes, parent=envelope)
         envelope.end(end_time=unit.end_ns)
         if unit.commands:
             self._credit -= time.monotonic() - now
