@@ -312,10 +312,11 @@ def _failure(unit: DeviceTime, events: tuple[cl.Event, ...]) -> str:
     return f"command {i} failed: status {status}"
 
 
-def _union_ns(intervals: list[tuple[int, int]]) -> int:
-    """Total length of the union of ``[start, end]`` intervals."""
-    total, reach = 0, min((start for start, _ in intervals), default=0)
-    for start, end in sorted(intervals):
+def _union_ns(intervals: Sequence[tuple[int, int] | tuple[int, int, float]]) -> int:
+    """Total length of the union of ``[start, end]`` intervals (anything after ``end``: left
+    out)."""
+    total, reach = 0, min((i[0] for i in intervals), default=0)
+    for start, end, *_ in sorted(intervals):
         if end > reach:
             total += end - max(start, reach)
             reach = end
@@ -361,15 +362,16 @@ class Collector:
         self._offered_at = self._sample_at = time.monotonic()
         # plain queues' stamps (see begin): the mean host time of one (two a unit), how long a
         # start stamp holds its unit back (its enqueue to its end, on the device), the mean
-        # time between two units of a queue, 1 / the chance of the unit begin() stamped last
+        # time between two units of a queue; by queue pointer, when its last begin() came
+        # (perf_counter) and 1 / that unit's chance of a stamp (its weight)
         self._stamp_cost = self._stamp_hold = self._gap = 0.0
-        self._weight = 1.0
-        self._begun: dict[int, float] = {}  # a queue's last begin() (perf_counter), by pointer
+        self._begun: dict[int, tuple[float, float]] = {}
         self._pending: deque[DeviceTime] = deque()
         self._lock = threading.RLock()  # one collection at a time; guards the fields below
         self._clocks: dict[int, DeviceClock] = {}  # by device
         self._devices: dict[int, tuple[str, int, int]] = {}  # see _device
-        self._busy: defaultdict[str, deque[tuple[int, int]]] = defaultdict(deque)
+        # by device: (start, end, weight) of what ran (weight: see DeviceTime.weight)
+        self._busy: defaultdict[str, deque[tuple[int, int, float]]] = defaultdict(deque)
         self._counts = dict.fromkeys(("watched", "dropped", "spans_skipped", "sampled"), 0)
         self._by_kind: dict[str, list[float]] = {}
         self._by_kernel: dict[str, list[float]] = {}
@@ -425,8 +427,8 @@ class Collector:
         if begin is not None and events:  # a plain queue's
             if queue is None:
                 raise ValueError("profiling.watch: begin= needs the events' queue (queue=)")
-            # weight: 1 / begin's chance of a stamp (read for a stamped unit only)
-            side, weight = self._sides.get(queue.int_ptr, (0, None))[1], self._weight
+            side = self._sides.get(queue.int_ptr, (0, None))[1]
+            weight = self._begun.get(queue.int_ptr, (0.0, 1.0))[1]  # 1 / begin's chance
             if side is not None and begin is side.undrawn:  # not stamped: nothing to keep
                 mode = "none"
         if mode == "none" and events:
@@ -528,14 +530,13 @@ class Collector:
         # over the mean time between two units of a queue (a gap of more than 10 ms counted as
         # 10 ms). A lost update between threads only blurs these figures.
         now = time.perf_counter()
-        gap = min(now - self._begun.get(queue.int_ptr, 0.0), 0.01)  # 0.01: an idle queue
-        self._begun[queue.int_ptr] = now
+        gap = min(now - self._begun.get(queue.int_ptr, (0.0, 1.0))[0], 0.01)  # 0.01: idle
         self._gap += (gap - self._gap) / 16
         share = (2 * self._stamp_cost + self._stamp_hold) / max(self._gap, 1e-9)
         chance = 1.0 if gap == 0.01 else min(1.0, self.stamp_budget / max(share, 1e-9))
+        self._begun[queue.int_ptr] = (now, 1 / max(chance, 1e-9))  # the weight, for watch()
         if random.random() >= chance:
             return side.undrawn
-        self._weight = 1 / chance  # what watch() gives the unit
         return self.stamp(queue)
 
     def stamp(self, queue: cl.CommandQueue, after: Sequence[cl.Event] = ()) -> cl.Event:
@@ -670,10 +671,9 @@ class Collector:
                 {k: (round(n), t) for k, (n, t) in d.items()}
                 for d in (self._by_kind, self._by_kernel)
             )
-            collected = sum(n for n, _ in kind.values())
             return Stats(
                 **self._counts,
-                collected=collected,
+                collected=sum(n for n, _ in kind.values()),
                 pending=len(self._pending),
                 by_kind=kind,
                 by_kernel=kernel,
@@ -687,9 +687,11 @@ class Collector:
         low = now - int(self.busy_window * 1e9)
         out = {}
         with self._lock:
-            for dev, intervals in self._busy.items():
-                clipped = [(max(s, low), min(e, now)) for s, e in intervals if e > low and s < now]
-                out[dev] = _union_ns(clipped) / (now - low)
+            for dev, ran in self._busy.items():
+                clipped = [(max(s, low), min(e, now), w) for s, e, w in ran if e > low and s < now]
+                # and a stamped unit of weight w's w - 1 as long: the units it stands for
+                more = sum((e - s) * (w - 1) for s, e, w in clipped)
+                out[dev] = min(1.0, (_union_ns(clipped) + more) / (now - low))
         return out
 
     def _record(self, unit: DeviceTime) -> None:
@@ -727,8 +729,8 @@ class Collector:
         unit.end_ns = max(end for _, end in intervals)
         unit.duration = _union_ns(intervals) / 1e9
         busy = self._busy[device]  # the device is listed (0 busy) for markers too
-        if measure is not _Measure.MARKERS:  # a unit of weight w stands for w as long
-            busy.extend((end - int((end - start) * unit.weight), end) for start, end in intervals)
+        if measure is not _Measure.MARKERS:
+            busy.extend((start, end, unit.weight) for start, end in intervals)
         self._emit(unit, device)
         if unit.sampled:  # what the next draws are charged per command
             self._counts["sampled"] += 1
