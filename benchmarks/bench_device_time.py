@@ -15,10 +15,13 @@ duration netcl reports agrees with the device's own event timestamps.
    variants ``plain`` (the plain queue), ``none`` (the profiling queue, a capture made and
    replayed in mode ``none``: no collection), ``summary`` and ``commands`` (the profiling queue,
    collected in that mode), ``bracketed`` (the production setting: a plain queue, a capture made
-   and replayed in summary mode, each replay bracketed by two stamps on a side queue), compared
-   two at a time: ``ROUNDS`` rounds of both, in turn first.
+   and replayed in summary mode, its replays stamped on a side queue one in N as
+   ``Collector.stamp_budget`` has it), compared two at a time: ``ROUNDS`` rounds of both, in
+   turn first; and ``plain_256``, ``bracketed_256``: the same with ``LONG`` kernels a replay.
    ``e2e_<variant>_s``: the median seconds per replay; ``bracketed_over_plain`` (the whole price
-   of leaving summary mode on, target <= 1.10 on the H200, <= 1.05 on PoCL),
+   of leaving summary mode on, target <= 1.10 on NVIDIA, <= 1.05 on PoCL),
+   ``bracketed_256_over_plain_256`` (target <= 1.05), ``bracketed_stamped`` and
+   ``bracketed_256_stamped`` (the share of their replays that were stamped),
    ``summary_over_none`` (netcl's own share of a profiling queue's summary, the collection
    alone, target <= 1.03), ``none_over_plain`` (the driver's price for a profiling queue),
    ``commands_over_none`` and ``e2e_ratio`` (commands over plain, the figure of earlier runs):
@@ -30,7 +33,8 @@ duration netcl reports agrees with the device's own event timestamps.
 2. ``test_device_duration_matches_raw_events[mode]`` replays a capture of 64 kernels ``REPEATS``
    times and reads the device duration netcl recorded in that mode (the collector's ``REPLAY``
    totals; ``commands`` and ``summary`` on a profiling queue, the latter without sampled
-   detail; ``bracketed``, summary mode on a plain queue); in the same run it enqueues the
+   detail; ``bracketed``, summary mode on a plain queue, every replay stamped: a stamped
+   replay's duration is exact, sampling only leaves replays out); in the same run it enqueues the
    same 64 kernels by hand on a profiling queue and sums ``end - start`` of their events. It
    prints both per-replay figures and their ratio (the median of the ratios within each
    round; target within 5%) and stores them in ``extra_info``, with
