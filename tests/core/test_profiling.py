@@ -1,5 +1,6 @@
-"""Device time from real profiled OpenCL commands on the default device (PoCL on CPU): spans on the
-host clock, histograms, busy figure, and no host wait at hand-off.
+"""Device time from real profiled OpenCL commands on the default device (PoCL on CPU, or a GPU:
+where a test needs a kernel of some length, the ``busy`` fixture calibrates it to the device):
+spans on the host clock, histograms, busy figure, and no host wait at hand-off.
 
 Tolerance for "inside the host span": the calibration's own bound (``DeviceClock.tolerance_ns``,
 a few microseconds on PoCL) plus 100 µs for drift between calibration and measurement."""
