@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The whole suite on a GPU machine without a package registry (the one the `device` tool lends):
-# run from the repository root, after the set-up of docs/getting-started.md (The whole suite on a
-# GPU) put the wheels in .whl/ and the project's own in .whl/netcl/. Extra arguments go to pytest.
+# The whole suite on a GPU machine without a package registry: run from the repository root, after
+# the set-up of docs/getting-started.md (The whole suite on a GPU) put the wheels in .gpu-wheels
+# and the project's own in .gpu-wheels/netcl. Extra arguments go to pytest.
 set -euo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl .whl/netcl/*.whl
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu-wheels/*.whl .gpu-wheels/netcl/*.whl
 # the project's packages from this checkout's source, first (namespace packages: every src/
 # folder combines); its wheels give the distributions' metadata and the `netcl` script
 export PYTHONPATH=$(ls -d "$PWD"/packages/*/src | paste -sd:):/tmp/site PATH=/tmp/site/bin:$PATH
