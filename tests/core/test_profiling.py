@@ -1,5 +1,6 @@
-"""Device time from real profiled OpenCL commands on the default device (PoCL on CPU): spans on the
-host clock, histograms, busy figure, and no host wait at hand-off.
+"""Device time from real profiled OpenCL commands on the default device (PoCL on CPU, or a GPU:
+where a test needs a kernel of some length, the ``busy`` fixture calibrates it to the device):
+spans on the host clock, histograms, busy figure, and no host wait at hand-off.
 
 Tolerance for "inside the host span": the calibration's own bound (``DeviceClock.tolerance_ns``,
 a few microseconds on PoCL) plus 100 µs for drift between calibration and measurement."""
@@ -738,11 +739,14 @@ def test_a_plain_queue_that_cannot_be_bracketed_is_left_unwatched_and_logged_onc
 
 
 def test_a_plain_queue_bracket_covers_its_work_and_only_its_work(
-    ctx: cl.Context, pq: cl.CommandQueue, kernels: Any
+    ctx: cl.Context, pq: cl.CommandQueue, busy: Any
 ) -> None:
     """The stamps of ``begin`` and ``watch(begin=...)`` bracket exactly the work between them:
-    a busy kernel inside counts in full, a longer one queued before the bracket does not."""
-    timed = [_busy(pq, kernels, 2000) for _ in range(3)]
+    a busy kernel inside counts in full, a longer one queued before the bracket does not (the
+    kernel calibrated to milliseconds on the device, so that the stamps' own few microseconds
+    do not count)."""
+    loops = busy.loops(2e-3)
+    timed = [busy.launch(pq, loops) for _ in range(3)]
     pq.finish()
     own = min(e.profile.end - e.profile.start for e in timed)
     process = profiling.collector()
@@ -751,11 +755,11 @@ def test_a_plain_queue_bracket_covers_its_work_and_only_its_work(
         process.mode = "summary"
         plain = cl.CommandQueue(ctx)
         assert profiling.enabled(plain)  # its side queue made
-        _busy(plain, kernels, 20000)  # queued ahead of the unit: not its work
+        busy.launch(plain, 10 * loops)  # queued ahead of the unit: not its work
         begin = process.begin(plain)
         assert begin is not None and process.begin(pq) is None  # a profiling queue: no stamp
         unit = process.watch(
-            profiling.REPLAY, [_busy(plain, kernels, 2000)], queue=plain, begin=begin
+            profiling.REPLAY, [busy.launch(plain, loops)], queue=plain, begin=begin
         )
         plain.finish()
         assert process.flush(10.0) == 0
@@ -1229,3 +1233,20 @@ def test_a_unit_holds_its_queue_from_the_hand_off(ctx: cl.Context) -> None:
     del queue  # the program's last reference
     gc.collect()
     assert collector.flush(5.0) == 0 and unit.duration is not None
+
+
+def test_a_lowered_recalibrate_applies_to_queues_seen_before(pq: cl.CommandQueue) -> None:
+    """How old a clock calibration may get is judged when a unit is collected, by the current
+    ``recalibrate``: lowered to 0, the next unit of a queue already seen calibrates anew (a full
+    suite once kept a calibration 29 ms older than the replay it mapped)."""
+    collector = profiling.Collector(mode="commands", interval=3600.0, recalibrate=60.0)
+    collector.watch(profiling.COMMANDS, [cl.enqueue_marker(pq)], queue=pq)
+    assert collector.flush(5.0) == 0
+    first = collector.clock(pq.device)
+    collector.recalibrate = 0.0
+    t0 = time.time_ns()
+    collector.watch(profiling.COMMANDS, [cl.enqueue_marker(pq)], queue=pq)
+    assert collector.flush(5.0) == 0
+    again = collector.clock(pq.device)
+    assert first is not None and again is not None
+    assert again.measured_ns >= t0 > first.measured_ns

@@ -739,14 +739,15 @@ class Collector:
 
     def _device(self, queue: cl.CommandQueue) -> tuple[str, int]:
         """The device name of ``queue`` (a unit's) and its clock's offset (ns)."""
-        # by queue: (device name, clock offset, when the calibration expires)
-        if (found := self._devices.get(queue.int_ptr)) is None or time.time_ns() > found[2]:
+        # by queue: (device name, clock offset, when it was calibrated); its age is judged by the
+        # current `recalibrate` (a full suite lowered it after a queue's entry was made)
+        age = int(self.recalibrate * 1e9)  # how old a calibration may get
+        if (found := self._devices.get(queue.int_ptr)) is None or time.time_ns() > found[2] + age:
             device = queue.device  # OpenCL info calls: once per queue and calibration
-            age = int(self.recalibrate * 1e9)  # how old a calibration may get
             clock = self._clocks.get(device.int_ptr)  # another queue's may still be good
             if clock is None or time.time_ns() > clock.measured_ns + age:
                 clock = self._clocks[device.int_ptr] = _calibrate(queue.context, device)
-            found = (device.name.strip(), clock.offset_ns, clock.measured_ns + age)
+            found = (device.name.strip(), clock.offset_ns, clock.measured_ns)
             self._devices[queue.int_ptr] = found
         return found[0], found[1]
 
