@@ -15,13 +15,15 @@ the same records.
 
 Why a parser of our own and not msgspec (``Struct`` with ``Meta`` bounds, which decodes JSON into
 classes in C, names the failing path and generates a JSON Schema). Measured on a real manifest
-(a step of 2,000 launches, 480 kB of JSON, on the 2-core PoCL machine): msgspec decodes it in
-2.6 ms; ``json.loads``, this parser and ``_check`` take about 100 ms, of a 175 ms ``load_step``.
-msgspec would be the faster choice for steps of thousands of launches, but it cannot say "an
-index into that table" (the records' most common bound), so those checks would move into
-``_check``, written by hand field by field; its messages (``Expected `int` >= 0 - at
-`$.launches[0].global_size[0]```) would be rewritten into ours; and netcl-capture would gain a
-compiled runtime dependency for every user. The parser is 40 lines; the schema is published
+(a step of 2,000 launches, 480 kB of JSON, on the 2-core PoCL machine, 2026-12-07): msgspec
+decodes it into equivalent structs in 2.6 ms; ``json.loads`` (5 ms), this parser and ``_check``
+take 69 ms (112 ms before this module's rewrite), of a 129 ms ``load_step`` (175 ms before).
+msgspec would be the faster choice for steps of many thousands of launches; it is not used
+because it cannot say "an index into that table", the records' most common bound (those checks
+would move into ``_check``, written by hand field by field), its messages (``Expected `int` >=
+0 - at `$.launches[0].global_size[0]```) would be rewritten into ours, and netcl-capture would
+gain a compiled runtime dependency for every user, where a typical step's manifest (tens of
+launches) parses in under a millisecond. The parser is about 60 lines; the schema is published
 from the same records either way.
 """
 
@@ -51,7 +53,7 @@ _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 _STEP = [1 if c in b"[{" else -1 for c in range(256)]  # a bracket's step in depth
 _HEX, _MANY = re.compile("(?:[0-9a-f]{2})*"), (0, 1 << 24)  # _MANY: a table's rows
 _TABLES = ("sections", "programs", "buffers", "launches", "params", "sizes")  # indices name them
-_SHAPES: dict[int, tuple[Any, tuple[Any, ...]]] = {}
+_SHAPES: dict[int, tuple[Any, tuple[Any, ...], bool]] = {}
 # what the JSON parser and the version-1 rewrite raise for a malformed manifest
 _MALFORMED = (ValueError, LookupError, TypeError, AttributeError, StopIteration, ArithmeticError)
 
@@ -76,6 +78,7 @@ INPUT, OUTPUT, CONSTANT, SCRATCH = get_args(Role)
 Kind: TypeAlias = Literal["Tensor", "Array", "value", "arg", "fixed", "slot"]
 TENSOR, ARRAY, VALUE, ARG, FIXED, SLOT = get_args(Kind)
 VALUE_TYPES: dict[str, type] = {t.__name__: t for t in (int, float, bool, str, type(None))}
+_PLAIN = frozenset(VALUE_TYPES.values())  # what JSON's scalars parse as (None: a union's arm)
 Op: TypeAlias = Literal["launch", "finish", "write", "read", "copy", "fill", "marker", "barrier"]
 # the flags a file's buffer may have (what pyopencl's other flags say concerns the host's memory)
 FLAGS = int(
@@ -217,18 +220,28 @@ class Manifest(NamedTuple):
 
 
 class _Error(Exception):
-    def __init__(self, field: str, what: str) -> None:
-        super().__init__(f"{field}: {what}")
+    """A refused field: ``at`` its path (``launches[3].local_size``), ``what`` is wrong. The
+    parser builds the path on the way out, so a file that parses builds none."""
+
+    def __init__(self, at: str, what: str) -> None:
+        self.at, self.what = at, what
+
+    def __str__(self) -> str:
+        return f"{self.at.removeprefix('.')}: {self.what}"
 
 
-def _parse(hint: Any, value: Any, field: str, tables: dict[str, int]) -> Any:
-    """``value`` (JSON data) as ``hint`` declares it, or :class:`_Error` naming the
-    field; ``tables``: the length of each table read so far."""
+def _parse(hint: Any, value: Any, tables: dict[str, int]) -> Any:
+    """``value`` (JSON data) as ``hint`` declares it, or :class:`_Error` naming the field;
+    ``tables``: the length of each table read so far."""
     if (shape := _SHAPES.get(id(hint))) is None:  # the schema's hints live as long as it does
-        shape = _SHAPES[id(hint)] = get_origin(hint), get_args(hint)
-    origin, args = shape
+        shape = _SHAPES[id(hint)] = get_origin(hint), get_args(hint), hint in _PLAIN
+    origin, args, plain = shape
+    if plain:  # (the most frequent: first)
+        if type(value) is not hint and not (hint is float and type(value) is int):
+            raise _Error("", f"{_short(value)}, expected {hint.__name__}")
+        return value
     if origin is Annotated:
-        found = _parse(args[0], value, field, tables)
+        found = _parse(args[0], value, tables)
         n, bounds = found if type(found) is int else len(found), args[1]
         if isinstance(bounds, str):  # an index into a table
             least, most, table = 0, tables[bounds] - 1, f" (an index of {bounds})"
@@ -236,41 +249,47 @@ def _parse(hint: Any, value: Any, field: str, tables: dict[str, int]) -> Any:
             (least, most), table = bounds, ""
         if not least <= n <= most:
             length = "" if type(found) is int else "a length "
-            raise _Error(field, f"{_short(found)}, expected {length}from {least} to {most}{table}")
+            raise _Error("", f"{_short(found)}, expected {length}from {least} to {most}{table}")
         return found
     if origin is Union or origin is types.UnionType:
-        if value is None and type(None) in args:  # (every union of the schema has None)
+        if value is None:  # (every union of the schema is one with None)
             return None
         refused = []
         for arm in args:
             try:
-                return _parse(arm, value, field, tables)
+                return _parse(arm, value, tables)
             except _Error as exc:
                 refused.append(exc)
         raise refused[0]
-    if origin is Literal and not (isinstance(value, str) and value in args):
-        raise _Error(field, f"{_short(value)}, expected one of {', '.join(args)}")
+    if origin is Literal:
+        if not (isinstance(value, str) and value in args):
+            raise _Error("", f"{_short(value)}, expected one of {', '.join(args)}")
+        return value
     if origin is list or origin is tuple:
         if type(value) is not list or (origin is tuple and len(value) != len(args)):
-            raise _Error(field, f"{_short(value)}, expected a list")
-        return [
-            _parse(args[0] if origin is list else args[i], v, f"{field}[{i}]", tables)
-            for i, v in enumerate(value)
-        ]
-    if isinstance(hint, type) and issubclass(hint, tuple):  # a record (v1 sections: lists)
-        fields = hint.__annotations__
-        value = dict(zip(fields, value, strict=False)) if type(value) is list else value
-        if not isinstance(value, dict):
-            raise _Error(field, f"{_short(value)}, expected an object")
-        found = {}
-        for k, t in fields.items():
-            found[k] = _parse(t, value.get(k), f"{field}.{k}" if field else k, tables)
-            if k in _TABLES and field in ("", "step"):
-                tables[k] = len(found[k])
-        return hint(**found)
-    if origin is None and type(value) is not hint and not (hint is float and type(value) is int):
-        raise _Error(field, f"{_short(value)}, expected {hint.__name__}")
-    return value
+            raise _Error("", f"{_short(value)}, expected a list")
+        found = []
+        for i, v in enumerate(value):
+            try:
+                found.append(_parse(args[0] if origin is list else args[i], v, tables))
+            except _Error as exc:
+                exc.at = f"[{i}]{exc.at}"
+                raise
+        return found
+    fields = hint.__annotations__  # a record (a version-1 section: a list of its fields)
+    value = dict(zip(fields, value, strict=False)) if type(value) is list else value
+    if not isinstance(value, dict):
+        raise _Error("", f"{_short(value)}, expected an object")
+    found = {}
+    for k, t in fields.items():
+        try:
+            found[k] = _parse(t, value.get(k), tables)
+        except _Error as exc:
+            exc.at = f".{k}{exc.at}"
+            raise
+        if k in _TABLES and (hint is Manifest or hint is Step):  # read before their indices
+            tables[k] = len(found[k])
+    return hint(**found)
 
 
 def _short(value: Any) -> str:
@@ -290,8 +309,8 @@ def dump(value: Any) -> Any:
 def read(f: IO[bytes], path: str, size: int) -> Manifest:
     """The checked manifest of the open file ``f`` (``size`` bytes) at ``path``."""
     head = f.read(HEADER.size)
-    magic, version, flags, offset, length, crc = HEADER.unpack(head.ljust(HEADER.size, b"\0"))
-    if refused := _refused_header(len(head), magic, version, flags, offset, length, size):
+    _, version, _, offset, length, crc = HEADER.unpack(head.ljust(HEADER.size, b"\0"))
+    if refused := _refused_header(head, size):
         raise CaptureFileError(f"{path}: {refused}")
     f.seek(offset)
     data = f.read(length)
@@ -307,7 +326,7 @@ def read(f: IO[bytes], path: str, size: int) -> Manifest:
             raw = _from_v1(json.loads(data)) if version == 1 else json.loads(data)
         except _MALFORMED as exc:
             raise _Error("manifest", f"malformed ({type(exc).__name__}: {exc})") from None
-        manifest: Manifest = _parse(Manifest, raw, "", {})
+        manifest: Manifest = _parse(Manifest, raw, {})
         if manifest.version != version:
             raise _Error("version", f"{manifest.version}, the header says {version}")
         _check(manifest, offset)
@@ -316,12 +335,11 @@ def read(f: IO[bytes], path: str, size: int) -> Manifest:
     return manifest
 
 
-def _refused_header(
-    got: int, magic: bytes, version: int, flags: int, offset: int, length: int, size: int
-) -> str:
-    """What is wrong with a file's header ("" if nothing): ``got`` bytes of it were read."""
-    if got < HEADER.size:
-        what = f"{got} bytes, shorter than the header"
+def _refused_header(head: bytes, size: int) -> str:
+    """What is wrong with a file's header ("" if nothing), of a file of ``size`` bytes."""
+    magic, version, flags, offset, length, _ = HEADER.unpack(head.ljust(HEADER.size, b"\0"))
+    if len(head) < HEADER.size:
+        what = f"{len(head)} bytes, shorter than the header"
     elif magic != MAGIC:
         what = f"it starts with {magic!r}, expected {MAGIC!r}"
     elif not 1 <= version <= FORMAT_VERSION or flags:
@@ -360,12 +378,8 @@ def _check(m: Manifest, end: int) -> None:
     for i, b in enumerate(m.buffers):
         _check_buffer(m, b, f"buffers[{i}]", i)
     for i, p in enumerate(m.programs):
-        if path := _absolute(p.options):
-            raise _Error(
-                f"programs[{i}].options",
-                f"name {path!r}, a path of the machine that saved the file, which this one "
-                "need not have: save the program with its headers inlined in the source",
-            )
+        if refused := _absolute(p.options):
+            raise _Error(f"programs[{i}].options", refused)
     for i, launch in enumerate(m.launches):
         _check_launch(m, launch, f"launches[{i}]")
     for i, c in enumerate(m.commands):
@@ -465,21 +479,16 @@ def _check_step(step: Step) -> None:
 def _from_v1(m: dict[str, Any]) -> dict[str, Any]:
     """A version-1 manifest in version 2's words: arguments by their value (not pyopencl's
     setter), transfers by their word, pyopencl's include folder symbolic."""
-    launches = [
-        {
-            **s,
+    for s in m["shapes"]:  # the launches, in version 2's names
+        s |= {
             "global_size": s["global"],
             "local_size": s["local"],
             "args": [_v1_arg(*a) for a in s["args"]],
         }
-        for s in m["shapes"]
-    ]
-    programs = [
-        {**p, "options": re.sub(r"\S*[/\\]pyopencl[/\\]cl(?=\s|$)", INCLUDE, p["options"])}
-        for p in m["programs"]
-    ]
+    for p in m["programs"]:
+        p["options"] = re.sub(r"\S*[/\\]pyopencl[/\\]cl(?=\s|$)", INCLUDE, p["options"])
     commands = [_v1_command(c) for c in m["commands"]]
-    return {**m, "launches": launches, "commands": commands, "programs": programs}
+    return {**m, "launches": m["shapes"], "commands": commands}
 
 
 def _v1_command(c: list[Any]) -> dict[str, Any]:
@@ -538,20 +547,21 @@ def transfer(
 _PATH = re.compile(r"""(?:^|[\s="']|-[A-Za-z]+)([/\\~]\S*|[A-Za-z]:\\\S*)""")
 
 
-def _absolute(options: str) -> str | None:
-    """The first absolute path ``options`` name (None if none)."""
-    found = _PATH.search(options)
-    return found[1] if found else None
+def _absolute(options: str) -> str:
+    """Why ``options`` cannot be saved or loaded: the first absolute path they name ("" if
+    none)."""
+    if not (found := _PATH.search(options)):
+        return ""
+    return (
+        f"name {found[1]!r}, an absolute path, which another machine need not have: build with "
+        "the headers inlined in the source, or their folder relative"
+    )
 
 
 def symbolic(options: str, where: str) -> str:
     """Build options with pyopencl's include folder as ``{pyopencl}``; any other absolute path
     is refused (another machine does not have it)."""
     found = options.replace(PYOPENCL, INCLUDE)
-    if path := _absolute(found):
-        raise CaptureFileError(
-            f"{where}: a program's build options name {path!r}, a path of this machine, which "
-            "another machine does not have: build with the headers inlined in the source, or "
-            "their folder relative"
-        )
+    if refused := _absolute(found):
+        raise CaptureFileError(f"{where}: a program's build options {refused}")
     return found

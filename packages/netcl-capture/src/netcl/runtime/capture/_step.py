@@ -448,12 +448,7 @@ class _Capture:
     )
 
     def __init__(
-        self,
-        capture: KernelCapture,
-        call: Call,
-        reason: str,
-        result: Any,
-        outputs: tuple[Any, ...],
+        self, capture: KernelCapture, call: Call, reason: str, result: Any, outputs: tuple[Any, ...]
     ) -> None:
         program = capture._replay_form()  # its index: the buffers the recorded commands use
         used, flat, ptrs = program.index.uses, call.flat, call.ptrs

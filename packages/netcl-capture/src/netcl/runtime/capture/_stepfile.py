@@ -157,13 +157,11 @@ def _call(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue) -> Save
     aliasing = step.aliasing
     bufs: list[Any] = []  # per buffer argument: the file's input buffer, or one of its own
     for j, size in enumerate(step.sizes):
-        first = aliasing[j] if aliasing else j
-        if first != j:
-            bufs.append(bufs[first])
-        else:
-            bufs.append(
-                inputs.get(j) or cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, max(size, 1))
-            )
+        first = aliasing[j] if aliasing else j  # an earlier argument's buffer, or its own
+        own = inputs.get(j)
+        if first == j and own is None:
+            own = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, max(size, 1))
+        bufs.append(own if first == j else bufs[first])
     flat: list[Any] = []
     parts: list[Any] = []
     text = []
