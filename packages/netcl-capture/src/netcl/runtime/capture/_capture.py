@@ -302,6 +302,15 @@ class KernelCapture:
         state = "recording" if self.is_recording else "ready" if self._program else "empty"
         return f"KernelCapture({state}, launches={self.num_launches}, replays={self._replays})"
 
+    def _replay_form(self) -> ReplayProgram:
+        """For this package's captured steps: the replay form (RuntimeError before end())."""
+        return self._ready("replay")
+
+    def _share_arena(self, arena: SharedArena) -> None:
+        """For this package's captured steps: the next recording's own memory comes from
+        ``arena``, which the step's keys share (they never run at once)."""
+        self._shared = arena
+
 
 def _native_refusal(rec: Recording) -> str:
     reached = "; ".join(str(a) for a in list(rec.native)[:5])
