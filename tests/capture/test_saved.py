@@ -981,7 +981,10 @@ def test_spans_and_inspect(
     tmp_path: Path,
     spans: Any,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # whole lines (a COLUMNS the runner set would wrap a long temporary path onto its own line)
+    monkeypatch.delenv("COLUMNS", raising=False)
     path = tmp_path / "mlp.ncl"
     path.write_bytes(saved)
     load_step(path, queue)

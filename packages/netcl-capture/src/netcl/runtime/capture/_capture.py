@@ -306,6 +306,13 @@ class KernelCapture:
         """For this package's captured steps: the replay form (RuntimeError before end())."""
         return self._ready("replay")
 
+    @classmethod
+    def _of(cls, program: ReplayProgram) -> KernelCapture:
+        """For this package's loaders: a capture that replays ``program`` (loaded from a file)."""
+        capture = cls()
+        capture._program = program
+        return capture
+
     def _share_arena(self, arena: SharedArena) -> None:
         """For this package's captured steps: the next recording's own memory comes from
         ``arena``, which the step's keys share (they never run at once)."""
@@ -332,13 +339,7 @@ def load_capture(path: str | os.PathLike[str], queue: cl.CommandQueue) -> Kernel
     order. :class:`CaptureFileError` names the file and what is wrong with it."""
     from netcl.runtime.capture import _saved
 
-    return _from_program(_saved.load(path, queue).program)
-
-
-def _from_program(program: ReplayProgram) -> KernelCapture:
-    capture = KernelCapture()
-    capture._program = program
-    return capture
+    return KernelCapture._of(_saved.load(path, queue).program)
 
 
 _singleton: KernelCapture | None = None

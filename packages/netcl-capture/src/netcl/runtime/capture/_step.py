@@ -32,7 +32,7 @@ from netcl.core.telemetry import Counts
 from netcl.core.tensor import Tensor
 from netcl.runtime.capture import _stepfile
 from netcl.runtime.capture import _telemetry as tm
-from netcl.runtime.capture._capture import KernelCapture, _from_program, log
+from netcl.runtime.capture._capture import KernelCapture, log
 from netcl.runtime.capture._format import ARG, ARRAY, FIXED, SLOT, TENSOR
 from netcl.runtime.capture._intercept import thread_records
 from netcl.runtime.capture._memory import SharedArena
@@ -385,9 +385,12 @@ class LoadedStep(CapturedStep[..., Any]):
     queue, the values of other arguments); it has no function to run, so any other call
     raises ``ValueError`` naming the first difference."""
 
-    def __init__(self, name: str, labels: list[str], signature: str) -> None:
+    def __init__(
+        self, name: str, labels: list[str], signature: str, key: GuardKey, entry: _Capture
+    ) -> None:
         super().__init__(_no_function, warmup=0, max_captures=1, name=name)
         self._saved_labels, self._signature = labels, signature
+        self._captures[key] = self._mru = entry  # the saved capture, its only one
 
     def _record(self, call: Call, seen: int) -> Any:
         saved = next(iter(self._captures))
@@ -412,11 +415,10 @@ def load_step(path: str | os.PathLike[str], queue: cl.CommandQueue) -> LoadedSte
     Arrays of the saved shapes and dtypes on ``queue``), it returns its outputs like a captured
     step. :class:`CaptureFileError` names the file and what is wrong with it."""
     saved = _stepfile.load(path, queue)
-    step = LoadedStep(saved.name, saved.labels, saved.signature)
     outputs = _outputs_of(saved.result, saved.name)
-    program = _from_program(saved.program)
+    program = KernelCapture._of(saved.program)
     entry = _Capture(program, saved.call, f"loaded from {path}", saved.result, outputs)
-    step._captures[saved.call.key] = step._mru = entry
+    step = LoadedStep(saved.name, saved.labels, saved.signature, saved.call.key, entry)
     _KEPT.add(1, saved.name)
     return step
 
