@@ -48,19 +48,20 @@ def paired_floor(
     return setup, times
 
 
-def record_floor(benchmark: Any, floor: list[float]) -> None:
-    """Store a paired benchmark's floor in ``extra_info``: its fastest round
-    (``paired_floor_s``, the gate's), and the median of the ratios of each round to the floor
-    timed before it (``paired_ratio_median``, the history's) when the rounds' times are known.
-    ``floor`` holds one time per round, warm-up rounds first (as ``paired_floor``'s setup
-    fills it)."""
-    benchmark.extra_info["paired_floor_s"] = min(floor)
+def record_floor(benchmark: Any, floor: list[float], key: str = "paired_floor_s") -> None:
+    """Store a paired benchmark's floor in ``extra_info``: its fastest round (``key``, the
+    gate's), and the median of the ratios of each round to the floor timed before it (the key's
+    ``_floor_s`` made ``_ratio_median``: ``paired_ratio_median``, the history's) when the rounds'
+    times are known. ``floor`` holds one time per round, warm-up rounds first (as
+    ``paired_floor``'s setup fills it)."""
+    benchmark.extra_info[key] = min(floor)
     stats = getattr(benchmark, "stats", None)
     rounds = list(getattr(getattr(stats, "stats", None), "data", None) or [])
     if rounds and len(floor) >= len(rounds):
         ratios = [t / f for t, f in zip(rounds, floor[-len(rounds) :], strict=True) if f > 0]
         if ratios:
-            benchmark.extra_info["paired_ratio_median"] = statistics.median(ratios)
+            median_key = key.removesuffix("_floor_s") + "_ratio_median"
+            benchmark.extra_info[median_key] = statistics.median(ratios)
 
 
 class HeldQueues:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyopencl as cl
 import pytest
 from opentelemetry import metrics, trace
@@ -283,6 +284,72 @@ def ctx() -> cl.Context:
 @pytest.fixture(scope="session")
 def queue(ctx: cl.Context) -> cl.CommandQueue:
     return device.default_queue(ctx)
+
+
+_BUSY_SOURCE = """
+__kernel void netcl_test_busy(__global float *a, const int n) {
+    const int i = get_global_id(0);
+    float x = a[i];
+    for (int k = 0; k < n; ++k) x = x * 0.999f + 0.001f;
+    a[i] = x;
+}
+"""
+
+
+class Busy:
+    """A kernel that keeps the device busy for about a given time, whatever the device: its loop
+    count is calibrated on this device (a CPU runs it thousands of times slower than a GPU), so
+    that a test asking for "a kernel of 2 ms" checks the same property on PoCL and on a GPU."""
+
+    ITEMS = 4096  # work-items of each launch
+
+    def __init__(self, ctx: cl.Context) -> None:
+        self.kernel = cl.Kernel(cl.Program(ctx, _BUSY_SOURCE).build(), "netcl_test_busy")
+        self.buffer = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * self.ITEMS)  # the kernel's arg
+        self.queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        self.per_loop_s = self._calibrate()
+
+    def _time(self, loops: int) -> float:
+        """The fastest of three launches of ``loops`` loops, in device seconds."""
+        events = [self.launch(self.queue, loops) for _ in range(3)]
+        self.queue.finish()
+        return min(e.profile.end - e.profile.start for e in events) / 1e9
+
+    def _calibrate(self) -> float:
+        """Device seconds per loop, from launches long enough (>= 5 ms) that a launch's fixed
+        cost does not count."""
+        loops = 1000
+        while (took := self._time(loops)) < 5e-3 and loops < 2**30:
+            loops = min(2**30, loops * max(2, int(10e-3 / max(took, 1e-7))))
+        return took / loops
+
+    def loops(self, seconds: float) -> int:
+        """The loop count that keeps the device busy at least ``seconds`` (twice the calibrated
+        estimate: a device that sped up since, a CPU that was loaded while calibrating)."""
+        loops = int(2 * seconds / self.per_loop_s) + 1
+        assert loops < 2**31, f"a busy kernel of {seconds} s needs {loops} loops: too many"
+        return loops
+
+    def launch(
+        self, queue: cl.CommandQueue, loops: int, wait_for: list[cl.Event] | None = None
+    ) -> cl.Event:
+        """``loops`` loops on ``queue`` (see :meth:`loops`)."""
+        self.kernel.set_args(self.buffer, np.int32(loops))
+        return cl.enqueue_nd_range_kernel(
+            queue, self.kernel, (self.ITEMS,), None, wait_for=wait_for
+        )
+
+    def enqueue(
+        self, queue: cl.CommandQueue, seconds: float, wait_for: list[cl.Event] | None = None
+    ) -> cl.Event:
+        """A kernel that keeps the device busy at least ``seconds`` on ``queue``."""
+        return self.launch(queue, self.loops(seconds), wait_for)
+
+
+@pytest.fixture(scope="session")
+def busy(ctx: cl.Context) -> Busy:
+    """A busy kernel calibrated to the session's device (:class:`Busy`)."""
+    return Busy(ctx)
 
 
 @pytest.fixture

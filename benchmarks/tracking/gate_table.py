@@ -12,8 +12,10 @@ Figure kinds (``figure =`` in the table):
   an ``of[1]``, where given, is that floor's own benchmark, whose fastest round stands in for it
   in runs saved before the floor was paired (the figure as it was judged then);
 - ``paired_median``: the median of the ratios of each round of ``of[0]`` to the floor timed right
-  before it (``extra_info["paired_ratio_median"]``), for a benchmark whose fastest rounds are
-  rare outliers; in runs saved before that median was stored, the ``paired`` figure;
+  before it (``extra_info["paired_ratio_median"]``; for a ``key`` other than ``paired_floor_s``,
+  the key's ``_floor_s`` made ``_ratio_median``), for a benchmark whose fastest rounds are rare
+  outliers or whose two fastest rounds can fall in different spells of a loaded machine; in runs
+  saved before that median was stored, the ``paired`` figure;
 - ``paired_speedup``: the inverse of ``paired``, how many times faster ``of[0]`` is;
 - ``paired_per_unit_us``: ``(fastest round - paired floor) / extra_info[per]`` in µs, the cost
   per unit (node, op) of ``of[0]`` over the same work by hand timed in the same window;
@@ -159,10 +161,11 @@ def _figure(kind: str, of: tuple[str, ...], key: str, per: Any) -> Figure:
 
 
 def _paired_median(results: Results, name: str, key: str, fallback: str | None) -> float:
+    median_key = key.removesuffix("_floor_s") + "_ratio_median"  # paired_floor_s: paired_...
     medians = [
-        float(e["extra_info"]["paired_ratio_median"])
+        float(e["extra_info"][median_key])
         for e in results[name]
-        if "paired_ratio_median" in e.get("extra_info", {})
+        if median_key in e.get("extra_info", {})
     ]
     return min(medians) if medians else _min(results, name) / _floor(results, name, key, fallback)
 

@@ -332,33 +332,22 @@ def test_a_capture_made_in_mode_none_replays_unwatched(
     np.testing.assert_allclose(chain.host, chain.expect(2), rtol=1e-5)
 
 
-BUSY = """
-__kernel void busy(__global float *a, const int n) {
-    const int i = get_global_id(0);
-    float x = a[i];
-    for (int k = 0; k < n; ++k) x = x * 0.999f + 1.0f;
-    a[i] = x;
-}
-"""
-
-
 def test_a_summary_replay_on_a_plain_queue_is_bracketed_around_its_work(
-    ctx: cl.Context, spans: InMemorySpanExporter, summary: profiling.Collector
+    ctx: cl.Context, spans: InMemorySpanExporter, summary: profiling.Collector, busy: Any
 ) -> None:
     """On a plain queue a summary replay's device time comes from two stamps on a side queue:
-    it covers a kernel of known length (a busy loop, timed on a profiling queue first), and its
-    device span sits under the replay's span, inside the step that waited for it."""
+    it covers a kernel of known length (a busy loop calibrated to the device, timed on a
+    profiling queue first), and its device span sits under the replay's span, inside the step
+    that waited for it."""
     plain, pq = cl.CommandQueue(ctx), cl.CommandQueue(ctx, properties=_PROFILING)
-    busy = cl.Kernel(cl.Program(ctx, BUSY).build(), "busy")
-    buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * SIZE)  # kept: the kernel holds none
-    busy.set_args(buf, np.int32(2000))
-    timed = [cl.enqueue_nd_range_kernel(pq, busy, (SIZE,), None) for _ in range(3)]
+    loops = busy.loops(2e-3)
+    timed = [busy.launch(pq, loops) for _ in range(3)]
     pq.finish()
     own = min(e.profile.end - e.profile.start for e in timed)
     assert own > 2_000_000, f"the busy kernel takes {own} ns: make it longer"
     cap = KernelCapture()
     with cap:
-        cl.enqueue_nd_range_kernel(plain, busy, (SIZE,), None)
+        busy.launch(plain, loops)
     plain.finish()
     profiling.flush(5.0)
     spans.clear()

@@ -5,6 +5,7 @@ a log has no carriage returns."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
-NETCL = str(Path(sys.executable).with_name("netcl"))
+# the script beside the interpreter (a virtual environment's), else the one on PATH (a system
+# Python with the distributions installed elsewhere, as on the GPU machine: docs, Running on a GPU)
+_BESIDE = Path(sys.executable).with_name("netcl")
+NETCL = str(_BESIDE) if _BESIDE.exists() else shutil.which("netcl") or str(_BESIDE)
 DEMO = Path(__file__).resolve().parents[2] / "demo" / "demo.py"
 
 

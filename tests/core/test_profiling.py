@@ -1,5 +1,6 @@
-"""Device time from real profiled OpenCL commands on the default device (PoCL on CPU): spans on the
-host clock, histograms, busy figure, and no host wait at hand-off.
+"""Device time from real profiled OpenCL commands on the default device (PoCL on CPU, or a GPU:
+where a test needs a kernel of some length, the ``busy`` fixture calibrates it to the device):
+spans on the host clock, histograms, busy figure, and no host wait at hand-off.
 
 Tolerance for "inside the host span": the calibration's own bound (``DeviceClock.tolerance_ns``,
 a few microseconds on PoCL) plus 100 µs for drift between calibration and measurement."""
@@ -7,6 +8,7 @@ a few microseconds on PoCL) plus 100 µs for drift between calibration and measu
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import os
 import subprocess
@@ -14,6 +16,7 @@ import sys
 import threading
 import time
 import timeit
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -37,6 +40,7 @@ __kernel void scale(__global float *a, const float s) { a[get_global_id(0)] *= s
 """
 T = telemetry.Scope("netcl.test", "0")
 OOO = cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+_PROFILING_ON = cl.command_queue_properties.PROFILING_ENABLE
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +53,21 @@ def kernels(ctx: cl.Context) -> tuple[cl.Kernel, cl.Kernel, cl.Buffer]:
     prg = cl.Program(ctx, BUSY).build()
     buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, 4 * 4096)
     return cl.Kernel(prg, "busy"), cl.Kernel(prg, "scale"), buf
+
+
+@pytest.fixture
+def own(ctx: cl.Context) -> tuple[cl.CommandQueue, tuple[cl.Kernel, cl.Kernel, cl.Buffer]]:
+    """A profiling queue and the kernels in a context of their own, for a test that fails a
+    command: after that a driver may give up the whole context (OpenCL allows it), which must
+    not be the session's."""
+    own = cl.Context(devices=ctx.devices)
+    prg = cl.Program(own, BUSY).build()
+    buf = cl.Buffer(own, cl.mem_flags.READ_WRITE, 4 * 4096)
+    return cl.CommandQueue(own, properties=_PROFILING_ON), (
+        cl.Kernel(prg, "busy"),
+        cl.Kernel(prg, "scale"),
+        buf,
+    )
 
 
 @pytest.fixture
@@ -183,9 +202,9 @@ def test_markers_give_the_device_time_between_them(
 
 
 def test_hand_off_never_waits_for_the_device(
-    pq: cl.CommandQueue, kernels: Any, collector: profiling.Collector
+    pq: cl.CommandQueue, busy: Any, collector: profiling.Collector
 ) -> None:
-    long = _busy(pq, kernels, 200_000)  # hundreds of milliseconds on a CPU device
+    long = busy.enqueue(pq, 0.3)  # the checks below take well under that on any device
     pq.flush()
     t0 = time.perf_counter()
     unit = collector.watch(profiling.REPLAY, [long], labels=["busy"])
@@ -454,10 +473,11 @@ def test_a_unit_says_whether_it_is_pending_or_its_duration(
     assert repr(unit) == f"DeviceTime('replay', 'step', {unit.duration * 1e3:.3f} ms)"
 
 
-def test_a_failed_command_drops_its_unit(
-    pq: cl.CommandQueue, kernels: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A unit whose command failed has no duration: it is dropped, with a warning."""
+def test_a_failed_command_drops_its_unit(own: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A unit whose command failed has no duration: it is dropped, with a warning, and nothing
+    more is asked of the device (no clock calibrated: no queue made, no marker enqueued, no
+    timestamp read in a context the driver may have given up after the failure)."""
+    pq, kernels = own
     collector = profiling.Collector(mode="summary", sample_budget=0.0, interval=3600.0)
     gate = cl.UserEvent(pq.context)
     _, scale, buf = kernels
@@ -472,6 +492,7 @@ def test_a_failed_command_drops_its_unit(
     assert collector.flush(5.0) == 0
     assert unit.done and unit.duration is None
     assert collector.stats().dropped == 1 and collector.stats().collected == 0
+    assert collector.clock(pq.device) is None
 
 
 def test_summary_mode_samples_units_in_per_command_detail(
@@ -718,11 +739,14 @@ def test_a_plain_queue_that_cannot_be_bracketed_is_left_unwatched_and_logged_onc
 
 
 def test_a_plain_queue_bracket_covers_its_work_and_only_its_work(
-    ctx: cl.Context, pq: cl.CommandQueue, kernels: Any
+    ctx: cl.Context, pq: cl.CommandQueue, busy: Any
 ) -> None:
     """The stamps of ``begin`` and ``watch(begin=...)`` bracket exactly the work between them:
-    a busy kernel inside counts in full, a longer one queued before the bracket does not."""
-    timed = [_busy(pq, kernels, 2000) for _ in range(3)]
+    a busy kernel inside counts in full, a longer one queued before the bracket does not (the
+    kernel calibrated to milliseconds on the device, so that the stamps' own few microseconds
+    do not count)."""
+    loops = busy.loops(2e-3)
+    timed = [busy.launch(pq, loops) for _ in range(3)]
     pq.finish()
     own = min(e.profile.end - e.profile.start for e in timed)
     process = profiling.collector()
@@ -731,11 +755,11 @@ def test_a_plain_queue_bracket_covers_its_work_and_only_its_work(
         process.mode = "summary"
         plain = cl.CommandQueue(ctx)
         assert profiling.enabled(plain)  # its side queue made
-        _busy(plain, kernels, 20000)  # queued ahead of the unit: not its work
+        busy.launch(plain, 10 * loops)  # queued ahead of the unit: not its work
         begin = process.begin(plain)
         assert begin is not None and process.begin(pq) is None  # a profiling queue: no stamp
         unit = process.watch(
-            profiling.REPLAY, [_busy(plain, kernels, 2000)], queue=plain, begin=begin
+            profiling.REPLAY, [busy.launch(plain, loops)], queue=plain, begin=begin
         )
         plain.finish()
         assert process.flush(10.0) == 0
@@ -1097,7 +1121,10 @@ def test_a_failing_collection_is_logged_once_per_error_and_collection_goes_on(
     """The collector thread survives a failing collection, keeps collecting every interval,
     and says so in the log once per kind of error, with the error."""
     failing = _FailingCollector()
-    thread = threading.Thread(target=failing._run, daemon=True)
+    gone = threading.Event()  # the collector lives on: never set
+    thread = threading.Thread(
+        target=profiling._collecting, args=(weakref.ref(failing), gone), daemon=True
+    )
     with caplog.at_level("WARNING", logger="netcl.core.profiling"):
         thread.start()
         assert failing.parked.wait(10.0)
@@ -1114,13 +1141,13 @@ def test_a_failing_collection_is_logged_once_per_error_and_collection_goes_on(
 @pytest.mark.parametrize("mode", ["summary", "commands"])
 def test_a_failed_command_is_named_in_the_warning(
     mode: profiling.Mode,
-    pq: cl.CommandQueue,
-    kernels: Any,
+    own: Any,
     fresh_failure_log: None,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The warning for a unit dropped because a command failed says which: in summary mode
     the first or last command (all a summary reads), per command the index and its status."""
+    pq, kernels = own
     collector = profiling.Collector(mode=mode, sample_budget=0.0, interval=3600.0)
     gate = cl.UserEvent(pq.context)
     first = _scale(pq, kernels)
@@ -1156,3 +1183,70 @@ def test_busy_intervals_are_dropped_a_second_after_the_window_leaves_them(
     assert collector.busy(later)[name] > 0  # still held
     time.sleep(1.3)  # past the window and its second
     assert collector.busy(later) == {name: 0.0}  # dropped by busy()'s own collection
+
+
+def test_a_collectors_thread_ends_when_the_collector_is_gone(pq: cl.CommandQueue) -> None:
+    """Each collector that watched work runs a thread; dropping the collector ends it, even in
+    the middle of an hour's interval (5 collectors dropped: none of their threads left)."""
+    collectors = [profiling.Collector(mode="commands", interval=3600.0) for _ in range(5)]
+    for collector in collectors:
+        collector.watch(profiling.COMMANDS, [cl.enqueue_marker(pq)])
+        assert collector.flush(5.0) == 0
+    threads = [c._thread for c in collectors]
+    assert all(t is not None and t.is_alive() for t in threads)
+    del collectors, collector
+    gc.collect()  # a pending unit and its collector hold each other
+    for thread in threads:
+        assert thread is not None
+        thread.join(5.0)
+    assert [t for t in threads if t is not None and t.is_alive()] == []
+
+
+def test_plain_queues_follow_the_process_wide_collectors_mode_not_the_last_one_built(
+    ctx: cl.Context,
+) -> None:
+    """``device.watcher`` on a plain queue follows the process-wide collector's mode: building
+    another collector (with a mode of its own) changes nothing for everyone else."""
+    plain = cl.CommandQueue(ctx)
+    process = profiling.collector()
+    saved = process.mode
+    try:
+        process.mode = "summary"
+        profiling.Collector(mode="commands")
+        assert device.watcher(plain) is process
+        process.mode = "commands"
+        profiling.Collector(mode="summary")
+        assert device.watcher(plain) is None
+    finally:
+        process.mode = saved
+
+
+def test_a_unit_holds_its_queue_from_the_hand_off(ctx: cl.Context) -> None:
+    """Watched without ``queue=``, a unit asks its events for their queue at the hand-off and
+    holds it until collected: OpenCL does not keep a queue alive for its events, so the
+    collector's thread must never ask an event for a queue its program may have freed since."""
+    queue = cl.CommandQueue(ctx, properties=_PROFILING_ON)
+    collector = profiling.Collector(mode="commands", interval=3600.0)
+    unit = collector.watch(profiling.COMMANDS, [cl.enqueue_marker(queue)])
+    assert unit._queue is not None and unit._queue.int_ptr == queue.int_ptr
+    queue.finish()
+    del queue  # the program's last reference
+    gc.collect()
+    assert collector.flush(5.0) == 0 and unit.duration is not None
+
+
+def test_a_lowered_recalibrate_applies_to_queues_seen_before(pq: cl.CommandQueue) -> None:
+    """How old a clock calibration may get is judged when a unit is collected, by the current
+    ``recalibrate``: lowered to 0, the next unit of a queue already seen calibrates anew (a full
+    suite once kept a calibration 29 ms older than the replay it mapped)."""
+    collector = profiling.Collector(mode="commands", interval=3600.0, recalibrate=60.0)
+    collector.watch(profiling.COMMANDS, [cl.enqueue_marker(pq)], queue=pq)
+    assert collector.flush(5.0) == 0
+    first = collector.clock(pq.device)
+    collector.recalibrate = 0.0
+    t0 = time.time_ns()
+    collector.watch(profiling.COMMANDS, [cl.enqueue_marker(pq)], queue=pq)
+    assert collector.flush(5.0) == 0
+    again = collector.clock(pq.device)
+    assert first is not None and again is not None
+    assert again.measured_ns >= t0 > first.measured_ns

@@ -9,13 +9,9 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
-import grpc
 import pytest
-from opentelemetry.proto.collector.trace.v1 import (
-    trace_service_pb2,
-    trace_service_pb2_grpc,
-)
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from netcl.core import log, telemetry
@@ -226,23 +222,48 @@ def test_console_exporter_chosen_by_variable_uses_one_line_format() -> None:
     assert "metric " not in proc.stderr
 
 
-class _Traces(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self) -> None:
-        self.requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
+_EXPORTERS = {  # OTLP protocol -> the module of its trace exporter (netcl-core's `otel` extra)
+    "grpc": "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+    "http/protobuf": "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+}
 
-    def Export(  # noqa: N802 (the generated service's name)
-        self, request: trace_service_pb2.ExportTraceServiceRequest, context: object
-    ) -> trace_service_pb2.ExportTraceServiceResponse:
-        self.requests.append(request)
-        return trace_service_pb2.ExportTraceServiceResponse()
+
+def _otlp(protocol: str) -> Any:
+    """Skip the test, saying why, where the OTLP exporter for ``protocol`` is not installed (an
+    optional extra: the rest of this file runs without it); else OTLP's trace service module."""
+    reason = (
+        f"the OTLP/{protocol} exporter is not installed (netcl-core's optional `otel` extra: "
+        "pip install 'netcl-core[otel]')"
+    )
+    pytest.importorskip(_EXPORTERS[protocol], reason=reason)
+    return pytest.importorskip(
+        "opentelemetry.proto.collector.trace.v1.trace_service_pb2", reason=reason
+    )
+
+
+class _Traces:
+    """What an OTLP/gRPC trace service received."""
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []  # trace_service_pb2.ExportTraceServiceRequest
 
 
 @pytest.fixture
 def grpc_receiver() -> Iterator[tuple[int, _Traces]]:
     """A real OTLP/gRPC trace receiver on loopback."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb2 = _otlp("grpc")
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
     traces = _Traces()
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(traces, server)
+
+    class Service(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+        def Export(self, request: Any, context: object) -> Any:  # noqa: N802 (the service's)
+            traces.requests.append(request)
+            return pb2.ExportTraceServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Service(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     yield port, traces
@@ -272,7 +293,7 @@ def http_receiver() -> Iterator[tuple[int, list[tuple[str, bytes]]]]:
     server.shutdown()
 
 
-def _resource_attrs(request: trace_service_pb2.ExportTraceServiceRequest) -> dict[str, str]:
+def _resource_attrs(request: Any) -> dict[str, str]:  # an ExportTraceServiceRequest
     (rs,) = request.resource_spans
     return {a.key: a.value.string_value for a in rs.resource.attributes}
 
@@ -303,6 +324,7 @@ def test_otlp_grpc_by_protocol_variable(grpc_receiver: tuple[int, _Traces]) -> N
 
 
 def test_otlp_http_by_protocol_variable(http_receiver: tuple[int, list[tuple[str, bytes]]]) -> None:
+    trace_service_pb2 = _otlp("http/protobuf")
     port, posts = http_receiver
     proc = _run(
         _APP.format(console=False),
@@ -411,6 +433,7 @@ _EXPORTING_APP = """
 def test_shutdown_is_bounded_when_the_collector_is_dead(
     silent_port: int, closed_port: int, protocol: str, endpoint: str
 ) -> None:
+    _otlp(protocol)
     port = silent_port if endpoint == "silent" else closed_port
     proc = _run(
         _EXPORTING_APP,
@@ -425,6 +448,7 @@ def test_shutdown_is_bounded_when_the_collector_is_dead(
 
 
 def test_user_timeouts_win_over_netcl_defaults(silent_port: int) -> None:
+    _otlp("http/protobuf")  # OTLP's default protocol
     proc = _run(
         _EXPORTING_APP,
         OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{silent_port}",

@@ -10,6 +10,7 @@ import functools
 import random
 import threading
 import time
+import weakref
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,29 +58,10 @@ COMMANDS: Kind = "commands"
 #: (the level to leave on); ``none``, nothing (``enabled()`` is False for every queue).
 Mode = Literal["commands", "summary", "none"]
 
-#: Histogram buckets for device durations in seconds, 1 µs to 10 s.
+#: Histogram buckets for device durations in seconds, 1 µs to 10 s: 1, 2.5 and 5 of each power
+#: of ten (1e-6, 2.5e-6, 5e-6, 1e-5, ... 2.5, 5), then 10 (as written: ``float("2.5e-6")``).
 DEVICE_BUCKETS_S: tuple[float, ...] = (
-    1e-6,
-    2.5e-6,
-    5e-6,
-    1e-5,
-    2.5e-5,
-    5e-5,
-    1e-4,
-    2.5e-4,
-    5e-4,
-    1e-3,
-    2.5e-3,
-    5e-3,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
+    *(float(f"{m}e{e}") for e in range(-6, 1) for m in (1, 2.5, 5)),
     10.0,
 )
 
@@ -260,7 +242,7 @@ class DeviceTime:
     attributes: _Attrs | None
     _measure: _Measure
     sampled: bool = False  #: summary mode: drawn for per-command detail
-    _queue: cl.CommandQueue | None = None  # the events' queue, when the caller knows it
+    _queue: cl.CommandQueue | None = None  # the events' queue (asked at the hand-off if not given)
     _failed: bool = False  # ready() saw a failed command
     done: bool = False
     duration: float | None = None
@@ -326,6 +308,14 @@ def _type_name(code: int) -> str:
         return f"command_{code:#x}"
 
 
+def _failure(unit: DeviceTime, events: tuple[cl.Event, ...]) -> str:
+    """Which command of a failed unit failed (a summary keeps only the first and last)."""
+    if unit._measure is not _Measure.COMMANDS:
+        return "the first or last command failed"
+    i, status = next((i, s) for i, e in enumerate(events) if (s := e.get_info(_STATUS)) < 0)
+    return f"command {i} failed: status {status}"
+
+
 def _union_ns(intervals: list[tuple[int, int]]) -> int:
     """Total length of the union of ``[start, end]`` intervals."""
     total, reach = 0, min((start for start, _ in intervals), default=0)
@@ -344,6 +334,8 @@ class Collector:
     share of a CPU core that per-command spans may take (guide: Cost); ``mode`` (default: from
     ``NETCL_PROFILE``, guide: Modes): what is recorded, see :data:`Mode`; ``sample_budget``:
     the share of a core that summary mode's sampled per-command detail may take."""
+
+    _process_wide = False  # True for the one collector() returns, once made
 
     def __init__(
         self,
@@ -390,7 +382,9 @@ class Collector:
     def mode(self, mode: Mode) -> None:
         if mode not in _MODES:
             raise ValueError(f"profiling: mode {mode!r}; expected one of {', '.join(_MODES)}")
-        self._mode = settings.profile_in_code = mode  # device.watcher reads it for plain queues
+        self._mode = mode
+        if self._process_wide:  # device.watcher reads it for plain queues; another's is its own
+            settings.profile_in_code = mode
 
     # -- hand-off (the caller's thread: no OpenCL call, no wait) -----------------------------
     def watch(
@@ -576,14 +570,19 @@ class Collector:
             )
         if not unit._events:
             raise ValueError("profiling.watch: no events; expected at least one cl.Event")
+        if unit._queue is None:  # asked now and held: OpenCL keeps no queue alive for its events,
+            unit._queue = unit._events[0].get_info(_QUEUE)  # so later it could be a freed one
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
+                    # the thread and the exit hook hold the collector weakly: both end with it
+                    me, gone = weakref.ref(self), threading.Event()
+                    weakref.finalize(self, gone.set)
                     self._thread = threading.Thread(
-                        target=self._run, name="netcl-profiling", daemon=True
+                        target=_collecting, args=(me, gone), name="netcl-profiling", daemon=True
                     )
                     self._thread.start()
-                    atexit.register(self.flush, 1.0)  # before the SDK's own exit hooks (LIFO)
+                    atexit.register(_flush_at_exit, me)  # before the SDK's exit hooks (LIFO)
         pending = self._pending
         pending.append(unit)
         self._counts["watched"] += 1
@@ -668,13 +667,13 @@ class Collector:
         events, unit._events = unit._events, ()  # released after this (the unit may be kept)
         measure = unit._measure
         try:
-            device, offset = self._device(unit._queue, events[0])
+            if unit._failed:  # first: after a failed command the driver may have given up the
+                raise _CommandFailedError(_failure(unit, events))  # context (no clock, no stamp)
+            device, offset = self._device(unit._queue)
             # CPU time of a drawn unit (a wait for the GIL or a blocking SDK once stopped the
             # draws) from here: _device is every unit's cost, a draw's own is what follows
             t0 = time.thread_time() if unit.sampled else 0.0
             if measure is not _Measure.COMMANDS:  # a summary, two markers or a bracket
-                if unit._failed:
-                    raise _CommandFailedError("the first or last command failed")
                 info = _START if measure is _Measure.ENVELOPE else _END
                 start = events[0].get_profiling_info(info) + offset
                 intervals = [(start, max(events[-1].get_profiling_info(_END) + offset, start))]
@@ -703,18 +702,17 @@ class Collector:
             cost = (time.thread_time() - t0) / count
             self._command_cost += (cost - self._command_cost) / 4
 
-    def _device(self, queue: cl.CommandQueue | None, event: cl.Event) -> tuple[str, int]:
-        """The device name of ``event`` (on ``queue``, where known) and its clock's offset (ns)."""
-        if queue is None:  # an OpenCL query that makes a new CommandQueue object each time
-            queue = event.get_info(_QUEUE)
-        # by queue: (device name, clock offset, when the calibration expires)
-        if (found := self._devices.get(queue.int_ptr)) is None or time.time_ns() > found[2]:
+    def _device(self, queue: cl.CommandQueue) -> tuple[str, int]:
+        """The device name of ``queue`` (a unit's) and its clock's offset (ns)."""
+        # by queue: (device name, clock offset, when it was calibrated); its age is judged by the
+        # current `recalibrate` (a full suite lowered it after a queue's entry was made)
+        age = int(self.recalibrate * 1e9)  # how old a calibration may get
+        if (found := self._devices.get(queue.int_ptr)) is None or time.time_ns() > found[2] + age:
             device = queue.device  # OpenCL info calls: once per queue and calibration
-            age = int(self.recalibrate * 1e9)  # how old a calibration may get
             clock = self._clocks.get(device.int_ptr)  # another queue's may still be good
             if clock is None or time.time_ns() > clock.measured_ns + age:
                 clock = self._clocks[device.int_ptr] = _calibrate(queue.context, device)
-            found = (device.name.strip(), clock.offset_ns, clock.measured_ns + age)
+            found = (device.name.strip(), clock.offset_ns, clock.measured_ns)
             self._devices[queue.int_ptr] = found
         return found[0], found[1]
 
@@ -722,10 +720,7 @@ class Collector:
         self, unit: DeviceTime, events: tuple[cl.Event, ...], offset: int
     ) -> tuple[Command, ...]:
         """The commands of ``unit`` (``events``) on the host clock; ``cl.Error`` for an event
-        of a queue without profiling, :class:`_CommandFailedError` for a failed command."""
-        if unit._failed:
-            i, status = next((i, s) for i, e in enumerate(events) if (s := e.get_info(_STATUS)) < 0)
-            raise _CommandFailedError(f"command {i} failed: status {status}")
+        of a queue without profiling."""
         commands, labels = [], unit.labels
         for i, event in enumerate(events):
             start = event.get_profiling_info(_START)
@@ -784,18 +779,30 @@ class Collector:
         if unit.commands:
             self._credit -= time.monotonic() - now
 
-    def _run(self) -> None:
-        while True:
-            time.sleep(self.interval)
-            try:
-                self.collect()
-            except Exception as exc:  # never let the collector thread die
-                warn_once(
-                    _log,
-                    ("device_time_not_collected", type(exc)),
-                    "device_time_not_collected",
-                    error=repr(exc),
-                )
+
+def _collecting(me: weakref.ref[Collector], gone: threading.Event) -> None:
+    """A collector's thread: collects every ``interval`` seconds, holding the collector only
+    while it does, and ends once the collector is gone (its finalizer sets ``gone``, which also
+    cuts a long interval's wait short)."""
+    while (collector := me()) is not None:
+        interval = collector.interval
+        del collector  # not held while waiting
+        if gone.wait(interval) or (collector := me()) is None:
+            return
+        try:
+            collector.collect()
+        except Exception as exc:  # never let the collector thread die
+            warn_once(
+                _log,
+                ("device_time_not_collected", type(exc)),
+                "device_time_not_collected",
+                error=repr(exc),
+            )
+
+
+def _flush_at_exit(me: weakref.ref[Collector]) -> None:
+    if (collector := me()) is not None:
+        collector.flush(1.0)
 
 
 _MODES: tuple[Mode, ...] = get_args(Mode)
@@ -811,7 +818,8 @@ def _mode_from_setting() -> Mode:
         return "commands"
 
 
-_collector = Collector()
+_collector = Collector()  # its mode from NETCL_PROFILE: device.watcher's until set in code
+_collector._process_wide = True
 
 
 def collector() -> Collector:
