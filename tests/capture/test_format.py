@@ -7,8 +7,10 @@ from __future__ import annotations
 import copy
 import ctypes
 import ctypes.util
+import importlib.util
 import json
 import os
+import re
 import shutil
 import site
 import sys
@@ -126,26 +128,48 @@ def test_files_hold_no_pyopencl_name_and_no_path_of_this_machine(
     assert len(again.launches) == len(cap.launches)
 
 
+@pytest.mark.parametrize("glued", [False, True], ids=["-I folder", "-Ifolder"])
 def test_absolute_paths_in_build_options_are_refused_at_save(
-    queue: cl.CommandQueue, tmp_path: Path
+    glued: bool, queue: cl.CommandQueue, tmp_path: Path
 ) -> None:
+    """An include folder of this machine, apart from its option or glued to it (the loader
+    refuses the same options: test_each_hostile_field_is_refused_by_name)."""
     (tmp_path / "inc").mkdir()
     (tmp_path / "inc" / "one.h").write_text("#define ONE 1.0f\n")
+    option = "-I" if glued else "-I "
     prg = cl.Program(
         queue.context,
         '#include "one.h"\n__kernel void one(__global float *y) { y[get_global_id(0)] = ONE; }',
-    ).build(f"-I {tmp_path / 'inc'}")
+    ).build(f"{option}{tmp_path / 'inc'}")
     y = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 64)
     with KernelCapture() as cap:
         prg.one(queue, (16,), None, y)
     with pytest.raises(
         CaptureFileError,
-        match=rf"build options name '{tmp_path / 'inc'}', a "
-        "path of this machine.*build with the headers inlined",
+        match=rf"build options name '{tmp_path / 'inc'}', an absolute path, which another "
+        "machine need not have: build with the headers inlined in the source, or their folder "
+        "relative$",
     ) as refused:
         cap.save(tmp_path / "cap.ncl")
     assert str(refused.value).startswith(f"save({str(tmp_path / 'cap.ncl')!r}): ")  # the file
     assert not list(tmp_path.glob("*.ncl*"))
+
+
+def test_a_version_1_argument_of_another_kind_is_refused_by_name(
+    queue: cl.CommandQueue, tmp_path: Path
+) -> None:
+    """Version 1 held buffers, scalars, local memory and None: any other value an argument
+    holds (a file no release wrote) is refused naming the argument."""
+
+    def image_argument(m: dict[str, Any]) -> None:
+        args = m["shapes"][2]["args"]
+        args[0] = [0, args[0][1], {"tuple": [{"tuple": [0, {"image": 3}]}]}]
+
+    path = tmp_path / "image.ncl"
+    path.write_bytes(_rewrite(V1.read_bytes(), image_argument))
+    with pytest.raises(CaptureFileError) as info:
+        load_step(path, queue)
+    assert str(info.value) == f"{path}: manifest: malformed (ValueError: argument 0 is a image)"
 
 
 def test_a_version_1_argument_set_to_none_loads_as_a_null_argument(
@@ -205,80 +229,257 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     def edit(m: dict[str, Any]) -> None:
         for k in parents:
             m = m[k]
-        m[last] = value(m[last]) if callable(value) else value
+        if value is _DROP:
+            del m[last]
+        else:
+            m[last] = value
 
     return edit
 
 
-def _deep(m: dict[str, Any]) -> None:
-    m["step"]["labels"] = json.loads("[" * 200 + "]" * 200)
+def _first(rows: list[dict[str, Any]], **fields: Any) -> int:
+    """The index of the first row with these fields (a file's own layout, whatever the device
+    made of it: indices are read from the file, never assumed)."""
+    return next(i for i, r in enumerate(rows) if all(r.get(k) == v for k, v in fields.items()))
 
 
-HOSTILE = {  # edit -> what the refusal says
-    "launches.0.global_size": ([], r"launches\[0\]\.global_size: \[\], expected a length from 1"),
-    "launches.1.global_size": ([0], r"launches\[1\]\.global_size: \[0\]: a size 0 without"),
-    "launches.2.global_size": ([-256], r"launches\[2\]\.global_size\[0\]: -256, expected from 0"),
-    "launches.0.local_size": ([3], r"launches\[0\]\.local_size: \[3\] does not divide \[256\]"),
-    "launches.3.local_size": ([64, 1], r"launches\[3\]\.local_size: \[64, 1\] for a 1-dim"),
-    "launches.3.offset": ([0, 0, 0, 0], r"launches\[3\]\.offset: \[0, 0, 0, 0\], expected a len"),
-    "launches.2.offset": ([0, 0], r"launches\[2\]\.offset: \[0, 0\] for a 1-dimensional launch"),
-    "launches.3.kernel": ("scale", r"the OpenCL driver refused it: clSetKernelArg failed"),
-    "launches.2.program": (
-        7,
-        r"launches\[2\]\.program: 7, expected from 0 to 1 \(an index of "
-        "programs",
-    ),
-    "launches.2.args.2.index": (
-        5,
-        r"launches\[2\]\.args: kernel 'scale' has 3 arguments.*"
-        r"\[0, 1, 5\]",
-    ),
-    "launches.2.args.2.scalar.dtype": ("|O", r"launches\[2\]\.args\[2\]\.scalar: .*not the hex"),
-    "launches.2.args.2.scalar.hex": ("0000", r"launches\[2\]\.args\[2\]\.scalar: .*not the hex"),
-    "launches.2.args.1.buffer": (
-        99,
-        r"launches\[2\]\.args\[1\]\.buffer: 99, expected from 0 to"
-        r" 7 \(an index of buffers\)",
-    ),
-    "launches.3.args.2.buffer": (1, r"launches\[3\]\.args\[2\]: more than one of buffer, scal"),
-    "launches.3.args.2.local": (-1, r"launches\[3\]\.args\[2\]\.local: -1, expected from 1"),
-    "programs.1.kernels": (["scale"], r"launches\[3\]\.kernel: 'block_sum' is not a kernel of "),
-    "programs.0.binary": (70, r"programs\[0\]\.binary: 70, expected from 0 to 6 \(an index of "),
-    "buffers.4.parent": (5, r"buffers\[4\]\.parent: buffer 5 does not hold bytes 0\.\.1024 "),
-    "buffers.5.origin": (1 << 20, r"buffers\[5\]\.parent: buffer 3 does not hold bytes"),
-    "buffers.6.size": (2048, r"buffers\[6\]\.data: section \d is not 2048 bytes"),
-    "buffers.0.role": ("weights", r"buffers\[0\]\.role: \"weights\", expected one of input, "),
-    "buffers.0.size": (None, r"buffers\[0\]\.size: missing"),
-    "sections.1.start": (70, r"sections\[1\]: bytes 70\.\.795 overlap another section or lie "),
-    "commands.0.launch": (4, r"commands\[0\]\.launch: 4, expected from 0 to 3 \(an index of "),
-    "commands.0.op": ("exec", r"commands\[0\]\.op: \"exec\", expected one of launch, finish"),
-    "commands.3.host": (None, r"commands\[3\]: .*not a write"),
-    "commands.4.offsets": (
-        [0, 512],
-        r"commands\[4\]\.offsets\[1\]: 512 \+ 1024 bytes lie "
-        r"outside buffer 6 \(1040 bytes\)",
-    ),
-    "commands.7.pattern": ("zz", r"commands\[7\]: .*not a fill"),
-    "step.inputs.0": ([0, 9], r"step\.inputs\[0\]\[1\]: 9, expected from 0 to 7 \(an index of "),
-    "step.outputs.0.buffer": (9, r"step\.outputs\[0\]\.buffer: 9, expected from 0 to 7"),
-    "step.labels": (["x", "y"], r"step: its labels, params, keywords, aliasing and sizes "),
-    "step": (_deep, r"manifest: nested 202 deep, at most 16"),
-    "version": (3, r"version: 3, the header says 2"),
-    "kind": ("model", r"kind: \"model\", expected one of capture, step"),
-}
+def _sub(m: dict[str, Any]) -> int:
+    """The first sub-buffer whose parent is the file's constant (a region the step made)."""
+    return next(
+        i
+        for i, b in enumerate(m["buffers"])
+        if b.get("parent") == _first(m["buffers"], role="constant")
+    )
 
 
-@pytest.mark.parametrize("field", list(HOSTILE))
+def _hostile(m: dict[str, Any]) -> dict[str, tuple[str, Any, str]]:
+    """Case -> (field, value, what the refusal says: after the field's own name where it
+    starts with ": "), from the manifest ``m`` of the file they edit. Each case makes one check
+    of the loader refuse the file, at the edge where one exists (one byte over, an index one
+    past its table, a value 0, a buffer its own parent)."""
+    buffers, sections, launches, commands = (
+        m[k] for k in ("buffers", "sections", "launches", "commands")
+    )
+    n_buffers, n_programs, n_sections = len(buffers), len(m["programs"]), len(sections)
+    scale, block = _first(launches, kernel="scale"), _first(launches, kernel="block_sum")
+    sub, const = _sub(m), _first(buffers, role="constant")
+    write, copy, fill = (_first(commands, op=op) for op in ("write", "copy", "fill"))
+    marker, launch = _first(commands, op="marker"), _first(commands, op="launch")
+    order = sorted(range(n_sections), key=lambda i: sections[i]["start"])
+    first, last = sections[order[0]], sections[order[-1]]
+    dst, count = commands[copy]["buffers"][1], commands[copy]["count"]
+    past = buffers[dst]["size"] - count + 1  # a copy's offset in its destination: one byte over
+    region = buffers[const]["size"] - buffers[sub]["size"] + 1  # a region's: one byte over
+    index = "expected from 0 to {} (an index of {}"
+    return {
+        # _parse: types, words, bounds of numbers, lengths and indices
+        "empty global size": ("launches.0.global_size", [], ": [], expected a length from 1 to 3"),
+        "4-dim offset": ("launches.0.offset", [0, 0, 0, 0], ": [0, 0, 0, 0], expected a length"),
+        "negative size": ("launches.0.global_size", [-1], "global_size[0]: -1, expected from 0"),
+        "a program past the table": (
+            f"launches.{scale}.program",
+            n_programs,
+            f": {n_programs}, {index.format(n_programs - 1, 'programs')}",
+        ),
+        "a buffer past the table": (
+            f"launches.{scale}.args.1.buffer",
+            n_buffers,
+            f": {n_buffers}, {index.format(n_buffers - 1, 'buffers')}",
+        ),
+        "a section past the table": (
+            "programs.0.source",
+            n_sections,
+            f": {n_sections}, {index.format(n_sections - 1, 'sections')}",
+        ),
+        "a launch past the table": (
+            f"commands.{launch}.launch",
+            len(launches),
+            f": {len(launches)}, {index.format(len(launches) - 1, 'launches')}",
+        ),
+        "an input past the table": (
+            "step.inputs.0",
+            [0, n_buffers],
+            f"step.inputs[0][1]: {n_buffers}, {index.format(n_buffers - 1, 'buffers')}",
+        ),
+        "an output past the table": (
+            "step.outputs.0.buffer",
+            n_buffers,
+            f": {n_buffers}, {index.format(n_buffers - 1, 'buffers')}",
+        ),
+        "local memory of 0 bytes": (f"launches.{block}.args.2.local", 0, ": 0, expected from 1"),
+        "a buffer of 0 bytes": ("buffers.0.size", 0, ": 0, expected from 1"),
+        "a word of none": ("buffers.0.role", "weights", ': "weights", expected one of input, '),
+        "a missing field": ("buffers.0.size", _DROP, ": missing"),
+        "an unknown op": ("commands.0.op", "exec", ': "exec", expected one of launch, finish'),
+        "a bool for a number": ("sections.0.size", True, ": true, expected int"),
+        "a kind of none": ("kind", "model", ': "model", expected one of capture, step'),
+        "another version": ("version", 3, ": 3, the header says 2"),
+        "nested deep": (
+            "step.labels",
+            [[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]],
+            "manifest: nested 19 deep, at most 16",
+        ),
+        # _check: sections disjoint and inside the data
+        "sections overlapping by one byte": (
+            f"sections.{order[1]}.start",
+            first["start"] + first["size"] - 1,
+            f"sections[{order[1]}]: bytes ",
+        ),
+        "a section one byte past the data": (
+            f"sections.{order[-1]}.size",
+            last["size"] + 1,
+            f"sections[{order[-1]}]: bytes ",
+        ),
+        # buffers
+        "flags of no OpenCL flag": ("buffers.0.flags", 1 << 40, ": 1099511627776 has bits 0x1"),
+        "a buffer its own parent": (
+            f"buffers.{sub}.parent",
+            sub,
+            f": {sub}, expected a buffer before buffer {sub}",
+        ),
+        "a parent after its region": (
+            f"buffers.{const}.parent",
+            n_buffers - 1,
+            f": {n_buffers - 1}, expected a buffer before buffer {const}",
+        ),
+        "a region one byte past its parent": (
+            f"buffers.{sub}.origin",
+            region,
+            f"buffers[{sub}].parent: buffer {const} ({buffers[const]['size']} bytes) does not "
+            f"hold bytes {region}..{region + buffers[sub]['size']}",
+        ),
+        "contents of another size": (
+            f"buffers.{const}.size",
+            buffers[const]["size"] + 1,
+            f"buffers[{const}].data: section {buffers[const]['data']} is not "
+            f"{buffers[const]['size'] + 1} bytes",
+        ),
+        # programs' build options: no absolute path, however it is glued to its option
+        "an absolute include folder": (
+            "programs.0.options",
+            "-I /etc",
+            ": name '/etc', an absolute path, which another machine",
+        ),
+        "a folder glued to -I": (
+            "programs.0.options",
+            "-I/etc",
+            ": name '/etc', an absolute path, which another machine",
+        ),
+        "a path glued to a define": ("programs.0.options", "-DX=/etc/pw", ": name '/etc/pw'"),
+        "a drive's folder": ("programs.0.options", "-IC:\\inc", ": name 'C:\\\\inc'"),
+        "a home folder": ("programs.0.options", "-I~/inc", ": name '~/inc'"),
+        # launches
+        "a kernel its program lacks": (f"launches.{block}.kernel", "x", ": 'x' is not a kernel"),
+        "a size 0": (f"launches.{scale}.global_size", [0], ": [0]: a size 0 without allow_empty"),
+        "a local size of 2 dimensions": (
+            f"launches.{block}.local_size",
+            [64, 1],
+            ": [64, 1] for a 1-dimensional launch",
+        ),
+        "an offset of 2 dimensions": (
+            f"launches.{scale}.offset",
+            [0, 0],
+            ": [0, 0] for a 1-dimensional launch",
+        ),
+        "a local size not dividing": (f"launches.{block}.local_size", [3], ": [3] does not divide"),
+        "a local size 0": (f"launches.{block}.local_size", [0], ": [0] does not divide"),
+        "a buffer and a scalar": (
+            f"launches.{scale}.args.2.buffer",
+            0,
+            f"launches[{scale}].args[2]: more than one of buffer, scalar, local",
+        ),
+        "a scalar of no dtype": (
+            f"launches.{scale}.args.2.scalar.dtype",
+            "|V4",  # 4 bytes, as its hex: refused for its dtype alone
+            f"launches[{scale}].args[2].scalar: ",
+        ),
+        "an object scalar": (
+            f"launches.{scale}.args.2.scalar.dtype",
+            "|O",
+            f"launches[{scale}].args[2].scalar: ",
+        ),
+        "a scalar of 2 bytes": (
+            f"launches.{scale}.args.2.scalar.hex",
+            "0000",
+            f"launches[{scale}].args[2].scalar: ",
+        ),
+        "a scalar not in hex": (
+            f"launches.{scale}.args.2.scalar.hex",
+            "zzzzzzzz",
+            f"launches[{scale}].args[2].scalar: ",
+        ),
+        "an argument the kernel lacks": (
+            f"launches.{scale}.args.2.index",
+            5,
+            f"launches[{scale}].args: kernel 'scale' has 3 arguments",
+        ),
+        # commands: each field as its op has it, operands inside their buffers
+        "a launch without its launch": (f"commands.{launch}.launch", _DROP, ": missing, which a"),
+        "a write with a launch": (f"commands.{write}.launch", 0, ": 0, which a write does not"),
+        "a write without its host array": (f"commands.{write}.host", _DROP, ": missing, which"),
+        "a copy with a host array": (f"commands.{copy}.host", 0, ": 0, which a copy does not"),
+        "a copy without its count": (f"commands.{copy}.count", _DROP, ": missing, which a copy"),
+        "a write with a count": (f"commands.{write}.count", 4, ": 4, which a write does not"),
+        "a fill without its pattern": (f"commands.{fill}.pattern", _DROP, ": missing, which a"),
+        "a copy with a pattern": (f"commands.{copy}.pattern", "00", ': "00", which a copy does'),
+        "a pattern not in hex": (f"commands.{fill}.pattern", "zz", ': "zz", expected hex'),
+        "a marker of a buffer": (f"commands.{marker}.buffers", [0], ": [0], expected 0 for a"),
+        "a copy of one buffer": (f"commands.{copy}.buffers", [0], ": [0], expected 2 for a copy"),
+        "a copy of one offset": (f"commands.{copy}.offsets", [0], ": [0], expected 2 for a copy"),
+        "a copy one byte past its buffer": (
+            f"commands.{copy}.offsets",
+            [0, past],
+            f"commands[{copy}].offsets[1]: {past} + {count} bytes lie outside buffer {dst} "
+            f"({buffers[dst]['size']} bytes)",
+        ),
+        # the step's lengths
+        "more labels than params": ("step.labels", ["x", "y"], ": 2 labels for 1 params"),
+        "more keywords than params": ("step.keywords", ["x", "y"], ": 2 keywords for 1 params"),
+        "a size too many": ("step.sizes", [1024, 1024], ": 2 sizes for 1 Tensors and Arrays"),
+        "aliasing of another length": ("step.aliasing", [0, 0], ": 2 for 1 Tensors and Arrays"),
+    }
+
+
+def _named(field: str) -> str:
+    """A field's name in messages: ``launches[3].args[2]`` for ``launches.3.args.2``."""
+    return re.sub(r"\.(\d+)", r"[\1]", field)
+
+
+_DROP = object()  # a _set value: the field is removed
+
+
+@pytest.fixture(scope="module")
+def hostile(saved: Path) -> dict[str, tuple[str, Any, str]]:
+    return _hostile(_manifest_of(saved.read_bytes()))
+
+
+def _manifest_of(data: bytes) -> dict[str, Any]:
+    _, _, _, offset, length, _ = _format.HEADER.unpack(data[: _format.HEADER.size])
+    return json.loads(data[offset : offset + length])  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    "case", list(_hostile(_manifest_of((DATA / "pocl_step.ncl").read_bytes())))
+)
 def test_each_hostile_field_is_refused_by_name(
-    field: str, saved: Path, queue: cl.CommandQueue, tmp_path: Path
+    case: str,
+    hostile: dict[str, tuple[str, Any, str]],
+    saved: Path,
+    queue: cl.CommandQueue,
+    tmp_path: Path,
 ) -> None:
-    value, match = HOSTILE[field]
+    """Each check of the loader, on a file of this device's own making (its indices read from
+    the file): the refusal names the file, then the field."""
+    field, value, what = hostile[case]
     path = tmp_path / "hostile.ncl"
-    edit = value if callable(value) else _set(field, value)
-    path.write_bytes(_rewrite(saved.read_bytes(), edit))
-    with pytest.raises(CaptureFileError, match=match) as info:
+    path.write_bytes(_rewrite(saved.read_bytes(), _set(field, value)))
+    with pytest.raises(CaptureFileError) as info:
         load_step(path, queue)
-    assert str(info.value).startswith(f"{path}: "), info.value
+    message = str(info.value)
+    if what.startswith(": "):
+        what = _named(field) + what
+    assert message.startswith(f"{path}: "), message
+    assert what in message, message
 
 
 WHOLE = [  # edit, value -> the whole refusal after the file's name
@@ -296,12 +497,12 @@ WHOLE = [  # edit, value -> the whole refusal after the file's name
     (
         "launches.2.program",
         7,
-        "launches[2].program: 7, expected from 0 to 1 (an index of programs)",
+        "launches[2].program: 7, expected from 0 to LAST_PROGRAM (an index of programs)",
     ),
     (
         "step.outputs.0.buffer",
-        9,
-        "step.outputs[0].buffer: 9, expected from 0 to 7 (an index of buffers)",
+        99,
+        "step.outputs[0].buffer: 99, expected from 0 to LAST_BUFFER (an index of buffers)",
     ),
     ("version", 3, "version: 3, the header says 2"),
     (
@@ -321,12 +522,16 @@ def test_a_refused_field_gives_its_whole_message(
 ) -> None:
     """The whole message a user reads for each kind of bad field: its path, its value as JSON
     (cut to 40 characters), and what was expected (a type, an object, a list, one of the
-    words, an index of a table and its range). A manifest nested 16 deep (the most) is parsed
-    and refused by its field; 17 deep is refused before parsing."""
+    words, an index of a table and its range: the file's last buffer and program, as this
+    device's capture made them). A manifest nested 16 deep (the most) is parsed and refused by its
+    field; 17 deep is refused before parsing."""
     path = tmp_path / "hostile.ncl"
     path.write_bytes(_rewrite(saved.read_bytes(), _set(field, value)))
     with pytest.raises(CaptureFileError) as info:
         load_step(path, queue)
+    m = _manifest_of(saved.read_bytes())
+    for table in ("buffer", "program"):
+        message = message.replace(f"LAST_{table.upper()}", str(len(m[f"{table}s"]) - 1))
     assert str(info.value) == f"{path}: {message}"
 
 
@@ -404,18 +609,56 @@ _ANY = st.recursive(
 )
 
 
-def _mutate(data: st.DataObject, m: dict[str, Any]) -> None:
-    """One edit at a place of ``m``: another number, index, name or value; the value nested in
-    lists; a list made longer (a copy of an item) or shorter; a key dropped."""
-    *parents, last = data.draw(st.sampled_from(_places(m)[1:]))
+_PATHS = st.sampled_from(["-I", "-I ", "-DX=", "-isystem", "-I'"]).flatmap(
+    lambda option: st.sampled_from(["/etc", "~/x", "C:\\x", "\\\\host\\x"]).map(
+        lambda path: option + path
+    )
+)
+
+
+_EDITS = [
+    "number",
+    "near",
+    "zero",
+    "self",
+    "edge",
+    "glued",
+    "any",
+    "nest",
+    "longer",
+    "shorter",
+    "drop",
+]
+
+
+def _mutate(data: st.DataObject, root: dict[str, Any]) -> None:
+    """One edit at a place of ``root``: another number, index, name or value; 0; the index of
+    its own row (a buffer its own parent); a number at the edge of another row's bytes, one
+    byte either side (a section overlapping the one before by a byte, a region one byte past
+    its parent, an offset one byte past its buffer); the value nested in lists; a list made
+    longer (a copy of an item) or shorter; a key dropped; a program's options naming an
+    absolute path, glued to its option or not."""
+    *parents, last = data.draw(st.sampled_from(_places(root)[1:]))
+    m: Any = root
     for k in parents:
         m = m[k]
     old = m[last]
-    how = data.draw(st.sampled_from(["number", "near", "any", "nest", "longer", "shorter", "drop"]))
+    row = parents[1] if len(parents) > 1 and isinstance(parents[1], int) else None
+    how = data.draw(st.sampled_from(_EDITS))
     if how == "number":
         m[last] = data.draw(st.integers(-(1 << 64), 1 << 64))
     elif how == "near" and isinstance(old, int) and not isinstance(old, bool):
         m[last] = old + data.draw(st.integers(-3, 3))
+    elif how == "zero":
+        m[last] = 0
+    elif how == "self" and row is not None:
+        m[last] = row
+    elif how == "edge" and row is not None:
+        m[last] = _edge(data, root, parents, last) + data.draw(st.integers(-1, 1))
+    elif how == "glued" and isinstance(root.get("programs"), list) and root["programs"]:
+        program = data.draw(st.sampled_from(root["programs"]))  # (an earlier edit's: anything)
+        if isinstance(program, dict):
+            program["options"] = data.draw(_PATHS)
     elif how == "nest":
         m[last] = _nest(old, data.draw(st.integers(1, 40)))
     elif how == "longer" and isinstance(old, list) and old:
@@ -428,6 +671,33 @@ def _mutate(data: st.DataObject, m: dict[str, Any]) -> None:
         del m[last]
     else:
         m[last] = data.draw(_ANY)
+    event(f"edit: {how}")
+
+
+def _edge(data: st.DataObject, root: dict[str, Any], parents: list[Any], last: Any) -> int:
+    """Where the bytes of another row end, as seen from the field edited: a section's start
+    (another's end), a region's origin (its parent's size less its own), a transfer's offset
+    (its buffer's size less its count). Earlier edits may have left anything: 0 then."""
+    table = root[parents[0]]
+    row = table[parents[1]]
+    if not isinstance(row, dict):
+        return 0
+    buffers = root.get("buffers")
+    if parents[-1] == "offsets" and isinstance(buffers, list) and isinstance(last, int):
+        k = (row.get("buffers") or [None])[last:][:1]
+        buffer = buffers[k[0]] if k and _int(k[0]) < len(buffers) else {}
+        return _int(buffer.get("size")) - _int(row.get("count")) if isinstance(buffer, dict) else 0
+    other = data.draw(st.sampled_from(table))
+    if not isinstance(other, dict):
+        return 0
+    end = _int(other.get("size"))
+    if last == "origin":  # a region of ``other``: its size less the region's
+        return end - _int(row.get("size"))
+    return end + _int(other.get("start"))
+
+
+def _int(value: Any) -> int:
+    return value if type(value) is int else 0
 
 
 def _nest(value: Any, depth: int) -> Any:
@@ -549,3 +819,21 @@ def test_a_program_made_from_a_binary_is_saved_without_a_source(
     (p,) = m.programs
     assert p.source is None and p.binary is not None and p.kernels == ["add"], p
     assert load_capture(path, queue).num_launches == 1
+
+
+def test_the_published_schema_is_generated_from_every_record_and_field() -> None:
+    """The guide's schema (docs/_hooks/manifest_schema.py, run by the docs build) holds every
+    record the loader parses with and every field of each, with its table where it is an index
+    (a record or field added to ``_format`` reaches the docs without being written again)."""
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("schema", root / "docs/_hooks/manifest_schema.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    text = hook.schema(Path(_format.__file__).read_text(encoding="utf-8"))
+    for record in (_format.Manifest, _format.Step, _format.Command, _format.Buffer, _format.Arg):
+        section = text.split(f"**`{record.__name__}`**", 1)[1].split("**`", 1)[0]
+        for field in record._fields:
+            assert f"| `{field}` |" in section, (record.__name__, field)
+    assert "| `launch` | index of `launches` | may be |" in text
+    assert "<!-- manifest-schema -->" in (root / "docs/guides/capture.md").read_text()

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from netcl.core.device import device_identity
 from netcl.core.memory import BufferPool
 from netcl.core.tensor import Tensor
 from netcl.runtime.capture import (
@@ -935,13 +936,55 @@ def test_another_device_rebuilds_from_source_or_is_refused_by_name(
     )
 
 
+def test_a_program_whose_source_does_not_build_is_refused_naming_the_file(
+    saved: bytes, queue: cl.CommandQueue, tmp_path: Path
+) -> None:
+    """A program saved without a binary (or for another device) is built from its source; a
+    source that does not build here is refused naming the file, the program and the device,
+    with the compiler's message (not as the program cache's or pyopencl's own error)."""
+    manifest, _ = _manifest(saved)
+    broken = [
+        {**p, "binary": None, "options": "-Dfloat=no_such_type"} for p in manifest["programs"]
+    ]
+    path = tmp_path / "broken.ncl"
+    path.write_bytes(_with_manifest(saved, {**manifest, "programs": broken}))
+    with pytest.raises(CaptureFileError) as info:
+        load_step(path, queue)
+    message = str(info.value)
+    assert message.startswith(
+        f"{path}: programs[0].source does not build on {device_identity(queue.device)!r} "
+        "(kernels matmul, bias_relu): "
+    ), message
+    assert "no_such_type" in message, message
+
+
+def test_a_source_that_is_not_utf_8_is_refused_by_name(
+    saved: bytes, queue: cl.CommandQueue, tmp_path: Path
+) -> None:
+    """A program's source section that is not UTF-8 text (here: the weights' bytes) is refused
+    naming the field, before anything is built from it."""
+    manifest, _ = _manifest(saved)
+    weights = next(b["data"] for b in manifest["buffers"] if b["role"] == "constant")
+    first = {**manifest["programs"][0], "binary": None, "source": weights}
+    programs = [first, *manifest["programs"][1:]]
+    _refused(
+        tmp_path,
+        _with_manifest(saved, {**manifest, "programs": programs}),
+        queue,
+        r"programs\[0\]\.source is not UTF-8 text$",
+    )
+
+
 def test_spans_and_inspect(
     saved: bytes,
     queue: cl.CommandQueue,
     tmp_path: Path,
     spans: Any,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # whole lines (a COLUMNS the runner set would wrap a long temporary path onto its own line)
+    monkeypatch.delenv("COLUMNS", raising=False)
     path = tmp_path / "mlp.ncl"
     path.write_bytes(saved)
     load_step(path, queue)

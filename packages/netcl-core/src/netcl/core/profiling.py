@@ -256,6 +256,17 @@ class DeviceTime:
                 self._failed = True
         return True
 
+    def _hold_queue(self) -> None:
+        """At the hand-off: the events' queue, asked now and held (OpenCL keeps no queue alive
+        for its events, so later it could be a freed one)."""
+        if self._queue is None:
+            self._queue = self._events[0].get_info(_QUEUE)
+
+    def _take_events(self) -> tuple[cl.Event, ...]:
+        """The events, released from the unit (which may be kept) once collected."""
+        events, self._events = self._events, ()
+        return events
+
     def poll(self) -> float | None:
         """The device duration in seconds if the events have completed (collecting them now,
         in the caller's thread), else None. Never waits."""
@@ -601,8 +612,7 @@ class Collector:
             )
         if not unit._events:
             raise ValueError("profiling.watch: no events; expected at least one cl.Event")
-        if unit._queue is None:  # asked now and held: OpenCL keeps no queue alive for its events,
-            unit._queue = unit._events[0].get_info(_QUEUE)  # so later it could be a freed one
+        unit._hold_queue()
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -696,7 +706,7 @@ class Collector:
 
     def _record(self, unit: DeviceTime) -> None:
         unit.done = True
-        events, unit._events = unit._events, ()  # released after this (the unit may be kept)
+        events = unit._take_events()
         measure = unit._measure
         try:
             if unit._failed:  # first: after a failed command the driver may have given up the
@@ -848,8 +858,13 @@ def _mode_from_setting() -> Mode:
         return "commands"
 
 
-_collector = Collector()  # its mode from NETCL_PROFILE: device.watcher's until set in code
-_collector._process_wide = True
+class _ProcessWide(Collector):
+    """The one collector() returns: its mode is device.watcher's (see Collector.mode)."""
+
+    _process_wide = True
+
+
+_collector = _ProcessWide()  # its mode from NETCL_PROFILE: device.watcher's until set in code
 
 
 def collector() -> Collector:

@@ -302,6 +302,22 @@ class KernelCapture:
         state = "recording" if self.is_recording else "ready" if self._program else "empty"
         return f"KernelCapture({state}, launches={self.num_launches}, replays={self._replays})"
 
+    def _replay_form(self) -> ReplayProgram:
+        """For this package's captured steps: the replay form (RuntimeError before end())."""
+        return self._ready("replay")
+
+    @classmethod
+    def _of(cls, program: ReplayProgram) -> KernelCapture:
+        """For this package's loaders: a capture that replays ``program`` (loaded from a file)."""
+        capture = cls()
+        capture._program = program
+        return capture
+
+    def _share_arena(self, arena: SharedArena) -> None:
+        """For this package's captured steps: the next recording's own memory comes from
+        ``arena``, which the step's keys share (they never run at once)."""
+        self._shared = arena
+
 
 def _native_refusal(rec: Recording) -> str:
     reached = "; ".join(str(a) for a in list(rec.native)[:5])
@@ -323,13 +339,7 @@ def load_capture(path: str | os.PathLike[str], queue: cl.CommandQueue) -> Kernel
     order. :class:`CaptureFileError` names the file and what is wrong with it."""
     from netcl.runtime.capture import _saved
 
-    return _from_program(_saved.load(path, queue).program)
-
-
-def _from_program(program: ReplayProgram) -> KernelCapture:
-    capture = KernelCapture()
-    capture._program = program
-    return capture
+    return KernelCapture._of(_saved.load(path, queue).program)
 
 
 _singleton: KernelCapture | None = None

@@ -29,7 +29,7 @@ from netcl.runtime.capture._recording import (
     buffers_of,
 )
 
-__all__ = ["Arena", "CaptureMemory", "SharedArena", "plan", "relocate"]
+__all__ = ["Arena", "CaptureMemory", "SharedArena", "plan", "queues_of", "relocate"]
 
 _ptr = contract.mem_ptr
 _new = tuple.__new__
@@ -169,6 +169,19 @@ def _launch_shapes(raw: Sequence[Any]) -> Iterator[LaunchShape]:
             yield shape
 
 
+def queues_of(raw: Sequence[Any]) -> tuple[dict[int, cl.CommandQueue], bool]:
+    """The distinct queues of recorded commands (by int_ptr), and whether they are one in-order
+    queue, where queue order is every dependency there is."""
+    queues = {
+        contract.queue_ptr(q): q
+        for q in chain(
+            (s.queue for s in _launch_shapes(raw)),
+            (op.queue for op in raw if type(op) is RawTransfer or type(op) is RawFinish),
+        )
+    }
+    return queues, len(queues) <= 1 and not any(map(device.out_of_order, queues.values()))
+
+
 class SharedArena:
     """One arena for captures that never run at the same time (a captured step's, each on one
     in-order queue): it is as large as the largest plan, not their sum. When a capture needs
@@ -209,14 +222,7 @@ def plan(rec: Recording, shared: SharedArena | None = None) -> Arena:
     ext_bytes = sum(int(b.size) for b in external.values())
     if not internal:
         return Arena((), CaptureMemory(0, 0, 0, len(external), ext_bytes), tuple(kept))
-    queues = {
-        contract.queue_ptr(q): q
-        for q in chain(
-            (s.queue for s in _launch_shapes(rec.raw)),
-            (op.queue for op in rec.raw if type(op) is RawTransfer or type(op) is RawFinish),
-        )
-    }
-    ordered = len(queues) <= 1 and not any(map(device.out_of_order, queues.values()))
+    queues, ordered = queues_of(rec.raw)
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     end = 0

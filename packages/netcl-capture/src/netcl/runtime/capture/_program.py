@@ -420,7 +420,6 @@ def build(rec: Recording, shared: SharedArena | None = None) -> ReplayProgram:
     # keeps it), and a capture would otherwise keep one driver event per command alive
     ops: list[Op] = []
     host_waits: list[tuple[int, tuple[cl.Event, ...]]] = []
-    queues: dict[int, cl.CommandQueue] = {}
     launches = finishes = 0
     shape: Any = None
     for raw in rec.raw:  # once per launch: kept to a few operations for a launch
@@ -431,19 +430,16 @@ def build(rec: Recording, shared: SharedArena | None = None) -> ReplayProgram:
                 shape = raw.shape
                 if id(shape) not in binds:
                     binder.bind(shape)
-                    queues[id(shape.queue)] = shape.queue
         elif isinstance(raw, RawHostWait):
             host_waits.append((len(ops), raw.events))
         else:
-            queues[id(raw.queue)] = raw.queue
             ops.append(
                 _new(RawTransfer, (raw.entry, raw.fn, raw.args, raw.kwargs, (), None, raw.buffers))
                 if type(raw) is RawTransfer
                 else raw
             )
             finishes += type(raw) is RawFinish
-    distinct = {contract.queue_ptr(q): q for q in queues.values()}
-    ordered = len(distinct) <= 1 and not any(map(device.out_of_order, distinct.values()))
+    distinct, ordered = _memory.queues_of(rec.raw)
     # the plan is made from the commands as recorded, events included (host waits index them)
     plan = (
         None

@@ -47,18 +47,7 @@ from netcl.runtime.capture._recording import (
 __all__ = ["FORMAT_VERSION", "CaptureFileError", "Loaded", "inspect", "load", "save"]
 
 _CHUNK = 16 << 20  # staging buffer size: what saving or loading holds of a buffer in host memory
-_FLAGS = int(
-    cl.mem_flags.READ_WRITE
-    | cl.mem_flags.READ_ONLY
-    | cl.mem_flags.WRITE_ONLY
-    | cl.mem_flags.HOST_WRITE_ONLY
-    | cl.mem_flags.HOST_READ_ONLY
-    | cl.mem_flags.HOST_NO_ACCESS
-)
-
 log = get_logger("netcl.runtime.capture")
-
-INPUT, OUTPUT, CONSTANT, SCRATCH = "input", "output", "constant", "scratch"
 
 
 class Loaded(NamedTuple):
@@ -132,16 +121,13 @@ class _Buffers(dict[int, tuple[int, cl.MemoryObjectHolder]]):
             code = parts[1] if len(parts) == 3 else value.dtype  # the C type pyopencl packs
             value = np.array(value, code.decode() if isinstance(code, bytes) else code).ravel()[0]
         if isinstance(value, np.generic) and value.dtype.str in fmt.SCALARS:
-            return fmt.Arg(
-                arg.arg_index, None, fmt.Scalar(value.dtype.str, value.tobytes().hex()), None
-            )
+            return fmt.Arg(arg.arg_index, scalar=fmt.Scalar(value.dtype.str, value.tobytes().hex()))
         mem, local = isinstance(value, cl.MemoryObjectHolder), isinstance(value, cl.LocalMemory)
         if value is None or mem or local:
             return fmt.Arg(
                 arg.arg_index,
-                self.index(value) if mem else None,
-                None,
-                int(value.size) if local else None,
+                buffer=self.index(value) if mem else None,
+                local=int(value.size) if local else None,
             )
         raise CaptureFileError(
             f"{self.where}: kernel argument {arg.arg_index} is a "
@@ -215,95 +201,100 @@ def _manifest(
     role_of: dict[int, Any] = {table.index(buf): role for role, buf in roles}
     # the capture's own memory and its regions: scratch, no contents worth keeping
     arena = {table.index(buf) for buf in program.arena.buffers}
-    programs: dict[int, int] = {}  # program int_ptr -> index
-    saved_programs: list[fmt.Program] = []
-    shapes: dict[int, int] = {}  # id(LaunchShape) -> index
-    launches: list[fmt.Launch] = []
+    launches = _Launches(writer, table, queue.device, where)
     commands: list[fmt.Command] = []
     first_write: dict[int, bool] = {}  # buffer index -> whether its first use overwrites it
     for op in program.ops:
         if type(op) is RawLaunch:
-            shape = op.shape
-            if (s := shapes.get(id(shape))) is None:
-                prg, name = shape.kernel.program, shape.kernel.function_name
-                if (p := programs.get(prg.int_ptr)) is None:
-                    p = programs[prg.int_ptr] = len(saved_programs)
-                    saved_programs.append(_save_program(writer, prg, queue.device, where))
-                if name not in saved_programs[p].kernels:
-                    saved_programs[p].kernels.append(name)
-                s = shapes[id(shape)] = len(launches)
-                gsize, lsize, offset = (None if d is None else list(d) for d in launch_sizes(shape))
-                launches.append(
-                    fmt.Launch(
-                        p,
-                        name,
-                        gsize or [],
-                        lsize,
-                        offset,
-                        shape.allow_empty,
-                        [table.arg(a) for a in shape.args],
-                    )
-                )
-                for _, buf in program.binds[id(shape)].buffers:
-                    first_write.setdefault(table.index(buf), False)
-            commands.append(fmt.Command("launch", s, None, None, None, None, None))
+            index = launches.add(op.shape)
+            for _, buf in program.binds[id(op.shape)].buffers:
+                first_write.setdefault(table.index(buf), False)
+            commands.append(fmt.Command("launch", launch=index))
         elif type(op) is RawTransfer:
-            if not op.entry.word:
-                raise CaptureFileError(
-                    f"{where}: the capture holds a {op.entry.operation}, "
-                    "which a file cannot hold yet (buffer reads, writes, "
-                    "copies and fills can)"
-                )
-            c = fmt.Command(
-                **{k: None for k in fmt.Command._fields}
-                | fmt.transfer(
-                    op.entry,
-                    op.bound(),
-                    table.index,
-                    lambda a: writer.add(np.ascontiguousarray(a).view(np.uint8).data.tobytes()),
-                    lambda p: np.asarray(p).tobytes().hex(),
-                )
-            )
-            count = writer.sections[c.host].size if c.host is not None else c.count or 0
-            for j, (b, at) in enumerate(zip(c.buffers or [], c.offsets or [], strict=True)):
-                # a write, copy or fill overwriting the whole buffer: its contents are not saved
-                first_write.setdefault(
-                    b,
-                    c.op != "read"
-                    and j == len(c.buffers or []) - 1
-                    and at == 0
-                    and count >= table.sizes[b],
-                )
-            commands.append(c)
+            commands.append(_transfer(op, writer, table, first_write, where))
         else:
-            commands.append(fmt.Command("finish", None, None, None, None, None, None))
+            commands.append(fmt.Command("finish"))
     buffers = []
     for ptr, (i, buf) in table.items():
         # netcl cannot see whether a kernel reads a buffer: only a buffer whose first use
         # overwrites it whole (a write, copy or fill) needs no contents
         overwritten = first_write.get(i, False)
         parent, origin = table.parents.get(ptr, (None, 0))
-        role: Any = role_of.get(i) or (SCRATCH if overwritten or {i, parent} & arena else CONSTANT)
-        data = None  # a sub-buffer's contents are its parent's
-        if role in (CONSTANT, OUTPUT) and not overwritten and parent is None:
-            data = writer.add(_download(queue, buf))
-        buffers.append(
-            fmt.Buffer(int(buf.size), int(buf.flags) & _FLAGS, role, data, parent, origin)
+        role = role_of.get(i) or (
+            fmt.SCRATCH if overwritten or {i, parent} & arena else fmt.CONSTANT
         )
+        data = None  # a sub-buffer's contents are its parent's
+        if role in (fmt.CONSTANT, fmt.OUTPUT) and not overwritten and parent is None:
+            data = writer.add(_download(queue, buf))
+        flags = int(buf.flags) & fmt.FLAGS
+        buffers.append(fmt.Buffer(int(buf.size), flags, role, data, parent, origin))
     dev = queue.device
     return fmt.Manifest(
         "netcl-capture",
         FORMAT_VERSION,
         "capture",
         0,
-        fmt.Device(device_identity(dev), dev.name.strip()),
-        writer.sections,
-        saved_programs,
-        buffers,
-        launches,
-        commands,
-        None,
+        device=fmt.Device(device_identity(dev), dev.name.strip()),
+        sections=writer.sections,
+        programs=launches.programs,
+        buffers=buffers,
+        launches=launches.rows,
+        commands=commands,
     )
+
+
+class _Launches:
+    """The file's launch table and program table, a row per shape and per program."""
+
+    def __init__(self, writer: _Writer, table: _Buffers, dev: cl.Device, where: str) -> None:
+        self.writer, self.table, self.dev, self.where = writer, table, dev, where
+        self.rows: list[fmt.Launch] = []
+        self.programs: list[fmt.Program] = []
+        self.of_shape: dict[int, int] = {}  # id(LaunchShape) -> row
+        self.of_program: dict[int, int] = {}  # program int_ptr -> row
+
+    def add(self, shape: LaunchShape) -> int:
+        """The row of a launch's shape (added at its first launch)."""
+        if (row := self.of_shape.get(id(shape))) is not None:
+            return row
+        prg, name = shape.kernel.program, shape.kernel.function_name
+        if (p := self.of_program.get(prg.int_ptr)) is None:
+            p = self.of_program[prg.int_ptr] = len(self.programs)
+            self.programs.append(_save_program(self.writer, prg, self.dev, self.where))
+        if name not in self.programs[p].kernels:
+            self.programs[p].kernels.append(name)
+        gsize, lsize, offset = (None if d is None else list(d) for d in launch_sizes(shape))
+        args = [self.table.arg(a) for a in shape.args]
+        self.of_shape[id(shape)] = len(self.rows)
+        self.rows.append(fmt.Launch(p, name, gsize or [], args, lsize, offset, shape.allow_empty))
+        return len(self.rows) - 1
+
+
+def _transfer(
+    op: RawTransfer, writer: _Writer, table: _Buffers, first_write: dict[int, bool], where: str
+) -> fmt.Command:
+    """A recorded transfer as a command; notes whether it overwrites each buffer whole."""
+    if not op.entry.word:
+        raise CaptureFileError(
+            f"{where}: the capture holds a {op.entry.operation}, which a file cannot hold yet "
+            "(buffer reads, writes, copies and fills can)"
+        )
+    c = fmt.Command(
+        **fmt.transfer(
+            op.entry,
+            op.bound(),
+            table.index,
+            lambda a: writer.add(np.ascontiguousarray(a).view(np.uint8).data.tobytes()),
+            lambda p: np.asarray(p).tobytes().hex(),
+        )
+    )
+    count = writer.sections[c.host].size if c.host is not None else c.count or 0
+    last = len(c.buffers or []) - 1
+    for j, (b, at) in enumerate(zip(c.buffers or [], c.offsets or [], strict=True)):
+        # a write, copy or fill overwriting the whole buffer: its contents are not saved
+        whole = c.op != "read" and j == last and at == 0 and count >= table.sizes[b]
+        first_write.setdefault(b, whole)
+    return c
 
 
 def _save_program(writer: _Writer, prg: Any, dev: cl.Device, where: str) -> fmt.Program:
@@ -313,10 +304,10 @@ def _save_program(writer: _Writer, prg: Any, dev: cl.Device, where: str) -> fmt.
     source = prg.get_info(cl.program_info.SOURCE) or ""
     options = prg.get_build_info(dev, cl.program_build_info.OPTIONS) or ""
     return fmt.Program(
-        writer.add(bytes(binary)) if binary else None,
-        fmt.symbolic(options.strip(), where),
-        writer.add(source.encode()) if source.strip("\0 \n") else None,
-        [],
+        binary=writer.add(bytes(binary)) if binary else None,
+        options=fmt.symbolic(options.strip(), where),
+        source=writer.add(source.encode()) if source.strip("\0 \n") else None,
+        kernels=[],
     )
 
 
@@ -420,68 +411,21 @@ def load(path: str | os.PathLike[str], queue: cl.CommandQueue) -> Loaded:
 
 def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
     m = file.manifest
-    ctx, dev = queue.context, queue.device
+    dev = queue.device
     need = sum(b.size for b in m.buffers if b.parent is None)
     if need > dev.global_mem_size:
         raise file.error(
             f"its buffers need {need} bytes, more than {dev.name.strip()!r} has "
             f"({dev.global_mem_size})"
         )
-    here, saved = device_identity(dev), m.device.identity
-    programs, rebuilt = [], 0
-    for i, p in enumerate(m.programs):
-        if saved == here and p.binary is not None:
-            prg = cl.Program(ctx, [dev], [file.section(p.binary)])
-            prg.build(options=p.options.replace(fmt.INCLUDE, fmt.PYOPENCL), devices=[dev])
-        else:
-            prg = _rebuild(file, p, i, ctx, dev, saved, here)
-            rebuilt += 1
-        programs.append(prg)
-    buffers: list[cl.Buffer] = []
-    overlap = _memory._may_overlap(ctx)  # an arena's regions may share bytes (else: buffers)
-    for b in m.buffers:
-        flags = b.flags & _FLAGS or cl.mem_flags.READ_WRITE
-        scratch = b.role == SCRATCH and b.parent is not None and m.buffers[b.parent].role == SCRATCH
-        if b.parent is None or (scratch and not overlap):
-            buf = cl.Buffer(ctx, flags, b.size)  # an arena's region: a buffer of its own on a GPU
-        else:  # parents come first
-            buf = buffers[b.parent].get_sub_region(b.origin, b.size, flags)
-        if b.data is not None:
-            file.upload(b.data, queue, buf)
-        buffers.append(buf)
-    kernels: dict[tuple[int, str], cl.Kernel] = {}
+    programs, rebuilt = _programs(file, queue)
+    buffers = _buffers(file, queue)
+    kernels: dict[tuple[int, str], cl.Kernel] = {}  # one per kernel, as a recording has them
     shapes = []
     for k, s in enumerate(m.launches):
         if (kernel := kernels.get((s.program, s.kernel))) is None:
             kernel = kernels[s.program, s.kernel] = cl.Kernel(programs[s.program], s.kernel)
-        if sorted(a.index for a in s.args) != list(range(kernel.num_args)):
-            raise file.error(
-                f"launches[{k}].args: kernel {s.kernel!r} has {kernel.num_args} "
-                f"arguments, as the driver reports; the file sets arguments "
-                f"{sorted(a.index for a in s.args)}"
-            )
-        args = tuple(
-            ArgSet(
-                a.index,
-                contract.set_arg,
-                (
-                    a.index,
-                    buffers[a.buffer]
-                    if a.buffer is not None
-                    else cl.LocalMemory(a.local)
-                    if a.local
-                    else np.frombuffer(bytes.fromhex(a.scalar.hex), a.scalar.dtype)[0]
-                    if a.scalar
-                    else None,
-                ),
-            )
-            for a in s.args
-        )
-        shapes.append(
-            LaunchShape(
-                kernel, queue, s.global_size, s.local_size, s.offset, False, s.allow_empty, args
-            )
-        )
+        shapes.append(_shape(file, queue, k, kernel, buffers))
     rec = Recording()  # the file's commands, as a recording of them would hold them
     for c in m.commands:
         if c.op == "launch":
@@ -489,21 +433,90 @@ def _load(file: _File, queue: cl.CommandQueue) -> tuple[Loaded, int]:
         elif c.op == "finish":
             rec.raw.append(RawFinish(queue))
         else:
-            (entry, fn), kwargs = contract.SAVED[c.op], dict[str, Any]()
-            for o, k, offset in zip(entry.operands, c.buffers or (), c.offsets or (), strict=True):
-                kwargs |= {
-                    o.mem: buffers[k],
-                    o.offset: offset,
-                    o.count: c.count,
-                    o.host: None
-                    if c.host is None
-                    else np.frombuffer(file.section(c.host), np.uint8).copy(),
-                    "pattern": c.pattern and bytes.fromhex(c.pattern),
-                }
-            kwargs = {k: v for k, v in kwargs.items() if k and v is not None}
-            where = tuple((k, v) for k, v in kwargs.items() if isinstance(v, cl.MemoryObjectHolder))
-            rec.raw.append(RawTransfer(entry, fn, (queue,), kwargs, (), None, where))
+            rec.raw.append(_raw_transfer(file, queue, c, buffers))
     return Loaded(build(rec), buffers, m), rebuilt
+
+
+def _programs(file: _File, queue: cl.CommandQueue) -> tuple[list[Any], int]:
+    """The file's programs, from their binaries on the saving device (else from source), and
+    how many were rebuilt from source."""
+    ctx, dev = queue.context, queue.device
+    here, saved = device_identity(dev), file.manifest.device.identity
+    programs, rebuilt = [], 0
+    for i, p in enumerate(file.manifest.programs):
+        if saved == here and p.binary is not None:
+            prg = cl.Program(ctx, [dev], [file.section(p.binary)])
+            prg.build(options=p.options.replace(fmt.INCLUDE, fmt.PYOPENCL), devices=[dev])
+        else:
+            prg = _rebuild(file, p, i, ctx, dev, saved, here)
+            rebuilt += 1
+        programs.append(prg)
+    return programs, rebuilt
+
+
+def _buffers(file: _File, queue: cl.CommandQueue) -> list[cl.Buffer]:
+    """The file's buffers, their contents uploaded: sub-buffers of their parent, except an
+    arena's regions on a device where regions may not overlap (a buffer of their own)."""
+    m, ctx = file.manifest, queue.context
+    buffers: list[cl.Buffer] = []
+    overlap = _memory._may_overlap(ctx)  # an arena's regions may share bytes (else: buffers)
+    for b in m.buffers:
+        flags = b.flags & fmt.FLAGS or cl.mem_flags.READ_WRITE
+        scratch = b.role == fmt.SCRATCH and b.parent is not None
+        if b.parent is None or (
+            scratch and m.buffers[b.parent].role == fmt.SCRATCH and not overlap
+        ):
+            buf = cl.Buffer(ctx, flags, b.size)
+        else:  # parents come first
+            buf = buffers[b.parent].get_sub_region(b.origin, b.size, flags)
+        if b.data is not None:
+            file.upload(b.data, queue, buf)
+        buffers.append(buf)
+    return buffers
+
+
+def _shape(
+    file: _File, queue: cl.CommandQueue, k: int, kernel: cl.Kernel, buffers: list[cl.Buffer]
+) -> LaunchShape:
+    """Launch ``k`` of the file as a recording's shape, its arguments checked against its
+    kernel's."""
+    s = file.manifest.launches[k]
+    if sorted(a.index for a in s.args) != list(range(kernel.num_args)):
+        raise file.error(
+            f"launches[{k}].args: kernel {s.kernel!r} has {kernel.num_args} arguments, as the "
+            f"driver reports; the file sets arguments {sorted(a.index for a in s.args)}"
+        )
+    args = tuple(ArgSet(a.index, contract.set_arg, (a.index, _value(a, buffers))) for a in s.args)
+    return LaunchShape(
+        kernel, queue, s.global_size, s.local_size, s.offset, False, s.allow_empty, args
+    )
+
+
+def _value(a: fmt.Arg, buffers: list[cl.Buffer]) -> Any:
+    """A kernel argument's value: a buffer, local memory, a number, or None."""
+    if a.buffer is not None:
+        return buffers[a.buffer]
+    if a.local:
+        return cl.LocalMemory(a.local)
+    if a.scalar:
+        return np.frombuffer(bytes.fromhex(a.scalar.hex), a.scalar.dtype)[0]
+    return None
+
+
+def _raw_transfer(
+    file: _File, queue: cl.CommandQueue, c: fmt.Command, buffers: list[cl.Buffer]
+) -> RawTransfer:
+    """A transfer command as a recording holds it: pyopencl's function and its arguments."""
+    (entry, fn), kwargs = contract.SAVED[c.op], dict[str, Any]()
+    for o, k, offset in zip(entry.operands, c.buffers or (), c.offsets or (), strict=True):
+        kwargs |= {o.mem: buffers[k], o.offset: offset, o.count: c.count}
+        if c.host is not None:
+            kwargs[o.host] = np.frombuffer(file.section(c.host), np.uint8).copy()
+        if c.pattern is not None:
+            kwargs["pattern"] = bytes.fromhex(c.pattern)
+    kwargs = {k: v for k, v in kwargs.items() if k and v is not None}
+    where = tuple((k, v) for k, v in kwargs.items() if isinstance(v, cl.MemoryObjectHolder))
+    return RawTransfer(entry, fn, (queue,), kwargs, (), None, where)
 
 
 def _rebuild(
@@ -532,10 +545,15 @@ def _rebuild(
         device=here,
     )
     try:
-        from netcl.runtime.cache import cacher  # the program cache, where it is installed
-    except ImportError:
-        return cl.Program(ctx, source).build(options=options, devices=[dev])
-    return cacher.get_program(ctx, source, dev, options)
+        try:
+            from netcl.runtime.cache import cacher  # the program cache, where it is installed
+        except ImportError:
+            return cl.Program(ctx, source).build(options=options, devices=[dev])
+        return cacher.get_program(ctx, source, dev, options)
+    except (cl.Error, RuntimeError) as exc:  # pyopencl's error, or the program cache's
+        raise file.error(
+            f"programs[{i}].source does not build on {here!r} (kernels {kernels}): {str(exc)[:500]}"
+        ) from None
 
 
 def inspect(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -30,12 +30,13 @@ from netcl.core import device
 from netcl.core.log import warn_once
 from netcl.core.telemetry import Counts
 from netcl.core.tensor import Tensor
-from netcl.runtime.capture import _format as fmt
-from netcl.runtime.capture import _saved
+from netcl.runtime.capture import _stepfile
 from netcl.runtime.capture import _telemetry as tm
-from netcl.runtime.capture._capture import KernelCapture, _from_program, log
+from netcl.runtime.capture._capture import KernelCapture, log
+from netcl.runtime.capture._format import ARG, ARRAY, FIXED, SLOT, TENSOR
 from netcl.runtime.capture._intercept import thread_records
 from netcl.runtime.capture._memory import SharedArena
+from netcl.runtime.capture._stepfile import FIELDS, Call, make, short
 
 __all__ = ["CapturedStep", "LoadedStep", "StepCheckError", "StepStats", "capture_step", "load_step"]
 
@@ -44,11 +45,6 @@ R = TypeVar("R")
 GuardKey = tuple[Any, ...]
 
 _Array = cla.Array
-_TENSOR, _ARRAY = "Tensor", "Array"
-_FIELDS = {
-    _TENSOR: ("shape", "dtype", "queue"),
-    _ARRAY: ("shape", "dtype", "strides", "offset", "queue"),
-}
 _DROPPED, _FAILED = sys.maxsize, sys.maxsize - 1  # warm-up counts of a dropped key: record at once
 
 # By step name; a counter never goes down, so a step's counts outlive the step.
@@ -100,17 +96,6 @@ class StepCheckError(RuntimeError):
     def __init__(self, message: str, *, output: int, max_abs_diff: float) -> None:
         super().__init__(message)
         self.output, self.max_abs_diff = output, max_abs_diff
-
-
-class _Call(NamedTuple):
-    """A call on its way past the guard: its key, arguments, and buffer arguments."""
-
-    key: GuardKey
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    flat: tuple[Any, ...]  # the positional arguments, then keyword values in key order
-    bufs: list[Any]  # the buffers of its Tensor and Array arguments, in order
-    ptrs: list[int]  # their int_ptr values
 
 
 class CapturedStep(Generic[P, R]):
@@ -165,10 +150,10 @@ class CapturedStep(Generic[P, R]):
         for a in flat:
             if isinstance(a, Tensor):
                 buf = a.buffer
-                parts.append((_TENSOR, a.shape, a.dtype, a.queue))
+                parts.append((TENSOR, a.shape, a.dtype, a.queue))
             elif isinstance(a, _Array):
                 buf = a.base_data  # None for an empty array
-                parts.append((_ARRAY, a.shape, a.dtype, a.strides, a.offset, a.queue))
+                parts.append((ARRAY, a.shape, a.dtype, a.strides, a.offset, a.queue))
             else:
                 parts.append((type(a), a))
                 continue
@@ -188,14 +173,10 @@ class CapturedStep(Generic[P, R]):
             if entry is not None:
                 self._use(entry)
         if entry is None or entry.pending_check or thread_records():
-            return self._slow(_Call(key, args, kwargs, flat, bufs, ptrs))  # type: ignore[no-any-return]
-        event = entry.replay(bufs, ptrs)
-        self._replays += 1
-        _REPLAYS.add(1, self.name)
-        result = entry.result if entry.plain else entry.outputs(flat, bufs, event)
-        return _copies(result, event) if self._copy else result  # type: ignore[no-any-return]
+            return self._slow(Call(key, args, kwargs, flat, bufs, ptrs))  # type: ignore[no-any-return]
+        return self._replay(entry, flat, bufs, ptrs)  # type: ignore[no-any-return]
 
-    def _slow(self, call: _Call) -> Any:
+    def _slow(self, call: Call) -> Any:
         if thread_records():
             # inside a recording (the caller's KernelCapture, or another step's): plain code,
             # whose launches that recording records (a replay would not be recorded)
@@ -204,9 +185,8 @@ class CapturedStep(Generic[P, R]):
             if (entry := self._captures.get(call.key)) is not None and entry.pending_check:
                 return self._checked_replay(entry, call)
             if entry is not None:  # recorded by another thread meanwhile
-                event = self._replay(entry, call)
-                result = entry.outputs(call.flat, call.bufs, event)
-                return _copies(result, event) if self._copy else result
+                self._use(entry)
+                return self._replay(entry, call.flat, call.bufs, call.ptrs)
             seen = self._warm.get(call.key, 0)
             if seen < self._warmup:
                 result = self._run(call)
@@ -219,14 +199,25 @@ class CapturedStep(Generic[P, R]):
             self._captures.move_to_end(entry.key)
         self._mru = entry
 
-    def _replay(self, entry: _Capture, call: _Call) -> cl.Event | None:  # as __call__'s
-        self._use(entry)
-        event = entry.replay(call.bufs, call.ptrs)
+    def _replay(
+        self,
+        entry: _Capture,
+        flat: tuple[Any, ...],
+        bufs: list[Any],
+        ptrs: list[int],
+        wait: bool = False,
+    ) -> Any:
+        """The replay of a call: its result (copies with copy_outputs); ``wait``: until the
+        replay is done."""
+        event = entry.replay(bufs, ptrs)
         self._replays += 1
         _REPLAYS.add(1, self.name)
-        return event
+        result = entry.result if entry.plain else entry.outputs(flat, bufs, event)
+        if wait and event is not None:
+            event.wait()
+        return _copies(result, event) if self._copy else result
 
-    def _run(self, call: _Call) -> Any:
+    def _run(self, call: Call) -> Any:
         result = self._fn(*call.args, **call.kwargs)
         _outputs_of(result, self.name)  # fail on the first call, not at the recording
         self._runs += 1
@@ -239,7 +230,7 @@ class CapturedStep(Generic[P, R]):
         while len(self._warm) > max(16, 2 * self._max):
             self._warm.popitem(last=False)
 
-    def _record(self, call: _Call, seen: int) -> Any:
+    def _record(self, call: Call, seen: int) -> Any:
         key = call.key
         labels = _labels(self._fn, len(call.args), key[1])
         reason = _change_reason(next(reversed(self._captures), None), key, labels)
@@ -249,7 +240,7 @@ class CapturedStep(Generic[P, R]):
         attributes = {tm.STEP_NAME: self.name, tm.STEP_REASON: reason}
         with tm.TEL.span(tm.STEP_CAPTURE_SPAN, attributes) as span:
             cap = KernelCapture()
-            cap._shared = self._arena  # keys never run at once: the largest plan, not the sum
+            cap._share_arena(self._arena)  # keys never run at once: the largest plan, not the sum
             try:
                 with cap:  # discarded if the function raises
                     result = self._fn(*call.args, **call.kwargs)
@@ -289,16 +280,14 @@ class CapturedStep(Generic[P, R]):
                 }
             )
         if self._copy:  # copied once the recorded commands are done, whichever queues they used
-            for q in {id(op.queue): op.queue for op in cap._program.ops}.values():  # type: ignore[union-attr]
+            for q in {id(op.queue): op.queue for op in cap._replay_form().ops}.values():
                 q.finish()  # (the recording call waits: it is the one slow call of its key)
         return _copies(result, None) if self._copy else result
 
-    def _checked_replay(self, entry: _Capture, call: _Call) -> Any:
+    def _checked_replay(self, entry: _Capture, call: Call) -> Any:
         with tm.TEL.span(tm.STEP_CHECK_SPAN, {tm.STEP_NAME: self.name}) as span:
-            event = self._replay(entry, call)
-            replayed = entry.outputs(call.flat, call.bufs, event)
-            if event is not None:
-                event.wait()
+            self._use(entry)
+            replayed = self._replay(entry, call.flat, call.bufs, call.ptrs, wait=True)
             normal = self._run(call)
             found = _compare(
                 _outputs_of(replayed, self.name), _outputs_of(normal, self.name), self._atol
@@ -319,7 +308,7 @@ class CapturedStep(Generic[P, R]):
                     max_abs_diff=diff,
                 )
             entry.pending_check = False
-        return _copies(replayed, event) if self._copy else replayed
+        return replayed
 
     def _drop(self, key: GuardKey, seen: int = _DROPPED) -> None:
         """Drop a capture; its key records at its next call (``seen``: why it was dropped)."""
@@ -350,7 +339,9 @@ class CapturedStep(Generic[P, R]):
                     f"captured step {self.name}: nothing captured yet: call it {self._warmup + 1}"
                     " times (the warm-up, then the call that records) before save()"
                 )
-            return _save(self, entry, path)
+            parts, names, _ = entry.key
+            labels = _labels(self._fn, len(parts) - len(names or ()), names)
+            return _stepfile.save(path, entry, self.name, labels)
 
     @property
     def num_captures(self) -> int:
@@ -394,11 +385,14 @@ class LoadedStep(CapturedStep[..., Any]):
     queue, the values of other arguments); it has no function to run, so any other call
     raises ``ValueError`` naming the first difference."""
 
-    def __init__(self, name: str, labels: list[str], signature: str) -> None:
+    def __init__(
+        self, name: str, labels: list[str], signature: str, key: GuardKey, entry: _Capture
+    ) -> None:
         super().__init__(_no_function, warmup=0, max_captures=1, name=name)
         self._saved_labels, self._signature = labels, signature
+        self._captures[key] = self._mru = entry  # the saved capture, its only one
 
-    def _record(self, call: _Call, seen: int) -> Any:
+    def _record(self, call: Call, seen: int) -> Any:
         saved = next(iter(self._captures))
         raise ValueError(
             f"loaded step {self.name}: {_change_reason(saved, call.key, self._saved_labels)}; "
@@ -414,178 +408,19 @@ def _no_function(*args: Any, **kwargs: Any) -> Any:
     )
 
 
-_VALUES: dict[str, type] = {t.__name__: t for t in (int, float, bool, str, type(None))}
-
-
-def _save(step: CapturedStep[Any, Any], entry: _Capture, path: str | os.PathLike[str]) -> int:
-    """``CapturedStep.save``: the capture of ``entry`` with the step's signature and outputs."""
-    program = entry.capture._program
-    assert program is not None
-    parts, names, aliasing = entry.key
-    labels = _labels(step._fn, len(parts) - len(names or ()), names)
-    params = []
-    for part, label in zip(parts, labels, strict=True):
-        if part[0] in _FIELDS:
-            params.append(_value(part[0], None, part[1:-1]))
-        elif part[0] in _VALUES.values() and (part[0] is not float or math.isfinite(part[1])):
-            params.append(_value("value", part[0].__name__, (), value=part[1]))
-        else:
-            raise _saved.CaptureFileError(
-                f"captured step {step.name}: argument {label} is {_kind(part)} "
-                f"({_short(part[1])}), which a saved step cannot check: a saved step's "
-                "arguments are Tensors, pyopencl Arrays, ints, finite floats, bools, strs or "
-                "None"
-            )
-    roles = [(_saved.INPUT, program.index.uses[p].buffer) for _, p in entry.slots]
-    index = {p: k for k, (_, p) in enumerate(entry.slots)}  # int_ptr -> row of the buffer table
-    outputs = []
-    for kind, o in entry.plan:
-        if kind == "arg":
-            outputs.append(_value("arg", None, (), index=o))
-            continue
-        view = o if kind == "fixed" else o[1]
-        type_ = _TENSOR if isinstance(view, Tensor) else _ARRAY
-        found = _value(kind, type_, tuple(getattr(view, f) for f in _FIELDS[type_][:-1]))
-        if kind == "fixed":
-            buf = view.buffer if isinstance(view, Tensor) else view.base_data
-            if buf.int_ptr not in index:
-                index[buf.int_ptr] = len(roles)
-                roles.append((_saved.OUTPUT, buf))
-            found = found._replace(buffer=index[buf.int_ptr])
-        outputs.append(found._replace(slot=None if kind == "fixed" else o[0]))
-    result = entry.result
-    container: Any = (
-        "none"
-        if result is None
-        else type(result).__name__
-        if isinstance(result, (tuple, list))
-        else "single"
-    )
-    signature = fmt.Step(
-        step.name,
-        labels,
-        params,
-        list(names) if names else None,
-        list(entry.sizes),
-        list(aliasing) if aliasing else None,
-        container,
-        outputs,
-        [(j, index[p]) for j, p in entry.slots],
-    )
-    return _saved.save(path, program, kind="step", roles=roles, step=signature)
-
-
-def _value(kind: str, type_: str | None, values: tuple[Any, ...], **more: Any) -> fmt.Value:
-    """A step's argument or output as the file has it: a Tensor's or Array's fields (shape,
-    dtype ...; not the queue), a value's type and value, an argument's index."""
-    found: dict[str, Any] = dict.fromkeys(fmt.Value._fields)
-    found |= dict(zip(("shape", "dtype", "strides", "offset"), values, strict=False))
-    found |= {k: list(found[k]) for k in ("shape", "strides") if found[k] is not None}
-    dtype = np.dtype(found["dtype"]).str if values else None
-    return fmt.Value(**found | more | {"kind": kind, "type": type_, "dtype": dtype})
-
-
 def load_step(path: str | os.PathLike[str], queue: cl.CommandQueue) -> LoadedStep:
     """A step saved by :meth:`CapturedStep.save`, ready to replay on ``queue`` from its first
     call: programs from the file's binaries (rebuilt from their source on another device),
     constants filled from the file. Called with arguments like the saved call's (Tensors or
     Arrays of the saved shapes and dtypes on ``queue``), it returns its outputs like a captured
     step. :class:`CaptureFileError` names the file and what is wrong with it."""
-    loaded = _saved.load(path, queue)
-    step = loaded.manifest.step
-    if loaded.manifest.kind != "step" or step is None:
-        raise _saved.CaptureFileError(
-            f"{os.fspath(path)}: holds a KernelCapture, not a step: load it with load_capture()"
-        )
-    try:
-        return _loaded(loaded, step, queue, os.fspath(path))
-    except (IndexError, TypeError, ValueError, ArithmeticError, cl.Error) as exc:
-        raise _saved.CaptureFileError(
-            f"{os.fspath(path)}: its step is not one this file can "
-            f"replay ({type(exc).__name__}: {exc})"
-        ) from None
-
-
-def _loaded(loaded: _saved.Loaded, step: fmt.Step, queue: cl.CommandQueue, path: str) -> LoadedStep:
-    """The LoadedStep of a file: its saved call rebuilt on stand-in buffers (the file's input
-    buffers), recorded as a captured step's call is, with the file's capture."""
-    inputs = {j: loaded.buffers[i] for j, i in step.inputs}
-    aliasing = step.aliasing
-    bufs: list[Any] = []  # per buffer argument: the file's input buffer, or one of its own
-    for j, size in enumerate(step.sizes):
-        first = aliasing[j] if aliasing else j
-        bufs.append(
-            bufs[first]
-            if first != j
-            else inputs.get(j) or cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, max(size, 1))
-        )
-    flat: list[Any] = []
-    parts: list[Any] = []
-    text = []
-    for param, label in zip(step.params, step.labels, strict=True):
-        kind = param.kind
-        if kind in _FIELDS:
-            obj = _object(kind, param, bufs[sum(p[0] in _FIELDS for p in parts)], queue)
-            parts.append((kind, *(getattr(obj, f) for f in _FIELDS[kind])))  # its key's part
-            text.append(f"{label}: {kind}{tuple(obj.shape)} {obj.dtype}")
-        else:
-            obj = param.value
-            if type(obj) is not _VALUES.get(param.type or ""):
-                raise ValueError(f"argument {label}: {obj!r} is no {param.type}")
-            parts.append((type(obj), obj))
-            text.append(f"{label}={_short(obj)}")
-        flat.append(obj)
-    names = tuple(step.keywords) if step.keywords else None
-    npos = len(flat) - len(names or ())
-    key = (tuple(parts), names, tuple(aliasing) if aliasing else None)
-    call = _Call(
-        key,
-        tuple(flat[:npos]),
-        dict(zip(names or (), flat[npos:], strict=True)),
-        tuple(flat),
-        bufs,
-        [b.int_ptr for b in bufs],
-    )
-    items = [
-        flat[o.index]  # type: ignore[index]
-        if o.kind == "arg"
-        else _object(
-            o.type,
-            o,
-            loaded.buffers[o.buffer] if o.kind == "fixed" else bufs[o.slot],  # type: ignore[index]
-            queue,
-        )
-        for o in step.outputs
-    ]
-    container = step.result
-    result = (
-        None
-        if container == "none"
-        else items[0]
-        if container == "single"
-        else (tuple(items) if container == "tuple" else list(items))
-    )
-    loaded_step = LoadedStep(step.name, list(step.labels), f"({', '.join(text)})")
-    entry = _Capture(
-        _from_program(loaded.program),
-        call,
-        f"loaded from {path}",
-        result,
-        _outputs_of(result, step.name),
-    )
-    loaded_step._captures[key] = loaded_step._mru = entry
-    _KEPT.add(1, step.name)
-    return loaded_step
-
-
-def _object(kind: Any, fields: Any, buf: Any, queue: cl.CommandQueue) -> Any:
-    """A Tensor or Array on ``buf`` with the fields of ``fields`` (a saved or live one)."""
-    shape, dtype = tuple(fields.shape), np.dtype(fields.dtype)
-    if kind == _TENSOR:
-        return Tensor(buf, shape, dtype, queue)
-    return _Array(
-        queue, shape, dtype, strides=tuple(fields.strides), data=buf, offset=fields.offset
-    )
+    saved = _stepfile.load(path, queue)
+    outputs = _outputs_of(saved.result, saved.name)
+    program = KernelCapture._of(saved.program)
+    entry = _Capture(program, saved.call, f"loaded from {path}", saved.result, outputs)
+    step = LoadedStep(saved.name, saved.labels, saved.signature, saved.call.key, entry)
+    _KEPT.add(1, saved.name)
+    return step
 
 
 def _forget(name: str, captures: OrderedDict[GuardKey, _Capture]) -> None:
@@ -615,15 +450,9 @@ class _Capture:
     )
 
     def __init__(
-        self,
-        capture: KernelCapture,
-        call: _Call,
-        reason: str,
-        result: Any,
-        outputs: tuple[Any, ...],
+        self, capture: KernelCapture, call: Call, reason: str, result: Any, outputs: tuple[Any, ...]
     ) -> None:
-        program = capture._program  # its buffer index: the buffers the recorded commands use
-        assert program is not None  # end() made it
+        program = capture._replay_form()  # its index: the buffers the recorded commands use
         used, flat, ptrs = program.index.uses, call.flat, call.ptrs
         self.capture, self.key, self.reason, self.result = capture, call.key, reason, result
         self.launches = capture.num_launches
@@ -653,15 +482,15 @@ class _Capture:
         for out in outputs:
             ptr = (out.buffer if isinstance(out, Tensor) else out.base_data).int_ptr
             if ptr not in ptrs:
-                self.plan.append(("fixed", out))
+                self.plan.append((FIXED, out))
             elif any(out is a for a in flat):
-                self.plan.append(("arg", next(i for i, a in enumerate(flat) if out is a)))
+                self.plan.append((ARG, next(i for i, a in enumerate(flat) if out is a)))
             else:
-                self.plan.append(("slot", (ptrs.index(ptr), out)))  # the file's kind too
-        self.arrays = [o for kind, o in self.plan if kind == "fixed" and isinstance(o, _Array)]
+                self.plan.append((SLOT, (ptrs.index(ptr), out)))  # the file's kind too
+        self.arrays = [o for kind, o in self.plan if kind == FIXED and isinstance(o, _Array)]
         # fixed: a replay returns the recorded result itself (no output is an argument, nor is
         # it a list the caller could change); plain: no Array to give the replay's event either
-        self.fixed = type(result) is not list and all(kind == "fixed" for kind, _ in self.plan)
+        self.fixed = type(result) is not list and all(kind == FIXED for kind, _ in self.plan)
         self.plain = self.fixed and not self.arrays
 
     def replay(self, bufs: list[Any], ptrs: list[int]) -> cl.Event | None:
@@ -706,7 +535,7 @@ class _Capture:
         if self.fixed:
             return self.result
         items = [
-            o if kind == "fixed" else flat[o] if kind == "arg" else _view(o[1], bufs[o[0]])
+            o if kind == FIXED else flat[o] if kind == ARG else _view(o[1], bufs[o[0]])
             for kind, o in self.plan
         ]
         if isinstance(self.result, (tuple, list)):
@@ -716,7 +545,7 @@ class _Capture:
 
 def _view(view: Any, buf: cl.MemoryObjectHolder) -> Any:
     """``view`` (a Tensor or Array) on ``buf`` instead of its own buffer."""
-    return _object(_TENSOR if isinstance(view, Tensor) else _ARRAY, view, buf, view.queue)
+    return make(TENSOR if isinstance(view, Tensor) else ARRAY, view, buf, view.queue)
 
 
 def _outputs_of(result: Any, step: str) -> tuple[Any, ...]:
@@ -802,14 +631,9 @@ def _unhashable(step: str, key: GuardKey, labels: Sequence[str]) -> TypeError:
     )
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _kind(part: tuple[Any, ...]) -> str:
-    if part[0] in _FIELDS:
-        return "a Tensor" if part[0] == _TENSOR else "a pyopencl Array"
+    if part[0] in FIELDS:
+        return "a Tensor" if part[0] == TENSOR else "a pyopencl Array"
     return f"a {part[0].__name__}"
 
 
@@ -830,13 +654,13 @@ def _change_reason(old: GuardKey | None, new: GuardKey, labels: Sequence[str]) -
             continue
         if a[0] != b[0] or len(a) != len(b):
             return f"{label} changed from {_kind(a)} to {_kind(b)}"
-        if a[0] not in _FIELDS:
-            return f"value of {label} changed {_short(a[1])} -> {_short(b[1])}"
-        name, x, y = next(f for f in zip(_FIELDS[a[0]], a[1:], b[1:], strict=True) if f[1] != f[2])
+        if a[0] not in FIELDS:
+            return f"value of {label} changed {short(a[1])} -> {short(b[1])}"
+        name, x, y = next(f for f in zip(FIELDS[a[0]], a[1:], b[1:], strict=True) if f[1] != f[2])
         if name == "queue":
             same = x is not None and y is not None and x.context == y.context
             return f"{'queue' if same else 'context'} of {label} changed"
-        return f"{name} of {label} changed {_short(x)} -> {_short(y)}"
+        return f"{name} of {label} changed {short(x)} -> {short(y)}"
     return "aliasing between Tensor arguments changed"
 
 
