@@ -23,6 +23,15 @@ Candidates (``begin`` before the unit's launches, ``end`` after them):
   right only where nothing ran between two units: here the device idles between them, so this
   is the cost of shared stamps, not a valid reading of this loop).
 - ``sampled_N``: ``bracket`` on one unit in N (random, chance 1/N), nothing on the others.
+
+Measured 2026-12-07 (over plain, at 64 kernels | at 256; benchmarks/results is full, so here):
+- NVIDIA H200, driver 580.159.04, ``NETCL_STAMP_ROUNDS=15 NETCL_STAMP_UNITS=50``: bracket 1.100 |
+  1.025 (stamping calls 39 µs a unit), two_flushes 1.091 | 1.014, no_hold 1.090 | 1.031, shared
+  1.044 | 0.998, sampled_4 1.036 | 1.010, sampled_8 1.021 | 1.007, plain_twin 0.993 | 0.994.
+- PoCL on the shared 2-core Xeon runner (load 1.3-4.6, ``nice -n 10``), defaults: bracket 1.175 |
+  1.024 (73 µs a unit), two_flushes 1.136 | 1.046, no_hold 1.042 | 1.030, shared 1.041 | 1.029,
+  sampled_4 1.062 | 1.016, sampled_8 1.035 | 1.000, plain_twin 0.989 | 0.999.
+What was chosen and why: docs/guides/core.md, Stamps sampled.
 """
 
 from __future__ import annotations
