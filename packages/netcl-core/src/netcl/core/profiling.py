@@ -285,7 +285,9 @@ class Stats(NamedTuple):
     """What a collector has seen: units watched, collected, dropped (a failed command, a queue
     without profiling, past ``max_pending``), pending, recorded without per-command spans; and
     (count, device seconds) per kind and per kernel label; units drawn for per-command detail
-    in summary mode."""
+    in summary mode. Where a plain queue's units are stamped one in N, only the stamped ones
+    are watched, and ``collected`` and the kinds' counts and seconds are estimates: each stamped
+    unit counts for its ``DeviceTime.weight`` (guide: Summary on a plain queue)."""
 
     watched: int
     collected: int
