@@ -114,7 +114,13 @@ def _transfer(
     )
 
 
-_Q = ("queue",)
+def _order(word: str) -> EntryPoint:
+    """A marker or barrier with its wait list, recorded for the order it gives."""
+    name = f"_enqueue_{word}_with_wait_list"
+    what = f"the {word} and its wait list"
+    return EntryPoint("pyopencl._cl", name, "order", what, wait_for=1, params=("queue",), word=word)
+
+
 _SETTER = "the argument value as set (memory objects by the recording's own reference)"
 _RECT = (
     "queue",
@@ -209,24 +215,8 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         optional=True,
     ),
     # ordering only: recorded so that the replay keeps the dependencies they express
-    EntryPoint(
-        "pyopencl._cl",
-        "_enqueue_marker_with_wait_list",
-        "order",
-        "the marker and its wait list",
-        wait_for=1,
-        params=_Q,
-        word="marker",
-    ),
-    EntryPoint(
-        "pyopencl._cl",
-        "_enqueue_barrier_with_wait_list",
-        "order",
-        "the barrier and its wait list",
-        wait_for=1,
-        params=_Q,
-        word="barrier",
-    ),
+    _order("marker"),
+    _order("barrier"),
     EntryPoint("pyopencl.CommandQueue", "finish", "finish", "the queue (a host-side finish)"),
     # host-side waits order the commands issued after them; one object under two names
     EntryPoint(
