@@ -80,18 +80,10 @@ def _launch_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
         allow_empty_ndrange: bool = False,
     ) -> Any:
         rec = _tls.rec
-        if rec is None or not rec.live:
-            return orig(
-                queue,
-                kernel,
-                global_work_size,
-                local_work_size,
-                global_work_offset,
-                wait_for,
-                g_times_l,
-                allow_empty_ndrange,
-            )
-        rec.busy += 1
+        if rec is not None and not rec.live:
+            rec = None  # stopped: the launch goes through unrecorded
+        if rec is not None:
+            rec.busy += 1
         try:
             event = orig(
                 queue,
@@ -104,8 +96,11 @@ def _launch_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
                 allow_empty_ndrange,
             )
         except Exception:
-            rec.busy -= 1
+            if rec is not None:
+                rec.busy -= 1
             raise
+        if rec is None:  # not a recording thread, or inside capture_disabled()
+            return event
         state = rec.kernels.get(id(kernel)) or rec._state(kernel)
         s = state.shape
         # the last launch's shape when the same objects come again (the common loop)
