@@ -225,15 +225,10 @@ def _memo_invoker(*args: Any, **kwargs: Any) -> Any:
     recording, identical requests get the first (pure code) answer: a replay clone costs µs."""
     orig = original("pyopencl.invoker", "generate_enqueue_and_set_args")
     try:
-        key = (
-            args,
-            tuple(
-                sorted(
-                    (k, tuple(d.int_ptr for d in v) if k == "devs" else v)
-                    for k, v in kwargs.items()
-                )
-            ),
+        named = sorted(
+            (k, tuple(d.int_ptr for d in v) if k == "devs" else v) for k, v in kwargs.items()
         )
+        key = (args, tuple(named))
         found = _invoker_memo.get(key)
     except TypeError:  # an unhashable argument type: no memo
         return orig(*args, **kwargs)
