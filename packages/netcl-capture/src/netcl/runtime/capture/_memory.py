@@ -12,7 +12,6 @@ import sys
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 import pyopencl as cl
@@ -22,7 +21,7 @@ from netcl.runtime.capture import _telemetry as tm
 from netcl.runtime.capture._recording import (
     ArgSet,
     LaunchShape,
-    RawFinish,
+    RawHostWait,
     RawLaunch,
     RawTransfer,
     Recording,
@@ -161,24 +160,11 @@ def _by_size(
     return groups
 
 
-def _launch_shapes(raw: Sequence[Any]) -> Iterator[LaunchShape]:
-    shape: Any = None
-    for op in raw:
-        if type(op) is RawLaunch and op.shape is not shape:
-            shape = op.shape
-            yield shape
-
-
 def queues_of(raw: Sequence[Any]) -> tuple[dict[int, cl.CommandQueue], bool]:
     """The distinct queues of recorded commands (by int_ptr), and whether they are one in-order
     queue, where queue order is every dependency there is."""
-    queues = {
-        contract.queue_ptr(q): q
-        for q in chain(
-            (s.queue for s in _launch_shapes(raw)),
-            (op.queue for op in raw if type(op) is RawTransfer or type(op) is RawFinish),
-        )
-    }
+    by_id = {id(op.queue): op.queue for op in raw if type(op) is not RawHostWait}
+    queues = {contract.queue_ptr(q): q for q in by_id.values()}
     return queues, len(queues) <= 1 and not any(map(device.out_of_order, queues.values()))
 
 
