@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from itertools import chain, starmap
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyopencl as cl
@@ -43,9 +43,6 @@ from netcl.runtime.capture._recording import (
     buffers_of,
     launch_sizes,
 )
-
-if TYPE_CHECKING:
-    from netcl.core.profiling import Collector
 
 __all__ = ["BoundLaunch", "ReplayProgram", "build"]
 
@@ -160,25 +157,22 @@ class ReplayProgram:
         self,
         ops: list[Op],
         binds: Binds,
-        launches: int,
-        finishes: int,
         plan: Schedule | None,
         opaque: tuple[str, ...],
-        collector: Collector | None,
-        checker: device.Checking | None,
         queues: tuple[cl.CommandQueue, ...],
         arena: Arena,
     ) -> None:
         self.ops = tuple(ops)
         self.binds = binds
         self.plan = plan  # None: one in-order queue, where queue order is every dependency there is
-        self.num_launches = launches
-        self.num_commands = len(ops) - finishes  # a finish enqueues no command
+        self.num_launches = sum(type(op) is RawLaunch for op in self.ops)
+        # a finish enqueues no command
+        self.num_commands = len(ops) - sum(type(op) is RawFinish for op in self.ops)
         self.opaque_launches = opaque  # kernels launched with arguments set before begin()
         self._segments = _segments(self.ops, binds, {}) if plan is None else []
         # where device time watches every queue of the capture, the collector replays hand
         # events to (decided once here; a queue's properties never change)
-        self.collector = collector
+        self.collector = device.watcher(*queues)
         self.queue = queues[0] if len(queues) == 1 else None  # for the device-time collector
         device.finish_at_exit(self, queues)
         # the device-time label of each command a replay enqueues (a finish enqueues none)
@@ -188,12 +182,12 @@ class ReplayProgram:
                 for op in self.ops
                 if isinstance(op, (RawLaunch, RawTransfer))
             )
-            if collector is not None
+            if self.collector is not None
             else ()
         )
         self._index: BufferIndex | None = None
         # a pool was in checked mode at end(): replays go command by command, checking guards
-        self.checker = checker
+        self.checker = device.checker()
         self.arena = arena  # the capture's own memory
 
     def rebase(self, old: cl.Buffer, new: cl.Buffer) -> None:
@@ -420,12 +414,10 @@ def build(rec: Recording, shared: SharedArena | None = None) -> ReplayProgram:
     # keeps it), and a capture would otherwise keep one driver event per command alive
     ops: list[Op] = []
     host_waits: list[tuple[int, tuple[cl.Event, ...]]] = []
-    launches = finishes = 0
     shape: Any = None
     for raw in rec.raw:  # once per launch: kept to a few operations for a launch
         if type(raw) is RawLaunch:
             ops.append(_new(RawLaunch, (raw.shape, (), None)))
-            launches += 1
             if raw.shape is not shape:
                 shape = raw.shape
                 if id(shape) not in binds:
@@ -438,7 +430,6 @@ def build(rec: Recording, shared: SharedArena | None = None) -> ReplayProgram:
                 if type(raw) is RawTransfer
                 else raw
             )
-            finishes += type(raw) is RawFinish
     distinct, ordered = _memory.queues_of(rec.raw)
     # the plan is made from the commands as recorded, events included (host waits index them)
     plan = (
@@ -446,18 +437,7 @@ def build(rec: Recording, shared: SharedArena | None = None) -> ReplayProgram:
         if ordered
         else schedule([raw for raw in rec.raw if not isinstance(raw, RawHostWait)], host_waits)
     )
-    program = ReplayProgram(
-        ops,
-        binds,
-        launches,
-        finishes,
-        plan,
-        tuple(binder.opaque),
-        device.watcher(*distinct.values()),
-        device.checker(),
-        tuple(distinct.values()),
-        arena,
-    )
+    program = ReplayProgram(ops, binds, plan, tuple(binder.opaque), tuple(distinct.values()), arena)
     if shared is not None and arena.buffers:
         shared.users.add(program)
     return program
