@@ -176,15 +176,13 @@ class ReplayProgram:
         self.queue = queues[0] if len(queues) == 1 else None  # for the device-time collector
         device.finish_at_exit(self, queues)
         # the device-time label of each command a replay enqueues (a finish enqueues none)
-        self.labels = (
-            tuple(
+        self.labels: tuple[str, ...] = ()
+        if self.collector is not None:
+            self.labels = tuple(
                 binds[id(op.shape)].name if isinstance(op, RawLaunch) else op.entry.operation
                 for op in self.ops
                 if isinstance(op, (RawLaunch, RawTransfer))
             )
-            if self.collector is not None
-            else ()
-        )
         self._index: BufferIndex | None = None
         # a pool was in checked mode at end(): replays go command by command, checking guards
         self.checker = device.checker()
@@ -288,9 +286,8 @@ class ReplayProgram:
     def refill(self, checker: device.Checking, subst: Subst) -> None:
         """Checked mode, before a replay: fill the guards of the checked pool blocks it uses
         afresh, so that a damaged one names this replay's command."""
-        for pool, block, guard, _ in self._guarded(
-            checker, subst, [u.buffer for u in self.index.uses.values()]
-        ):
+        used = [u.buffer for u in self.index.uses.values()]
+        for pool, block, guard, _ in self._guarded(checker, subst, used):
             guard.fill(pool.queue, block)
             _finish(pool.queue)  # filled before the replay's first command runs
 
@@ -303,15 +300,10 @@ class ReplayProgram:
         if event is not None:
             event.wait()
         bound = self.binds[id(op.shape)]
-        for pool, block, guard, what in self._guarded(
-            checker, subst, [b for _, b in bound.buffers]
-        ):
-            guard.check(
-                pool.queue,
-                block,
-                f"KernelCapture.replay: recorded command {i} (kernel {bound.name!r})",
-                what,
-            )
+        culprit = f"KernelCapture.replay: recorded command {i} (kernel {bound.name!r})"
+        used = [b for _, b in bound.buffers]
+        for pool, block, guard, what in self._guarded(checker, subst, used):
+            guard.check(pool.queue, block, culprit, what)
 
 
 def _issue(segments: list[Segment], keep: list[Any] | None, ends: bool) -> cl.Event | None:
@@ -431,12 +423,10 @@ def build(rec: Recording, shared: SharedArena | None = None) -> ReplayProgram:
                 else raw
             )
     distinct, ordered = _memory.queues_of(rec.raw)
-    # the plan is made from the commands as recorded, events included (host waits index them)
-    plan = (
-        None
-        if ordered
-        else schedule([raw for raw in rec.raw if not isinstance(raw, RawHostWait)], host_waits)
-    )
+    plan = None
+    if not ordered:
+        # made from the commands as recorded, events included (host waits index them)
+        plan = schedule([raw for raw in rec.raw if not isinstance(raw, RawHostWait)], host_waits)
     program = ReplayProgram(ops, binds, plan, tuple(binder.opaque), tuple(distinct.values()), arena)
     if shared is not None and arena.buffers:
         shared.users.add(program)
