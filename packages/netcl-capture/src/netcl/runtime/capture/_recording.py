@@ -113,11 +113,9 @@ class RawLaunch(NamedTuple):
         gsize, lsize, offset = launch_sizes(shape)
         table = {arg.arg_index: arg.payload for arg in shape.args}
         indices = range(shape.kernel.num_args)
-        args = (
-            ()
-            if any(i not in table for i in indices)
-            else tuple(_set_value(table[i]) for i in indices)
-        )
+        args: tuple[Any, ...] = ()
+        if all(i in table for i in indices):
+            args = tuple(_set_value(table[i]) for i in indices)
         return CapturedLaunch(shape.kernel.function_name, shape.queue, gsize, lsize, offset, args)
 
 
