@@ -390,17 +390,13 @@ class Recording:
             for k, v in kwargs.items()
             if k != "wait_for"
         }
-        where: list[Where] = [
+        where: tuple[Where, ...] = (
             *((i, a) for i, a in enumerate(pos) if isinstance(a, _MemoryObject)),
             *((k, v) for k, v in kw.items() if isinstance(v, _MemoryObject)),
-        ]
+        )
         if entry.word == "copy":
             _resolve_copy_count(entry, pos, kw)
-        self.raw.append(
-            RawTransfer(
-                entry, fn, tuple(pos), kw, tuple(waits) if waits else (), event, tuple(where)
-            )
-        )
+        self.raw.append(RawTransfer(entry, fn, tuple(pos), kw, tuple(waits or ()), event, where))
 
     def note_finish(self, entry: EntryPoint, fn: Fn, args: Args, kwargs: Kwargs, _: Any) -> None:
         self.raw.append(RawFinish(args[0]))
