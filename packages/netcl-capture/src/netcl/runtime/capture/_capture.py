@@ -236,7 +236,8 @@ class KernelCapture:
         return event
 
     def _ready(self, what: str) -> ReplayProgram:
-        """The replay form, for ``KernelCapture.what``; RuntimeError before end()."""
+        """The replay form, for ``KernelCapture.what`` (and this package's captured steps);
+        RuntimeError before end()."""
         if (program := self._program) is not None:
             return program
         if self._recording is not None:
@@ -301,10 +302,6 @@ class KernelCapture:
     def __repr__(self) -> str:
         state = "recording" if self.is_recording else "ready" if self._program else "empty"
         return f"KernelCapture({state}, launches={self.num_launches}, replays={self._replays})"
-
-    def _replay_form(self) -> ReplayProgram:
-        """For this package's captured steps: the replay form (RuntimeError before end())."""
-        return self._ready("replay")
 
     @classmethod
     def _of(cls, program: ReplayProgram) -> KernelCapture:

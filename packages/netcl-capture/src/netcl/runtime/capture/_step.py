@@ -280,7 +280,7 @@ class CapturedStep(Generic[P, R]):
                 }
             )
         if self._copy:  # copied once the recorded commands are done, whichever queues they used
-            for q in {id(op.queue): op.queue for op in cap._replay_form().ops}.values():
+            for q in {id(op.queue): op.queue for op in cap._ready("replay").ops}.values():
                 q.finish()  # (the recording call waits: it is the one slow call of its key)
         return _copies(result, None) if self._copy else result
 
@@ -452,7 +452,7 @@ class _Capture:
     def __init__(
         self, capture: KernelCapture, call: Call, reason: str, result: Any, outputs: tuple[Any, ...]
     ) -> None:
-        program = capture._replay_form()  # its index: the buffers the recorded commands use
+        program = capture._ready("replay")  # its index: the buffers the recorded commands use
         used, flat, ptrs = program.index.uses, call.flat, call.ptrs
         self.capture, self.key, self.reason, self.result = capture, call.key, reason, result
         self.launches = capture.num_launches

@@ -69,7 +69,7 @@ def make(kind: str, fields: Any, buf: Any, queue: cl.CommandQueue) -> Any:
 def save(path: str | os.PathLike[str], entry: Any, name: str, labels: list[str]) -> int:
     """Save step ``name``'s capture ``entry`` (a captured step's ``_Capture``: its capture,
     key, buffer slots, output plan, result and argument sizes); ``labels``: its arguments'."""
-    program = entry.capture._replay_form()
+    program = entry.capture._ready("replay")
     parts, names, aliasing = entry.key
     params = [_param(part, label, name) for part, label in zip(parts, labels, strict=True)]
     # the buffers of the file's table the step refers to: its arguments', then its outputs'
