@@ -122,13 +122,12 @@ class _Buffers(dict[int, tuple[int, cl.MemoryObjectHolder]]):
             value = np.array(value, code.decode() if isinstance(code, bytes) else code).ravel()[0]
         if isinstance(value, np.generic) and value.dtype.str in fmt.SCALARS:
             return fmt.Arg(arg.arg_index, scalar=fmt.Scalar(value.dtype.str, value.tobytes().hex()))
-        mem, local = isinstance(value, cl.MemoryObjectHolder), isinstance(value, cl.LocalMemory)
-        if value is None or mem or local:
-            return fmt.Arg(
-                arg.arg_index,
-                buffer=self.index(value) if mem else None,
-                local=int(value.size) if local else None,
-            )
+        if isinstance(value, cl.MemoryObjectHolder):
+            return fmt.Arg(arg.arg_index, buffer=self.index(value))
+        if isinstance(value, cl.LocalMemory):
+            return fmt.Arg(arg.arg_index, local=int(value.size))
+        if value is None:
+            return fmt.Arg(arg.arg_index)
         raise CaptureFileError(
             f"{self.where}: kernel argument {arg.arg_index} is a "
             f"{type(value).__name__} ({value!r:.60}); a file holds buffers, "
