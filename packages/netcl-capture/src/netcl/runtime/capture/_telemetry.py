@@ -7,30 +7,6 @@ from __future__ import annotations
 from netcl.core import telemetry
 from netcl.runtime.capture.version import __version__
 
-__all__ = [
-    "ARENA",
-    "ARENA_BYTES",
-    "BYTES",
-    "COMMANDS",
-    "FILE",
-    "LAUNCHES",
-    "LOAD_SPAN",
-    "REBOUND",
-    "REBUILT",
-    "RECORDED_LAUNCHES",
-    "RECORD_SPAN",
-    "REPLAYED_LAUNCHES",
-    "REPLAYS",
-    "REPLAY_SPAN",
-    "SAVE_SPAN",
-    "SECTIONS",
-    "STEP_CAPTURE_SPAN",
-    "STEP_CHECK_SPAN",
-    "STEP_NAME",
-    "STEP_REASON",
-    "TEL",
-]
-
 TEL = telemetry.Scope("netcl.runtime.capture", __version__)
 
 RECORD_SPAN = "netcl.capture.record"  # begin() .. end()
