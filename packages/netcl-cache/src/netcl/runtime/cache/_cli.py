@@ -150,19 +150,13 @@ def _stats(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
         doc[k] for k in ("other_files", "max_bytes", "bytes", "hits", "lookups")
     )
     r = doc["remote"]
-    remote = (
-        "not configured (NETCL_CACHE_REMOTE)"
-        if not r["configured"]
-        else r["url"]
-        + "  "
-        + (
-            "not used (see the cache_remote_* warning)"
-            if not r["usable"]
-            else f"unreachable ({r['error']})"
-            if not r["reachable"]
-            else "reachable" + ("" if r["signed"] else ", UNSIGNED")
-        )
-    )
+    remote = "not configured (NETCL_CACHE_REMOTE)"
+    if r["configured"] and not r["usable"]:
+        remote = f"{r['url']}  not used (see the cache_remote_* warning)"
+    elif r["configured"] and not r["reachable"]:
+        remote = f"{r['url']}  unreachable ({r['error']})"
+    elif r["configured"]:  # only a usable tier says whether it is signed
+        remote = f"{r['url']}  reachable" + ("" if r["signed"] else ", UNSIGNED")
     rows: list[tuple[str, object]] = [
         ("cache dir", f"{doc['cache_dir']}{state}"),
         ("entries", f"{doc['entries']}" + (f" (+{other} not regular files)" if other else "")),
@@ -228,11 +222,9 @@ def _list(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
         (t["name"], human(t["bytes"]), t["pid"], "running" if t["writer_running"] else "gone")
         for t in doc["temp_files"]
     ]
-    out = (
-        table.table(entries, ("KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"), right=(1,))
-        if entries
-        else []
-    )
+    out: list[str] = []
+    if entries:
+        out = table.table(entries, ("KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"), right=(1,))
     if temps:
         out += ([""] if out else []) + table.table(
             temps, ("TEMPORARY FILE", "SIZE", "WRITER", "STATE"), right=(1, 2)
