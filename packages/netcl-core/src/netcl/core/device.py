@@ -86,16 +86,13 @@ def _no_device(why: str) -> NoDeviceError:
         parts.append(f"[{i}] {plat.name.strip()}: {names or 'no devices'}")
     listed = "; ".join(parts)
     advice = (
-        (
+        "install a vendor OpenCL driver, or PoCL for the CPU with `pip install 'pyopencl[pocl]'`"
+    )
+    if devices:
+        advice = (
             f"set {CTX_ENV} to a platform or platform:device index listed here (e.g. "
             f"{CTX_ENV}=0), or unset it to let netcl choose"
         )
-        if devices
-        else (
-            "install a vendor OpenCL driver, or PoCL for the CPU with "
-            "`pip install 'pyopencl[pocl]'`"
-        )
-    )
     text = f"{CTX_ENV}={value!r} {why}" if value else f"{why} ({CTX_ENV} is not set)"
     text = f"{text}; OpenCL platforms and devices: {listed or 'none'}; {advice}"
     return NoDeviceError(" ".join(text.split()))  # one line, whatever a driver's name holds
