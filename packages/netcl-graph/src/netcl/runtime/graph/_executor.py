@@ -286,13 +286,8 @@ class GraphExecutor:
             return cached
         from netcl.runtime.graph._plan import build_plan  # the planner loads with a first plan
 
-        plan = build_plan(
-            graph,
-            key,
-            self._alignment,
-            self.pool.block_bytes,
-            guard_bytes if self._checked else None,
-        )
+        guard = guard_bytes if self._checked else None
+        plan = build_plan(graph, key, self._alignment, self.pool.block_bytes, guard)
         run = _PlannedRun(plan, graph, self._queue.context, self._checked)
         tm.PLANS_BUILT.add(1)
         with self._lock:
@@ -380,12 +375,8 @@ class GraphExecutor:
                 if hooked:
                     if checked:
                         k, guard, what = node.guard  # type: ignore[misc]
-                        guard.check(
-                            queue,
-                            taken[k].buffer,  # type: ignore[union-attr]
-                            f"GraphExecutor.run: op {node.name!r}",
-                            what,
-                        )
+                        where = f"GraphExecutor.run: op {node.name!r}"
+                        guard.check(queue, taken[k].buffer, where, what)  # type: ignore[union-attr]
                     if collector is not None and marker is not None:
                         # node k's device time: from the marker before it to one enqueued now
                         after = collector.stamp(queue)
