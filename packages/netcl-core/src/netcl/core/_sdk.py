@@ -183,13 +183,8 @@ def _check_environment() -> None:
             known,
         )
     for variable, (unit, integer) in _NUMBERS.items():
-        kind = "an integer" if integer else "a number"
-        _check(
-            variable,
-            f"{kind} > 0 ({unit})",
-            lambda v, i: not v or 0 < _number(v, i) < math.inf,
-            integer,
-        )
+        accepts = f"{'an integer' if integer else 'a number'} > 0 ({unit})"
+        _check(variable, accepts, lambda v, i: not v or 0 < _number(v, i) < math.inf, integer)
     samplers = _names("opentelemetry_traces_sampler")
     _check("OTEL_TRACES_SAMPLER", f"one of {', '.join(samplers)}", samplers.__contains__)
     if "traceidratio" in os.environ.get("OTEL_TRACES_SAMPLER", ""):
