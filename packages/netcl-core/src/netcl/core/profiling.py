@@ -509,20 +509,11 @@ class Collector:
         parent = parent if parent is not None else telemetry.current_span()
         if self._mode == "none":
             return DeviceTime(self, kind, (), (), name, parent, attributes, done=True)
-        return self._add(
-            DeviceTime(
-                self,
-                kind,
-                (before, after),
-                (),
-                name,
-                parent,
-                attributes,
-                _Measure.MARKERS,
-                False,
-                queue,
-            )
+        markers = (before, after)
+        unit = DeviceTime(
+            self, kind, markers, (), name, parent, attributes, _Measure.MARKERS, False, queue
         )
+        return self._add(unit)
 
     # -- plain queues: units stamped on a side queue (guide: Summary on a plain queue) -------
     def begin(self, queue: cl.CommandQueue | None) -> cl.Event | None:
