@@ -825,12 +825,8 @@ def _collecting(me: weakref.ref[Collector], gone: threading.Event) -> None:
 
 def _not_collected(exc: Exception) -> None:
     """Say once per type of error that device time could not be collected."""
-    warn_once(
-        _log,
-        ("device_time_not_collected", type(exc)),
-        "device_time_not_collected",
-        error=repr(exc),
-    )
+    once = ("device_time_not_collected", type(exc))
+    warn_once(_log, once, "device_time_not_collected", error=repr(exc))
 
 
 def _flush_at_exit(me: weakref.ref[Collector]) -> None:
