@@ -146,13 +146,9 @@ def _watch_plan(
     """Hand the cl.Events the plan's ops returned in this run to the device-time collector
     (``begin``: a plain queue's start stamp)."""
     if events := [e for e in _events(record.results[record.first :]) if isinstance(e, _Event)]:
+        name = plan.description or None
         collector.watch(
-            "scheduler.plan",
-            events,
-            name=plan.description or None,
-            parent=span,
-            queue=plan.queue,
-            begin=begin,
+            "scheduler.plan", events, name=name, parent=span, queue=plan.queue, begin=begin
         )
 
 
