@@ -188,11 +188,8 @@ class _PlannedRun:
                         f"its {'output' if lt.is_output else 'intermediate'} {op.name!r} "
                         f"(shape {op.shape}, {op.dtype}, {op.nbytes} bytes) of {graph}"
                     )
-                    guards[op.name] = (
-                        len(specs),
-                        Guard(start, op.nbytes, before, after, guard_byte(op.index)),
-                        what,
-                    )
+                    around = Guard(start, op.nbytes, before, after, guard_byte(op.index))
+                    guards[op.name] = (len(specs), around, what)
             specs.append(
                 _BlockSpec(
                     b.nbytes, shape, dtype, owner, tuple(views), first_view, gone, tuple(gones)
@@ -223,18 +220,11 @@ class _PlannedRun:
                 tm.NODE_DTYPE: dtype_names[op.dtype],
             }
             inputs = tuple(slot[x.name if isinstance(x, TensorRef) else id(x)] for x in op.inputs)
-            scheduled.append(
-                _ScheduledOp(
-                    op.name,
-                    op.fn,
-                    inputs,
-                    slot[op.name],
-                    tuple(takes),
-                    tuple(gives),
-                    attrs,
-                    guards.get(op.name),
-                )
+            guard = guards.get(op.name)
+            node = _ScheduledOp(
+                op.name, op.fn, inputs, slot[op.name], tuple(takes), tuple(gives), attrs, guard
             )
+            scheduled.append(node)
         return tuple(scheduled)
 
 
