@@ -7,7 +7,7 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import pyopencl as cl
 
@@ -165,14 +165,10 @@ class Checking(Protocol):
 
 # set by netcl.core.memory as it loads (_use_pools): its checker, held and claim. A process
 # that never made a BufferPool never imports it, and has no checked pool and no held block.
-_pools: (
-    tuple[
-        Callable[[], Checking | None],
-        Callable[[], set[int]],
-        Callable[[set[int]], list[Any]],
-    ]
-    | None
-) = None
+_Seams: TypeAlias = tuple[
+    Callable[[], Checking | None], Callable[[], set[int]], Callable[[set[int]], list[Any]]
+]
+_pools: _Seams | None = None
 
 
 def _use_pools(
