@@ -143,9 +143,8 @@ def _stats(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
         remote=remote_info(),  # NETCL_CACHE_REMOTE, password redacted, PINGed now
     )
     doc["lookups"] = doc["hits"] + doc["misses"]
-    state = ("" if doc["exists"] else " (not created yet)") + (
-        "" if doc["enabled"] else " (disabled by NETCL_CACHE_DISABLE)"
-    )
+    state = "" if doc["exists"] else " (not created yet)"
+    state += "" if doc["enabled"] else " (disabled by NETCL_CACHE_DISABLE)"
     other, cap, used, hits, lookups = (
         doc[k] for k in ("other_files", "max_bytes", "bytes", "hits", "lookups")
     )
@@ -157,6 +156,7 @@ def _stats(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
         remote = f"{r['url']}  unreachable ({r['error']})"
     elif r["configured"]:  # only a usable tier says whether it is signed
         remote = f"{r['url']}  reachable" + ("" if r["signed"] else ", UNSIGNED")
+    share = f" ({100 * hits / lookups:.1f} % of {lookups} lookups)" if lookups else ""
     rows: list[tuple[str, object]] = [
         ("cache dir", f"{doc['cache_dir']}{state}"),
         ("entries", f"{doc['entries']}" + (f" (+{other} not regular files)" if other else "")),
@@ -166,11 +166,7 @@ def _stats(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
             f"{doc['temp_files']} ({human(doc['temp_bytes'])}, "
             f"{doc['live_temp_files']} of running writers)",
         ),
-        (
-            "hits",
-            f"{hits}"
-            + (f" ({100 * hits / lookups:.1f} % of {lookups} lookups)" if lookups else ""),
-        ),
+        ("hits", f"{hits}{share}"),
         *[(f"  {name}", doc[name]) for name in COUNTERS if not name.startswith("bytes_")],
         ("bytes read/written", f"{human(doc['bytes_read'])} / {human(doc['bytes_written'])}"),
         ("remote", remote),
