@@ -171,14 +171,11 @@ _Seams: TypeAlias = tuple[
 _pools: _Seams | None = None
 
 
-def _use_pools(
-    checker: Callable[[], Checking | None],
-    held: Callable[[], set[int]],
-    claim: Callable[[set[int]], list[Any]],
-) -> None:
-    """netcl.core.memory's answers to the pool seams below, given as it loads."""
+def _use_pools(seams: _Seams) -> None:
+    """netcl.core.memory's answers to the pool seams below (checker, held, claim), given as it
+    loads."""
     global _pools
-    _pools = (checker, held, claim)
+    _pools = seams
 
 
 def checker() -> Checking | None:
