@@ -71,7 +71,6 @@ def register(sub: cli.Subcommands) -> None:
                 "--max-bytes",
                 type=_size,
                 metavar="SIZE",
-                default=None,
                 help="cap to prune to, e.g. 500M (default: the cache's cap)",
             )
 
