@@ -467,9 +467,9 @@ def test_the_seam_check_passes_a_package_s_own_privates() -> None:
 
 
 # -- size: code lines as `ruff format` lays them out (CI checks the layout) ----------------------
-# package source: the sixth round set out for 9,600 and ended at this figure, which a change may
-# lower and never raise (blank, comment and docstring lines are free: explain as much as needed)
-BUDGET = 9_662
+# package source at the end of the sixth round (blank, comment and docstring lines are free:
+# explain as much as needed)
+BUDGET = 9_600
 _LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
 
 

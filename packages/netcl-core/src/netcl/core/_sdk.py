@@ -124,12 +124,10 @@ class ConfigError(ValueError):
 
 _SIGNALS: tuple[Literal["traces", "metrics", "logs"], ...] = ("traces", "metrics", "logs")
 _PROTOCOLS = ("grpc", "http/protobuf")
+_OTLP_SIGNALS = ("", "_TRACES", "_METRICS", "_LOGS")  # OTEL_EXPORTER_OTLP<signal>_*
 # numbers the SDK reads (a bad one is a traceback, or a warning and its default): unit, integer
 _NUMBERS = {
-    **{
-        f"OTEL_EXPORTER_OTLP{s}_TIMEOUT": ("seconds", False)
-        for s in ("", "_TRACES", "_METRICS", "_LOGS")
-    },
+    **{f"OTEL_EXPORTER_OTLP{s}_TIMEOUT": ("seconds", False) for s in _OTLP_SIGNALS},
     **dict.fromkeys(("OTEL_BSP_EXPORT_TIMEOUT", "OTEL_BSP_SCHEDULE_DELAY"), ("milliseconds", True)),
     **dict.fromkeys(("OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"), ("spans", True)),
     **dict.fromkeys(
@@ -170,7 +168,7 @@ def _check_environment() -> None:
     """Raise :class:`ConfigError` for the first ``OTEL_*`` value that the SDK would reject with
     a traceback (or an error that names no variable), or silently replace with its default."""
     _check("OTEL_SDK_DISABLED", "true or false", lambda v: v.lower() in ("true", "false", ""))
-    for s in ("", "_TRACES", "_METRICS", "_LOGS"):
+    for s in _OTLP_SIGNALS:
         _check(f"OTEL_EXPORTER_OTLP{s}_PROTOCOL", " or ".join(_PROTOCOLS), _PROTOCOLS.__contains__)
     for signal in _SIGNALS:
         known = ["otlp", *_names(f"opentelemetry_{signal}_exporter")]
@@ -183,13 +181,8 @@ def _check_environment() -> None:
             known,
         )
     for variable, (unit, integer) in _NUMBERS.items():
-        kind = "an integer" if integer else "a number"
-        _check(
-            variable,
-            f"{kind} > 0 ({unit})",
-            lambda v, i: not v or 0 < _number(v, i) < math.inf,
-            integer,
-        )
+        accepts = f"{'an integer' if integer else 'a number'} > 0 ({unit})"
+        _check(variable, accepts, lambda v, i: not v or 0 < _number(v, i) < math.inf, integer)
     samplers = _names("opentelemetry_traces_sampler")
     _check("OTEL_TRACES_SAMPLER", f"one of {', '.join(samplers)}", samplers.__contains__)
     if "traceidratio" in os.environ.get("OTEL_TRACES_SAMPLER", ""):

@@ -183,15 +183,10 @@ def _config(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps({"settings": docs}, indent=2) + "\n")
     else:
-        rows = [
-            (
-                d["name"],
-                d["value"],
-                d["source"] + (" (INVALID)" if d["error"] else ""),
-                d["package"],
-            )
-            for d in docs
-        ]
+        rows = []
+        for d in docs:
+            source = d["source"] + (" (INVALID)" if d["error"] else "")
+            rows.append((d["name"], d["value"], source, d["package"]))
         lines = table.table(rows, ("SETTING", "VALUE", "SOURCE", "PACKAGE"))
         sys.stdout.write("\n".join(lines) + "\n")
     bad = [d["error"] for d in docs if d["error"]]

@@ -7,7 +7,7 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import pyopencl as cl
 
@@ -86,16 +86,13 @@ def _no_device(why: str) -> NoDeviceError:
         parts.append(f"[{i}] {plat.name.strip()}: {names or 'no devices'}")
     listed = "; ".join(parts)
     advice = (
-        (
+        "install a vendor OpenCL driver, or PoCL for the CPU with `pip install 'pyopencl[pocl]'`"
+    )
+    if devices:
+        advice = (
             f"set {CTX_ENV} to a platform or platform:device index listed here (e.g. "
             f"{CTX_ENV}=0), or unset it to let netcl choose"
         )
-        if devices
-        else (
-            "install a vendor OpenCL driver, or PoCL for the CPU with "
-            "`pip install 'pyopencl[pocl]'`"
-        )
-    )
     text = f"{CTX_ENV}={value!r} {why}" if value else f"{why} ({CTX_ENV} is not set)"
     text = f"{text}; OpenCL platforms and devices: {listed or 'none'}; {advice}"
     return NoDeviceError(" ".join(text.split()))  # one line, whatever a driver's name holds
@@ -168,24 +165,17 @@ class Checking(Protocol):
 
 # set by netcl.core.memory as it loads (_use_pools): its checker, held and claim. A process
 # that never made a BufferPool never imports it, and has no checked pool and no held block.
-_pools: (
-    tuple[
-        Callable[[], Checking | None],
-        Callable[[], set[int]],
-        Callable[[set[int]], list[Any]],
-    ]
-    | None
-) = None
+_Seams: TypeAlias = tuple[
+    Callable[[], Checking | None], Callable[[], set[int]], Callable[[set[int]], list[Any]]
+]
+_pools: _Seams | None = None
 
 
-def _use_pools(
-    checker: Callable[[], Checking | None],
-    held: Callable[[], set[int]],
-    claim: Callable[[set[int]], list[Any]],
-) -> None:
-    """netcl.core.memory's answers to the pool seams below, given as it loads."""
+def _use_pools(seams: _Seams) -> None:
+    """netcl.core.memory's answers to the pool seams below (checker, held, claim), given as it
+    loads."""
     global _pools
-    _pools = (checker, held, claim)
+    _pools = seams
 
 
 def checker() -> Checking | None:

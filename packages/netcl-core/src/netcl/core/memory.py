@@ -681,4 +681,4 @@ class _CheckedPool(BufferPool):
 
 
 # the seam: device.checker(), device.held_blocks(), device.claim_held()
-device._use_pools(_checker, _held_blocks, _claim_held)
+device._use_pools((_checker, _held_blocks, _claim_held))

@@ -509,20 +509,11 @@ class Collector:
         parent = parent if parent is not None else telemetry.current_span()
         if self._mode == "none":
             return DeviceTime(self, kind, (), (), name, parent, attributes, done=True)
-        return self._add(
-            DeviceTime(
-                self,
-                kind,
-                (before, after),
-                (),
-                name,
-                parent,
-                attributes,
-                _Measure.MARKERS,
-                False,
-                queue,
-            )
+        markers = (before, after)
+        unit = DeviceTime(
+            self, kind, markers, (), name, parent, attributes, _Measure.MARKERS, False, queue
         )
+        return self._add(unit)
 
     # -- plain queues: units stamped on a side queue (guide: Summary on a plain queue) -------
     def begin(self, queue: cl.CommandQueue | None) -> cl.Event | None:
@@ -730,12 +721,7 @@ class Collector:
             count, events = len(events), ()  # released in what is timed
         except (cl.Error, _CommandFailedError) as exc:  # a queue without profiling, a failure
             self._counts["dropped"] += 1
-            warn_once(
-                _log,
-                ("device_time_not_collected", type(exc)),
-                "device_time_not_collected",
-                error=repr(exc),
-            )
+            _not_collected(exc)
             return
         unit.start_ns = min(intervals)[0]
         unit.end_ns = max(end for _, end in intervals)
@@ -834,12 +820,13 @@ def _collecting(me: weakref.ref[Collector], gone: threading.Event) -> None:
         try:
             collector.collect()
         except Exception as exc:  # never let the collector thread die
-            warn_once(
-                _log,
-                ("device_time_not_collected", type(exc)),
-                "device_time_not_collected",
-                error=repr(exc),
-            )
+            _not_collected(exc)
+
+
+def _not_collected(exc: Exception) -> None:
+    """Say once per type of error that device time could not be collected."""
+    once = ("device_time_not_collected", type(exc))
+    warn_once(_log, once, "device_time_not_collected", error=repr(exc))
 
 
 def _flush_at_exit(me: weakref.ref[Collector]) -> None:

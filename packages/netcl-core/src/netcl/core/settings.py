@@ -179,11 +179,4 @@ PYOPENCL_CTX = Setting(
 )
 
 #: core's settings, in the order ``netcl config`` lists them.
-SETTINGS: tuple[Setting, ...] = (
-    CACHE_DIR,
-    POOL_LIMIT,
-    PROFILE,
-    CHECK_MEMORY,
-    TRACE_FILE,
-    PYOPENCL_CTX,
-)
+SETTINGS = (CACHE_DIR, POOL_LIMIT, PROFILE, CHECK_MEMORY, TRACE_FILE, PYOPENCL_CTX)

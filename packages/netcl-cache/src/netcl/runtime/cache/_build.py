@@ -81,11 +81,9 @@ def compile_program(
                     build_log = str(prg.get_build_info(dev, cl.program_build_info.LOG))
                 except cl.Error:
                     build_log = ""
+                code = getattr(exc, "code", None)
                 err = ProgramBuildError(
-                    device_name=dev.name,
-                    options=opts,
-                    log=build_log or str(exc),
-                    code=getattr(exc, "code", None),
+                    device_name=dev.name, options=opts, log=build_log or str(exc), code=code
                 )
                 span.set(tel.ATTR_LOG, err.log)
                 raise err from exc

@@ -71,7 +71,6 @@ def register(sub: cli.Subcommands) -> None:
                 "--max-bytes",
                 type=_size,
                 metavar="SIZE",
-                default=None,
                 help="cap to prune to, e.g. 500M (default: the cache's cap)",
             )
 
@@ -143,26 +142,20 @@ def _stats(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
         remote=remote_info(),  # NETCL_CACHE_REMOTE, password redacted, PINGed now
     )
     doc["lookups"] = doc["hits"] + doc["misses"]
-    state = ("" if doc["exists"] else " (not created yet)") + (
-        "" if doc["enabled"] else " (disabled by NETCL_CACHE_DISABLE)"
-    )
+    state = "" if doc["exists"] else " (not created yet)"
+    state += "" if doc["enabled"] else " (disabled by NETCL_CACHE_DISABLE)"
     other, cap, used, hits, lookups = (
         doc[k] for k in ("other_files", "max_bytes", "bytes", "hits", "lookups")
     )
     r = doc["remote"]
-    remote = (
-        "not configured (NETCL_CACHE_REMOTE)"
-        if not r["configured"]
-        else r["url"]
-        + "  "
-        + (
-            "not used (see the cache_remote_* warning)"
-            if not r["usable"]
-            else f"unreachable ({r['error']})"
-            if not r["reachable"]
-            else "reachable" + ("" if r["signed"] else ", UNSIGNED")
-        )
-    )
+    remote = "not configured (NETCL_CACHE_REMOTE)"
+    if r["configured"] and not r["usable"]:
+        remote = f"{r['url']}  not used (see the cache_remote_* warning)"
+    elif r["configured"] and not r["reachable"]:
+        remote = f"{r['url']}  unreachable ({r['error']})"
+    elif r["configured"]:  # only a usable tier says whether it is signed
+        remote = f"{r['url']}  reachable" + ("" if r["signed"] else ", UNSIGNED")
+    share = f" ({100 * hits / lookups:.1f} % of {lookups} lookups)" if lookups else ""
     rows: list[tuple[str, object]] = [
         ("cache dir", f"{doc['cache_dir']}{state}"),
         ("entries", f"{doc['entries']}" + (f" (+{other} not regular files)" if other else "")),
@@ -172,11 +165,7 @@ def _stats(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
             f"{doc['temp_files']} ({human(doc['temp_bytes'])}, "
             f"{doc['live_temp_files']} of running writers)",
         ),
-        (
-            "hits",
-            f"{hits}"
-            + (f" ({100 * hits / lookups:.1f} % of {lookups} lookups)" if lookups else ""),
-        ),
+        ("hits", f"{hits}{share}"),
         *[(f"  {name}", doc[name]) for name in COUNTERS if not name.startswith("bytes_")],
         ("bytes read/written", f"{human(doc['bytes_read'])} / {human(doc['bytes_written'])}"),
         ("remote", remote),
@@ -228,11 +217,9 @@ def _list(args: argparse.Namespace, root: Path) -> tuple[_Doc, str]:
         (t["name"], human(t["bytes"]), t["pid"], "running" if t["writer_running"] else "gone")
         for t in doc["temp_files"]
     ]
-    out = (
-        table.table(entries, ("KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"), right=(1,))
-        if entries
-        else []
-    )
+    out: list[str] = []
+    if entries:
+        out = table.table(entries, ("KEY", "SIZE", "LAST USED", "DEVICE", "OPTIONS"), right=(1,))
     if temps:
         out += ([""] if out else []) + table.table(
             temps, ("TEMPORARY FILE", "SIZE", "WRITER", "STATE"), right=(1, 2)

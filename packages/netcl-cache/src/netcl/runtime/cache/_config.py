@@ -159,13 +159,8 @@ def remote_settings(url: str | None, secret: str | bytes | None) -> RemoteSettin
     try:
         url = _remote_url(raw)
     except ValueError as exc:
-        warn_once(
-            log,
-            ("cache_remote_unusable", raw),
-            "cache_remote_unusable",
-            url=redact(raw),
-            reason=str(exc),
-        )
+        once = ("cache_remote_unusable", raw)
+        warn_once(log, once, "cache_remote_unusable", url=redact(raw), reason=str(exc))
         return None
     if not url:
         return None

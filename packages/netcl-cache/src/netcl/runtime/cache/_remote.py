@@ -276,14 +276,9 @@ def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | str | 
                 )
             except ValueError as exc:  # a malformed URL or an option redis-py would refuse
                 _TIERS[cfg] = str(exc)
-            if isinstance(_TIERS[cfg], str):
-                warn_once(
-                    log,
-                    ("cache_remote_unusable", cfg.url),
-                    "cache_remote_unusable",
-                    url=redact(cfg.url),
-                    reason=_TIERS[cfg],
-                )
+            if isinstance(reason := _TIERS[cfg], str):
+                once = ("cache_remote_unusable", cfg.url)  # as remote_settings' warning
+                warn_once(log, once, "cache_remote_unusable", url=redact(cfg.url), reason=reason)
         return _TIERS[cfg]
 
 

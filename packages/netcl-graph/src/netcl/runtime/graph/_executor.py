@@ -188,11 +188,8 @@ class _PlannedRun:
                         f"its {'output' if lt.is_output else 'intermediate'} {op.name!r} "
                         f"(shape {op.shape}, {op.dtype}, {op.nbytes} bytes) of {graph}"
                     )
-                    guards[op.name] = (
-                        len(specs),
-                        Guard(start, op.nbytes, before, after, guard_byte(op.index)),
-                        what,
-                    )
+                    around = Guard(start, op.nbytes, before, after, guard_byte(op.index))
+                    guards[op.name] = (len(specs), around, what)
             specs.append(
                 _BlockSpec(
                     b.nbytes, shape, dtype, owner, tuple(views), first_view, gone, tuple(gones)
@@ -223,18 +220,11 @@ class _PlannedRun:
                 tm.NODE_DTYPE: dtype_names[op.dtype],
             }
             inputs = tuple(slot[x.name if isinstance(x, TensorRef) else id(x)] for x in op.inputs)
-            scheduled.append(
-                _ScheduledOp(
-                    op.name,
-                    op.fn,
-                    inputs,
-                    slot[op.name],
-                    tuple(takes),
-                    tuple(gives),
-                    attrs,
-                    guards.get(op.name),
-                )
+            guard = guards.get(op.name)
+            node = _ScheduledOp(
+                op.name, op.fn, inputs, slot[op.name], tuple(takes), tuple(gives), attrs, guard
             )
+            scheduled.append(node)
         return tuple(scheduled)
 
 
@@ -286,13 +276,8 @@ class GraphExecutor:
             return cached
         from netcl.runtime.graph._plan import build_plan  # the planner loads with a first plan
 
-        plan = build_plan(
-            graph,
-            key,
-            self._alignment,
-            self.pool.block_bytes,
-            guard_bytes if self._checked else None,
-        )
+        guard = guard_bytes if self._checked else None
+        plan = build_plan(graph, key, self._alignment, self.pool.block_bytes, guard)
         run = _PlannedRun(plan, graph, self._queue.context, self._checked)
         tm.PLANS_BUILT.add(1)
         with self._lock:
@@ -380,12 +365,8 @@ class GraphExecutor:
                 if hooked:
                     if checked:
                         k, guard, what = node.guard  # type: ignore[misc]
-                        guard.check(
-                            queue,
-                            taken[k].buffer,  # type: ignore[union-attr]
-                            f"GraphExecutor.run: op {node.name!r}",
-                            what,
-                        )
+                        where = f"GraphExecutor.run: op {node.name!r}"
+                        guard.check(queue, taken[k].buffer, where, what)  # type: ignore[union-attr]
                     if collector is not None and marker is not None:
                         # node k's device time: from the marker before it to one enqueued now
                         after = collector.stamp(queue)

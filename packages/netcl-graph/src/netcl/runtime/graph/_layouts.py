@@ -223,16 +223,11 @@ def _simulate(layout: _Layout, values: Values) -> Candidate:
         end[k] = max(end[k], it.last)
         need[k] = max(need[k], off + it.size)
     outs = set(values.outputs)
-    blocks = tuple(
-        Block(
-            values.block_bytes(max(need[k], raw.ask)),
-            need[k],
-            first[k],
-            None if raw.owner in outs else end[k],
-            raw.owner,
-        )
-        for k, raw in enumerate(layout.blocks)
-    )
+    blocks: list[Block] = []
+    for k, raw in enumerate(layout.blocks):
+        last = None if raw.owner in outs else end[k]  # an output's block goes to the caller
+        nbytes = values.block_bytes(max(need[k], raw.ask))
+        blocks.append(Block(nbytes, need[k], first[k], last, raw.owner))
     taken: defaultdict[int, list[Block]] = defaultdict(list)
     released: defaultdict[int, list[Block]] = defaultdict(list)
     for b in blocks:
@@ -256,7 +251,7 @@ def _simulate(layout: _Layout, values: Values) -> Candidate:
             in_use -= b.nbytes
             aligned -= b.size
     caller = sum(b.nbytes for b in blocks if b.last is None)
-    return Candidate(layout.strategy, layout.where, blocks, device, pool_peak, peak, caller)
+    return Candidate(layout.strategy, layout.where, tuple(blocks), device, pool_peak, peak, caller)
 
 
 def choice_reason(ranked: Sequence[Candidate]) -> str:

@@ -120,17 +120,8 @@ def build_plan(
     values = Values(names, items, out_names, alignment, functools.cache(block_bytes), index)
     ranked = rank_layouts(values)
     best = ranked[0]
-    lifetimes = {
-        op.name: Lifetime(
-            op.name,
-            it.first,
-            it.last,
-            op.nbytes,
-            it.size,
-            spot.block,
-            spot.offset,
-            op.name in is_out,
-        )
+    lifetimes = {  # a spot is (block, offset), as a Lifetime's fields after its size
+        op.name: Lifetime(op.name, it.first, it.last, op.nbytes, it.size, *spot, op.name in is_out)
         for op, it, spot in zip(order, items, best.where, strict=True)
     }
     temp_lb = lower_bound([it for it, name in zip(items, names, strict=True) if name not in is_out])

@@ -146,13 +146,9 @@ def _watch_plan(
     """Hand the cl.Events the plan's ops returned in this run to the device-time collector
     (``begin``: a plain queue's start stamp)."""
     if events := [e for e in _events(record.results[record.first :]) if isinstance(e, _Event)]:
+        name = plan.description or None
         collector.watch(
-            "scheduler.plan",
-            events,
-            name=plan.description or None,
-            parent=span,
-            queue=plan.queue,
-            begin=begin,
+            "scheduler.plan", events, name=name, parent=span, queue=plan.queue, begin=begin
         )
 
 
@@ -218,12 +214,11 @@ class Run:
                         },
                     )
                 try:
-                    if record.ordering is None:  # a resumed record was ordered by its first run
-                        record.ordering = (
-                            self._order(plan, record)
-                            if self.waited or plan.after
-                            else tm.ORDER_NONE
-                        )
+                    # a resumed record was ordered by its first run
+                    if record.ordering is None and (self.waited or plan.after):
+                        record.ordering = self._order(plan, record)
+                    elif record.ordering is None:
+                        record.ordering = tm.ORDER_NONE
                     self.waited = False
                     record.first = len(record.results)  # before the plan counts as started
                     self.started = k + 1
@@ -328,26 +323,20 @@ class Run:
                     if result is not None:
                         found = True
                         if not isinstance(result, _Event) and not _is_events(result):
-                            raise self._error(
-                                plan,
-                                record,
-                                len(results) - 1,
-                                None,
+                            why = (
                                 f"returned {describe_value(result)}; an op must return None, "
-                                "an event (an object with wait()) or a list/tuple of events",
+                                "an event (an object with wait()) or a list/tuple of events"
                             )
+                            raise self._error(plan, record, len(results) - 1, None, why)
                 elif callable(getattr(op, "wait", None)):
                     results.append(op)
                     found = True
                 else:
-                    raise self._error(
-                        plan,
-                        record,
-                        len(results),
-                        None,
+                    why = (
                         "is neither callable nor an event-like object with a wait() method "
-                        f"(it is {describe_value(op)})",
+                        f"(it is {describe_value(op)})"
                     )
+                    raise self._error(plan, record, len(results), None, why)
                 if checked is not None:
                     self._check_memory(checked, plan, record, index, len(results) - 1)
         finally:  # the plans after this one follow what it did, whether or not an op raised
