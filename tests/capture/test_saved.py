@@ -257,6 +257,29 @@ def test_a_kernel_capture_and_its_buffers(
         load_step(tmp_path / "cap.ncl", queue)
 
 
+def test_a_local_memory_argument_is_saved_by_its_size(
+    queue: cl.CommandQueue, kernels: Any, buf: Any, tmp_path: Path
+) -> None:
+    """A ``cl.LocalMemory`` argument is saved as its size and loaded as local memory of that
+    size: the loaded capture's reduction sums each group as the recorded one did."""
+    group, n = 16, 64
+    x, sums = buf(np.arange(n)), buf(np.zeros(n // group))
+    with KernelCapture() as cap:
+        kernels.block_sum(queue, (n,), (group,), x, sums, cl.LocalMemory(4 * group))
+    path = tmp_path / "sums.ncl"
+    cap.save(path)
+    with open(path, "rb") as f:
+        (launch,) = _format.read(f, str(path), path.stat().st_size).launches
+    assert [a.local for a in launch.args] == [None, None, 4 * group]
+    loaded = load_capture(path, queue)
+    _, loaded_sums = loaded.buffers
+    cl.enqueue_fill_buffer(queue, loaded_sums, np.float32(-1), 0, 4 * (n // group))
+    loaded.replay()
+    got = np.empty(n // group, np.float32)
+    cl.enqueue_copy(queue, got, loaded_sums)
+    np.testing.assert_array_equal(got, np.arange(n, dtype=np.float32).reshape(-1, group).sum(1))
+
+
 def test_a_sub_buffer_of_constants_is_saved_with_its_parents_contents(
     queue: cl.CommandQueue, kernels: Any, buf: Any, host_read: Any, tmp_path: Path
 ) -> None:
