@@ -357,3 +357,24 @@ def test_after_a_raw_handle_is_reached_nothing_moves(
     del t
     cap.end(allow_native=True)
     assert cap.memory is not None and cap.memory.internal == 0
+
+
+def test_while_recording_pyopencl_buffer_still_answers_as_the_class(
+    queue: cl.CommandQueue,
+) -> None:
+    """``pyopencl.Buffer`` notes births while recording; to code that asks, it is the class."""
+    real = cl.Buffer
+    with KernelCapture():
+        assert cl.Buffer is not real  # the stand-in
+        buf = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 64)
+        assert type(buf) is real and isinstance(buf, cl.Buffer)
+        assert issubclass(real, cl.Buffer) and not issubclass(int, cl.Buffer)
+        assert cl.Buffer.get_sub_region is real.get_sub_region
+        assert cl.Buffer.__name__ == "Buffer"
+
+        class Mine(cl.Buffer):  # a subclass made while recording: of the class itself
+            __slots__ = ()
+
+        assert Mine.__mro__[1] is real
+        assert isinstance(Mine(queue.context, cl.mem_flags.READ_WRITE, 64), cl.Buffer)
+    assert cl.Buffer is real  # put back at end()
