@@ -23,9 +23,9 @@ __all__ = [
     "device_identity",
     "pick_device",
     "checker",
+    "claim_held",
     "finish_at_exit",
     "held_blocks",
-    "claim_held",
     "out_of_order",
     "watcher",
 ]

@@ -54,8 +54,8 @@ def _refs(holder: list[Any]) -> int:
     local. Both the calibration (_ALONE, a fresh object) and every candidate go through this
     same code, so what it relies on is only that one interpreter counts the same bytecode the
     same way: CPython 3.12 to 3.14 changed how locals' references on the stack are counted
-    (3.14 borrows them), which moves both readings alike. tests/capture/test_memory.py checks
-    it on the Python that runs them."""
+    (3.14 borrows them), which moves both readings alike. tests/capture/test_memory_births.py
+    checks it on the Python that runs them."""
     obj = holder.pop()
     return sys.getrefcount(obj)
 
@@ -107,7 +107,7 @@ def _internal(rec: Recording) -> tuple[dict[int, cl.MemoryObjectHolder], list[An
     found: dict[int, cl.MemoryObjectHolder] = {}
     # transfers the contract gives no operands (rectangles, images) stay off sub-buffers:
     # PoCL crashes copying a rectangle out of one, or an image into one
-    kept_ptrs = {
+    stay = {
         _ptr(b)
         for op in rec.raw
         if type(op) is RawTransfer and not op.entry.operands
@@ -120,7 +120,7 @@ def _internal(rec: Recording) -> tuple[dict[int, cl.MemoryObjectHolder], list[An
         own = rec.mems[ptr]
         # a sub-buffer (made by get_sub_region: never born) keeps its parent where it is
         if (parent := own.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)) is not None:
-            kept_ptrs.add(_ptr(parent))
+            stay.add(_ptr(parent))
         if ptr not in born:
             kept.append(users.pop(ptr))
             continue
@@ -128,7 +128,7 @@ def _internal(rec: Recording) -> tuple[dict[int, cl.MemoryObjectHolder], list[An
         alone = ptr in free or _refs([users.pop(ptr)]) <= _ALONE
         if alone and not own.get_info(cl.mem_info.FLAGS) & _HOST:  # contents from the host
             found[ptr] = own
-    for ptr in kept_ptrs:
+    for ptr in stay:
         found.pop(ptr, None)
     kept.extend(device.claim_held({p for p in free if p in rec.mems and p not in found}))
     return found, kept
@@ -197,18 +197,23 @@ class SharedArena:
         return new
 
 
-def plan(rec: Recording, shared: SharedArena | None = None) -> Arena:
+def plan(
+    rec: Recording,
+    queues: Mapping[int, cl.CommandQueue],
+    ordered: bool,
+    shared: SharedArena | None = None,
+) -> Arena:
     """Move the recording's internal buffers into an arena (or slots, see _may_overlap) and
     rewrite its commands to use it. On one in-order queue buffers with disjoint lifetimes share
     memory (in ``shared``'s buffers for that queue, where given); across queues (or on an
-    out-of-order one) each keeps a region of its own: only recorded events order them."""
+    out-of-order one) each keeps a region of its own: only recorded events order them.
+    ``queues`` and ``ordered``: what :func:`queues_of` says of the recording."""
     internal, kept = _internal(rec)
     rec.users.clear()
     external = {p: b for p, b in rec.mems.items() if p not in internal}
     ext_bytes = sum(int(b.size) for b in external.values())
     if not internal:
         return Arena((), CaptureMemory(0, 0, 0, len(external), ext_bytes), tuple(kept))
-    queues, ordered = queues_of(rec.raw)
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     end = 0

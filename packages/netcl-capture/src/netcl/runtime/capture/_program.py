@@ -399,7 +399,8 @@ def _run_scheduled(
 def build(rec: Recording, shared: SharedArena | None = None) -> ReplayProgram:
     """The replay form of a finished recording, in memory of its own where it can (_memory;
     ``shared``: the arena of the captures it never runs beside)."""
-    arena = _memory.plan(rec, shared)
+    distinct, ordered = _memory.queues_of(rec.raw)  # the arena's and the replay's
+    arena = _memory.plan(rec, distinct, ordered, shared)
     binder = Binder({k: state.clone for k, state in rec.kernels.items()})
     binds = binder.by_shape
     # the replay's commands hold no recorded event: the events only told the order (the plan
@@ -422,7 +423,6 @@ def build(rec: Recording, shared: SharedArena | None = None) -> ReplayProgram:
                 if type(raw) is RawTransfer
                 else raw
             )
-    distinct, ordered = _memory.queues_of(rec.raw)
     plan = None
     if not ordered:
         # made from the commands as recorded, events included (host waits index them)

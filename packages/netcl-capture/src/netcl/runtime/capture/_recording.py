@@ -254,8 +254,9 @@ class Recording:
         self.users: dict[int, cl.MemoryObjectHolder] = {}
         self.native: dict[NativeAccess, None] = {}  # raw-handle accesses, in order
         # int_ptr of the buffers allocated while recording, the only ones end() may move
-        # (_memory): made, or handed out by a pool (_intercept), which the blocks that
-        # BufferPools hold now will be if the code takes them (their contents are undefined)
+        # (_memory): made or handed out by a pool (_intercept); it starts with the blocks
+        # BufferPools hold now, which are the recorded code's allocations if it takes them
+        # (their contents are undefined)
         self.born: set[int] = device.held_blocks()
 
     @property
