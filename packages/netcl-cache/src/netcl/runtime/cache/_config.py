@@ -18,6 +18,7 @@ __all__ = [
     "read",
     "redact",
     "remote_settings",
+    "warn_unusable",
 ]
 
 log = get_logger("netcl.runtime.cache")
@@ -152,6 +153,14 @@ class RemoteSettings(NamedTuple):
     timeout_s: float  #: the deadline of one remote call
 
 
+def warn_unusable(url: str, reason: str) -> None:
+    """Say once per URL that the remote tier at ``url`` is not used, and why (the URL's
+    password redacted)."""
+    warn_once(
+        log, ("cache_remote_unusable", url), "cache_remote_unusable", url=redact(url), reason=reason
+    )
+
+
 def remote_settings(url: str | None, secret: str | bytes | None) -> RemoteSettings | None:
     """The remote configuration (``None`` arguments: the environment), or None when there is
     none or it cannot be used (one warning per configuration and process)."""
@@ -159,8 +168,7 @@ def remote_settings(url: str | None, secret: str | bytes | None) -> RemoteSettin
     try:
         url = _remote_url(raw)
     except ValueError as exc:
-        once = ("cache_remote_unusable", raw)
-        warn_once(log, once, "cache_remote_unusable", url=redact(raw), reason=str(exc))
+        warn_unusable(raw, str(exc))
         return None
     if not url:
         return None

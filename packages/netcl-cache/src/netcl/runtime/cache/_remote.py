@@ -13,9 +13,15 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from netcl.core import telemetry
-from netcl.core.log import warn_once
 from netcl.runtime.cache import _telemetry as tel
-from netcl.runtime.cache._config import REMOTE, RemoteSettings, log, redact, remote_settings
+from netcl.runtime.cache._config import (
+    REMOTE,
+    RemoteSettings,
+    log,
+    redact,
+    remote_settings,
+    warn_unusable,
+)
 from netcl.runtime.cache._entry import FORMAT_VERSION, decode, encode
 
 __all__ = ["Lease", "RemoteError", "RemoteTier", "remote_info", "tier_for"]
@@ -277,8 +283,7 @@ def tier_for(url: str | None, secret: str | bytes | None) -> RemoteTier | str | 
             except ValueError as exc:  # a malformed URL or an option redis-py would refuse
                 _TIERS[cfg] = str(exc)
             if isinstance(reason := _TIERS[cfg], str):
-                once = ("cache_remote_unusable", cfg.url)  # as remote_settings' warning
-                warn_once(log, once, "cache_remote_unusable", url=redact(cfg.url), reason=reason)
+                warn_unusable(cfg.url, reason)
         return _TIERS[cfg]
 
 

@@ -214,11 +214,11 @@ class Run:
                         },
                     )
                 try:
-                    # a resumed record was ordered by its first run
-                    if record.ordering is None and (self.waited or plan.after):
-                        record.ordering = self._order(plan, record)
-                    elif record.ordering is None:
-                        record.ordering = tm.ORDER_NONE
+                    if record.ordering is None:  # a resumed record was ordered by its first run
+                        if self.waited or plan.after:
+                            record.ordering = self._order(plan, record)
+                        else:
+                            record.ordering = tm.ORDER_NONE
                     self.waited = False
                     record.first = len(record.results)  # before the plan counts as started
                     self.started = k + 1
